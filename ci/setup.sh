@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs what fabric-msg needs to build and test on Debian or Ubuntu.
+# Idempotent: when everything is present it only checks, in well under a second.
+set -euo pipefail
+
+packages=(
+  libfabric-dev   # headers, libfabric.so, libfabric.pc (>= 1.17)
+  libfabric-bin   # fi_info, fi_pingpong: the C tools we compare against
+  libclang-dev    # bindgen parses the libfabric headers with libclang
+  clang
+  pkg-config
+  gcc             # compiles bindgen's shims for libfabric's static inline functions
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if ((${#missing[@]})); then
+  echo "ci/setup.sh: installing ${missing[*]}" >&2
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+  [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
+fi
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "ci/setup.sh: no Rust toolchain found; install one with rustup (https://rustup.rs) and re-run" >&2
+  exit 1
+fi
+for component in rustfmt clippy; do
+  if ! cargo "${component/rustfmt/fmt}" --version >/dev/null 2>&1; then
+    command -v rustup >/dev/null && rustup component add "$component"
+  fi
+done

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it: set-up, formatting, lints, tests, docs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source ci/setup.sh
+
+export RUSTFLAGS="${RUSTFLAGS:-} -D warnings"
+export RUSTDOCFLAGS="${RUSTDOCFLAGS:-} -D warnings"
+
+step() { printf '\n==> %s\n' "$*" >&2; }
+
+step "cargo fmt --check"
+cargo fmt --all --check
+
+step "cargo clippy"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+step "cargo test"
+cargo test --workspace --locked
+
+step "cargo doc"
+cargo doc --workspace --no-deps --locked

@@ -1,0 +1,2 @@
+//! Shared helpers for fabric-msg's example tools.
+#![deny(missing_docs)]
