@@ -1,0 +1,294 @@
+#!/bin/bash
+# Build (or check) the test VM used by ci/vm/run.sh: a Debian bookworm kernel
+# with soft-RoCE (rdma_rxe, shipped) and soft-iWARP (siw, built here out of
+# tree), and a small initramfs with libfabric, rdma-core and busybox.
+#
+# Everything lands in the cache directory, never in the repository:
+#   ${FABRIC_MSG_VM_CACHE:-$HOME/.cache/fabric-msg-vm}
+#     debs/        downloaded .deb files (kernel pieces and guest packages)
+#     apt/         private apt state (empty dpkg status, package cache)
+#     work/        scratch trees of the last build
+#     image/       vmlinuz, initrd.img, siw.ko, info.txt, stamp  <- run.sh
+#
+# Idempotent: when image/stamp matches the inputs (kernel version, package
+# list, this script, init.sh) it returns at once.
+#
+# Environment:
+#   FABRIC_MSG_VM_CACHE           cache directory (see above)
+#   FABRIC_MSG_VM_KERNEL_VERSION  Debian version of linux-image-amd64 to use
+#                                 (default: apt's candidate, e.g. 6.1.192-2)
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+cache=${FABRIC_MSG_VM_CACHE:-$HOME/.cache/fabric-msg-vm}
+
+# Guest user space: the closure of these packages is unpacked into the
+# initramfs. bash runs job scripts; libgcc-s1 is needed by Rust binaries.
+guest_packages=(libfabric1 libfabric-bin ibverbs-providers ibverbs-utils
+    librdmacm1 rdmacm-utils iproute2 kmod busybox-static bash libgcc-s1)
+
+# Modules the guest's /init loads; their dependencies are added automatically.
+guest_modules=(crc32_generic crc32_pclmul ib_uverbs rdma_ucm rdma_rxe siw
+    dummy 9p 9pnet_virtio virtio_pci)
+
+log() { echo "build.sh: $*" >&2; }
+die() { echo "build.sh: error: $*" >&2; exit 1; }
+
+# --- host tools ------------------------------------------------------------
+
+# command -> Debian package providing it
+declare -A host_tools=(
+    [qemu-system-x86_64]=qemu-system-x86 [zstd]=zstd [cpio]=cpio [xz]=xz-utils
+    [gcc]=gcc [make]=make [strip]=binutils [depmod]=kmod [modprobe]=kmod
+    [dpkg-deb]=dpkg [apt-get]=apt [flock]=util-linux
+)
+
+apt_update_tried=0
+apt_update() {
+    # Another apt may hold the lists lock for a while: wait, do not kill it.
+    [ "$apt_update_tried" = 1 ] && return 0
+    apt_update_tried=1
+    local i
+    for i in $(seq 1 60); do
+        apt-get -qq update >&2 && return 0
+        log "apt-get update failed (lock held?), retrying in 10 s ($i/60)"
+        sleep 10
+    done
+    die "apt-get update kept failing"
+}
+
+install_host_tools() {
+    local missing=() cmd
+    for cmd in "${!host_tools[@]}"; do
+        command -v "$cmd" >/dev/null 2>&1 || missing+=("${host_tools[$cmd]}")
+    done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)
+    [ "$(id -u)" = 0 ] ||
+        die "missing host packages: ${missing[*]} (install them as root: apt-get install ${missing[*]})"
+    log "installing host packages: ${missing[*]}"
+    # DPkg::Lock::Timeout: wait for another running apt/dpkg instead of failing.
+    apt_get_install() {
+        DEBIAN_FRONTEND=noninteractive apt-get -qq -y --no-install-recommends \
+            -o DPkg::Lock::Timeout=900 install "${missing[@]}" >/dev/null
+    }
+    apt_get_install || { apt_update; apt_get_install; } ||
+        die "could not install ${missing[*]}"
+}
+
+# --- apt helpers for downloads ---------------------------------------------
+
+# apt against an empty dpkg status: resolves the full dependency closure as
+# if for an empty system and downloads it to $cache/debs, never touching the
+# host's package state.
+apt_private() {
+    apt-get -q \
+        -o Dir::State::status="$cache/apt/status" \
+        -o Dir::Cache="$cache/apt/cache" \
+        -o Dir::Cache::archives="$cache/debs" \
+        -o APT::Install-Recommends=false \
+        -o APT::Sandbox::User=root \
+        "$@"
+}
+
+candidate_version() {  # package -> apt's candidate version (or empty)
+    apt-cache policy "$1" 2>/dev/null | sed -n 's/^ *Candidate: *//p' | grep -v '(none)' || true
+}
+
+# Filename of a package version in $cache/debs, as apt names its archives.
+deb_file() {  # name version arch
+    echo "$cache/debs/$1_${2//:/%3a}_$3.deb"
+}
+
+# --- main --------------------------------------------------------------------
+
+install_host_tools
+mkdir -p "$cache/debs/partial" "$cache/apt/cache"
+[ -f "$cache/apt/status" ] || : >"$cache/apt/status"
+
+# One build at a time per cache.
+exec 9>"$cache/build.lock"
+flock 9
+
+kver_deb=${FABRIC_MSG_VM_KERNEL_VERSION:-$(candidate_version linux-image-amd64)}
+if [ -z "$kver_deb" ]; then
+    apt_update
+    kver_deb=$(candidate_version linux-image-amd64)
+fi
+[ -n "$kver_deb" ] || die "apt knows no linux-image-amd64 (is the Debian mirror configured?)"
+
+# linux-image-amd64 (= V) depends on linux-image-6.1.0-NN-amd64 (= V).
+image_pkg=$(apt-cache show "linux-image-amd64=$kver_deb" 2>/dev/null |
+    sed -n 's/^Depends:.*\(linux-image-[0-9][^ ,]*-amd64\).*/\1/p' | head -n1)
+[ -n "$image_pkg" ] || die "cannot resolve linux-image-amd64=$kver_deb"
+kver=${image_pkg#linux-image-}          # e.g. 6.1.0-56-amd64
+kabi=${kver%-amd64}                     # e.g. 6.1.0-56
+kseries=${kver%%.0-*}                   # e.g. 6.1
+
+stamp=$(
+    {
+        echo "kernel $kver $kver_deb"
+        echo "packages ${guest_packages[*]}"
+        echo "modules ${guest_modules[*]}"
+        cat "$here/build.sh" "$here/init.sh"
+    } | sha256sum | cut -d' ' -f1
+)
+if [ -f "$cache/image/stamp" ] && [ "$(cat "$cache/image/stamp")" = "$stamp" ]; then
+    log "up to date: $cache/image ($kver)"
+    exit 0
+fi
+
+start=$SECONDS
+log "building the VM image for kernel $kver ($kver_deb) in $cache"
+work=$cache/work
+rm -rf "$work" "$cache/image.new"
+mkdir -p "$work" "$cache/image.new"
+
+# 1. Kernel pieces: image, headers, kbuild and source, all of the same version.
+kernel_pkgs=("$image_pkg" "linux-headers-$kver" "linux-headers-$kabi-common"
+    "linux-kbuild-$kseries" "linux-source-$kseries")
+need=()
+for p in "${kernel_pkgs[@]}"; do
+    arch=$(apt-cache show "$p=$kver_deb" 2>/dev/null | sed -n 's/^Architecture: //p' | head -n1)
+    [ -n "$arch" ] || die "package $p=$kver_deb is not available from apt"
+    [ -f "$(deb_file "$p" "$kver_deb" "$arch")" ] || need+=("$p=$kver_deb")
+done
+if [ ${#need[@]} -gt 0 ]; then
+    log "downloading ${need[*]}"
+    (cd "$cache/debs" && apt_private download "${need[@]}") >"$work/apt-download.log" 2>&1 ||
+        { cat "$work/apt-download.log" >&2; die "download failed"; }
+fi
+kdeb() { ls "$cache/debs/$1_${kver_deb//:/%3a}_"*.deb; }
+
+# 2. Guest packages: resolve the closure (simulate), then download it.
+apt_private -s install "${guest_packages[@]}" >"$work/closure.txt" ||
+    die "apt cannot resolve the guest packages: ${guest_packages[*]}"
+# "Inst libc6 (2.36-9+deb12u14 Debian:12.15/oldstable [amd64]) []"
+sed -n 's/^Inst \([^ ]*\) (\([^ ]*\) [^[]*\[\([a-z0-9]*\)\].*/\1 \2 \3/p' \
+    "$work/closure.txt" >"$work/closure.list"
+[ -s "$work/closure.list" ] || die "empty package closure (see $work/closure.txt)"
+guest_debs=()
+download=0
+while read -r name ver arch; do
+    f=$(deb_file "$name" "$ver" "$arch")
+    guest_debs+=("$f")
+    [ -f "$f" ] || download=1
+done <"$work/closure.list"
+if [ "$download" = 1 ]; then
+    log "downloading ${#guest_debs[@]} guest packages"
+    apt_private -y --download-only install "${guest_packages[@]}" >"$work/apt-guest.log" 2>&1 ||
+        { cat "$work/apt-guest.log" >&2; die "download of the guest packages failed"; }
+fi
+for f in "${guest_debs[@]}"; do [ -f "$f" ] || die "download failed: $f"; done
+
+# 3. Unpack kernel image (for vmlinuz and modules) and headers + kbuild.
+log "unpacking kernel $kver"
+ktree=$work/kernel
+mkdir -p "$ktree"
+dpkg-deb -x "$(kdeb "$image_pkg")" "$ktree"
+for p in "linux-headers-$kver" "linux-headers-$kabi-common" "linux-kbuild-$kseries"; do
+    dpkg-deb -x "$(kdeb "$p")" "$ktree"
+done
+# The arch headers' Makefile includes the common one by absolute path
+# (/usr/src/...): point it at the unpacked copy instead.
+kbuild_dir=$ktree/usr/src/linux-headers-$kver
+sed -i "s|^include /usr/src/|include $ktree/usr/src/|" "$kbuild_dir/Makefile"
+
+# 4. siw.ko, out of tree, from the matching linux-source.
+log "building siw.ko"
+siw_src=linux-source-$kseries/drivers/infiniband/sw/siw
+dpkg-deb --fsys-tarfile "$(kdeb "linux-source-$kseries")" |
+    tar -xO "./usr/src/linux-source-$kseries.tar.xz" |
+    tar -xJ -C "$work" "$siw_src"
+mv "$work/$siw_src" "$work/siw"
+cat >"$work/siw/Kbuild" <<'EOF'
+obj-m := siw.o
+siw-y := siw_cm.o siw_cq.o siw_main.o siw_mem.o siw_qp.o siw_qp_tx.o siw_qp_rx.o siw_verbs.o
+EOF
+make -s -C "$kbuild_dir" M="$work/siw" -j"$(nproc)" modules >"$work/siw-build.log" 2>&1 ||
+    { tail -n 30 "$work/siw-build.log" >&2; die "siw build failed (log: $work/siw-build.log)"; }
+strip --strip-debug "$work/siw/siw.ko"
+mkdir -p "$ktree/lib/modules/$kver/extra"
+cp "$work/siw/siw.ko" "$ktree/lib/modules/$kver/extra/siw.ko"
+cp "$work/siw/siw.ko" "$cache/image.new/siw.ko"
+
+# 5. Module closure: depmod the unpacked tree, then ask modprobe which files
+#    each wanted module needs ("insmod /path/to/x.ko" lines).
+depmod -b "$ktree" "$kver"
+root=$work/root
+mkdir -p "$root"
+for m in "${guest_modules[@]}"; do
+    modprobe -d "$ktree" -S "$kver" --show-depends "$m" ||
+        die "module $m not found in $kver"
+done | awk '$1 == "insmod" { print $2 }' | sort -u >"$work/modules.list"
+while read -r ko; do
+    rel=${ko#"$ktree"/}
+    mkdir -p "$root/usr/$(dirname "$rel")"
+    cp "$ko" "$root/usr/$rel"
+done <"$work/modules.list"
+cp "$ktree/lib/modules/$kver"/modules.{order,builtin,builtin.modinfo} \
+    "$root/usr/lib/modules/$kver/"
+
+# 6. Guest user space: unpack the packages (maintainer scripts do not run),
+#    then merge /bin, /sbin, /lib, /lib64 into /usr as bookworm systems have.
+log "assembling the initramfs"
+for f in "${guest_debs[@]}"; do dpkg-deb -x "$f" "$root"; done
+for d in bin sbin lib lib64; do
+    if [ -d "$root/$d" ] && [ ! -L "$root/$d" ]; then
+        mkdir -p "$root/usr/$d"
+        cp -a "$root/$d/." "$root/usr/$d/"
+        rm -rf "${root:?}/$d"
+    fi
+    mkdir -p "$root/usr/$d"
+    [ -L "$root/$d" ] || ln -s "usr/$d" "$root/$d"
+done
+# /bin/sh is bash, as a job's `sh -c` would otherwise run busybox sh, which
+# prefers its applets (busybox ip, modprobe, ...) to the real programs.
+ln -s bash "$root/usr/bin/sh"
+# Busybox applets for whatever the packages do not provide (mount, ...).
+# A real binary (kmod's modprobe, iproute2's ip) always wins.
+"$root/usr/bin/busybox" --list-full | while read -r applet; do
+    name=${applet##*/}
+    case $applet in
+    usr/*) dir=$root/$applet ;;
+    *) dir=$root/usr/$applet ;;
+    esac
+    dir=${dir%/*}
+    # -L as well as -e: links such as usr/sbin/modprobe -> /bin/kmod are
+    # absolute and do not resolve on the host.
+    for f in "$root/usr/bin/$name" "$root/usr/sbin/$name"; do
+        [ -e "$f" ] || [ -L "$f" ] && continue 2
+    done
+    mkdir -p "$dir" && ln -s /usr/bin/busybox "$dir/$name"
+done
+# What maintainer scripts would have done.
+ln -sf /usr/lib/libpsm1/libpsm_infinipath.so.1.16 \
+    "$root/usr/lib/x86_64-linux-gnu/libpsm_infinipath.so.1"
+mkdir -p "$root/etc" "$root/root" "$root/tmp" "$root/proc" "$root/sys" "$root/dev" "$root/host"
+echo 'include /etc/ld.so.conf.d/*.conf' >"$root/etc/ld.so.conf"
+echo 'root:x:0:0:root:/root:/bin/bash' >"$root/etc/passwd"
+echo 'root:x:0:' >"$root/etc/group"
+printf '127.0.0.1\tlocalhost\n198.18.0.1\tfabric-msg-vm\n' >"$root/etc/hosts"
+rm -rf "$root/usr/share/doc" "$root/usr/share/man" "$root/usr/share/info" \
+    "$root/usr/share/locale" "$root/usr/share/lintian"
+ldconfig -r "$root"
+depmod -b "$root" "$kver"
+install -m 0755 "$here/init.sh" "$root/init"
+
+# 7. Pack: newc cpio, zstd (the Debian kernel has CONFIG_RD_ZSTD=y).
+(cd "$root" && find . -print0 | LC_ALL=C sort -z |
+    cpio --null -o -H newc --quiet) | zstd -q -T0 -9 >"$cache/image.new/initrd.img"
+cp "$ktree/boot/vmlinuz-$kver" "$cache/image.new/vmlinuz"
+{
+    echo "kernel: $kver (Debian linux-image-amd64 $kver_deb)"
+    echo "siw.ko: built out of tree from linux-source-$kseries $kver_deb"
+    echo "guest packages:"
+    sed 's/^/  /' "$work/closure.list"
+} >"$cache/image.new/info.txt"
+echo "$stamp" >"$cache/image.new/stamp"
+
+rm -rf "$cache/image"
+mv "$cache/image.new" "$cache/image"
+rm -rf "$work"
+log "done in $((SECONDS - start)) s: $cache/image" \
+    "(initrd $(du -h "$cache/image/initrd.img" | cut -f1), $(wc -l <"$cache/image/info.txt") lines in info.txt)"
