@@ -1,57 +1,236 @@
-//! Lists the libfabric providers this host offers (placeholder until the
-//! negotiation layer lands and this tool shows the full decision).
+//! `fabric_info`: what will my application get on this host, and why?
+//!
+//! Like libfabric's `fi_info`, but it shows fabric-msg's decision: every
+//! candidate libfabric lists with its classification, the walk down the
+//! provider ladder with the reason each rung was passed over, and the
+//! negotiated profile.
 
-use fabric_msg::ffi;
-use std::ffi::CStr;
-use std::ptr;
+use fabric_msg::negotiate::{Capability, EndpointChoice, Reason};
+use fabric_msg::{negotiate, Error, LadderConfig, Requirements};
+use std::path::PathBuf;
+use std::process::ExitCode;
 
-fn main() {
-    let mut list = ptr::null_mut();
-    // SAFETY: NULL hints ask for everything; the list is freed below.
-    let rc = unsafe {
-        ffi::fi_getinfo(
-            ffi::API_VERSION,
-            ptr::null(),
-            ptr::null(),
-            0,
-            ptr::null(),
-            &mut list,
-        )
-    };
-    if rc != 0 {
-        // SAFETY: fi_strerror returns a static string.
-        let text = unsafe { CStr::from_ptr(ffi::fi_strerror(-rc)) };
-        eprintln!("fabric_info: fi_getinfo failed: {}", text.to_string_lossy());
-        std::process::exit(1);
+const USAGE: &str = "\
+usage: fabric_info [options]
+
+  -p, --provider NAME   only this provider (e.g. tcp, 'verbs;ofi_rxm'); FI_PROVIDER also applies
+  -d, --domain NAME     only this domain (e.g. mlx5_0, rxe0, lo)
+  -e, --ep rdm|msg|any  endpoint type the application accepts (default any)
+  -c, --caps LIST       required capabilities: msg,tagged,rma,atomic (default tagged,msg)
+      --same-host       all peers are on this host (allows shared memory)
+      --providers FILE  ladder file instead of FABRIC_MSG_PROVIDERS or the built-in one
+      --json            print one JSON object instead of text
+  -h, --help            this text
+";
+
+struct Args {
+    req: Requirements,
+    providers: Option<PathBuf>,
+    json: bool,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut req = Requirements::default();
+    let mut providers = None;
+    let mut json = false;
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        let mut value = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
+        match a.as_str() {
+            "-p" | "--provider" => req.provider = Some(value(&a)?),
+            "-d" | "--domain" => req.domain = Some(value(&a)?),
+            "-e" | "--ep" => {
+                req.endpoint = match value(&a)?.as_str() {
+                    "rdm" => EndpointChoice::Rdm,
+                    "msg" => EndpointChoice::Msg,
+                    "any" => EndpointChoice::Any,
+                    other => return Err(format!("-e {other}: expected rdm, msg or any")),
+                }
+            }
+            "-c" | "--caps" => {
+                req.caps = value(&a)?
+                    .split(',')
+                    .map(|c| match c.trim() {
+                        "msg" => Ok(Capability::Msg),
+                        "tagged" => Ok(Capability::Tagged),
+                        "rma" => Ok(Capability::Rma),
+                        "atomic" | "atomics" => Ok(Capability::Atomic),
+                        other => Err(format!(
+                            "--caps: unknown capability `{other}` (msg, tagged, rma, atomic)"
+                        )),
+                    })
+                    .collect::<Result<_, _>>()?
+            }
+            "--same-host" => req.same_host = true,
+            "--providers" => providers = Some(PathBuf::from(value(&a)?)),
+            "--json" => json = true,
+            "-h" | "--help" => {
+                print!("{USAGE}");
+                std::process::exit(0);
+            }
+            other => return Err(format!("unknown argument `{other}`")),
+        }
     }
-    let (major, minor) = ffi::runtime_version();
+    Ok(Args { req, providers, json })
+}
+
+fn main() -> ExitCode {
+    let args = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("fabric_info: {e}\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let ladder = match LadderConfig::load(args.providers.as_deref()) {
+        Ok(l) => l,
+        Err(e) => return fail(&e, args.json),
+    };
+    match negotiate(&args.req, &ladder) {
+        Ok(n) if args.json => {
+            let v = serde_json::json!({ "requirements": args.req, "negotiation": n });
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&v).expect("plain data serialises")
+            );
+            ExitCode::SUCCESS
+        }
+        Ok(n) => {
+            print_text(&n);
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(&e, args.json),
+    }
+}
+
+fn fail(e: &Error, json: bool) -> ExitCode {
+    if json {
+        let reasons = match e {
+            Error::NoFabric { reasons, .. } => serde_json::to_value(reasons).unwrap_or_default(),
+            _ => serde_json::Value::Null,
+        };
+        println!(
+            "{}",
+            serde_json::json!({ "error": e.to_string(), "reasons": reasons })
+        );
+    } else if let Error::NoFabric { wanted, reasons } = e {
+        eprintln!("fabric_info: no usable fabric for {wanted}");
+        for r in reasons {
+            eprintln!("  {r}");
+        }
+        eprintln!("Change the requirements (-c, -e, -d), FI_PROVIDER, or the ladder (--providers).");
+    } else {
+        eprintln!("fabric_info: {e}");
+    }
+    ExitCode::FAILURE
+}
+
+fn print_text(n: &fabric_msg::Negotiation) {
+    let p = &n.profile;
+    let (maj, min) = p.libfabric_version;
+    println!("libfabric {maj}.{min}; ladder: {}", n.ladder);
+    for e in &n.environment {
+        println!("environment: {}={}  ({})", e.name, e.value, e.origin);
+    }
+
+    println!("\ncandidates libfabric lists:");
     println!(
-        "libfabric {major}.{minor} (headers {}.{})",
-        ffi::HEADER_VERSION.0,
-        ffi::HEADER_VERSION.1
+        "  {:<16} {:<6} {:<14} {:<14} evidence",
+        "provider", "ep", "domain", "kind"
     );
     let mut seen = Vec::new();
-    let mut cur = list;
-    while !cur.is_null() {
-        // SAFETY: cur is a node of the list fi_getinfo returned.
-        let info = unsafe { &*cur };
-        // SAFETY: fabric_attr, domain_attr and their names are filled by fi_getinfo.
-        let (prov, domain) = unsafe {
-            (
-                CStr::from_ptr((*info.fabric_attr).prov_name)
-                    .to_string_lossy()
-                    .into_owned(),
-                CStr::from_ptr((*info.domain_attr).name)
-                    .to_string_lossy()
-                    .into_owned(),
-            )
-        };
-        if !seen.contains(&(prov.clone(), domain.clone())) {
-            println!("provider: {prov:<16} domain: {domain}");
-            seen.push((prov, domain));
+    for c in &n.candidates {
+        let key = (
+            c.info.provider.clone(),
+            c.info.endpoint_type,
+            c.info.domain.clone(),
+        );
+        if seen.contains(&key) {
+            continue;
         }
-        cur = info.next;
+        seen.push(key);
+        println!(
+            "  {:<16} {:<6} {:<14} {:<14} {}",
+            c.info.provider,
+            c.info.endpoint_type.to_string(),
+            c.info.domain,
+            c.class.kind.to_string(),
+            c.class.evidence
+        );
     }
-    // SAFETY: list came from fi_getinfo and is freed once.
-    unsafe { ffi::fi_freeinfo(list) };
+
+    println!("\nladder:");
+    println!("  chosen  {} on {}", p.rung, p.domain);
+    let mut not_tried = Vec::new();
+    for r in &n.rejections {
+        if r.reason == Reason::NotNeeded {
+            not_tried.push(format!("{} on {}", r.rung, r.domain.as_deref().unwrap_or("?")));
+        } else {
+            println!("  passed  {r}");
+        }
+    }
+    if !not_tried.is_empty() {
+        println!(
+            "  usable but not tried, as a preferred rung was chosen: {}",
+            not_tried.join("; ")
+        );
+    }
+
+    println!("\nprofile:");
+    let row = |k: &str, v: String| println!("  {k:<18} {v}");
+    row("provider", p.provider.clone());
+    row("fabric kind", format!("{} ({})", p.fabric_kind, p.classification));
+    row("fabric / domain", format!("{} / {}", p.fabric, p.domain));
+    row("endpoint", format!("{} {}", p.endpoint_type, p.protocol));
+    row("caps requested", p.caps_requested.join(" "));
+    row("caps granted", p.caps_granted.join(" "));
+    row("mode", p.mode.join(" "));
+    row(
+        "mr_mode",
+        format!("[{}] key {} bytes", p.mr_mode.join(" "), p.mr_key_size),
+    );
+    row("inject_size", p.inject_size.to_string());
+    row("max_msg_size", p.max_msg_size.to_string());
+    row("cq_data_size", p.cq_data_size.to_string());
+    row("tag bits", p.tag_bits.to_string());
+    row("iov / rma_iov", format!("{} / {}", p.iov_limit, p.rma_iov_limit));
+    let atomics: Vec<String> = p
+        .atomics
+        .iter()
+        .map(|a| format!("{}({})", a.op, a.kind))
+        .collect();
+    let atomics_asked = p.caps_requested.iter().any(|c| c == "FI_ATOMIC");
+    row(
+        "u64 atomics",
+        if atomics_asked {
+            atomics.join(" ")
+        } else {
+            "not probed (ask with -c ...,atomic)".into()
+        },
+    );
+    row(
+        "progress",
+        format!("data {:?}, control {:?}", p.data_progress, p.control_progress),
+    );
+    row("wait fd", p.wait_fd.to_string());
+    row("threading", format!("{:?}", p.threading));
+    row(
+        "domain limits",
+        format!(
+            "cq_cnt {} ep_cnt {} mr_cnt {} tx {} rx {} max_cqe {}",
+            p.limits.cq_cnt,
+            p.limits.ep_cnt,
+            p.limits.mr_cnt,
+            p.limits.tx_size,
+            p.limits.rx_size,
+            p.limits.max_cqe.map_or("unknown".into(), |m| m.to_string())
+        ),
+    );
+    row(
+        "queues",
+        format!(
+            "tx {} rx {} cq {} av {}",
+            p.queues.tx, p.queues.rx, p.queues.cq, p.queues.av
+        ),
+    );
 }

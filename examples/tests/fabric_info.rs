@@ -1,0 +1,163 @@
+//! `fabric_info` as a user runs it: separate processes, because libfabric
+//! reads FI_PROVIDER and its other variables once per process.
+
+use std::process::{Command, Output};
+
+fn run(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_fabric_info"));
+    cmd.args(args)
+        .env_remove("FI_PROVIDER")
+        .env_remove("FABRIC_MSG_PROVIDERS");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("fabric_info runs")
+}
+
+fn text(o: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+fn json(o: &Output) -> serde_json::Value {
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {}", text(o).0))
+}
+
+#[test]
+fn default_run_shows_candidates_ladder_and_profile() {
+    let o = run(&[], &[]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    for section in [
+        "candidates libfabric lists:",
+        "ladder:",
+        "profile:",
+        "chosen  tcp via net (rdm)",
+    ] {
+        assert!(out.contains(section), "missing {section:?} in\n{out}");
+    }
+    assert!(
+        out.contains("roce via verbs;ofi_rxm (rdm): not present on this host"),
+        "{out}"
+    );
+}
+
+#[test]
+fn json_output_has_the_profile_and_reasons() {
+    let o = run(&["--json", "-c", "tagged,rma"], &[]);
+    assert!(o.status.success(), "{}", text(&o).1);
+    let v = json(&o);
+    let p = &v["negotiation"]["profile"];
+    assert_eq!(p["fabric_kind"], "tcp");
+    assert!(p["caps_granted"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|c| c == "FI_RMA"));
+    assert!(v["negotiation"]["rejections"].as_array().unwrap().len() > 3);
+}
+
+#[test]
+fn fi_provider_is_honoured_and_wins() {
+    let o = run(&["--json"], &[("FI_PROVIDER", "tcp")]);
+    assert!(o.status.success(), "{}", text(&o).1);
+    let v = json(&o);
+    assert_eq!(
+        v["negotiation"]["profile"]["provider"], "tcp;ofi_rxm",
+        "net is excluded, tcp;ofi_rxm is next"
+    );
+    let reasons = v["negotiation"]["rejections"].as_array().unwrap();
+    assert!(
+        reasons
+            .iter()
+            .any(|r| r["rung"] == "tcp via net (rdm)" && r["reason"]["filter"] == "FI_PROVIDER=tcp"),
+        "{reasons:?}"
+    );
+
+    // A provider the ladder does not list is still used when the user names it.
+    let o = run(&["--json", "-c", "tagged"], &[("FI_PROVIDER", "udp")]);
+    assert!(o.status.success(), "{}", text(&o).1);
+    assert_eq!(json(&o)["negotiation"]["profile"]["provider"], "udp;ofi_rxd");
+}
+
+#[test]
+fn fi_provider_naming_an_absent_provider_says_what_to_change() {
+    let o = run(&[], &[("FI_PROVIDER", "verbs")]);
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        err.contains("FI_PROVIDER=verbs") && err.contains("unset FI_PROVIDER"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_malformed_ladder_names_the_line_and_key() {
+    let dir = std::env::temp_dir().join(format!("fabric-info-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("bad.toml");
+    std::fs::write(
+        &bad,
+        "version = 1\n\n[[rung]]\nkind = \"tcp\"\nprovider = \"tcp\"\nendpont = \"msg\"\n",
+    )
+    .unwrap();
+    let o = run(&[], &[("FABRIC_MSG_PROVIDERS", bad.to_str().unwrap())]);
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        err.contains("bad.toml: line 6") && err.contains("endpont"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn provider_settings_reach_the_environment_unless_the_user_set_them() {
+    let dir = std::env::temp_dir().join(format!("fabric-info-env-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("providers.toml");
+    std::fs::write(
+        &cfg,
+        "version = 1\n[[rung]]\nkind = \"tcp\"\nprovider = \"tcp;ofi_rxm\"\nendpoint = \"rdm\"\n\
+         [provider.\"tcp;ofi_rxm\".env]\nFI_OFI_RXM_BUFFER_SIZE = \"32768\"\n",
+    )
+    .unwrap();
+    let path = cfg.to_str().unwrap();
+    let o = run(&["--json", "--providers", path], &[]);
+    assert!(o.status.success(), "{}", text(&o).1);
+    let env = json(&o)["negotiation"]["environment"].clone();
+    assert_eq!(env[0]["name"], "FI_OFI_RXM_BUFFER_SIZE");
+    assert_eq!(env[0]["value"], "32768");
+    assert!(
+        env[0]["origin"]
+            .as_str()
+            .unwrap()
+            .contains("[provider.\"tcp;ofi_rxm\"]"),
+        "{env}"
+    );
+
+    let o = run(
+        &["--json", "--providers", path],
+        &[("FI_OFI_RXM_BUFFER_SIZE", "16384")],
+    );
+    let env = json(&o)["negotiation"]["environment"].clone();
+    assert_eq!(env[0]["value"], "16384");
+    assert_eq!(env[0]["origin"], "set by the user");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn impossible_requirements_exit_non_zero_with_every_reason() {
+    let o = run(&["-e", "msg", "-c", "atomic"], &[]);
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        err.contains("no usable fabric") && err.contains("lacks required capabilities FI_ATOMIC"),
+        "{err}"
+    );
+    let o = run(&["--caps", "telepathy"], &[]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o).1.contains("unknown capability `telepathy`"));
+}

@@ -1,0 +1,278 @@
+//! Errors: one enum for everything fabric-msg reports.
+//!
+//! A failed libfabric call carries the name of the call, the positive `FI_E*`
+//! code and libfabric's own text for it. `FI_EAGAIN`, `FI_EOPNOTSUPP` and
+//! `FI_ENODATA` have their own variants because callers act on them.
+
+use crate::ffi;
+use std::ffi::CStr;
+use std::fmt;
+
+/// Result alias used throughout fabric-msg.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in fabric-msg.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A libfabric call failed with a code that has no variant of its own.
+    #[error("{call} failed: {text} ({code_name})")]
+    Fabric {
+        /// The libfabric function, e.g. `fi_domain`.
+        call: &'static str,
+        /// The positive `FI_E*` code.
+        code: u32,
+        /// `FI_EINVAL`, `FI_ENOMEM`, ... as a name.
+        code_name: ErrorCode,
+        /// libfabric's `fi_strerror` text.
+        text: String,
+    },
+    /// `-FI_EAGAIN`: a queue is full or nothing is ready; progress and retry.
+    #[error("{call}: resource temporarily unavailable (FI_EAGAIN)")]
+    Again {
+        /// The libfabric function that returned it.
+        call: &'static str,
+    },
+    /// `-FI_ENODATA`: libfabric found nothing that matches the request.
+    #[error("{call}: no matching fabric interface (FI_ENODATA)")]
+    NoData {
+        /// The libfabric function that returned it.
+        call: &'static str,
+    },
+    /// The provider does not support what was asked (`FI_EOPNOTSUPP`), or
+    /// fabric-msg knows in advance that it cannot.
+    #[error("{what} is not supported by provider `{provider}`")]
+    Unsupported {
+        /// What was asked for.
+        what: String,
+        /// The provider that lacks it.
+        provider: String,
+    },
+    /// `providers.toml` (or `FABRIC_MSG_PROVIDERS`) could not be used.
+    #[error("{source_name}: {message}")]
+    Config {
+        /// The file (or `built-in defaults`).
+        source_name: String,
+        /// What is wrong, naming the line and key where known.
+        message: String,
+    },
+    /// No rung of the ladder gave a usable fabric; `reasons` says why each
+    /// was passed over.
+    #[error("no usable fabric for {wanted}: {}", summarize(.reasons))]
+    NoFabric {
+        /// The requirements, in words.
+        wanted: String,
+        /// Why each candidate was not chosen.
+        reasons: Vec<crate::negotiate::Rejection>,
+    },
+    /// `FI_PROVIDER` (or the requested provider) names a provider this
+    /// host does not offer.
+    #[error("{requested}, but libfabric offers no such provider here; {}", provider_hint(.requested, .available))]
+    ProviderNotAvailable {
+        /// The restriction, e.g. `FI_PROVIDER=verbs` or `-p verbs`.
+        requested: String,
+        /// The providers libfabric does offer (empty when libfabric's own
+        /// `FI_PROVIDER` filter hides them all).
+        available: Vec<String>,
+    },
+    /// The peer's negotiated profile cannot work with ours.
+    #[error("peer profile mismatch: {0}")]
+    PeerMismatch(String),
+    /// Encoding or decoding a wire message failed.
+    #[error("wire encoding: {0}")]
+    Encoding(String),
+    /// An operating-system error outside libfabric (sockets, files).
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn provider_hint(requested: &str, available: &[String]) -> String {
+    let what = if requested.starts_with("FI_PROVIDER") {
+        "unset FI_PROVIDER"
+    } else {
+        "drop the provider restriction"
+    };
+    if available.is_empty() {
+        format!("{what}, or run fabric_info without it to see the providers this host has")
+    } else {
+        format!("{what}, or choose one of: {}", available.join(", "))
+    }
+}
+
+fn summarize(reasons: &[crate::negotiate::Rejection]) -> String {
+    if reasons.is_empty() {
+        return "libfabric reported no candidates".into();
+    }
+    reasons
+        .iter()
+        .map(|r| r.to_string())
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// A libfabric error code, shown by name. libfabric's own codes (256 and up,
+/// such as `FI_EAVAIL` and `FI_ETRUNC`) are not errno values and are mapped
+/// explicitly.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct ErrorCode(pub u32);
+
+impl ErrorCode {
+    /// The symbolic name, e.g. `FI_EINVAL`, or `None` for an unknown code.
+    pub fn name(self) -> Option<&'static str> {
+        let c = self.0;
+        Some(match c {
+            x if x == ffi::FI_EPERM => "FI_EPERM",
+            x if x == ffi::FI_ENOENT => "FI_ENOENT",
+            x if x == ffi::FI_EINTR => "FI_EINTR",
+            x if x == ffi::FI_EIO => "FI_EIO",
+            x if x == ffi::FI_E2BIG => "FI_E2BIG",
+            x if x == ffi::FI_EBADF => "FI_EBADF",
+            x if x == ffi::FI_EAGAIN => "FI_EAGAIN",
+            x if x == ffi::FI_ENOMEM => "FI_ENOMEM",
+            x if x == ffi::FI_EACCES => "FI_EACCES",
+            x if x == ffi::FI_EFAULT => "FI_EFAULT",
+            x if x == ffi::FI_EBUSY => "FI_EBUSY",
+            x if x == ffi::FI_ENODEV => "FI_ENODEV",
+            x if x == ffi::FI_EINVAL => "FI_EINVAL",
+            x if x == ffi::FI_EMFILE => "FI_EMFILE",
+            x if x == ffi::FI_ENOSPC => "FI_ENOSPC",
+            x if x == ffi::FI_ENOSYS => "FI_ENOSYS",
+            x if x == ffi::FI_ENODATA => "FI_ENODATA",
+            x if x == ffi::FI_EOVERFLOW => "FI_EOVERFLOW",
+            x if x == ffi::FI_EMSGSIZE => "FI_EMSGSIZE",
+            x if x == ffi::FI_ENOPROTOOPT => "FI_ENOPROTOOPT",
+            x if x == ffi::FI_EOPNOTSUPP => "FI_EOPNOTSUPP",
+            x if x == ffi::FI_EADDRINUSE => "FI_EADDRINUSE",
+            x if x == ffi::FI_EADDRNOTAVAIL => "FI_EADDRNOTAVAIL",
+            x if x == ffi::FI_ENETDOWN => "FI_ENETDOWN",
+            x if x == ffi::FI_ENETUNREACH => "FI_ENETUNREACH",
+            x if x == ffi::FI_ECONNABORTED => "FI_ECONNABORTED",
+            x if x == ffi::FI_ECONNRESET => "FI_ECONNRESET",
+            x if x == ffi::FI_ENOBUFS => "FI_ENOBUFS",
+            x if x == ffi::FI_EISCONN => "FI_EISCONN",
+            x if x == ffi::FI_ENOTCONN => "FI_ENOTCONN",
+            x if x == ffi::FI_ESHUTDOWN => "FI_ESHUTDOWN",
+            x if x == ffi::FI_ETIMEDOUT => "FI_ETIMEDOUT",
+            x if x == ffi::FI_ECONNREFUSED => "FI_ECONNREFUSED",
+            x if x == ffi::FI_EHOSTDOWN => "FI_EHOSTDOWN",
+            x if x == ffi::FI_EHOSTUNREACH => "FI_EHOSTUNREACH",
+            x if x == ffi::FI_EALREADY => "FI_EALREADY",
+            x if x == ffi::FI_EINPROGRESS => "FI_EINPROGRESS",
+            x if x == ffi::FI_ECANCELED => "FI_ECANCELED",
+            x if x == ffi::FI_EKEYREJECTED => "FI_EKEYREJECTED",
+            x if x == ffi::FI_EOTHER => "FI_EOTHER",
+            x if x == ffi::FI_ETOOSMALL => "FI_ETOOSMALL",
+            x if x == ffi::FI_EOPBADSTATE => "FI_EOPBADSTATE",
+            x if x == ffi::FI_EAVAIL => "FI_EAVAIL",
+            x if x == ffi::FI_EBADFLAGS => "FI_EBADFLAGS",
+            x if x == ffi::FI_ENOEQ => "FI_ENOEQ",
+            x if x == ffi::FI_EDOMAIN => "FI_EDOMAIN",
+            x if x == ffi::FI_ENOCQ => "FI_ENOCQ",
+            x if x == ffi::FI_ECRC => "FI_ECRC",
+            x if x == ffi::FI_ETRUNC => "FI_ETRUNC",
+            x if x == ffi::FI_ENOKEY => "FI_ENOKEY",
+            x if x == ffi::FI_ENOAV => "FI_ENOAV",
+            x if x == ffi::FI_EOVERRUN => "FI_EOVERRUN",
+            _ => return None,
+        })
+    }
+}
+
+impl fmt::Debug for ErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.name() {
+            Some(n) => f.write_str(n),
+            None => write!(f, "libfabric error {}", self.0),
+        }
+    }
+}
+
+/// libfabric's text for a positive error code.
+pub(crate) fn strerror(code: u32) -> String {
+    // SAFETY: fi_strerror accepts any int and returns a pointer to a static,
+    // NUL-terminated string (its own table or strerror's).
+    let text = unsafe { CStr::from_ptr(ffi::fi_strerror(code as i32)) };
+    text.to_string_lossy().into_owned()
+}
+
+impl Error {
+    /// The error for a libfabric call that returned the negative code `rc`.
+    pub(crate) fn from_rc(call: &'static str, rc: i64) -> Error {
+        let code = rc.unsigned_abs().min(u64::from(u32::MAX)) as u32;
+        match code {
+            x if x == ffi::FI_EAGAIN => Error::Again { call },
+            x if x == ffi::FI_ENODATA => Error::NoData { call },
+            _ => Error::Fabric {
+                call,
+                code,
+                code_name: ErrorCode(code),
+                text: strerror(code),
+            },
+        }
+    }
+
+    /// The positive `FI_E*` code, if this error came from libfabric.
+    pub fn fabric_code(&self) -> Option<u32> {
+        match self {
+            Error::Fabric { code, .. } => Some(*code),
+            Error::Again { .. } => Some(ffi::FI_EAGAIN),
+            Error::NoData { .. } => Some(ffi::FI_ENODATA),
+            _ => None,
+        }
+    }
+}
+
+/// Turn a libfabric return value into a `Result`: negative is an error,
+/// anything else is returned as it is (some calls return a count).
+pub(crate) fn check(call: &'static str, rc: impl Into<i64>) -> Result<i64> {
+    let rc = rc.into();
+    if rc < 0 {
+        Err(Error::from_rc(call, rc))
+    } else {
+        Ok(rc)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn library_codes_above_256_are_named_not_treated_as_errno() {
+        let e = Error::from_rc("fi_cq_read", -(ffi::FI_EAVAIL as i64));
+        let text = e.to_string();
+        assert!(text.contains("FI_EAVAIL"), "{text}");
+        assert!(text.starts_with("fi_cq_read failed"), "{text}");
+        assert_eq!(ErrorCode(ffi::FI_ETRUNC).name(), Some("FI_ETRUNC"));
+    }
+
+    #[test]
+    fn eagain_and_enodata_have_their_own_variants() {
+        assert!(matches!(
+            Error::from_rc("fi_send", -(ffi::FI_EAGAIN as i64)),
+            Error::Again { call: "fi_send" }
+        ));
+        assert!(matches!(
+            check("fi_getinfo", -(ffi::FI_ENODATA as i32)),
+            Err(Error::NoData { .. })
+        ));
+        assert_eq!(check("fi_cq_read", 3).unwrap(), 3);
+    }
+
+    #[test]
+    fn unknown_codes_are_shown_by_number() {
+        assert_eq!(ErrorCode(9999).to_string(), "libfabric error 9999");
+    }
+}

@@ -1,0 +1,694 @@
+//! What libfabric reports about one fabric interface, as plain Rust data.
+//!
+//! [`FabricInfo`] is an owned snapshot of one `struct fi_info` entry. It is
+//! built either from a live `fi_getinfo` list or
+//! from recorded `fi_info` text ([`parse_fi_info_text`]), so that the
+//! classifier and the ladder are pure functions that can be tested on dumps
+//! recorded on real InfiniBand, RoCE and iWARP hosts.
+
+use crate::ffi;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::ffi::CStr;
+use std::fmt;
+
+/// Endpoint type (`FI_EP_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EndpointType {
+    /// Reliable datagram: connectionless, reliable (`FI_EP_RDM`).
+    Rdm,
+    /// Connected, reliable (`FI_EP_MSG`).
+    Msg,
+    /// Unreliable datagram (`FI_EP_DGRAM`).
+    Dgram,
+    /// Anything else or not reported.
+    Unspec,
+}
+
+impl EndpointType {
+    pub(crate) fn from_raw(t: ffi::fi_ep_type) -> Self {
+        match t {
+            ffi::FI_EP_RDM => Self::Rdm,
+            ffi::FI_EP_MSG => Self::Msg,
+            ffi::FI_EP_DGRAM => Self::Dgram,
+            _ => Self::Unspec,
+        }
+    }
+
+    pub(crate) fn to_raw(self) -> ffi::fi_ep_type {
+        match self {
+            Self::Rdm => ffi::FI_EP_RDM,
+            Self::Msg => ffi::FI_EP_MSG,
+            Self::Dgram => ffi::FI_EP_DGRAM,
+            Self::Unspec => ffi::FI_EP_UNSPEC,
+        }
+    }
+
+    fn from_name(s: &str) -> Self {
+        match s {
+            "FI_EP_RDM" => Self::Rdm,
+            "FI_EP_MSG" => Self::Msg,
+            "FI_EP_DGRAM" => Self::Dgram,
+            _ => Self::Unspec,
+        }
+    }
+}
+
+impl fmt::Display for EndpointType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Rdm => "rdm",
+            Self::Msg => "msg",
+            Self::Dgram => "dgram",
+            Self::Unspec => "unspec",
+        })
+    }
+}
+
+/// Progress model (`FI_PROGRESS_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Progress {
+    /// The provider makes progress by itself.
+    Auto,
+    /// The application must drive progress by reading the CQ.
+    Manual,
+    /// Not reported.
+    Unspec,
+}
+
+impl Progress {
+    fn from_raw(p: ffi::fi_progress) -> Self {
+        match p {
+            ffi::FI_PROGRESS_AUTO => Self::Auto,
+            ffi::FI_PROGRESS_MANUAL => Self::Manual,
+            _ => Self::Unspec,
+        }
+    }
+    fn from_name(s: &str) -> Self {
+        match s {
+            "FI_PROGRESS_AUTO" => Self::Auto,
+            "FI_PROGRESS_MANUAL" => Self::Manual,
+            _ => Self::Unspec,
+        }
+    }
+}
+
+/// Threading level of a domain (`FI_THREAD_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Threading {
+    /// Any object may be used from any thread at once.
+    Safe,
+    /// Each endpoint, CQ, ... may be used by one thread at a time.
+    Fid,
+    /// The whole domain by one thread at a time.
+    Domain,
+    /// Serialised per completion object.
+    Completion,
+    /// Each endpoint's TX and RX sides by one thread each.
+    Endpoint,
+    /// Not reported.
+    Unspec,
+}
+
+impl Threading {
+    fn from_raw(t: ffi::fi_threading) -> Self {
+        match t {
+            ffi::FI_THREAD_SAFE => Self::Safe,
+            ffi::FI_THREAD_FID => Self::Fid,
+            ffi::FI_THREAD_DOMAIN => Self::Domain,
+            ffi::FI_THREAD_COMPLETION => Self::Completion,
+            ffi::FI_THREAD_ENDPOINT => Self::Endpoint,
+            _ => Self::Unspec,
+        }
+    }
+    fn from_name(s: &str) -> Self {
+        match s {
+            "FI_THREAD_SAFE" => Self::Safe,
+            "FI_THREAD_FID" => Self::Fid,
+            "FI_THREAD_DOMAIN" => Self::Domain,
+            "FI_THREAD_COMPLETION" => Self::Completion,
+            "FI_THREAD_ENDPOINT" => Self::Endpoint,
+            _ => Self::Unspec,
+        }
+    }
+}
+
+/// Names of the capability bits fabric-msg reports (`fi_info.caps`).
+pub const CAP_NAMES: &[(&str, u64)] = &[
+    ("FI_MSG", ffi::FI_MSG as u64),
+    ("FI_RMA", ffi::FI_RMA as u64),
+    ("FI_TAGGED", ffi::FI_TAGGED as u64),
+    ("FI_ATOMIC", ffi::FI_ATOMIC as u64),
+    ("FI_MULTICAST", ffi::FI_MULTICAST as u64),
+    ("FI_COLLECTIVE", ffi::FI_COLLECTIVE as u64),
+    ("FI_READ", ffi::FI_READ as u64),
+    ("FI_WRITE", ffi::FI_WRITE as u64),
+    ("FI_RECV", ffi::FI_RECV as u64),
+    ("FI_SEND", ffi::FI_SEND as u64),
+    ("FI_REMOTE_READ", ffi::FI_REMOTE_READ as u64),
+    ("FI_REMOTE_WRITE", ffi::FI_REMOTE_WRITE as u64),
+    ("FI_MULTI_RECV", ffi::FI_MULTI_RECV as u64),
+    ("FI_REMOTE_CQ_DATA", ffi::FI_REMOTE_CQ_DATA as u64),
+    ("FI_TRIGGER", ffi::FI_TRIGGER as u64),
+    ("FI_FENCE", ffi::FI_FENCE as u64),
+    ("FI_HMEM", ffi::FI_HMEM as u64),
+    ("FI_RMA_PMEM", ffi::FI_RMA_PMEM as u64),
+    ("FI_SOURCE_ERR", ffi::FI_SOURCE_ERR as u64),
+    ("FI_LOCAL_COMM", ffi::FI_LOCAL_COMM as u64),
+    ("FI_REMOTE_COMM", ffi::FI_REMOTE_COMM as u64),
+    ("FI_SHARED_AV", ffi::FI_SHARED_AV as u64),
+    ("FI_RMA_EVENT", ffi::FI_RMA_EVENT as u64),
+    ("FI_SOURCE", ffi::FI_SOURCE as u64),
+    ("FI_NAMED_RX_CTX", ffi::FI_NAMED_RX_CTX as u64),
+    ("FI_DIRECTED_RECV", ffi::FI_DIRECTED_RECV as u64),
+];
+
+/// Names of the memory-registration mode bits (`domain_attr.mr_mode`).
+pub const MR_MODE_NAMES: &[(&str, u64)] = &[
+    ("FI_MR_LOCAL", ffi::FI_MR_LOCAL as u64),
+    ("FI_MR_RAW", ffi::FI_MR_RAW as u64),
+    ("FI_MR_VIRT_ADDR", ffi::FI_MR_VIRT_ADDR as u64),
+    ("FI_MR_ALLOCATED", ffi::FI_MR_ALLOCATED as u64),
+    ("FI_MR_PROV_KEY", ffi::FI_MR_PROV_KEY as u64),
+    ("FI_MR_MMU_NOTIFY", ffi::FI_MR_MMU_NOTIFY as u64),
+    ("FI_MR_RMA_EVENT", ffi::FI_MR_RMA_EVENT as u64),
+    ("FI_MR_ENDPOINT", ffi::FI_MR_ENDPOINT as u64),
+    ("FI_MR_HMEM", ffi::FI_MR_HMEM as u64),
+    ("FI_MR_COLLECTIVE", ffi::FI_MR_COLLECTIVE as u64),
+];
+
+/// Names of the mode bits (`fi_info.mode`) fabric-msg knows.
+pub const MODE_NAMES: &[(&str, u64)] = &[
+    ("FI_CONTEXT", ffi::FI_CONTEXT as u64),
+    ("FI_MSG_PREFIX", ffi::FI_MSG_PREFIX as u64),
+    ("FI_ASYNC_IOV", ffi::FI_ASYNC_IOV as u64),
+    ("FI_RX_CQ_DATA", ffi::FI_RX_CQ_DATA as u64),
+    ("FI_LOCAL_MR", ffi::FI_LOCAL_MR as u64),
+    ("FI_NOTIFY_FLAGS_ONLY", ffi::FI_NOTIFY_FLAGS_ONLY as u64),
+    ("FI_RESTRICTED_COMP", ffi::FI_RESTRICTED_COMP as u64),
+    ("FI_CONTEXT2", ffi::FI_CONTEXT2 as u64),
+    ("FI_BUFFERED_RECV", ffi::FI_BUFFERED_RECV as u64),
+];
+
+/// The names of the bits of `bits` according to `table`; unknown bits are
+/// shown in hex.
+pub fn bit_names(bits: u64, table: &[(&str, u64)]) -> Vec<String> {
+    let mut rest = bits;
+    let mut out = Vec::new();
+    for (name, bit) in table {
+        if bits & bit != 0 {
+            out.push((*name).to_string());
+            rest &= !bit;
+        }
+    }
+    if rest != 0 {
+        out.push(format!("{rest:#x}"));
+    }
+    out
+}
+
+fn bits_from_names(list: &str, table: &[(&str, u64)]) -> u64 {
+    list.trim_matches(|c| c == '[' || c == ']' || c == ' ')
+        .split(',')
+        .map(str::trim)
+        .filter_map(|n| table.iter().find(|(name, _)| *name == n).map(|(_, b)| *b))
+        .fold(0, |acc, b| acc | b)
+}
+
+/// An owned snapshot of one `fi_info` entry: the parts fabric-msg decides on.
+/// Fields a recorded dump does not show are zero or empty.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FabricInfo {
+    /// Provider name as libfabric reports it, e.g. `verbs;ofi_rxm`.
+    pub provider: String,
+    /// Fabric name, e.g. `IB-0xfe80000000000000` or `127.0.0.0/8`.
+    pub fabric: String,
+    /// Domain name, e.g. `mlx5_0`, `rxe0-dgram`, `lo`.
+    pub domain: String,
+    /// Endpoint type.
+    pub endpoint_type: EndpointType,
+    /// Endpoint protocol name, e.g. `FI_PROTO_IWARP`.
+    pub protocol: String,
+    /// Address format name, e.g. `FI_SOCKADDR_IN`.
+    pub addr_format: String,
+    /// Capability bits (`FI_MSG`, ...).
+    pub caps: u64,
+    /// Mode bits the application must honour.
+    pub mode: u64,
+    /// Memory-registration mode bits.
+    pub mr_mode: u64,
+    /// Size of a memory key in bytes.
+    pub mr_key_size: usize,
+    /// Largest message that may be sent with inject.
+    pub inject_size: usize,
+    /// Largest message.
+    pub max_msg_size: u64,
+    /// Bytes of remote CQ data (immediate data); 0 when there is none.
+    pub cq_data_size: usize,
+    /// Tag format (`mem_tag_format`).
+    pub mem_tag_format: u64,
+    /// Send-side scatter-gather limit.
+    pub iov_limit: usize,
+    /// RMA scatter-gather limit.
+    pub rma_iov_limit: usize,
+    /// Transmit queue depth.
+    pub tx_size: usize,
+    /// Receive queue depth.
+    pub rx_size: usize,
+    /// Data progress model.
+    pub data_progress: Progress,
+    /// Control progress model.
+    pub control_progress: Progress,
+    /// Threading level.
+    pub threading: Threading,
+    /// Most completion queues a domain may open.
+    pub cq_cnt: usize,
+    /// Most endpoints a domain may open.
+    pub ep_cnt: usize,
+    /// Most memory regions.
+    pub mr_cnt: usize,
+    /// The NIC's link type (`nic.link_attr.network_type`) where reported,
+    /// e.g. `InfiniBand` or `Ethernet`.
+    pub network_type: Option<String>,
+}
+
+impl FabricInfo {
+    fn empty(provider: &str) -> Self {
+        FabricInfo {
+            provider: provider.to_string(),
+            fabric: String::new(),
+            domain: String::new(),
+            endpoint_type: EndpointType::Unspec,
+            protocol: String::new(),
+            addr_format: String::new(),
+            caps: 0,
+            mode: 0,
+            mr_mode: 0,
+            mr_key_size: 0,
+            inject_size: 0,
+            max_msg_size: 0,
+            cq_data_size: 0,
+            mem_tag_format: 0,
+            iov_limit: 0,
+            rma_iov_limit: 0,
+            tx_size: 0,
+            rx_size: 0,
+            data_progress: Progress::Unspec,
+            control_progress: Progress::Unspec,
+            threading: Threading::Unspec,
+            cq_cnt: 0,
+            ep_cnt: 0,
+            mr_cnt: 0,
+            network_type: None,
+        }
+    }
+
+    /// The core provider: `verbs` for `verbs;ofi_rxm`.
+    pub fn core_provider(&self) -> &str {
+        self.provider.split(';').next().unwrap_or("")
+    }
+
+    /// The RDMA device behind a verbs domain: `rxe0` for `rxe0-dgram`.
+    pub fn device(&self) -> &str {
+        let d = self.domain.as_str();
+        d.strip_suffix("-dgram")
+            .or_else(|| d.strip_suffix("-xrc"))
+            .unwrap_or(d)
+    }
+
+    /// Capability names.
+    pub fn cap_names(&self) -> Vec<String> {
+        bit_names(self.caps, CAP_NAMES)
+    }
+
+    /// `mr_mode` names.
+    pub fn mr_mode_names(&self) -> Vec<String> {
+        bit_names(self.mr_mode, MR_MODE_NAMES)
+    }
+
+    /// Copy one live `fi_info` entry.
+    ///
+    /// # Safety
+    /// `info` must point to a valid entry of a list returned by `fi_getinfo`
+    /// (or `fi_dupinfo`) that has not been freed.
+    pub(crate) unsafe fn from_raw(info: *const ffi::fi_info) -> FabricInfo {
+        fn text(p: *const std::os::raw::c_char) -> String {
+            if p.is_null() {
+                String::new()
+            } else {
+                // SAFETY: libfabric's name strings are NUL-terminated and live
+                // as long as the fi_info they belong to (the caller's promise).
+                unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+            }
+        }
+        // SAFETY: the caller promises `info` is a live fi_info; its attribute
+        // pointers are either NULL or point into the same allocation set.
+        let (i, fab, dom, ep, tx, rx, nic) = unsafe {
+            let i = &*info;
+            (
+                i,
+                i.fabric_attr.as_ref(),
+                i.domain_attr.as_ref(),
+                i.ep_attr.as_ref(),
+                i.tx_attr.as_ref(),
+                i.rx_attr.as_ref(),
+                i.nic.as_ref(),
+            )
+        };
+        let mut out = FabricInfo::empty("");
+        out.caps = i.caps;
+        out.mode = i.mode;
+        out.addr_format = addr_format_name(i.addr_format);
+        if let Some(f) = fab {
+            out.provider = text(f.prov_name);
+            out.fabric = text(f.name);
+        }
+        if let Some(d) = dom {
+            out.domain = text(d.name);
+            out.mr_mode = d.mr_mode as u64;
+            out.mr_key_size = d.mr_key_size;
+            out.cq_data_size = d.cq_data_size;
+            out.data_progress = Progress::from_raw(d.data_progress);
+            out.control_progress = Progress::from_raw(d.control_progress);
+            out.threading = Threading::from_raw(d.threading);
+            out.cq_cnt = d.cq_cnt;
+            out.ep_cnt = d.ep_cnt;
+            out.mr_cnt = d.mr_cnt;
+        }
+        if let Some(e) = ep {
+            out.endpoint_type = EndpointType::from_raw(e.type_);
+            out.protocol = protocol_name(e.protocol);
+            out.max_msg_size = e.max_msg_size as u64;
+            out.mem_tag_format = e.mem_tag_format;
+        }
+        if let Some(t) = tx {
+            out.inject_size = t.inject_size;
+            out.iov_limit = t.iov_limit;
+            out.rma_iov_limit = t.rma_iov_limit;
+            out.tx_size = t.size;
+        }
+        if let Some(r) = rx {
+            out.rx_size = r.size;
+        }
+        // SAFETY: nic and its link_attr are owned by the same fi_info.
+        if let Some(link) = nic.and_then(|n| unsafe { n.link_attr.as_ref() }) {
+            let t = text(link.network_type);
+            if !t.is_empty() && t != "(null)" {
+                out.network_type = Some(t);
+            }
+        }
+        out
+    }
+}
+
+fn protocol_name(p: u32) -> String {
+    // libfabric's protocol values are anonymous enum constants; name the ones
+    // the classifier looks at and show the rest by number.
+    let known: &[(&str, u32)] = &[
+        ("FI_PROTO_UNSPEC", ffi::FI_PROTO_UNSPEC),
+        ("FI_PROTO_RDMA_CM_IB_RC", ffi::FI_PROTO_RDMA_CM_IB_RC),
+        ("FI_PROTO_IWARP", ffi::FI_PROTO_IWARP),
+        ("FI_PROTO_IB_UD", ffi::FI_PROTO_IB_UD),
+        ("FI_PROTO_PSMX", ffi::FI_PROTO_PSMX),
+        ("FI_PROTO_UDP", ffi::FI_PROTO_UDP),
+        ("FI_PROTO_SOCK_TCP", ffi::FI_PROTO_SOCK_TCP),
+        ("FI_PROTO_IB_RDM", ffi::FI_PROTO_IB_RDM),
+        ("FI_PROTO_IWARP_RDM", ffi::FI_PROTO_IWARP_RDM),
+        ("FI_PROTO_GNI", ffi::FI_PROTO_GNI),
+        ("FI_PROTO_RXM", ffi::FI_PROTO_RXM),
+        ("FI_PROTO_RXD", ffi::FI_PROTO_RXD),
+        ("FI_PROTO_MLX", ffi::FI_PROTO_MLX),
+        ("FI_PROTO_NETWORKDIRECT", ffi::FI_PROTO_NETWORKDIRECT),
+        ("FI_PROTO_SHM", ffi::FI_PROTO_SHM),
+        ("FI_PROTO_RSTREAM", ffi::FI_PROTO_RSTREAM),
+        ("FI_PROTO_RDMA_CM_IB_XRC", ffi::FI_PROTO_RDMA_CM_IB_XRC),
+        ("FI_PROTO_EFA", ffi::FI_PROTO_EFA),
+        ("FI_PROTO_PSMX3", ffi::FI_PROTO_PSMX3),
+        ("FI_PROTO_RXM_TCP", ffi::FI_PROTO_RXM_TCP),
+        ("FI_PROTO_OPX", ffi::FI_PROTO_OPX),
+        ("FI_PROTO_CXI", ffi::FI_PROTO_CXI),
+        ("FI_PROTO_XNET", ffi::FI_PROTO_XNET),
+    ];
+    known
+        .iter()
+        .find(|(_, v)| *v == p)
+        .map(|(n, _)| (*n).to_string())
+        .unwrap_or_else(|| format!("protocol {p}"))
+}
+
+fn addr_format_name(f: u32) -> String {
+    match f {
+        ffi::FI_SOCKADDR_IN => "FI_SOCKADDR_IN",
+        ffi::FI_SOCKADDR_IN6 => "FI_SOCKADDR_IN6",
+        ffi::FI_SOCKADDR_IB => "FI_SOCKADDR_IB",
+        ffi::FI_SOCKADDR => "FI_SOCKADDR",
+        ffi::FI_ADDR_STR => "FI_ADDR_STR",
+        ffi::FI_ADDR_IB_UD => "FI_ADDR_IB_UD",
+        ffi::FI_ADDR_PSMX => "FI_ADDR_PSMX",
+        ffi::FI_ADDR_EFA => "FI_ADDR_EFA",
+        _ => return format!("format {f}"),
+    }
+    .to_string()
+}
+
+/// Parse recorded `fi_info` output into entries.
+///
+/// Accepts the verbose form (`fi_info -v`: `fi_info:` blocks of nested
+/// `key: value` lines), the short form (`provider:` followed by indented
+/// `fabric:`, `domain:`, `type:`, `protocol:`), and the pre-1.4 short form
+/// (`<provider>: <fabric>` followed by indented `type:` and `protocol:`).
+/// Shell prompts, `---` separators, blank lines and tab indentation are
+/// ignored, as in dumps pasted into issues and mailing lists.
+pub fn parse_fi_info_text(text: &str) -> Vec<FabricInfo> {
+    let mut out = Vec::new();
+    // Current block: flat map of dotted paths to values, plus the indent stack.
+    let mut fields: HashMap<String, String> = HashMap::new();
+    let mut stack: Vec<(usize, String)> = Vec::new();
+    let mut short: Option<FabricInfo> = None;
+
+    let flush_verbose = |fields: &mut HashMap<String, String>, out: &mut Vec<FabricInfo>| {
+        if !fields.is_empty() {
+            out.push(from_fields(fields));
+            fields.clear();
+        }
+    };
+
+    for raw in text.lines() {
+        let line = raw.replace('\t', "    ");
+        let trimmed = line.trim();
+        if trimmed.is_empty() || trimmed == "---" || is_prompt(trimmed) {
+            continue;
+        }
+        let indent = line.len() - line.trim_start().len();
+        let Some((key, value)) = trimmed.split_once(':') else {
+            continue;
+        };
+        let (key, value) = (key.trim(), value.trim());
+
+        if key == "fi_info" && value.is_empty() {
+            out.extend(short.take());
+            flush_verbose(&mut fields, &mut out);
+            stack.clear();
+            stack.push((indent, "fi_info".into()));
+            continue;
+        }
+        if !stack.is_empty() {
+            while stack.last().is_some_and(|(i, _)| *i >= indent) {
+                stack.pop();
+            }
+            if stack.is_empty() {
+                // A line at or left of `fi_info:` ends the verbose block.
+                flush_verbose(&mut fields, &mut out);
+            } else {
+                let path: Vec<&str> = stack.iter().skip(1).map(|(_, k)| k.as_str()).collect();
+                let mut full = path.join(".");
+                if !full.is_empty() {
+                    full.push('.');
+                }
+                full.push_str(key);
+                if value.is_empty() {
+                    stack.push((indent, key.to_string()));
+                } else {
+                    fields.insert(full, value.to_string());
+                }
+                continue;
+            }
+        }
+
+        // Short forms.
+        if indent == 0 || short.is_none() {
+            if key == "provider" {
+                out.extend(short.take());
+                short = Some(FabricInfo::empty(value));
+            } else if is_provider_name(key) && !value.is_empty() {
+                // Old form: "verbs: IB-0x80fe".
+                out.extend(short.take());
+                let mut e = FabricInfo::empty(key);
+                e.fabric = value.to_string();
+                short = Some(e);
+            }
+            continue;
+        }
+        if let Some(e) = short.as_mut() {
+            match key {
+                "fabric" => e.fabric = value.to_string(),
+                "domain" => e.domain = value.to_string(),
+                "type" => e.endpoint_type = EndpointType::from_name(value),
+                "protocol" => e.protocol = value.to_string(),
+                _ => {}
+            }
+        }
+    }
+    out.extend(short.take());
+    flush_verbose(&mut fields, &mut out);
+    out
+}
+
+fn is_prompt(line: &str) -> bool {
+    line.starts_with('$')
+        || line.starts_with('#')
+        || line.contains("$ ")
+        || line.contains("# ./")
+        || line.starts_with("fi_getinfo:")
+}
+
+fn is_provider_name(key: &str) -> bool {
+    !key.is_empty()
+        && !key.contains(' ')
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ';' || c == '-')
+        && !matches!(key, "version" | "type" | "protocol" | "fabric" | "domain")
+}
+
+fn from_fields(f: &HashMap<String, String>) -> FabricInfo {
+    let s = |k: &str| f.get(k).cloned().unwrap_or_default();
+    let n = |k: &str| -> u64 {
+        f.get(k)
+            .and_then(|v| match v.strip_prefix("0x") {
+                Some(hex) => u64::from_str_radix(hex, 16).ok(),
+                None => v.parse().ok(),
+            })
+            .unwrap_or(0)
+    };
+    let us = |k: &str| usize::try_from(n(k)).unwrap_or(usize::MAX);
+    let mut e = FabricInfo::empty(&s("fi_fabric_attr.prov_name"));
+    e.fabric = s("fi_fabric_attr.name");
+    e.domain = s("fi_domain_attr.name");
+    e.endpoint_type = EndpointType::from_name(&s("fi_ep_attr.type"));
+    e.protocol = s("fi_ep_attr.protocol");
+    e.addr_format = s("addr_format");
+    e.caps = bits_from_names(&s("caps"), CAP_NAMES);
+    e.mode = bits_from_names(&s("mode"), MODE_NAMES);
+    e.mr_mode = bits_from_names(&s("fi_domain_attr.mr_mode"), MR_MODE_NAMES);
+    e.mr_key_size = us("fi_domain_attr.mr_key_size");
+    e.inject_size = us("fi_tx_attr.inject_size");
+    e.max_msg_size = n("fi_ep_attr.max_msg_size");
+    e.cq_data_size = us("fi_domain_attr.cq_data_size");
+    e.mem_tag_format = n("fi_ep_attr.mem_tag_format");
+    e.iov_limit = us("fi_tx_attr.iov_limit");
+    e.rma_iov_limit = us("fi_tx_attr.rma_iov_limit");
+    e.tx_size = us("fi_tx_attr.size");
+    e.rx_size = us("fi_rx_attr.size");
+    e.data_progress = Progress::from_name(&s("fi_domain_attr.data_progress"));
+    e.control_progress = Progress::from_name(&s("fi_domain_attr.control_progress"));
+    e.threading = Threading::from_name(&s("fi_domain_attr.threading"));
+    e.cq_cnt = us("fi_domain_attr.cq_cnt");
+    e.ep_cnt = us("fi_domain_attr.ep_cnt");
+    e.mr_cnt = us("fi_domain_attr.mr_cnt");
+    e.network_type = f
+        .get("nic.fi_link_attr.network_type")
+        .filter(|v| !v.is_empty() && v.as_str() != "(null)")
+        .cloned();
+    e
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const VERBOSE: &str = "\
+---
+fi_info:
+    caps: [ FI_MSG, FI_RMA, FI_TAGGED ]
+    mode: [ FI_RX_CQ_DATA ]
+    addr_format: FI_SOCKADDR_IN
+    fi_tx_attr:
+        inject_size: 256
+        size: 384
+        iov_limit: 4
+        rma_iov_limit: 1
+    fi_rx_attr:
+        size: 512
+    fi_ep_attr:
+        type: FI_EP_MSG
+        protocol: FI_PROTO_IWARP
+        max_msg_size: 8388608
+        mem_tag_format: 0x0000000000000000
+    fi_domain_attr:
+        name: siw0
+        threading: FI_THREAD_SAFE
+        data_progress: FI_PROGRESS_MANUAL
+        mr_mode: [ FI_MR_LOCAL, FI_MR_VIRT_ADDR ]
+        mr_key_size: 4
+        cq_data_size: 0
+    fi_fabric_attr:
+        name: Ethernet-iWARP
+        prov_name: verbs
+    nic:
+        fi_link_attr:
+            network_type: Ethernet
+---
+fi_info:
+    fi_fabric_attr:
+        prov_name: tcp
+";
+
+    #[test]
+    fn verbose_blocks_become_entries_with_every_field() {
+        let v = parse_fi_info_text(VERBOSE);
+        assert_eq!(v.len(), 2);
+        let e = &v[0];
+        assert_eq!(e.provider, "verbs");
+        assert_eq!(e.fabric, "Ethernet-iWARP");
+        assert_eq!(e.domain, "siw0");
+        assert_eq!(e.endpoint_type, EndpointType::Msg);
+        assert_eq!(e.protocol, "FI_PROTO_IWARP");
+        assert_eq!(e.cap_names(), ["FI_MSG", "FI_RMA", "FI_TAGGED"]);
+        assert_eq!(e.mode, ffi::FI_RX_CQ_DATA as u64);
+        assert_eq!(e.mr_mode_names(), ["FI_MR_LOCAL", "FI_MR_VIRT_ADDR"]);
+        assert_eq!((e.inject_size, e.tx_size, e.rx_size), (256, 384, 512));
+        assert_eq!((e.iov_limit, e.rma_iov_limit, e.mr_key_size), (4, 1, 4));
+        assert_eq!(e.max_msg_size, 8 << 20);
+        assert_eq!(e.data_progress, Progress::Manual);
+        assert_eq!(e.threading, Threading::Safe);
+        assert_eq!(e.network_type.as_deref(), Some("Ethernet"));
+        assert_eq!(v[1].provider, "tcp");
+    }
+
+    #[test]
+    fn short_forms_old_and_new_with_prompts() {
+        let text = "$ ./fi_info -p verbs\nprovider: verbs\n    fabric: IB-0xfe80000000000000\n    \
+                    domain: mlx5_0-dgram\n    version: 116.0\n    type: FI_EP_DGRAM\n    \
+                    protocol: FI_PROTO_IB_UD\n\n[u@h lib]$ fi_info\nverbs: IB-0x80fe\n    \
+                    version: 1.0\n    type: FI_EP_MSG\n    protocol: FI_PROTO_RDMA_CM_IB_RC\n";
+        let v = parse_fi_info_text(text);
+        assert_eq!(v.len(), 2, "{v:#?}");
+        assert_eq!(v[0].provider, "verbs");
+        assert_eq!(v[0].domain, "mlx5_0-dgram");
+        assert_eq!(v[0].device(), "mlx5_0");
+        assert_eq!(v[0].endpoint_type, EndpointType::Dgram);
+        assert_eq!(v[1].fabric, "IB-0x80fe");
+        assert_eq!(v[1].protocol, "FI_PROTO_RDMA_CM_IB_RC");
+        assert_eq!(v[1].domain, "");
+    }
+
+    #[test]
+    fn bit_names_show_unknown_bits_in_hex() {
+        let names = bit_names(ffi::FI_MSG as u64 | (1 << 63), CAP_NAMES);
+        assert_eq!(names, ["FI_MSG", "0x8000000000000000"]);
+    }
+}

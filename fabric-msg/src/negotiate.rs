@@ -1,0 +1,846 @@
+//! Finding the best fabric on this host for what the application needs.
+//!
+//! [`negotiate`] asks libfabric what is here, classifies every candidate,
+//! walks the ladder from `providers.toml`, opens the first candidate that
+//! fits, and returns the granted [`Profile`] together with the reason every
+//! other rung was passed over. The decision itself is [`plan`], a pure
+//! function of the requirements, the ladder, the candidates and sysfs, so it
+//! is tested on `fi_info` dumps recorded on real RDMA hosts.
+
+use crate::classify::{classify, read_sysfs, Classification, FabricKind, SysfsSnapshot};
+use crate::config::{LadderConfig, Rung};
+use crate::error::{Error, Result};
+use crate::ffi;
+use crate::info::{bit_names, EndpointType, FabricInfo, CAP_NAMES, MODE_NAMES, MR_MODE_NAMES};
+use crate::probe::{self, Hints, ProbeSizes};
+use crate::profile::{Profile, QueueSizes, Universe};
+use crate::verbs_limits::{self, DeviceLimits};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::path::Path;
+use std::sync::OnceLock;
+
+/// What an application needs from a fabric.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Capability {
+    /// Untagged send and receive.
+    Msg,
+    /// Tagged send and receive.
+    Tagged,
+    /// One-sided read and write.
+    Rma,
+    /// Remote atomics.
+    Atomic,
+}
+
+impl Capability {
+    /// The `fi_info.caps` bits this capability needs granted.
+    pub fn bits(self) -> u64 {
+        match self {
+            Capability::Msg => ffi::FI_MSG as u64,
+            Capability::Tagged => ffi::FI_TAGGED as u64,
+            Capability::Rma => {
+                (ffi::FI_RMA | ffi::FI_READ | ffi::FI_WRITE) as u64
+                    | ffi::FI_REMOTE_READ as u64
+                    | ffi::FI_REMOTE_WRITE as u64
+            }
+            Capability::Atomic => ffi::FI_ATOMIC as u64,
+        }
+    }
+}
+
+/// Which endpoint types the application can use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EndpointChoice {
+    /// Reliable datagram endpoints only.
+    Rdm,
+    /// Connected endpoints only.
+    Msg,
+    /// Either; the ladder's order decides.
+    Any,
+}
+
+/// What the application asks for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Requirements {
+    /// Capabilities that must be granted.
+    pub caps: Vec<Capability>,
+    /// Endpoint types the application accepts.
+    pub endpoint: EndpointChoice,
+    /// Every peer is on this host, and shared memory may be used.
+    pub same_host: bool,
+    /// Upper bound on the number of peers (sizes address vectors, and
+    /// `FI_UNIVERSE_SIZE` where fabric-msg sets it).
+    pub max_peers: usize,
+    /// Wanted depth of each transmit and receive queue.
+    pub queue_depth: usize,
+    /// Only this provider (`fabric_info -p`); `FI_PROVIDER` also restricts.
+    pub provider: Option<String>,
+    /// Only this domain (`-d`), e.g. `mlx5_0` or `lo`.
+    pub domain: Option<String>,
+}
+
+impl Default for Requirements {
+    fn default() -> Self {
+        Requirements {
+            caps: vec![Capability::Tagged, Capability::Msg],
+            endpoint: EndpointChoice::Any,
+            same_host: false,
+            max_peers: 64,
+            queue_depth: 256,
+            provider: None,
+            domain: None,
+        }
+    }
+}
+
+impl Requirements {
+    /// All capability bits required.
+    pub fn cap_bits(&self) -> u64 {
+        self.caps.iter().fold(0, |a, c| a | c.bits())
+    }
+
+    fn describe(&self) -> String {
+        let caps: Vec<String> = self
+            .caps
+            .iter()
+            .map(|c| format!("{c:?}").to_lowercase())
+            .collect();
+        let mut s = format!(
+            "[{}] over {} endpoints",
+            caps.join(", "),
+            match self.endpoint {
+                EndpointChoice::Rdm => "rdm",
+                EndpointChoice::Msg => "msg",
+                EndpointChoice::Any => "rdm or msg",
+            }
+        );
+        if let Some(p) = &self.provider {
+            s.push_str(&format!(" from provider `{p}`"));
+        }
+        if let Some(d) = &self.domain {
+            s.push_str(&format!(" on domain `{d}`"));
+        }
+        s
+    }
+}
+
+/// `mr_mode` bits fabric-msg honours; declared in every `fi_getinfo` so no
+/// provider is hidden by a hint fabric-msg could have satisfied.
+pub const SUPPORTED_MR_MODE: u64 = (ffi::FI_MR_LOCAL
+    | ffi::FI_MR_VIRT_ADDR
+    | ffi::FI_MR_ALLOCATED
+    | ffi::FI_MR_PROV_KEY
+    | ffi::FI_MR_ENDPOINT
+    | ffi::FI_MR_RAW) as u64;
+
+/// Mode bits fabric-msg honours: per-operation `fi_context`/`fi_context2`
+/// storage it owns, and remote CQ data consuming a posted receive.
+pub const SUPPORTED_MODE: u64 = (ffi::FI_CONTEXT | ffi::FI_CONTEXT2 | ffi::FI_RX_CQ_DATA) as u64;
+
+/// Every `mr_mode` and mode bit libfabric defines, used only to list what is
+/// present so the reasons can name a bit fabric-msg does not handle.
+const ALL_MR_MODE: u64 = SUPPORTED_MR_MODE
+    | (ffi::FI_MR_MMU_NOTIFY | ffi::FI_MR_RMA_EVENT | ffi::FI_MR_HMEM | ffi::FI_MR_COLLECTIVE) as u64;
+const ALL_MODE: u64 = SUPPORTED_MODE
+    | (ffi::FI_MSG_PREFIX | ffi::FI_ASYNC_IOV | ffi::FI_NOTIFY_FLAGS_ONLY | ffi::FI_RESTRICTED_COMP) as u64
+    | ffi::FI_BUFFERED_RECV as u64;
+
+/// Why a rung (or one candidate of it) was not chosen.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rejection {
+    /// The rung, e.g. `roce via verbs;ofi_rxm (rdm)`.
+    pub rung: String,
+    /// The domain, when the reason is about one candidate.
+    pub domain: Option<String>,
+    /// The reason.
+    pub reason: Reason,
+}
+
+impl fmt::Display for Rejection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.domain {
+            Some(d) => write!(f, "{} on {d}: {}", self.rung, self.reason),
+            None => write!(f, "{}: {}", self.rung, self.reason),
+        }
+    }
+}
+
+/// The reasons a rung is passed over.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "reason", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Reason {
+    /// libfabric offers no such provider and endpoint type of this kind here.
+    NotPresent {
+        /// What the host does have from the same provider, if anything.
+        detail: String,
+    },
+    /// `enabled = false` in the ladder.
+    DisabledInConfig,
+    /// `FI_PROVIDER` or `-p` names other providers.
+    ExcludedByProviderFilter {
+        /// The filter, e.g. `FI_PROVIDER=tcp`.
+        filter: String,
+    },
+    /// The application does not accept this endpoint type.
+    EndpointTypeNotWanted,
+    /// Shared memory reaches only this host; the application did not say
+    /// all peers are here.
+    PeersMayBeRemote,
+    /// Candidates exist, but none on the requested domain.
+    OtherDomain {
+        /// The requested domain.
+        wanted: String,
+    },
+    /// Lacks capabilities the application requires.
+    MissingCapabilities {
+        /// The missing `FI_*` names.
+        missing: Vec<String>,
+    },
+    /// Requires `mr_mode` bits fabric-msg does not handle.
+    UnsupportedMrMode {
+        /// The bits.
+        bits: Vec<String>,
+    },
+    /// Requires mode bits fabric-msg does not handle.
+    UnsupportedMode {
+        /// The bits.
+        bits: Vec<String>,
+    },
+    /// A better rung was already chosen; this one was not tried.
+    NotNeeded,
+    /// Opening it failed.
+    OpenFailed {
+        /// libfabric's error, naming the call.
+        error: String,
+    },
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Reason::NotPresent { detail } => write!(f, "not present on this host{detail}"),
+            Reason::DisabledInConfig => write!(f, "excluded by configuration (enabled = false)"),
+            Reason::ExcludedByProviderFilter { filter } => write!(f, "excluded by {filter}"),
+            Reason::EndpointTypeNotWanted => write!(f, "endpoint type not accepted by the application"),
+            Reason::PeersMayBeRemote => {
+                write!(
+                    f,
+                    "shared memory reaches only this host; peers were not declared same-host"
+                )
+            }
+            Reason::OtherDomain { wanted } => write!(f, "present, but not on domain `{wanted}`"),
+            Reason::MissingCapabilities { missing } => {
+                write!(f, "lacks required capabilities {}", missing.join(", "))
+            }
+            Reason::UnsupportedMrMode { bits } => {
+                write!(
+                    f,
+                    "requires mr_mode {} which fabric-msg does not handle",
+                    bits.join(", ")
+                )
+            }
+            Reason::UnsupportedMode { bits } => {
+                write!(
+                    f,
+                    "requires mode {} which fabric-msg does not handle",
+                    bits.join(", ")
+                )
+            }
+            Reason::NotNeeded => write!(f, "not tried: a preferred rung was chosen"),
+            Reason::OpenFailed { error } => write!(f, "failed to open: {error}"),
+        }
+    }
+}
+
+/// A provider restriction: `FI_PROVIDER` (libfabric's syntax: a comma list,
+/// `^` in front to exclude) or the application's `provider`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderFilter {
+    /// Where it came from, e.g. `FI_PROVIDER=tcp`.
+    pub origin: String,
+    names: Vec<String>,
+    exclude: bool,
+}
+
+impl ProviderFilter {
+    /// Parse `FI_PROVIDER`'s value.
+    pub fn from_fi_provider(value: &str) -> Self {
+        let (exclude, list) = match value.strip_prefix('^') {
+            Some(rest) => (true, rest),
+            None => (false, value),
+        };
+        ProviderFilter {
+            origin: format!("FI_PROVIDER={value}"),
+            names: list
+                .split(',')
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect(),
+            exclude,
+        }
+    }
+
+    /// Exactly one provider, as `fabric_info -p` asks.
+    pub fn exactly(name: &str) -> Self {
+        ProviderFilter {
+            origin: format!("-p {name}"),
+            names: vec![name.to_string()],
+            exclude: false,
+        }
+    }
+
+    /// Whether the provider `name` (e.g. `tcp;ofi_rxm`) passes. Like
+    /// libfabric, a listed core provider admits its layered forms
+    /// (`FI_PROVIDER=tcp` admits `tcp;ofi_rxm`) unless the filter came from
+    /// [`ProviderFilter::exactly`].
+    pub fn allows(&self, name: &str) -> bool {
+        let core = name.split(';').next().unwrap_or(name);
+        let exact_only = self.origin.starts_with("-p ");
+        let listed = self.names.iter().any(|n| n == name || (!exact_only && n == core));
+        listed != self.exclude
+    }
+}
+
+/// The decision before anything is opened: candidates to try in order, and
+/// the rungs already ruled out.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// Candidates in the order to try them, with their rung and kind.
+    pub attempts: Vec<Attempt>,
+    /// Rungs (or candidates) ruled out, with the reason.
+    pub rejections: Vec<Rejection>,
+}
+
+/// One candidate to open.
+#[derive(Debug, Clone)]
+pub struct Attempt {
+    /// The rung's label.
+    pub rung: String,
+    /// The entry libfabric listed.
+    pub info: FabricInfo,
+    /// Its classification.
+    pub class: Classification,
+}
+
+fn rung_label(r: &Rung) -> String {
+    format!(
+        "{} via {} ({})",
+        r.kind.as_str(),
+        r.provider,
+        EndpointType::from(r.endpoint)
+    )
+}
+
+/// Decide which candidates to try, in order. Pure: no libfabric calls.
+///
+/// `candidates` is what libfabric listed with the mr_mode and mode bits
+/// fabric-msg supports; `hidden` is what appears only when every bit is
+/// offered (providers that need a bit fabric-msg does not handle). `filters`
+/// is `FI_PROVIDER` and/or the requested provider.
+pub fn plan(
+    req: &Requirements,
+    cfg: &LadderConfig,
+    candidates: &[FabricInfo],
+    hidden: &[FabricInfo],
+    sysfs: &SysfsSnapshot,
+    filters: &[ProviderFilter],
+) -> Plan {
+    let classified: Vec<(FabricInfo, Classification)> = candidates
+        .iter()
+        .map(|c| (c.clone(), classify(c, sysfs)))
+        .collect();
+    let mut attempts = Vec::new();
+    let mut rejections = Vec::new();
+
+    let mut rungs: Vec<&Rung> = Vec::new();
+    if let Some(sh) = &cfg.same_host {
+        rungs.push(sh);
+    }
+    rungs.extend(cfg.rungs.iter());
+
+    for rung in rungs {
+        let label = rung_label(rung);
+        let reject = |reason| Rejection {
+            rung: label.clone(),
+            domain: None,
+            reason,
+        };
+        let is_same_host_rung = cfg.same_host.as_ref().is_some_and(|s| std::ptr::eq(s, rung));
+        if !rung.enabled {
+            rejections.push(reject(Reason::DisabledInConfig));
+            continue;
+        }
+        if let Some(f) = filters.iter().find(|f| !f.allows(&rung.provider)) {
+            rejections.push(reject(Reason::ExcludedByProviderFilter {
+                filter: f.origin.clone(),
+            }));
+            continue;
+        }
+        let ep = EndpointType::from(rung.endpoint);
+        let wanted_ep = match req.endpoint {
+            EndpointChoice::Any => true,
+            EndpointChoice::Rdm => ep == EndpointType::Rdm,
+            EndpointChoice::Msg => ep == EndpointType::Msg,
+        };
+        if !wanted_ep {
+            rejections.push(reject(Reason::EndpointTypeNotWanted));
+            continue;
+        }
+        if (rung.kind == FabricKind::Shm || is_same_host_rung) && !req.same_host {
+            rejections.push(reject(Reason::PeersMayBeRemote));
+            continue;
+        }
+        let same_provider: Vec<&(FabricInfo, Classification)> = classified
+            .iter()
+            .filter(|(i, _)| i.provider == rung.provider && i.endpoint_type == ep)
+            .collect();
+        let matching: Vec<&(FabricInfo, Classification)> = same_provider
+            .iter()
+            .copied()
+            .filter(|(_, c)| c.kind == rung.kind)
+            .collect();
+        if matching.is_empty() {
+            let needs_more = hidden.iter().find(|i| {
+                i.provider == rung.provider && i.endpoint_type == ep && classify(i, sysfs).kind == rung.kind
+            });
+            if let Some(h) = needs_more {
+                let per = |reason| Rejection {
+                    rung: label.clone(),
+                    domain: Some(h.domain.clone()),
+                    reason,
+                };
+                if h.mr_mode & !SUPPORTED_MR_MODE != 0 {
+                    let bits = bit_names(h.mr_mode & !SUPPORTED_MR_MODE, MR_MODE_NAMES);
+                    rejections.push(per(Reason::UnsupportedMrMode { bits }));
+                } else {
+                    let bits = bit_names(h.mode & !SUPPORTED_MODE, MODE_NAMES);
+                    rejections.push(per(Reason::UnsupportedMode { bits }));
+                }
+                continue;
+            }
+            let detail = if same_provider.is_empty() {
+                String::new()
+            } else {
+                let others: Vec<String> = same_provider
+                    .iter()
+                    .map(|(i, c)| format!("{} is {}", i.domain, c.kind))
+                    .collect();
+                format!(" ({})", dedup(others).join(", "))
+            };
+            rejections.push(reject(Reason::NotPresent { detail }));
+            continue;
+        }
+        let on_domain: Vec<&(FabricInfo, Classification)> = match &req.domain {
+            Some(d) => matching.iter().copied().filter(|(i, _)| &i.domain == d).collect(),
+            None => matching,
+        };
+        if on_domain.is_empty() {
+            let wanted = req.domain.clone().unwrap_or_default();
+            rejections.push(reject(Reason::OtherDomain { wanted }));
+            continue;
+        }
+        let mut seen_domains = Vec::new();
+        for (info, class) in on_domain {
+            if seen_domains.contains(&info.domain) {
+                continue; // libfabric lists one entry per address format; the first is enough.
+            }
+            seen_domains.push(info.domain.clone());
+            let per = |reason| Rejection {
+                rung: label.clone(),
+                domain: Some(info.domain.clone()),
+                reason,
+            };
+            let missing = req.cap_bits() & !info.caps;
+            if missing != 0 {
+                rejections.push(per(Reason::MissingCapabilities {
+                    missing: bit_names(missing, CAP_NAMES),
+                }));
+            } else if info.mr_mode & !SUPPORTED_MR_MODE != 0 {
+                let bits = bit_names(info.mr_mode & !SUPPORTED_MR_MODE, MR_MODE_NAMES);
+                rejections.push(per(Reason::UnsupportedMrMode { bits }));
+            } else {
+                // No mode check here: a provider lists the optional modes it
+                // was offered and would use (the `fi_info` tool offers them
+                // all), so only an entry that vanishes with fabric-msg's
+                // modes (`hidden`) shows a mode is needed.
+                attempts.push(Attempt {
+                    rung: label.clone(),
+                    info: info.clone(),
+                    class: class.clone(),
+                });
+            }
+        }
+    }
+    Plan { attempts, rejections }
+}
+
+fn dedup(mut v: Vec<String>) -> Vec<String> {
+    let mut seen = std::collections::HashSet::new();
+    v.retain(|s| seen.insert(s.clone()));
+    v
+}
+
+/// One candidate libfabric listed, with its classification (for reports).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Candidate {
+    /// What libfabric reported.
+    pub info: FabricInfo,
+    /// Its kind and the evidence.
+    pub class: Classification,
+}
+
+/// A provider setting fabric-msg applied to the environment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EnvSetting {
+    /// Variable.
+    pub name: String,
+    /// Value in effect.
+    pub value: String,
+    /// Who set it and why.
+    pub origin: String,
+}
+
+/// The outcome of negotiation.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Negotiation {
+    /// What was granted.
+    pub profile: Profile,
+    /// Every rung or candidate passed over, and why.
+    pub rejections: Vec<Rejection>,
+    /// Everything libfabric listed, classified.
+    pub candidates: Vec<Candidate>,
+    /// The ladder's source.
+    pub ladder: String,
+    /// Environment tunables in effect for libfabric.
+    pub environment: Vec<EnvSetting>,
+}
+
+struct Prepared {
+    env: Vec<EnvSetting>,
+    devices: Vec<DeviceLimits>,
+    universe: Universe,
+}
+
+static PREPARED: OnceLock<Prepared> = OnceLock::new();
+
+/// Set provider tunables before libfabric initialises. libfabric reads its
+/// environment once, at the first `fi_getinfo` in the process, so this runs
+/// once; later calls see what the first one did.
+fn prepare(cfg: &LadderConfig, req: &Requirements) -> &'static Prepared {
+    PREPARED.get_or_init(|| {
+        let mut env = Vec::new();
+        let mut set = |name: &str, value: String, why: String| {
+            match std::env::var(name) {
+                Ok(v) => env.push(EnvSetting {
+                    name: name.into(),
+                    value: v,
+                    origin: "set by the user".into(),
+                }),
+                Err(_) => {
+                    // Edition 2021: set_var is safe but not thread-safe against
+                    // concurrent getenv; this runs once, before libfabric
+                    // starts, and fabric-msg starts no threads before it.
+                    std::env::set_var(name, &value);
+                    env.push(EnvSetting {
+                        name: name.into(),
+                        value,
+                        origin: why,
+                    });
+                }
+            }
+        };
+        let mut rungs: Vec<&Rung> = cfg.rungs.iter().collect();
+        rungs.extend(cfg.same_host.iter());
+        let mut done = Vec::new();
+        for r in rungs {
+            if done.contains(&r.provider) {
+                continue;
+            }
+            done.push(r.provider.clone());
+            for (k, v) in cfg.env_for(&r.provider) {
+                set(
+                    k,
+                    v.clone(),
+                    format!("{} [provider.\"{}\"]", cfg.origin, r.provider),
+                );
+            }
+        }
+
+        // Size FI_UNIVERSE_SIZE so ofi_rxm's CQ fits every RDMA device.
+        let devices = verbs_limits::query_devices();
+        let universe = match std::env::var("FI_UNIVERSE_SIZE")
+            .ok()
+            .and_then(|v| v.parse().ok())
+        {
+            Some(u) => Universe {
+                size: Some(u),
+                set_by_fabric_msg: false,
+                bound: None,
+            },
+            None => {
+                let num = |k: &str| std::env::var(k).ok().and_then(|v| v.parse().ok());
+                let srx =
+                    std::env::var("FI_OFI_RXM_USE_SRX").is_ok_and(|v| v == "1" || v == "true" || v == "yes");
+                let bound = verbs_limits::max_rxm_universe(
+                    &devices,
+                    num("FI_OFI_RXM_MSG_TX_SIZE"),
+                    num("FI_OFI_RXM_MSG_RX_SIZE"),
+                    srx,
+                );
+                match bound {
+                    Some(b) => {
+                        let size = (req.max_peers as u64).min(b).max(1);
+                        let min_dev = devices
+                            .iter()
+                            .min_by_key(|d| d.max_cqe)
+                            .map(|d| (&d.name, d.max_cqe));
+                        let why = match min_dev {
+                            Some((n, cqe)) => format!(
+                                "fabric-msg: min(max_peers {}, {b} so ofi_rxm's CQ fits {n}'s max_cqe {cqe})",
+                                req.max_peers
+                            ),
+                            None => "fabric-msg".into(),
+                        };
+                        set("FI_UNIVERSE_SIZE", size.to_string(), why);
+                        Universe {
+                            size: Some(size),
+                            set_by_fabric_msg: true,
+                            bound: Some(b),
+                        }
+                    }
+                    None => Universe {
+                        size: None,
+                        set_by_fabric_msg: false,
+                        bound: None,
+                    },
+                }
+            }
+        };
+        for e in &env {
+            log::info!("libfabric environment: {}={} ({})", e.name, e.value, e.origin);
+        }
+        Prepared {
+            env,
+            devices,
+            universe,
+        }
+    })
+}
+
+/// Find the best fabric for `req` using the ladder in `cfg`.
+pub fn negotiate(req: &Requirements, cfg: &LadderConfig) -> Result<Negotiation> {
+    let prepared = prepare(cfg, req);
+    let mut filters = Vec::new();
+    if let Ok(v) = std::env::var("FI_PROVIDER") {
+        if !v.trim().is_empty() {
+            filters.push(ProviderFilter::from_fi_provider(&v));
+        }
+    }
+    if let Some(p) = &req.provider {
+        filters.push(ProviderFilter::exactly(p));
+    }
+
+    // Everything usable with the bits fabric-msg honours; then, offering
+    // every bit, what only appears with bits it does not, so the reasons
+    // can name them. (Offering a bit lets a provider use it without needing
+    // it, so the wide listing is only consulted for entries the narrow one
+    // lacks.)
+    let list_all = |mode, mr_mode| match probe::getinfo(&Hints {
+        mode,
+        mr_mode,
+        ..Default::default()
+    }) {
+        Ok(list) => Ok(list.entries()),
+        Err(Error::NoData { .. }) => Ok(Vec::new()),
+        Err(e) => Err(e),
+    };
+    let listed = list_all(SUPPORTED_MODE, SUPPORTED_MR_MODE)?;
+    let key = |i: &FabricInfo| (i.provider.clone(), i.endpoint_type, i.domain.clone());
+    let hidden: Vec<FabricInfo> = list_all(ALL_MODE, ALL_MR_MODE)?
+        .into_iter()
+        .filter(|w| !listed.iter().any(|l| key(l) == key(w)))
+        .collect();
+    let allowed: Vec<&FabricInfo> = listed
+        .iter()
+        .filter(|i| filters.iter().all(|f| f.allows(&i.provider)))
+        .collect();
+    if allowed.is_empty() {
+        if let Some(f) = filters.first() {
+            let mut available: Vec<String> = listed.iter().map(|i| i.provider.clone()).collect();
+            available.sort();
+            available.dedup();
+            return Err(Error::ProviderNotAvailable {
+                requested: f.origin.clone(),
+                available,
+            });
+        }
+    }
+
+    let sysfs = read_sysfs(Path::new("/sys/class/infiniband"));
+    let mut the_plan = plan(req, cfg, &listed, &hidden, &sysfs, &filters);
+
+    // FI_PROVIDER wins: a provider the user named that no rung covers is
+    // still used, in libfabric's order.
+    if the_plan.attempts.is_empty() && !filters.is_empty() {
+        let wanted_ep = |t: EndpointType| match req.endpoint {
+            EndpointChoice::Any => matches!(t, EndpointType::Rdm | EndpointType::Msg),
+            EndpointChoice::Rdm => t == EndpointType::Rdm,
+            EndpointChoice::Msg => t == EndpointType::Msg,
+        };
+        for info in allowed {
+            let fits = wanted_ep(info.endpoint_type)
+                && req.cap_bits() & !info.caps == 0
+                && info.mr_mode & !SUPPORTED_MR_MODE == 0
+                && info.mode & !SUPPORTED_MODE == 0
+                && req.domain.as_ref().map_or(true, |d| d == &info.domain);
+            if fits {
+                let class = classify(info, &sysfs);
+                let rung = format!(
+                    "{} via {} ({}, named by the user)",
+                    class.kind.as_str(),
+                    info.provider,
+                    info.endpoint_type
+                );
+                the_plan.attempts.push(Attempt {
+                    rung,
+                    info: info.clone(),
+                    class,
+                });
+                break;
+            }
+        }
+    }
+
+    let candidates: Vec<Candidate> = listed
+        .iter()
+        .map(|i| Candidate {
+            info: i.clone(),
+            class: classify(i, &sysfs),
+        })
+        .collect();
+    let mut rejections = the_plan.rejections;
+    let mut chosen = None;
+    for attempt in the_plan.attempts {
+        if chosen.is_some() {
+            rejections.push(Rejection {
+                rung: attempt.rung,
+                domain: Some(attempt.info.domain),
+                reason: Reason::NotNeeded,
+            });
+            continue;
+        }
+        match open(req, &attempt, prepared) {
+            Ok(profile) => chosen = Some(profile),
+            Err(e) => {
+                log::info!("{} on {}: failed to open: {e}", attempt.rung, attempt.info.domain);
+                rejections.push(Rejection {
+                    rung: attempt.rung,
+                    domain: Some(attempt.info.domain),
+                    reason: Reason::OpenFailed { error: e.to_string() },
+                });
+            }
+        }
+    }
+    for r in &rejections {
+        log::debug!("passed over: {r}");
+    }
+    match chosen {
+        Some(profile) => {
+            log::info!(
+                "fabric-msg chose {} ({}) on {} [{}]",
+                profile.provider,
+                profile.fabric_kind,
+                profile.domain,
+                profile.endpoint_type
+            );
+            Ok(Negotiation {
+                profile,
+                rejections,
+                candidates,
+                ladder: cfg.origin.clone(),
+                environment: prepared.env.clone(),
+            })
+        }
+        None => Err(Error::NoFabric {
+            wanted: req.describe(),
+            reasons: rejections,
+        }),
+    }
+}
+
+/// Ask libfabric for exactly this candidate with the capabilities required
+/// and only the modes fabric-msg supports, then open it for real.
+fn open(req: &Requirements, attempt: &Attempt, prepared: &Prepared) -> Result<Profile> {
+    let hints = Hints {
+        caps: req.cap_bits(),
+        mode: SUPPORTED_MODE,
+        mr_mode: SUPPORTED_MR_MODE,
+        endpoint_type: Some(attempt.info.endpoint_type),
+        provider: Some(attempt.info.provider.clone()),
+        domain: Some(attempt.info.domain.clone()),
+    };
+    let list = probe::getinfo(&hints)?;
+    // Providers may list other domains first despite the hint.
+    let entry = list
+        .position(&attempt.info.domain)
+        .ok_or(Error::NoData { call: "fi_getinfo" })?;
+    let granted = list.entries().swap_remove(entry);
+    let max_cqe = prepared
+        .devices
+        .iter()
+        .find(|d| d.name == granted.device())
+        .map(|d| d.max_cqe);
+    let queues = QueueSizes::fit(req, &granted, max_cqe);
+    let probed = probe::open_candidate(
+        &list,
+        entry,
+        ProbeSizes {
+            cq: queues.cq,
+            av: queues.av,
+        },
+        req.caps.contains(&Capability::Atomic),
+    )?;
+    if req.caps.contains(&Capability::Atomic) && probed.atomics.is_empty() {
+        // libfabric 1.17's `net` lists FI_ATOMIC but implements none (FI_ENOSYS).
+        return Err(Error::Unsupported {
+            what: "u64 atomics (FI_ATOMIC is listed, but fi_atomicvalid accepts no u64 operation)".into(),
+            provider: granted.provider.clone(),
+        });
+    }
+    Ok(Profile::new(
+        req,
+        &attempt.rung,
+        &granted,
+        attempt.class.clone(),
+        queues,
+        probed,
+        prepared.universe.clone(),
+        max_cqe,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fi_provider_syntax_matches_libfabrics() {
+        let f = ProviderFilter::from_fi_provider("tcp");
+        assert!(f.allows("tcp") && f.allows("tcp;ofi_rxm") && !f.allows("net"));
+        let f = ProviderFilter::from_fi_provider("^sockets,udp");
+        assert!(!f.allows("sockets") && !f.allows("udp;ofi_rxd") && f.allows("tcp"));
+        let f = ProviderFilter::exactly("tcp");
+        assert!(f.allows("tcp") && !f.allows("tcp;ofi_rxm"));
+    }
+
+    #[test]
+    fn supported_mr_mode_covers_what_verbs_requires() {
+        let verbs =
+            (ffi::FI_MR_LOCAL | ffi::FI_MR_VIRT_ADDR | ffi::FI_MR_ALLOCATED | ffi::FI_MR_PROV_KEY) as u64;
+        assert_eq!(verbs & !SUPPORTED_MR_MODE, 0);
+    }
+}

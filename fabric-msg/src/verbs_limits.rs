@@ -1,0 +1,256 @@
+//! RDMA device limits that libfabric does not report.
+//!
+//! `verbs;ofi_rxm` opens one verbs completion queue per endpoint of
+//! `(msg_rx_size + msg_tx_size) * FI_UNIVERSE_SIZE` entries (libfabric 1.17,
+//! `prov/rxm/src/rxm_ep.c`), and libfabric reads `FI_UNIVERSE_SIZE` once, when
+//! it initialises. With the default universe of 256 that CQ is 65 536 entries;
+//! soft-RoCE's `max_cqe` is 32 767, so `fi_enable` fails with `-FI_EINVAL`.
+//! `fi_info` does not show `max_cqe`, so fabric-msg asks libibverbs directly,
+//! before libfabric starts, and sizes the universe to fit.
+//!
+//! libibverbs is loaded with `dlopen`, so hosts without it lose nothing.
+
+use std::ffi::CStr;
+use std::os::raw::{c_char, c_int, c_void};
+
+/// Limits of one RDMA device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceLimits {
+    /// Device name, e.g. `mlx5_0`, `rxe0`.
+    pub name: String,
+    /// Most entries in one completion queue (`max_cqe`).
+    pub max_cqe: u32,
+    /// Most outstanding work requests on one queue pair (`max_qp_wr`).
+    pub max_qp_wr: u32,
+}
+
+/// ofi_rxm's default MSG endpoint queue depth (`RXM_MSG_RXTX_SIZE`).
+const RXM_DEFAULT_MSG_SIZE: u64 = 128;
+/// ofi_rxm's shared receive queue depth (`RXM_MSG_SRX_SIZE`).
+const RXM_DEFAULT_SRX_SIZE: u64 = 4096;
+
+/// The largest `FI_UNIVERSE_SIZE` for which every device's `max_cqe` holds
+/// ofi_rxm's completion queue, given rxm's own tunables (`msg_tx_size`,
+/// `msg_rx_size`, `use_srx`). `None` when there are no devices.
+pub fn max_rxm_universe(
+    devices: &[DeviceLimits],
+    msg_tx: Option<u64>,
+    msg_rx: Option<u64>,
+    use_srx: bool,
+) -> Option<u64> {
+    let tx = msg_tx.filter(|&v| v > 0).unwrap_or(RXM_DEFAULT_MSG_SIZE);
+    let min_cqe = devices.iter().map(|d| u64::from(d.max_cqe)).min()?;
+    // rxm: size = rx * universe (rx * 1 with a shared receive queue) + tx * universe.
+    let (fixed, per_peer) = if use_srx {
+        (msg_rx.filter(|&v| v > 0).unwrap_or(RXM_DEFAULT_SRX_SIZE), tx)
+    } else {
+        (0, tx + msg_rx.filter(|&v| v > 0).unwrap_or(RXM_DEFAULT_MSG_SIZE))
+    };
+    Some(min_cqe.saturating_sub(fixed) / per_peer)
+}
+
+/// Query every RDMA device through libibverbs. An empty list when libibverbs
+/// is not installed or there are no devices.
+pub fn query_devices() -> Vec<DeviceLimits> {
+    match Verbs::load() {
+        Some(v) => v.devices(),
+        None => Vec::new(),
+    }
+}
+
+// The start of `struct ibv_device_attr` (rdma-core's <infiniband/verbs.h>,
+// stable ABI since libibverbs 1.1) up to `max_cqe`. The buffer passed to
+// ibv_query_device is larger than the whole struct (232 bytes); only these
+// leading fields are read.
+#[repr(C)]
+struct DeviceAttrHead {
+    fw_ver: [c_char; 64],
+    node_guid: u64,
+    sys_image_guid: u64,
+    max_mr_size: u64,
+    page_size_cap: u64,
+    vendor_id: u32,
+    vendor_part_id: u32,
+    hw_ver: u32,
+    max_qp: c_int,
+    max_qp_wr: c_int,
+    device_cap_flags: u32,
+    max_sge: c_int,
+    max_sge_rd: c_int,
+    max_cq: c_int,
+    max_cqe: c_int,
+}
+
+#[repr(C, align(8))]
+struct DeviceAttrBuf([u8; 512]);
+
+type GetDeviceList = unsafe extern "C" fn(*mut c_int) -> *mut *mut c_void;
+type FreeDeviceList = unsafe extern "C" fn(*mut *mut c_void);
+type GetDeviceName = unsafe extern "C" fn(*mut c_void) -> *const c_char;
+type OpenDevice = unsafe extern "C" fn(*mut c_void) -> *mut c_void;
+type CloseDevice = unsafe extern "C" fn(*mut c_void) -> c_int;
+type QueryDevice = unsafe extern "C" fn(*mut c_void, *mut c_void) -> c_int;
+
+struct Verbs {
+    handle: *mut c_void,
+    get_device_list: GetDeviceList,
+    free_device_list: FreeDeviceList,
+    get_device_name: GetDeviceName,
+    open_device: OpenDevice,
+    close_device: CloseDevice,
+    query_device: QueryDevice,
+}
+
+impl Verbs {
+    fn load() -> Option<Verbs> {
+        // SAFETY: dlopen with a constant NUL-terminated name; a NULL result
+        // means the library is absent, which is fine.
+        let handle = unsafe { libc::dlopen(c"libibverbs.so.1".as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+        if handle.is_null() {
+            return None;
+        }
+        let sym = |name: &CStr| -> Option<*mut c_void> {
+            // SAFETY: handle is a live dlopen handle; name is NUL-terminated.
+            let p = unsafe { libc::dlsym(handle, name.as_ptr()) };
+            (!p.is_null()).then_some(p)
+        };
+        let loaded = (|| {
+            // SAFETY: each symbol is a libibverbs function with exactly the C
+            // signature of the type it is transmuted to (see verbs.h).
+            unsafe {
+                Some(Verbs {
+                    handle,
+                    get_device_list: std::mem::transmute::<*mut c_void, GetDeviceList>(sym(
+                        c"ibv_get_device_list",
+                    )?),
+                    free_device_list: std::mem::transmute::<*mut c_void, FreeDeviceList>(sym(
+                        c"ibv_free_device_list",
+                    )?),
+                    get_device_name: std::mem::transmute::<*mut c_void, GetDeviceName>(sym(
+                        c"ibv_get_device_name",
+                    )?),
+                    open_device: std::mem::transmute::<*mut c_void, OpenDevice>(sym(c"ibv_open_device")?),
+                    close_device: std::mem::transmute::<*mut c_void, CloseDevice>(sym(c"ibv_close_device")?),
+                    query_device: std::mem::transmute::<*mut c_void, QueryDevice>(sym(c"ibv_query_device")?),
+                })
+            }
+        })();
+        if loaded.is_none() {
+            // SAFETY: handle came from dlopen and is closed once.
+            unsafe { libc::dlclose(handle) };
+        }
+        loaded
+    }
+
+    fn devices(&self) -> Vec<DeviceLimits> {
+        let mut out = Vec::new();
+        let mut n: c_int = 0;
+        // SAFETY: ibv_get_device_list writes the count and returns a
+        // NULL-terminated array (or NULL) that we free below.
+        let list = unsafe { (self.get_device_list)(&mut n) };
+        if list.is_null() {
+            return out;
+        }
+        for i in 0..usize::try_from(n).unwrap_or(0) {
+            // SAFETY: i < n, the array's length.
+            let dev = unsafe { *list.add(i) };
+            if dev.is_null() {
+                break;
+            }
+            // SAFETY: dev is a device from the list; the name is a C string
+            // owned by the device and copied before the list is freed.
+            let name = unsafe { CStr::from_ptr((self.get_device_name)(dev)) }
+                .to_string_lossy()
+                .into_owned();
+            // SAFETY: opening a listed device; closed below on every path.
+            let ctx = unsafe { (self.open_device)(dev) };
+            if ctx.is_null() {
+                log::debug!("libibverbs could not open {name}; its limits are unknown");
+                continue;
+            }
+            let mut buf = DeviceAttrBuf([0; 512]);
+            // SAFETY: ctx is open; buf is larger than struct ibv_device_attr
+            // and 8-byte aligned, as the struct requires.
+            let rc = unsafe { (self.query_device)(ctx, buf.0.as_mut_ptr().cast()) };
+            if rc == 0 {
+                // SAFETY: buf holds an initialised ibv_device_attr whose leading
+                // fields have the layout of DeviceAttrHead.
+                let head = unsafe { &*(buf.0.as_ptr() as *const DeviceAttrHead) };
+                out.push(DeviceLimits {
+                    name,
+                    max_cqe: u32::try_from(head.max_cqe).unwrap_or(0),
+                    max_qp_wr: u32::try_from(head.max_qp_wr).unwrap_or(0),
+                });
+            }
+            // SAFETY: ctx was opened above and is closed once.
+            unsafe { (self.close_device)(ctx) };
+        }
+        // SAFETY: list came from ibv_get_device_list and is freed once.
+        unsafe { (self.free_device_list)(list) };
+        out
+    }
+}
+
+impl Drop for Verbs {
+    fn drop(&mut self) {
+        // SAFETY: handle came from dlopen; nothing from it outlives self.
+        unsafe { libc::dlclose(self.handle) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dev(max_cqe: u32) -> DeviceLimits {
+        DeviceLimits {
+            name: "d".into(),
+            max_cqe,
+            max_qp_wr: 16384,
+        }
+    }
+
+    #[test]
+    fn soft_roce_max_cqe_gives_a_universe_of_127() {
+        // rxe's max_cqe is 32767: (128 + 128) * 127 = 32512 fits, 128 would not.
+        assert_eq!(max_rxm_universe(&[dev(32767)], None, None, false), Some(127));
+        // The smallest device decides.
+        assert_eq!(
+            max_rxm_universe(&[dev(4_194_303), dev(32767)], None, None, false),
+            Some(127)
+        );
+        assert_eq!(max_rxm_universe(&[], None, None, false), None);
+    }
+
+    #[test]
+    fn rxm_tunables_change_the_bound() {
+        // With a shared receive queue only tx scales with the universe.
+        assert_eq!(
+            max_rxm_universe(&[dev(32767)], None, None, true),
+            Some((32767 - 4096) / 128)
+        );
+        assert_eq!(
+            max_rxm_universe(&[dev(32767)], Some(64), Some(64), false),
+            Some(255)
+        );
+    }
+
+    #[test]
+    fn device_attr_head_matches_verbs_h_offsets() {
+        assert_eq!(std::mem::offset_of!(DeviceAttrHead, max_qp_wr), 112);
+        assert_eq!(std::mem::offset_of!(DeviceAttrHead, max_cqe), 132);
+    }
+
+    #[test]
+    fn a_host_without_rdma_devices_reports_none() {
+        // This host may or may not have libibverbs; either way it must not fail.
+        let devs = query_devices();
+        if std::path::Path::new("/sys/class/infiniband")
+            .read_dir()
+            .map(|mut d| d.next().is_none())
+            .unwrap_or(true)
+        {
+            assert!(devs.is_empty(), "{devs:?}");
+        }
+    }
+}

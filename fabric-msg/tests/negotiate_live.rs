@@ -1,0 +1,191 @@
+//! Negotiation against the libfabric providers this machine really has
+//! (tcp, tcp;ofi_rxm, net, shm, sockets, udp;ofi_rxd): every candidate is
+//! opened for real (fabric, domain, CQ, AV or EQ, endpoint, enable).
+//!
+//! FI_PROVIDER is read by libfabric once per process, so the tests that set
+//! it run `fabric_info` as a child process (examples/tests/fabric_info.rs).
+
+use fabric_msg::negotiate::{Capability, EndpointChoice, Reason, Requirements};
+use fabric_msg::{negotiate, Error, FabricKind, LadderConfig};
+
+fn only(provider: &str, caps: &[Capability], endpoint: EndpointChoice) -> Requirements {
+    Requirements {
+        provider: Some(provider.into()),
+        caps: caps.to_vec(),
+        endpoint,
+        same_host: provider == "shm",
+        ..Default::default()
+    }
+}
+
+#[test]
+fn default_requirements_get_a_tcp_fabric_with_reasons_for_the_rest() {
+    let n = negotiate(&Requirements::default(), &LadderConfig::default())
+        .expect("a TCP provider exists on every host");
+    let p = &n.profile;
+    assert_eq!(p.fabric_kind, FabricKind::Tcp);
+    assert_eq!(p.provider, "net", "net is the first TCP rung and opens here");
+    assert!(p.caps_granted.iter().any(|c| c == "FI_TAGGED"));
+    assert!(p.tag_bits > 0 && p.inject_size > 0 && p.max_msg_size > 0);
+    assert!(p.queues.cq >= p.queues.tx, "{:?}", p.queues);
+    // Every RDMA rung is explained; this host has no RDMA device.
+    for kind in ["infiniband", "roce", "iwarp"] {
+        let r = n.rejections.iter().find(|r| r.rung.starts_with(kind)).unwrap();
+        assert!(matches!(r.reason, Reason::NotPresent { .. }), "{r}");
+    }
+    let shm = n.rejections.iter().find(|r| r.rung.starts_with("shm")).unwrap();
+    assert_eq!(shm.reason, Reason::PeersMayBeRemote);
+    // Candidates are classified.
+    assert!(n
+        .candidates
+        .iter()
+        .any(|c| c.info.provider == "shm" && c.class.kind == FabricKind::Shm));
+    assert!(n
+        .candidates
+        .iter()
+        .any(|c| c.info.provider == "udp;ofi_rxd" && c.class.kind == FabricKind::Udp));
+}
+
+#[test]
+fn each_software_provider_negotiates_and_opens() {
+    use Capability::*;
+    let cases: &[(&str, &[Capability], EndpointChoice, FabricKind)] = &[
+        ("tcp", &[Msg], EndpointChoice::Msg, FabricKind::Tcp),
+        (
+            "tcp;ofi_rxm",
+            &[Tagged, Msg, Rma],
+            EndpointChoice::Rdm,
+            FabricKind::Tcp,
+        ),
+        ("net", &[Tagged, Msg, Rma], EndpointChoice::Rdm, FabricKind::Tcp),
+        (
+            "shm",
+            &[Tagged, Msg, Rma, Atomic],
+            EndpointChoice::Rdm,
+            FabricKind::Shm,
+        ),
+        (
+            "sockets",
+            &[Tagged, Msg, Atomic],
+            EndpointChoice::Rdm,
+            FabricKind::Tcp,
+        ),
+        (
+            "udp;ofi_rxd",
+            &[Tagged, Msg, Rma, Atomic],
+            EndpointChoice::Rdm,
+            FabricKind::Udp,
+        ),
+    ];
+    for (prov, caps, ep, kind) in cases {
+        let n = negotiate(&only(prov, caps, *ep), &LadderConfig::default())
+            .unwrap_or_else(|e| panic!("{prov}: {e}"));
+        assert_eq!(&n.profile.provider, prov);
+        assert_eq!(n.profile.fabric_kind, *kind, "{prov}");
+        if caps.contains(&Atomic) {
+            let ops: Vec<&str> = n.profile.atomics.iter().map(|a| a.op.as_str()).collect();
+            assert!(
+                ops.contains(&"FI_SUM") && ops.contains(&"FI_CSWAP"),
+                "{prov}: {ops:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn atomics_skip_net_which_lists_them_but_implements_none() {
+    let req = Requirements {
+        caps: vec![Capability::Tagged, Capability::Atomic],
+        ..Default::default()
+    };
+    let n = negotiate(&req, &LadderConfig::default()).unwrap();
+    assert_ne!(n.profile.provider, "net");
+    assert!(!n.profile.atomics.is_empty());
+    let net = n
+        .rejections
+        .iter()
+        .find(|r| r.rung == "tcp via net (rdm)")
+        .unwrap();
+    assert!(
+        matches!(&net.reason, Reason::OpenFailed { error } if error.contains("fi_atomicvalid")),
+        "{net}"
+    );
+}
+
+#[test]
+fn same_host_peers_get_shared_memory() {
+    let req = Requirements {
+        same_host: true,
+        ..Default::default()
+    };
+    let n = negotiate(&req, &LadderConfig::default()).unwrap();
+    assert_eq!(n.profile.provider, "shm");
+    assert_eq!(n.profile.fabric_kind, FabricKind::Shm);
+}
+
+#[test]
+fn a_capability_no_provider_has_is_a_clear_error() {
+    // Connected endpoints with atomics: tcp's MSG endpoints have none, and
+    // sockets' MSG endpoints have none either.
+    let req = Requirements {
+        caps: vec![Capability::Atomic],
+        endpoint: EndpointChoice::Msg,
+        ..Default::default()
+    };
+    match negotiate(&req, &LadderConfig::default()) {
+        Err(Error::NoFabric { wanted, reasons }) => {
+            assert!(wanted.contains("atomic") && wanted.contains("msg"), "{wanted}");
+            assert!(
+                reasons
+                    .iter()
+                    .any(|r| matches!(&r.reason, Reason::MissingCapabilities { missing }
+                if missing.contains(&"FI_ATOMIC".to_string()))),
+                "{reasons:?}"
+            );
+            let text = Error::NoFabric { wanted, reasons }.to_string();
+            assert!(text.contains("lacks required capabilities FI_ATOMIC"), "{text}");
+        }
+        other => panic!("expected NoFabric, got {other:?}"),
+    }
+}
+
+#[test]
+fn an_absent_provider_or_domain_names_what_to_change() {
+    let req = Requirements {
+        provider: Some("verbs".into()),
+        ..Default::default()
+    };
+    let e = negotiate(&req, &LadderConfig::default()).unwrap_err();
+    let text = e.to_string();
+    assert!(matches!(e, Error::ProviderNotAvailable { .. }), "{text}");
+    assert!(text.contains("-p verbs") && text.contains("tcp"), "{text}");
+
+    let req = Requirements {
+        domain: Some("no-such-nic0".into()),
+        ..Default::default()
+    };
+    let text = negotiate(&req, &LadderConfig::default()).unwrap_err().to_string();
+    assert!(text.contains("not on domain `no-such-nic0`"), "{text}");
+}
+
+#[test]
+fn profiles_of_two_negotiations_on_one_host_agree() {
+    let a = negotiate(&Requirements::default(), &LadderConfig::default()).unwrap();
+    let b = negotiate(&Requirements::default(), &LadderConfig::default()).unwrap();
+    let bytes = a.profile.wire().encode().unwrap();
+    let remote = fabric_msg::WireProfile::decode(&bytes).unwrap();
+    fabric_msg::check_peer(&b.profile.wire(), &remote).expect("same host, same ladder: compatible");
+
+    let shm = negotiate(
+        &Requirements {
+            same_host: true,
+            ..Default::default()
+        },
+        &LadderConfig::default(),
+    )
+    .unwrap();
+    let e = fabric_msg::check_peer(&a.profile.wire(), &shm.profile.wire())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("`net`") && e.contains("`shm`"), "{e}");
+}
