@@ -20,3 +20,6 @@ cargo test --workspace --locked
 
 step "cargo doc"
 cargo doc --workspace --no-deps --locked
+
+step "fabric matrix (soft-RoCE and soft-iWARP in a QEMU guest)"
+bash ci/fabric-matrix.sh

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Runs inside the ci/vm guest (rxe0 = soft-RoCE, siw0 = soft-iWARP): checks
+# what fabric-msg negotiates on real RDMA devices. Each check prints PASS or
+# FAIL with the output it judged.
+set -uo pipefail
+bin=target/debug/fabric_info
+failures=0
+
+check() { # name, expected text, command...
+  local name=$1 want=$2; shift 2
+  local out
+  out=$("$@" 2>&1)
+  if grep -qF -- "$want" <<<"$out"; then
+    echo "PASS $name"
+  else
+    echo "FAIL $name: expected '$want' in:"; sed 's/^/    /' <<<"$out"; failures=$((failures + 1))
+  fi
+}
+
+# RDM through ofi_rxm on soft-RoCE opens: FI_UNIVERSE_SIZE sized to rxe0's max_cqe.
+check roce-rdm-chosen "chosen  roce via verbs;ofi_rxm (rdm) on rxe0" $bin
+check universe-sized "FI_UNIVERSE_SIZE=64  (fabric-msg: min(max_peers 64, 127 so ofi_rxm's CQ fits rxe0's max_cqe 32767))" $bin
+check roce-classified "RoCE (sysfs rxe0 node_type 1: CA, port 1 link_layer Ethernet)" $bin
+# With libfabric's default universe forced by the user, rxe0 fails to open and the ladder moves on.
+check user-universe-fails "roce via verbs;ofi_rxm (rdm) on rxe0: failed to open: fi_enable failed" env FI_UNIVERSE_SIZE=256 $bin
+check user-universe-next "chosen  iwarp via verbs;ofi_rxm (rdm) on siw0" env FI_UNIVERSE_SIZE=256 $bin
+# iWARP through ofi_rxm and through plain verbs MSG endpoints.
+check iwarp-rdm "chosen  iwarp via verbs;ofi_rxm (rdm) on siw0" $bin -d siw0
+check iwarp-msg "chosen  iwarp via verbs (msg) on siw0" $bin -e msg -c msg,rma -d siw0
+check iwarp-no-cq-data "cq_data_size       0" $bin -e msg -c msg,rma -d siw0
+check roce-msg "chosen  roce via verbs (msg) on rxe0" $bin -e msg -c msg,rma -d rxe0
+check roce-cq-data "cq_data_size       4" $bin -e msg -c msg,rma -d rxe0
+# verbs has no tagged MSG endpoints and no atomics through rxm here: reasons, not choices.
+check verbs-no-atomics "roce via verbs;ofi_rxm (rdm) on rxe0: lacks required capabilities FI_ATOMIC" $bin -c tagged,atomic
+
+echo "negotiate-guest: $failures failed"
+exit $((failures > 0))
