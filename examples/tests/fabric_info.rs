@@ -34,7 +34,7 @@ fn default_run_shows_candidates_ladder_and_profile() {
         "candidates libfabric lists:",
         "ladder:",
         "profile:",
-        "chosen  tcp via net (rdm)",
+        "chosen  tcp via ",
     ] {
         assert!(out.contains(section), "missing {section:?} in\n{out}");
     }
@@ -66,13 +66,13 @@ fn fi_provider_is_honoured_and_wins() {
     let v = json(&o);
     assert_eq!(
         v["negotiation"]["profile"]["provider"], "tcp;ofi_rxm",
-        "net is excluded, tcp;ofi_rxm is next"
+        "FI_PROVIDER=tcp admits tcp and tcp;ofi_rxm"
     );
     let reasons = v["negotiation"]["rejections"].as_array().unwrap();
     assert!(
         reasons
             .iter()
-            .any(|r| r["rung"] == "tcp via net (rdm)" && r["reason"]["filter"] == "FI_PROVIDER=tcp"),
+            .any(|r| r["rung"] == "udp via udp;ofi_rxd (rdm)" && r["reason"]["filter"] == "FI_PROVIDER=tcp"),
         "{reasons:?}"
     );
 

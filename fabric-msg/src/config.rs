@@ -30,6 +30,25 @@ pub struct Rung {
     /// `false` keeps the rung in the file but skips it.
     #[serde(default = "yes")]
     pub enabled: bool,
+    /// Oldest libfabric (`"MAJOR.MINOR"`) this rung may be used with;
+    /// older versions pass it over, giving `note` as the reason.
+    #[serde(default)]
+    pub min_libfabric: Option<String>,
+    /// Why the rung needs `min_libfabric`.
+    #[serde(default)]
+    pub note: Option<String>,
+}
+
+impl Rung {
+    /// `min_libfabric` as numbers.
+    pub fn min_version(&self) -> Option<(u32, u32)> {
+        self.min_libfabric.as_deref().and_then(parse_version)
+    }
+}
+
+fn parse_version(s: &str) -> Option<(u32, u32)> {
+    let (a, b) = s.trim().split_once('.')?;
+    Some((a.parse().ok()?, b.parse().ok()?))
 }
 
 fn yes() -> bool {
@@ -63,6 +82,10 @@ pub struct ProviderSettings {
     /// user has already set them.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// Frame every message with fabric-msg's header (for providers that
+    /// truncate a receive without reporting it).
+    #[serde(default)]
+    pub framed: bool,
 }
 
 /// The whole ladder configuration.
@@ -150,12 +173,28 @@ impl LadderConfig {
                 return Err(err(format!("rung {}: key `provider` is empty", i + 1)));
             }
         }
+        for (i, r) in self.rungs.iter().enumerate() {
+            if let Some(v) = &r.min_libfabric {
+                if parse_version(v).is_none() {
+                    return Err(err(format!(
+                        "rung {} ({}): key `min_libfabric` = {v:?} is not MAJOR.MINOR, e.g. \"1.19\"",
+                        i + 1,
+                        r.provider
+                    )));
+                }
+            }
+        }
         for name in self.providers.keys() {
             if name.trim().is_empty() {
                 return Err(err("a [provider.\"...\"] table has an empty name".into()));
             }
         }
         Ok(())
+    }
+
+    /// Whether the ladder asks for framing on `provider`.
+    pub fn framed(&self, provider: &str) -> bool {
+        self.providers.get(provider).is_some_and(|s| s.framed)
     }
 
     /// Environment tunables for `provider`.

@@ -75,6 +75,42 @@ pub enum Error {
         /// `FI_PROVIDER` filter hides them all).
         available: Vec<String>,
     },
+    /// A queue stayed full: posts kept returning `FI_EAGAIN` although the
+    /// completion queue was progressed.
+    #[error(
+        "queue full for {waited:?} with {in_flight} operations in flight: the peer is not receiving, or \
+         completions are not being reaped; poll more often, post fewer at once, or raise queue_depth"
+    )]
+    QueueFull {
+        /// How long the post retried.
+        waited: std::time::Duration,
+        /// Operations in flight at the time.
+        in_flight: usize,
+    },
+    /// A message (or injected message) larger than the fabric allows.
+    #[error("{what} of {len} bytes exceeds the limit of {max} bytes for this fabric")]
+    TooLarge {
+        /// What was too large.
+        what: &'static str,
+        /// Its size.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The object was closed (or never existed in this loop).
+    #[error("{what} is closed")]
+    Closed {
+        /// What.
+        what: String,
+    },
+    /// The connection handshake failed.
+    #[error("handshake with {peer}: {message}")]
+    Handshake {
+        /// The peer's socket address.
+        peer: String,
+        /// What went wrong and what to do.
+        message: String,
+    },
     /// The peer's negotiated profile cannot work with ours.
     #[error("peer profile mismatch: {0}")]
     PeerMismatch(String),

@@ -63,18 +63,28 @@
 
 pub use libfabric_sys as ffi;
 
+pub mod bootstrap;
+mod buffer;
 pub mod classify;
 pub mod config;
+mod domain;
 pub mod error;
+pub mod event_loop;
 pub mod info;
 pub mod negotiate;
 mod probe;
 pub mod profile;
 pub mod verbs_limits;
 
+pub use bootstrap::{connect, Listener};
+pub use buffer::Buffer;
 pub use classify::{classify, Classification, FabricKind};
 pub use config::LadderConfig;
 pub use error::{Error, Result};
+pub use event_loop::{
+    Completion, CompletionError, EndpointId, EventLoop, LoopConfig, OpKind, Peer, PostError, RecvOpts,
+    SendOpts, Token, WaitMode,
+};
 pub use info::{EndpointType, FabricInfo};
 pub use negotiate::{negotiate, Capability, EndpointChoice, Negotiation, Reason, Rejection, Requirements};
 pub use probe::AtomicOp;

@@ -210,6 +210,15 @@ pub enum Reason {
         /// The bits.
         bits: Vec<String>,
     },
+    /// The rung needs a newer libfabric.
+    NeedsNewerLibfabric {
+        /// `MAJOR.MINOR` required.
+        need: String,
+        /// `MAJOR.MINOR` in use.
+        have: String,
+        /// Why, from the ladder's `note`.
+        why: String,
+    },
     /// A better rung was already chosen; this one was not tried.
     NotNeeded,
     /// Opening it failed.
@@ -249,6 +258,9 @@ impl fmt::Display for Reason {
                     "requires mode {} which fabric-msg does not handle",
                     bits.join(", ")
                 )
+            }
+            Reason::NeedsNewerLibfabric { need, have, why } => {
+                write!(f, "needs libfabric {need}, this is {have}: {why}")
             }
             Reason::NotNeeded => write!(f, "not tried: a preferred rung was chosen"),
             Reason::OpenFailed { error } => write!(f, "failed to open: {error}"),
@@ -348,6 +360,7 @@ pub fn plan(
     hidden: &[FabricInfo],
     sysfs: &SysfsSnapshot,
     filters: &[ProviderFilter],
+    libfabric: (u32, u32),
 ) -> Plan {
     let classified: Vec<(FabricInfo, Classification)> = candidates
         .iter()
@@ -372,6 +385,14 @@ pub fn plan(
         let is_same_host_rung = cfg.same_host.as_ref().is_some_and(|s| std::ptr::eq(s, rung));
         if !rung.enabled {
             rejections.push(reject(Reason::DisabledInConfig));
+            continue;
+        }
+        if let Some(need) = rung.min_version().filter(|need| libfabric < *need) {
+            rejections.push(reject(Reason::NeedsNewerLibfabric {
+                need: format!("{}.{}", need.0, need.1),
+                have: format!("{}.{}", libfabric.0, libfabric.1),
+                why: rung.note.clone().unwrap_or_else(|| "see providers.toml".into()),
+            }));
             continue;
         }
         if let Some(f) = filters.iter().find(|f| !f.allows(&rung.provider)) {
@@ -570,6 +591,19 @@ fn prepare(cfg: &LadderConfig, req: &Requirements) -> &'static Prepared {
             }
         }
 
+        // Before 1.19, tcp drops its stream framing after a truncated receive
+        // into an ofi_rxm dynamic buffer (fixed upstream by "prov/tcp:
+        // Continue receiving after truncation error"); rxm's own buffers
+        // report the truncation and keep the connection.
+        if ffi::runtime_version() < (1, 19) {
+            set(
+                "FI_OFI_RXM_ENABLE_DYN_RBUF",
+                "0".into(),
+                "fabric-msg: libfabric < 1.19 loses a tcp connection's stream after a truncated receive"
+                    .into(),
+            );
+        }
+
         // Size FI_UNIVERSE_SIZE so ofi_rxm's CQ fits every RDMA device.
         let devices = verbs_limits::query_devices();
         let universe = match std::env::var("FI_UNIVERSE_SIZE")
@@ -681,7 +715,15 @@ pub fn negotiate(req: &Requirements, cfg: &LadderConfig) -> Result<Negotiation> 
     }
 
     let sysfs = read_sysfs(Path::new("/sys/class/infiniband"));
-    let mut the_plan = plan(req, cfg, &listed, &hidden, &sysfs, &filters);
+    let mut the_plan = plan(
+        req,
+        cfg,
+        &listed,
+        &hidden,
+        &sysfs,
+        &filters,
+        ffi::runtime_version(),
+    );
 
     // FI_PROVIDER wins: a provider the user named that no rung covers is
     // still used, in libfabric's order.
@@ -733,7 +775,7 @@ pub fn negotiate(req: &Requirements, cfg: &LadderConfig) -> Result<Negotiation> 
             });
             continue;
         }
-        match open(req, &attempt, prepared) {
+        match open(req, cfg, &attempt, prepared) {
             Ok(profile) => chosen = Some(profile),
             Err(e) => {
                 log::info!("{} on {}: failed to open: {e}", attempt.rung, attempt.info.domain);
@@ -774,7 +816,7 @@ pub fn negotiate(req: &Requirements, cfg: &LadderConfig) -> Result<Negotiation> 
 
 /// Ask libfabric for exactly this candidate with the capabilities required
 /// and only the modes fabric-msg supports, then open it for real.
-fn open(req: &Requirements, attempt: &Attempt, prepared: &Prepared) -> Result<Profile> {
+fn open(req: &Requirements, cfg: &LadderConfig, attempt: &Attempt, prepared: &Prepared) -> Result<Profile> {
     let hints = Hints {
         caps: req.cap_bits(),
         mode: SUPPORTED_MODE,
@@ -811,6 +853,7 @@ fn open(req: &Requirements, attempt: &Attempt, prepared: &Prepared) -> Result<Pr
             provider: granted.provider.clone(),
         });
     }
+    let framed = granted.cq_data_size == 0 || cfg.framed(&granted.provider);
     Ok(Profile::new(
         req,
         &attempt.rung,
@@ -820,6 +863,7 @@ fn open(req: &Requirements, attempt: &Attempt, prepared: &Prepared) -> Result<Pr
         probed,
         prepared.universe.clone(),
         max_cqe,
+        framed,
     ))
 }
 

@@ -34,7 +34,7 @@ impl InfoList {
         self.entries().iter().position(|e| e.domain == domain)
     }
 
-    fn nth(&self, n: usize) -> *mut ffi::fi_info {
+    pub(crate) fn nth(&self, n: usize) -> *mut ffi::fi_info {
         let mut cur = self.0;
         for _ in 0..n {
             if cur.is_null() {

@@ -98,6 +98,10 @@ pub struct Profile {
     pub cq_data_size: usize,
     /// Usable tag bits (from `mem_tag_format`); 0 without tagged messages.
     pub tag_bits: u32,
+    /// Messages carry fabric-msg's 16-byte header (length and immediate
+    /// data): where `cq_data_size` is 0, or the ladder sets `framed` for the
+    /// provider because it truncates silently.
+    pub framed: bool,
     /// Send scatter-gather limit.
     pub iov_limit: usize,
     /// RMA scatter-gather limit.
@@ -150,6 +154,7 @@ impl Profile {
         probed: ProbeResult,
         universe: Universe,
         max_cqe: Option<u32>,
+        framed: bool,
     ) -> Profile {
         Profile {
             rung: rung.to_string(),
@@ -170,6 +175,7 @@ impl Profile {
             max_msg_size: info.max_msg_size,
             cq_data_size: info.cq_data_size,
             tag_bits: tag_bits(info),
+            framed,
             iov_limit: info.iov_limit,
             rma_iov_limit: info.rma_iov_limit,
             atomics: probed.atomics,
@@ -203,6 +209,7 @@ impl Profile {
             cq_data_size: self.cq_data_size as u32,
             max_msg_size: self.max_msg_size,
             tag_bits: self.tag_bits,
+            framed: self.framed,
         }
     }
 }
@@ -237,6 +244,8 @@ pub struct WireProfile {
     pub max_msg_size: u64,
     /// Usable tag bits.
     pub tag_bits: u32,
+    /// Messages carry fabric-msg's header.
+    pub framed: bool,
 }
 
 /// The largest encoded [`WireProfile`] accepted, checked before decoding.
@@ -309,6 +318,14 @@ pub fn check_peer(local: &WireProfile, remote: &WireProfile) -> Result<Agreement
             local.mr_key_size, remote.mr_key_size
         )));
     }
+    if local.framed != remote.framed {
+        return Err(Error::PeerMismatch(format!(
+            "messages are {} here and {} at the peer: use the same providers.toml (`framed`) and LoopConfig \
+             (`force_framing`) on both sides",
+            if local.framed { "framed" } else { "unframed" },
+            if remote.framed { "framed" } else { "unframed" }
+        )));
+    }
     Ok(Agreement {
         max_msg_size: local.max_msg_size.min(remote.max_msg_size),
         cq_data_size: local.cq_data_size.min(remote.cq_data_size),
@@ -331,6 +348,7 @@ mod tests {
             cq_data_size: 4,
             max_msg_size: 8 << 20,
             tag_bits: 64,
+            framed: false,
         }
     }
 

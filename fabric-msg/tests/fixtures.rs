@@ -123,7 +123,15 @@ fn soft_rdma_host() -> (Vec<FabricInfo>, SysfsSnapshot) {
 fn ladder_prefers_roce_over_iwarp_and_says_why_infiniband_was_passed() {
     let (entries, sysfs) = soft_rdma_host();
     let req = Requirements::default();
-    let p = plan(&req, &LadderConfig::default(), &entries, &[], &sysfs, &[]);
+    let p = plan(
+        &req,
+        &LadderConfig::default(),
+        &entries,
+        &[],
+        &sysfs,
+        &[],
+        (1, 17),
+    );
     let first = &p.attempts[0];
     assert_eq!(first.rung, "roce via verbs;ofi_rxm (rdm)");
     assert_eq!(first.info.domain, "rxe0");
@@ -159,7 +167,15 @@ fn connected_endpoints_on_iwarp_when_asked_for() {
         endpoint: EndpointChoice::Msg,
         ..Default::default()
     };
-    let p = plan(&req, &LadderConfig::default(), &entries, &[], &sysfs, &[]);
+    let p = plan(
+        &req,
+        &LadderConfig::default(),
+        &entries,
+        &[],
+        &sysfs,
+        &[],
+        (1, 17),
+    );
     assert_eq!(p.attempts[0].rung, "iwarp via verbs (msg)");
     assert_eq!(
         p.attempts[0].info.inject_size, 2,
@@ -174,7 +190,15 @@ fn configuration_and_filters_give_their_own_reasons() {
     for r in cfg.rungs.iter_mut().filter(|r| r.kind == FabricKind::Roce) {
         r.enabled = false;
     }
-    let p = plan(&Requirements::default(), &cfg, &entries, &[], &sysfs, &[]);
+    let p = plan(
+        &Requirements::default(),
+        &cfg,
+        &entries,
+        &[],
+        &sysfs,
+        &[],
+        (1, 17),
+    );
     assert_eq!(p.attempts[0].info.domain, "siw0");
     assert!(p
         .rejections
@@ -189,6 +213,7 @@ fn configuration_and_filters_give_their_own_reasons() {
         &[],
         &sysfs,
         &[filter],
+        (1, 17),
     );
     assert!(p.attempts.is_empty(), "only verbs entries in this fixture");
     assert!(p.rejections.iter().any(|r| r.rung == "roce via verbs;ofi_rxm (rdm)"
@@ -198,7 +223,15 @@ fn configuration_and_filters_give_their_own_reasons() {
         domain: Some("mlx5_0".into()),
         ..Default::default()
     };
-    let p = plan(&req, &LadderConfig::default(), &entries, &[], &sysfs, &[]);
+    let p = plan(
+        &req,
+        &LadderConfig::default(),
+        &entries,
+        &[],
+        &sysfs,
+        &[],
+        (1, 17),
+    );
     assert!(p.attempts.is_empty());
     assert!(p
         .rejections
@@ -220,6 +253,7 @@ fn a_provider_visible_only_with_an_unsupported_mr_mode_is_named() {
         &hidden,
         &sysfs,
         &[],
+        (1, 17),
     );
     let r = p
         .rejections
@@ -249,7 +283,49 @@ fn a_custom_ladder_can_use_rxd_on_infiniband() {
         caps: vec![Capability::Tagged, Capability::Atomic],
         ..Default::default()
     };
-    let p = plan(&req, &cfg, &entries, &[], &sysfs, &[]);
+    let p = plan(&req, &cfg, &entries, &[], &sysfs, &[], (1, 17));
     assert_eq!(p.attempts.len(), 1, "{:?}", p.rejections);
     assert_eq!(p.attempts[0].info.domain, "mlx5_0-dgram");
+}
+
+#[test]
+fn net_waits_for_libfabric_1_19_and_the_reason_says_why() {
+    let mut entries = parse_fi_info_text(
+        "fi_info:\n    caps: [ FI_MSG, FI_TAGGED ]\n    fi_ep_attr:\n        type: FI_EP_RDM\n    \
+         fi_domain_attr:\n        name: lo\n    fi_fabric_attr:\n        name: 127.0.0.0/8\n        prov_name: net\n",
+    );
+    let mut rxm = entries[0].clone();
+    rxm.provider = "tcp;ofi_rxm".into();
+    entries.push(rxm);
+    let sysfs = SysfsSnapshot::new();
+    let old = plan(
+        &Requirements::default(),
+        &LadderConfig::default(),
+        &entries,
+        &[],
+        &sysfs,
+        &[],
+        (1, 17),
+    );
+    assert_eq!(old.attempts[0].info.provider, "tcp;ofi_rxm");
+    let why = old
+        .rejections
+        .iter()
+        .find(|r| r.rung == "tcp via net (rdm)")
+        .unwrap()
+        .to_string();
+    assert!(
+        why.contains("needs libfabric 1.19, this is 1.17") && why.contains("truncated receive"),
+        "{why}"
+    );
+    let new = plan(
+        &Requirements::default(),
+        &LadderConfig::default(),
+        &entries,
+        &[],
+        &sysfs,
+        &[],
+        (1, 19),
+    );
+    assert_eq!(new.attempts[0].info.provider, "net");
 }

@@ -22,6 +22,12 @@ pub use libc::{iovec, sockaddr, timespec};
 
 include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
 
+/// `FI_ADDR_UNSPEC`: `((uint64_t) -1)` in fabric.h, a cast bindgen's macro
+/// evaluator does not follow.
+pub const FI_ADDR_UNSPEC: fi_addr_t = u64::MAX;
+/// `FI_ADDR_NOTAVAIL`: `((uint64_t) -1)` in fabric.h.
+pub const FI_ADDR_NOTAVAIL: fi_addr_t = u64::MAX;
+
 /// Encode an API version the way the C macro `FI_VERSION(major, minor)` does.
 pub const fn fi_version_make(major: u32, minor: u32) -> u32 {
     (major << 16) | minor

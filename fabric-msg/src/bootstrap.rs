@@ -1,0 +1,286 @@
+//! Connection bootstrap over a plain TCP socket, out of band.
+//!
+//! [`Listener::accept`] and [`connect`] exchange, in postcard frames
+//! prefixed with a little-endian `u32` length:
+//!
+//! 1. client → server: `Hello { magic, version, profile, name }`
+//! 2. server → client: its own `Hello`, or `Reject { reason }`
+//! 3. client → server: `Ready`, or `Reject { reason }`
+//!
+//! Each side checks the other's [`WireProfile`] with [`check_peer`] and, if
+//! it does not fit, tells the other why before failing, so both report the
+//! same mismatch. Frames larger than [`MAX_FRAME`] are refused before any
+//! allocation; every read and write has a timeout. The endpoint names are
+//! then inserted into the address vector (`fi_av_insert`).
+
+use crate::error::{Error, Result};
+use crate::event_loop::{EndpointId, EventLoop, Peer};
+use crate::profile::{check_peer, WireProfile, PROTOCOL_VERSION};
+use serde::{Deserialize, Serialize};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::time::Duration;
+
+/// `FMSG`: the first field of every `Hello`.
+const MAGIC: u32 = 0x464d_5347;
+
+/// Largest handshake frame accepted (an endpoint name is well under 1 KiB).
+pub const MAX_FRAME: usize = 16 * 1024;
+
+/// Default time allowed for each step of the handshake.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, Serialize, Deserialize)]
+enum Frame {
+    Hello {
+        magic: u32,
+        version: u16,
+        profile: WireProfile,
+        name: Vec<u8>,
+    },
+    Reject {
+        reason: String,
+    },
+    Ready,
+}
+
+/// A TCP listener that accepts fabric-msg peers.
+#[derive(Debug)]
+pub struct Listener {
+    tcp: TcpListener,
+    timeout: Duration,
+}
+
+impl Listener {
+    /// Listen on `addr` (e.g. `0.0.0.0:9228`, or port 0 for any).
+    pub fn bind(addr: impl ToSocketAddrs) -> Result<Listener> {
+        let tcp = TcpListener::bind(addr).map_err(|e| io("binding the bootstrap listener", e))?;
+        Ok(Listener {
+            tcp,
+            timeout: DEFAULT_TIMEOUT,
+        })
+    }
+
+    /// The address peers connect to.
+    pub fn local_addr(&self) -> Result<SocketAddr> {
+        self.tcp
+            .local_addr()
+            .map_err(|e| io("reading the listener's address", e))
+    }
+
+    /// Time allowed for each handshake step.
+    pub fn set_timeout(&mut self, t: Duration) {
+        self.timeout = t;
+    }
+
+    /// Wait for one peer and complete its handshake on endpoint `ep`.
+    pub fn accept(&self, ev: &mut EventLoop, ep: EndpointId) -> Result<Peer> {
+        let (stream, addr) = self
+            .tcp
+            .accept()
+            .map_err(|e| io("accepting a bootstrap connection", e))?;
+        let mut s = Stream::new(stream, addr, self.timeout)?;
+        let (profile, name) = match s.read()? {
+            Frame::Hello {
+                magic,
+                version,
+                profile,
+                name,
+            } => {
+                s.check_hello(magic, version)?;
+                (profile, name)
+            }
+            other => return Err(s.fail(format!("expected Hello, got {}", frame_name(&other)))),
+        };
+        let local = ev.wire_profile();
+        let agreement = match check_peer(&local, &profile) {
+            Ok(a) => a,
+            Err(e) => {
+                s.write(&Frame::Reject {
+                    reason: e.to_string(),
+                })
+                .ok();
+                return Err(e);
+            }
+        };
+        let peer = ev.insert_peer(ep, &name, agreement)?;
+        s.write(&Frame::Hello {
+            magic: MAGIC,
+            version: PROTOCOL_VERSION,
+            profile: local,
+            name: ev.name(ep)?,
+        })?;
+        match s.read()? {
+            Frame::Ready => Ok(peer),
+            Frame::Reject { reason } => Err(Error::PeerMismatch(format!(
+                "the peer at {addr} refused: {reason}"
+            ))),
+            other => Err(s.fail(format!("expected Ready, got {}", frame_name(&other)))),
+        }
+    }
+}
+
+/// Connect to a [`Listener`] at `addr` and complete the handshake on `ep`.
+pub fn connect(
+    ev: &mut EventLoop,
+    ep: EndpointId,
+    addr: impl ToSocketAddrs,
+    timeout: Duration,
+) -> Result<Peer> {
+    let addrs: Vec<SocketAddr> = addr
+        .to_socket_addrs()
+        .map_err(|e| io("resolving the peer's address", e))?
+        .collect();
+    let mut last = None;
+    let mut stream = None;
+    for a in &addrs {
+        match TcpStream::connect_timeout(a, timeout) {
+            Ok(s) => {
+                stream = Some((s, *a));
+                break;
+            }
+            Err(e) => last = Some(io(&format!("connecting to {a}"), e)),
+        }
+    }
+    let Some((stream, addr)) = stream else {
+        return Err(last.unwrap_or_else(|| Error::Handshake {
+            peer: "?".into(),
+            message: "the address resolved to nothing".into(),
+        }));
+    };
+    let mut s = Stream::new(stream, addr, timeout)?;
+    let local = ev.wire_profile();
+    s.write(&Frame::Hello {
+        magic: MAGIC,
+        version: PROTOCOL_VERSION,
+        profile: local.clone(),
+        name: ev.name(ep)?,
+    })?;
+    let (profile, name) = match s.read()? {
+        Frame::Hello {
+            magic,
+            version,
+            profile,
+            name,
+        } => {
+            s.check_hello(magic, version)?;
+            (profile, name)
+        }
+        Frame::Reject { reason } => {
+            return Err(Error::PeerMismatch(format!(
+                "the peer at {addr} refused: {reason}"
+            )))
+        }
+        other => return Err(s.fail(format!("expected Hello, got {}", frame_name(&other)))),
+    };
+    let agreement = match check_peer(&local, &profile) {
+        Ok(a) => a,
+        Err(e) => {
+            s.write(&Frame::Reject {
+                reason: e.to_string(),
+            })
+            .ok();
+            return Err(e);
+        }
+    };
+    let peer = ev.insert_peer(ep, &name, agreement)?;
+    s.write(&Frame::Ready)?;
+    Ok(peer)
+}
+
+fn frame_name(f: &Frame) -> &'static str {
+    match f {
+        Frame::Hello { .. } => "Hello",
+        Frame::Reject { .. } => "Reject",
+        Frame::Ready => "Ready",
+    }
+}
+
+fn io(context: &str, source: std::io::Error) -> Error {
+    Error::Io {
+        context: context.to_string(),
+        source,
+    }
+}
+
+struct Stream {
+    tcp: TcpStream,
+    peer: SocketAddr,
+}
+
+impl Stream {
+    fn new(tcp: TcpStream, peer: SocketAddr, timeout: Duration) -> Result<Stream> {
+        let t = Some(timeout.max(Duration::from_millis(1)));
+        tcp.set_read_timeout(t)
+            .and_then(|_| tcp.set_write_timeout(t))
+            .map_err(|e| io("setting timeouts", e))?;
+        tcp.set_nodelay(true).ok();
+        Ok(Stream { tcp, peer })
+    }
+
+    fn fail(&self, message: String) -> Error {
+        Error::Handshake {
+            peer: self.peer.to_string(),
+            message,
+        }
+    }
+
+    fn check_hello(&self, magic: u32, version: u16) -> Result<()> {
+        if magic != MAGIC {
+            return Err(self.fail("not a fabric-msg peer (bad magic)".into()));
+        }
+        if version != PROTOCOL_VERSION {
+            return Err(Error::PeerMismatch(format!(
+                "fabric-msg protocol version {PROTOCOL_VERSION} here, {version} at {}: run the same fabric-msg \
+                 release on both sides",
+                self.peer
+            )));
+        }
+        Ok(())
+    }
+
+    fn write(&mut self, f: &Frame) -> Result<()> {
+        let body = postcard::to_stdvec(f).map_err(|e| Error::Encoding(e.to_string()))?;
+        let mut msg = Vec::with_capacity(4 + body.len());
+        msg.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        msg.extend_from_slice(&body);
+        self.tcp.write_all(&msg).map_err(|e| self.io_fail("sending", e))
+    }
+
+    fn read(&mut self) -> Result<Frame> {
+        let mut len = [0u8; 4];
+        self.tcp
+            .read_exact(&mut len)
+            .map_err(|e| self.io_fail("receiving", e))?;
+        let len = u32::from_le_bytes(len) as usize;
+        if len > MAX_FRAME {
+            return Err(self.fail(format!(
+                "frame of {len} bytes announced, more than the {MAX_FRAME} allowed: not a fabric-msg peer, or corrupt"
+            )));
+        }
+        let mut body = vec![0u8; len];
+        self.tcp
+            .read_exact(&mut body)
+            .map_err(|e| self.io_fail("receiving", e))?;
+        let (frame, rest) = postcard::take_from_bytes::<Frame>(&body).map_err(|e| {
+            self.fail(format!(
+                "undecodable handshake frame ({e}): not a fabric-msg peer?"
+            ))
+        })?;
+        if !rest.is_empty() {
+            return Err(self.fail(format!("{} stray bytes after a handshake frame", rest.len())));
+        }
+        Ok(frame)
+    }
+
+    fn io_fail(&self, what: &str, e: std::io::Error) -> Error {
+        let message = match e.kind() {
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
+                format!("timed out {what} the handshake: the peer is stalled or not fabric-msg")
+            }
+            std::io::ErrorKind::UnexpectedEof => format!("connection closed while {what} the handshake"),
+            _ => format!("{what} the handshake failed: {e}"),
+        };
+        self.fail(message)
+    }
+}

@@ -1,0 +1,212 @@
+//! Owned message buffers.
+//!
+//! A [`Buffer`] is handed to the event loop when an operation is posted and
+//! comes back in that operation's completion: the NIC may read or write it
+//! until then, and the safe API makes sure nobody else can. Where the
+//! provider needs local memory registration (`FI_MR_LOCAL`), the buffer is
+//! registered once, the first time it is used, and the registration is kept
+//! for reuse and closed with the buffer.
+
+use crate::domain::{close_fid, DomainInner};
+use crate::error::{check, Result};
+use crate::ffi;
+use std::fmt;
+use std::os::raw::c_void;
+use std::ptr;
+use std::sync::Arc;
+
+/// Bytes every buffer keeps in front of its payload for fabric-msg's message
+/// header, used on framed endpoints (see `event_loop`).
+pub(crate) const HEADROOM: usize = 16;
+
+/// A message buffer owned by the application or, while an operation is in
+/// flight, by the event loop.
+pub struct Buffer {
+    data: Box<[u8]>,
+    len: usize,
+    mr: Option<LocalMr>,
+}
+
+impl fmt::Debug for Buffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Buffer")
+            .field("len", &self.len)
+            .field("capacity", &self.capacity())
+            .field("registered", &self.mr.is_some())
+            .finish()
+    }
+}
+
+impl Buffer {
+    /// A zeroed buffer that can hold `capacity` bytes; its length is `capacity`.
+    pub fn new(capacity: usize) -> Buffer {
+        Buffer {
+            data: vec![0u8; capacity + HEADROOM].into_boxed_slice(),
+            len: capacity,
+            mr: None,
+        }
+    }
+
+    /// A buffer holding a copy of `bytes`.
+    pub fn from_slice(bytes: &[u8]) -> Buffer {
+        let mut b = Buffer::new(bytes.len());
+        b.as_mut_slice().copy_from_slice(bytes);
+        b
+    }
+
+    /// Most bytes the buffer can hold.
+    pub fn capacity(&self) -> usize {
+        self.data.len() - HEADROOM
+    }
+
+    /// Bytes in use: what is sent, or what a receive delivered.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether `len()` is 0.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Set the length (at most the capacity).
+    ///
+    /// # Panics
+    /// If `len` exceeds the capacity.
+    pub fn set_len(&mut self, len: usize) {
+        assert!(
+            len <= self.capacity(),
+            "Buffer::set_len({len}) beyond capacity {}",
+            self.capacity()
+        );
+        self.len = len;
+    }
+
+    /// The bytes in use.
+    pub fn as_slice(&self) -> &[u8] {
+        &self.data[HEADROOM..HEADROOM + self.len]
+    }
+
+    /// The bytes in use, writable.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        &mut self.data[HEADROOM..HEADROOM + self.len]
+    }
+
+    /// The header room in front of the payload.
+    pub(crate) fn header_mut(&mut self) -> &mut [u8; HEADROOM] {
+        (&mut self.data[..HEADROOM]).try_into().expect("HEADROOM bytes")
+    }
+
+    /// Set the length after a receive; `len` is at most the capacity.
+    pub(crate) fn set_received(&mut self, len: usize) {
+        self.len = len.min(self.capacity());
+    }
+
+    /// Where an operation starts: at the header on framed endpoints, at the
+    /// payload otherwise.
+    pub(crate) fn ptr(&mut self, framed: bool) -> *mut c_void {
+        let offset = if framed { 0 } else { HEADROOM };
+        self.data[offset..].as_mut_ptr().cast()
+    }
+
+    /// The local descriptor for `domain`, registering on first use (or again
+    /// if the buffer moved to another domain).
+    pub(crate) fn desc(&mut self, domain: &Arc<DomainInner>) -> Result<*mut c_void> {
+        match &self.mr {
+            Some(mr) if Arc::ptr_eq(&mr.domain, domain) => Ok(mr.desc),
+            _ => {
+                self.mr = None;
+                let mr = LocalMr::register(domain, &mut self.data)?;
+                let desc = mr.desc;
+                self.mr = Some(mr);
+                Ok(desc)
+            }
+        }
+    }
+}
+
+/// A registration of a buffer's memory for local access.
+struct LocalMr {
+    raw: *mut ffi::fid_mr,
+    desc: *mut c_void,
+    domain: Arc<DomainInner>,
+}
+
+// SAFETY: the registration is only used to read its descriptor and to close
+// it; libfabric allows both from any thread for a registration nobody else
+// touches, and the Buffer owning it is used by one thread at a time.
+unsafe impl Send for LocalMr {}
+// SAFETY: no &self method mutates or calls into libfabric.
+unsafe impl Sync for LocalMr {}
+
+impl LocalMr {
+    fn register(domain: &Arc<DomainInner>, mem: &mut [u8]) -> Result<LocalMr> {
+        let key = if domain.mr_mode(ffi::FI_MR_PROV_KEY) {
+            0
+        } else {
+            domain.fresh_key()
+        };
+        let access = u64::from(ffi::FI_SEND | ffi::FI_RECV);
+        let mut raw = ptr::null_mut();
+        // SAFETY: `mem` is a live allocation owned by the Buffer that will own
+        // this registration; the registration is closed (in Drop) before the
+        // Buffer frees the memory, because it is a field dropped first.
+        check("fi_mr_reg", unsafe {
+            ffi::fi_mr_reg(
+                domain.raw,
+                mem.as_ptr().cast(),
+                mem.len(),
+                access,
+                0,
+                key,
+                0,
+                &mut raw,
+                ptr::null_mut(),
+            )
+        })?;
+        // SAFETY: raw is a live registration.
+        let desc = unsafe { ffi::fi_mr_desc(raw) };
+        Ok(LocalMr {
+            raw,
+            desc,
+            domain: domain.clone(),
+        })
+    }
+}
+
+impl Drop for LocalMr {
+    fn drop(&mut self) {
+        // SAFETY: raw came from fi_mr_reg and is closed once, before the
+        // domain (held by the Arc in this value).
+        unsafe { close_fid("memory registration", &mut (*self.raw).fid) }
+    }
+}
+
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        // The registration must go before the memory it covers.
+        self.mr = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn length_capacity_and_contents() {
+        let mut b = Buffer::new(8);
+        assert_eq!((b.len(), b.capacity()), (8, 8));
+        b.as_mut_slice().copy_from_slice(b"abcdefgh");
+        b.set_len(3);
+        assert_eq!(b.as_slice(), b"abc");
+        assert_eq!(Buffer::from_slice(b"xy").as_slice(), b"xy");
+        assert!(Buffer::new(0).is_empty());
+    }
+
+    #[test]
+    #[should_panic(expected = "beyond capacity")]
+    fn set_len_beyond_capacity_panics() {
+        Buffer::new(4).set_len(5);
+    }
+}

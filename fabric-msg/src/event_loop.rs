@@ -1,0 +1,1159 @@
+//! The event loop: one completion queue per domain, every endpoint bound to
+//! it, every operation handed back by its token.
+//!
+//! The shape is mio's: a reusable completion buffer, user-chosen tokens, and
+//! `poll` with an optional timeout. An [`EventLoop`] owns its domain, its CQ
+//! and AV, its endpoints and every operation in flight with that
+//! operation's buffer, so nothing the NIC may still touch can be freed.
+//!
+//! Promises:
+//! - Every posted operation yields exactly one [`Completion`], unless its
+//!   endpoint is closed first; then it yields none, and its buffer is freed
+//!   by the loop.
+//! - A token never comes back after its endpoint was closed.
+//! - When a post meets a full queue (`-FI_EAGAIN`) the loop progresses the
+//!   CQ and retries, for at most [`LoopConfig::post_timeout`]; completions
+//!   reaped meanwhile are kept for the next `poll`, never lost.
+//! - A message larger than the posted buffer completes with
+//!   [`CompletionError::Truncated`] naming both sizes; nothing overflows.
+
+use crate::buffer::{Buffer, HEADROOM};
+use crate::domain::{close_fid, DomainInner};
+use crate::error::{check, strerror, Error, ErrorCode, Result};
+use crate::ffi;
+use crate::info::EndpointType;
+use crate::profile::{Agreement, Profile};
+use std::collections::VecDeque;
+use std::fmt;
+use std::os::raw::c_void;
+use std::ptr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A value chosen by the application to recognise an operation's completion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Token(pub u64);
+
+/// An endpoint of an [`EventLoop`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct EndpointId(u32);
+
+/// A peer reachable from one endpoint, as connection bootstrap returns it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Peer {
+    pub(crate) endpoint: EndpointId,
+    pub(crate) addr: ffi::fi_addr_t,
+    /// Sizes both sides agreed on.
+    pub agreement: Agreement,
+}
+
+impl Peer {
+    /// The local endpoint this peer is reached through.
+    pub fn endpoint(&self) -> EndpointId {
+        self.endpoint
+    }
+
+    /// The peer's libfabric address (`fi_addr_t`) in the endpoint's AV;
+    /// compare with [`Completion::source`].
+    pub fn fi_addr(&self) -> u64 {
+        self.addr
+    }
+}
+
+/// What kind of operation completed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpKind {
+    /// A send (tagged or not).
+    Send,
+    /// A receive (tagged or not).
+    Recv,
+}
+
+/// How `poll` waits when nothing is ready.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitMode {
+    /// Spin on the CQ: lowest latency, one busy core.
+    Spin,
+    /// Sleep on the CQ's wait fd (after `fi_trywait`); spins where the
+    /// provider has no wait object.
+    Block,
+}
+
+/// Tuning for an [`EventLoop`].
+#[derive(Debug, Clone)]
+pub struct LoopConfig {
+    /// How long a post may retry on a full queue before giving up.
+    pub post_timeout: Duration,
+    /// How `poll` waits.
+    pub wait: WaitMode,
+    /// Completion queue entries; `None`: room for two endpoints' queues
+    /// (capped by the device's `max_cqe`). At most this many operations are
+    /// in flight at once: a post beyond it waits as for a full queue.
+    pub cq_size: Option<usize>,
+    /// Frame every message with fabric-msg's 16-byte header (payload length
+    /// and immediate data) even where the profile does not ask for it. The
+    /// profile frames where the fabric has no remote CQ data (iWARP) and
+    /// where a provider truncates silently (`udp;ofi_rxd`). Peers compare it
+    /// at connect time.
+    pub force_framing: bool,
+}
+
+impl Default for LoopConfig {
+    fn default() -> Self {
+        LoopConfig {
+            post_timeout: Duration::from_secs(5),
+            wait: WaitMode::Spin,
+            cq_size: None,
+            force_framing: false,
+        }
+    }
+}
+
+/// A completion error reported by the provider.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CompletionError {
+    /// The message was larger than the posted buffer.
+    #[error(
+        "message of {} truncated to the {buffer_len}-byte buffer posted for it (FI_ETRUNC); post a larger buffer",
+        .message_len.map_or("unreported size (the provider does not say)".to_string(), |l| format!("{l} bytes"))
+    )]
+    Truncated {
+        /// Size of the message that arrived, where the provider reports it
+        /// (`tcp;ofi_rxm` in libfabric 1.17 does not).
+        message_len: Option<usize>,
+        /// Capacity of the buffer posted.
+        buffer_len: usize,
+    },
+    /// The operation was cancelled.
+    #[error("operation cancelled (FI_ECANCELED)")]
+    Cancelled,
+    /// Any other error: libfabric's code, the provider's errno and its text
+    /// (`fi_cq_strerror`).
+    #[error("{code}: {text} (provider errno {prov_errno}: {prov_text})")]
+    Failed {
+        /// The `FI_E*` code.
+        code: ErrorCode,
+        /// libfabric's text for it.
+        text: String,
+        /// The provider's own error number.
+        prov_errno: i32,
+        /// The provider's text for it.
+        prov_text: String,
+    },
+    /// A message on a framed endpoint without a valid header: the peer does
+    /// not frame its messages.
+    #[error("received {0} bytes without a valid fabric-msg header: is the peer configured alike (framing)?")]
+    BadFrame(usize),
+}
+
+/// One finished operation.
+#[derive(Debug)]
+pub struct Completion {
+    /// The token given when posting.
+    pub token: Token,
+    /// The endpoint it was posted on.
+    pub endpoint: EndpointId,
+    /// Send or receive.
+    pub kind: OpKind,
+    /// The buffer, returned to its owner; for a receive its length is what
+    /// arrived.
+    pub buffer: Option<Buffer>,
+    /// The tag of a tagged receive.
+    pub tag: u64,
+    /// Immediate data that came with a receive.
+    pub data: Option<u64>,
+    /// The sender's address, where the provider reports it (`FI_SOURCE`).
+    pub source: Option<u64>,
+    /// Success, or what went wrong.
+    pub result: Result<(), CompletionError>,
+}
+
+/// A post that failed; the buffer comes back with the error.
+#[derive(Debug)]
+pub struct PostError {
+    /// What went wrong.
+    pub error: Error,
+    /// The buffer that was to be used.
+    pub buffer: Option<Buffer>,
+}
+
+impl fmt::Display for PostError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.error, f)
+    }
+}
+
+impl std::error::Error for PostError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
+
+impl From<PostError> for Error {
+    fn from(e: PostError) -> Error {
+        e.error
+    }
+}
+
+/// Options of a send.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SendOpts {
+    /// Send tagged, with this tag.
+    pub tag: Option<u64>,
+    /// Immediate data delivered with the message.
+    pub data: Option<u64>,
+}
+
+/// Options of a receive.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RecvOpts {
+    /// Only from this peer (needs `FI_DIRECTED_RECV`); any peer otherwise.
+    pub from: Option<Peer>,
+    /// Receive tagged: `(tag, ignore)`; bits set in `ignore` are not compared.
+    pub tag: Option<(u64, u64)>,
+}
+
+// Per-operation state. `ctx` must be first: its address is the context
+// handed to libfabric (FI_CONTEXT / FI_CONTEXT2 give the provider this
+// storage until the completion is read), and the completion's op_context
+// is cast back to the slot.
+#[repr(C)]
+struct OpSlot {
+    ctx: ffi::fi_context2,
+    index: u32,
+    in_use: bool,
+    endpoint: u32,
+    kind: OpKind,
+    token: Token,
+    buffer: Option<Buffer>,
+    /// Bytes posted for a receive (to report truncation).
+    posted_len: usize,
+}
+
+/// Boxed slots, never moved while in use; freed slots are reused, so the
+/// steady state allocates nothing per operation.
+struct Slab {
+    // Boxed on purpose: a slot's address is the context libfabric holds, so
+    // it must not move when the Vec grows.
+    #[allow(clippy::vec_box)]
+    slots: Vec<Box<OpSlot>>,
+    free: Vec<u32>,
+    in_flight: usize,
+}
+
+impl Slab {
+    fn acquire(&mut self, endpoint: u32, kind: OpKind, token: Token) -> *mut OpSlot {
+        let index = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                let i = self.slots.len() as u32;
+                self.slots.push(Box::new(OpSlot {
+                    ctx: ffi::fi_context2::default(),
+                    index: i,
+                    in_use: false,
+                    endpoint: 0,
+                    kind,
+                    token,
+                    buffer: None,
+                    posted_len: 0,
+                }));
+                i
+            }
+        };
+        let slot = &mut self.slots[index as usize];
+        slot.in_use = true;
+        slot.endpoint = endpoint;
+        slot.kind = kind;
+        slot.token = token;
+        slot.buffer = None;
+        slot.posted_len = 0;
+        self.in_flight += 1;
+        &mut **slot
+    }
+
+    fn release(&mut self, index: u32) -> Option<Buffer> {
+        let slot = &mut self.slots[index as usize];
+        if !slot.in_use {
+            return None;
+        }
+        slot.in_use = false;
+        self.in_flight -= 1;
+        self.free.push(index);
+        slot.buffer.take()
+    }
+
+    /// The slot a completion's context points at, if it is one of ours and in use.
+    fn index_of(&self, ctx: *mut c_void) -> Option<u32> {
+        if ctx.is_null() {
+            return None;
+        }
+        let candidate = ctx as *const OpSlot;
+        // SAFETY: every context fabric-msg posts is the address of a boxed
+        // slot, and boxes are freed only when the slab is dropped (after
+        // every endpoint is closed), so the CQ can only hand back pointers
+        // to live slots. The identity check below guards the index anyway.
+        let index = unsafe { (*candidate).index };
+        let slot = self.slots.get(index as usize)?;
+        (ptr::eq(&**slot, candidate) && slot.in_use).then_some(index)
+    }
+}
+
+/// What is being posted: for [`EventLoop::post`].
+struct Posting {
+    endpoint: EndpointId,
+    kind: OpKind,
+    token: Token,
+    /// Bytes handed to libfabric (header included on framed endpoints).
+    len: usize,
+    framed: bool,
+}
+
+struct EndpointState {
+    raw: *mut ffi::fid_ep,
+    framed: bool,
+}
+
+struct Cq {
+    raw: *mut ffi::fid_cq,
+    wait_fd: Option<i32>,
+    capacity: usize,
+    _domain: Arc<DomainInner>,
+}
+
+impl Drop for Cq {
+    fn drop(&mut self) {
+        // SAFETY: opened by fi_cq_open; every endpoint bound to it is closed
+        // before the EventLoop drops this field.
+        unsafe { close_fid("completion queue", &mut (*self.raw).fid) }
+    }
+}
+
+struct Av {
+    raw: *mut ffi::fid_av,
+    _domain: Arc<DomainInner>,
+}
+
+impl Drop for Av {
+    fn drop(&mut self) {
+        // SAFETY: opened by fi_av_open; endpoints bound to it are closed first.
+        unsafe { close_fid("address vector", &mut (*self.raw).fid) }
+    }
+}
+
+const CQ_BATCH: usize = 32;
+
+/// One completion queue and the endpoints, peers and operations that use it.
+pub struct EventLoop {
+    // Dropped explicitly in `Drop`: endpoints first, then operations (their
+    // buffers), then the AV, the CQ and the domain.
+    endpoints: Vec<Option<EndpointState>>,
+    slab: Slab,
+    pending: VecDeque<Completion>,
+    av: Option<Av>,
+    cq: Cq,
+    domain: Arc<DomainInner>,
+    cfg: LoopConfig,
+    scratch: Vec<u8>,
+    has_source: bool,
+    directed: bool,
+}
+
+// SAFETY: an EventLoop is used through `&mut self` only, so by one thread at
+// a time; moving it between threads is allowed at every libfabric threading
+// level (FI_THREAD_DOMAIN and up require only that the application
+// serialises access, which `&mut` guarantees). It is not Sync.
+unsafe impl Send for EventLoop {}
+
+impl fmt::Debug for EventLoop {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EventLoop")
+            .field("provider", &self.domain.profile.provider)
+            .field("domain", &self.domain.profile.domain)
+            .field(
+                "endpoints",
+                &self.endpoints.iter().filter(|e| e.is_some()).count(),
+            )
+            .field("in_flight", &self.slab.in_flight)
+            .finish()
+    }
+}
+
+impl EventLoop {
+    /// Open the fabric, domain, completion queue and (for RDM) address
+    /// vector the profile describes.
+    pub fn new(profile: &Profile, cfg: LoopConfig) -> Result<EventLoop> {
+        let domain = DomainInner::open(profile)?;
+        let q = profile.queues;
+        let tagged = profile.caps_granted.iter().any(|c| c == "FI_TAGGED");
+        let format = if tagged {
+            ffi::FI_CQ_FORMAT_TAGGED
+        } else {
+            ffi::FI_CQ_FORMAT_DATA
+        };
+        let want_fd = cfg.wait == WaitMode::Block && profile.wait_fd;
+        let mut attr = ffi::fi_cq_attr {
+            size: cfg.cq_size.unwrap_or(q.cq * 2).max(1),
+            format,
+            wait_obj: if want_fd {
+                ffi::FI_WAIT_FD
+            } else {
+                ffi::FI_WAIT_NONE
+            },
+            ..Default::default()
+        };
+        if let Some(max) = profile.limits.max_cqe {
+            attr.size = attr.size.min(max as usize);
+        }
+        let mut raw = ptr::null_mut();
+        // SAFETY: the domain is open; attr lives for the call.
+        check("fi_cq_open", unsafe {
+            ffi::fi_cq_open(domain.raw, &mut attr, &mut raw, ptr::null_mut())
+        })?;
+        let mut cq = Cq {
+            raw,
+            wait_fd: None,
+            capacity: attr.size,
+            _domain: domain.clone(),
+        };
+        if want_fd {
+            let mut fd: i32 = -1;
+            // SAFETY: FI_GETWAIT on a CQ opened with FI_WAIT_FD writes an int.
+            let rc = unsafe {
+                ffi::fi_control(
+                    &mut (*cq.raw).fid,
+                    ffi::FI_GETWAIT as i32,
+                    (&mut fd as *mut i32).cast(),
+                )
+            };
+            if rc == 0 && fd >= 0 {
+                cq.wait_fd = Some(fd);
+            }
+        }
+        let av = if profile.endpoint_type == EndpointType::Rdm {
+            let mut av_attr = ffi::fi_av_attr {
+                type_: ffi::FI_AV_UNSPEC,
+                count: q.av,
+                ..Default::default()
+            };
+            let mut raw = ptr::null_mut();
+            // SAFETY: the domain is open; av_attr lives for the call.
+            check("fi_av_open", unsafe {
+                ffi::fi_av_open(domain.raw, &mut av_attr, &mut raw, ptr::null_mut())
+            })?;
+            Some(Av {
+                raw,
+                _domain: domain.clone(),
+            })
+        } else {
+            None
+        };
+        let has = |c: &str| profile.caps_granted.iter().any(|g| g == c);
+        Ok(EventLoop {
+            endpoints: Vec::new(),
+            slab: Slab {
+                slots: Vec::new(),
+                free: Vec::new(),
+                in_flight: 0,
+            },
+            pending: VecDeque::with_capacity(CQ_BATCH * 4),
+            av,
+            cq,
+            has_source: has("FI_SOURCE"),
+            directed: has("FI_DIRECTED_RECV"),
+            scratch: vec![0; profile.inject_size + HEADROOM],
+            domain,
+            cfg,
+        })
+    }
+
+    /// The profile this loop was opened with.
+    pub fn profile(&self) -> &Profile {
+        &self.domain.profile
+    }
+
+    /// Whether this loop's endpoints frame messages.
+    pub fn framed(&self) -> bool {
+        self.cfg.force_framing || self.domain.profile.framed
+    }
+
+    /// What peers compare at connect time: the profile, with this loop's framing.
+    pub fn wire_profile(&self) -> crate::profile::WireProfile {
+        let mut w = self.domain.profile.wire();
+        w.framed = self.framed();
+        w
+    }
+
+    /// Operations posted and not yet completed.
+    pub fn in_flight(&self) -> usize {
+        self.slab.in_flight
+    }
+
+    /// Open a reliable-datagram endpoint bound to this loop's CQ and AV.
+    pub fn endpoint(&mut self) -> Result<EndpointId> {
+        let Some(av) = &self.av else {
+            return Err(Error::Unsupported {
+                what: "RDM endpoints on a profile negotiated for connected (MSG) endpoints".into(),
+                provider: self.domain.profile.provider.clone(),
+            });
+        };
+        let mut raw = ptr::null_mut();
+        // SAFETY: the domain and its fi_info are alive (self.domain).
+        check("fi_endpoint", unsafe {
+            ffi::fi_endpoint(self.domain.raw, self.domain.info_ptr(), &mut raw, ptr::null_mut())
+        })?;
+        let state = EndpointState {
+            raw,
+            framed: self.framed(),
+        };
+        let bind_flags = u64::from(ffi::FI_TRANSMIT | ffi::FI_RECV);
+        // SAFETY: raw is a fresh endpoint; the CQ and AV outlive it (the loop
+        // closes endpoints first). On error the endpoint is closed here.
+        let rc = unsafe {
+            let mut rc = ffi::fi_ep_bind(raw, &mut (*self.cq.raw).fid, bind_flags);
+            if rc == 0 {
+                rc = ffi::fi_ep_bind(raw, &mut (*av.raw).fid, 0);
+            }
+            if rc == 0 {
+                rc = ffi::fi_enable(raw);
+            }
+            if rc != 0 {
+                close_fid("endpoint", &mut (*raw).fid);
+            }
+            rc
+        };
+        check("fi_ep_bind/fi_enable", rc)?;
+        self.endpoints.push(Some(state));
+        Ok(EndpointId(self.endpoints.len() as u32 - 1))
+    }
+
+    fn ep(&self, id: EndpointId) -> Result<&EndpointState> {
+        self.endpoints
+            .get(id.0 as usize)
+            .and_then(Option::as_ref)
+            .ok_or_else(|| Error::Closed {
+                what: format!("endpoint {}", id.0),
+            })
+    }
+
+    /// The endpoint's address, to give to peers.
+    pub fn name(&self, id: EndpointId) -> Result<Vec<u8>> {
+        let ep = self.ep(id)?;
+        let mut name = vec![0u8; 256];
+        loop {
+            let mut len = name.len();
+            // SAFETY: the endpoint is open; name has `len` writable bytes.
+            let rc = unsafe { ffi::fi_getname(&mut (*ep.raw).fid, name.as_mut_ptr().cast(), &mut len) };
+            if rc == -(ffi::FI_ETOOSMALL as i32) && len > name.len() {
+                name.resize(len, 0);
+                continue;
+            }
+            check("fi_getname", rc)?;
+            name.truncate(len);
+            return Ok(name);
+        }
+    }
+
+    /// Insert a peer's address (from its [`EventLoop::name`]).
+    pub fn insert_peer(&mut self, id: EndpointId, name: &[u8], agreement: Agreement) -> Result<Peer> {
+        self.ep(id)?;
+        let av = self.av.as_ref().ok_or(Error::Closed {
+            what: "address vector".into(),
+        })?;
+        let mut addr: ffi::fi_addr_t = ffi::FI_ADDR_NOTAVAIL;
+        // SAFETY: av is open; `name` is a readable address of the provider's
+        // format (the peer's fi_getname); one address is inserted into `addr`.
+        let rc = unsafe { ffi::fi_av_insert(av.raw, name.as_ptr().cast(), 1, &mut addr, 0, ptr::null_mut()) };
+        if rc != 1 {
+            return Err(if rc < 0 {
+                Error::from_rc("fi_av_insert", rc.into())
+            } else {
+                Error::PeerMismatch(format!(
+                    "fi_av_insert accepted none of the peer's {}-byte address: is it from the same provider?",
+                    name.len()
+                ))
+            });
+        }
+        Ok(Peer {
+            endpoint: id,
+            addr,
+            agreement,
+        })
+    }
+
+    /// Post a send of `buf` (its `len()` bytes) to `peer`.
+    pub fn send(
+        &mut self,
+        peer: &Peer,
+        mut buf: Buffer,
+        opts: SendOpts,
+        token: Token,
+    ) -> Result<(), PostError> {
+        let fail = |error, buffer| {
+            Err(PostError {
+                error,
+                buffer: Some(buffer),
+            })
+        };
+        let ep = match self.ep(peer.endpoint) {
+            Ok(e) => e,
+            Err(e) => return fail(e, buf),
+        };
+        let (raw, framed) = (ep.raw, ep.framed);
+        let max = self.domain.profile.max_msg_size.min(peer.agreement.max_msg_size);
+        let overhead = if framed { HEADROOM } else { 0 };
+        let len = buf.len() + overhead;
+        if len as u64 > max {
+            let e = Error::TooLarge {
+                what: "message",
+                len: buf.len(),
+                max: max as usize - overhead,
+            };
+            return fail(e, buf);
+        }
+        let mut data = opts.data;
+        if framed {
+            *buf.header_mut() = encode_header(buf.len(), opts.data);
+            data = None;
+        }
+        let desc = match self.local_desc(&mut buf) {
+            Ok(d) => d,
+            Err(e) => return fail(e, buf),
+        };
+        let addr = peer.addr;
+        let what = Posting {
+            endpoint: peer.endpoint,
+            kind: OpKind::Send,
+            token,
+            len,
+            framed,
+        };
+        self.post(what, buf, |bufp, ctx| {
+            // SAFETY: raw is an enabled endpoint; bufp/len describe memory the
+            // loop owns until the completion; ctx is the slot's fi_context2.
+            unsafe {
+                match (opts.tag, data) {
+                    (None, None) => ffi::fi_send(raw, bufp, len, desc, addr, ctx),
+                    (Some(t), None) => ffi::fi_tsend(raw, bufp, len, desc, addr, t, ctx),
+                    (None, Some(d)) => ffi::fi_senddata(raw, bufp, len, desc, d, addr, ctx),
+                    (Some(t), Some(d)) => ffi::fi_tsenddata(raw, bufp, len, desc, d, addr, t, ctx),
+                }
+            }
+        })
+    }
+
+    /// Post a receive into `buf` (its whole capacity).
+    pub fn recv(
+        &mut self,
+        id: EndpointId,
+        mut buf: Buffer,
+        opts: RecvOpts,
+        token: Token,
+    ) -> Result<(), PostError> {
+        let fail = |error, buffer| {
+            Err(PostError {
+                error,
+                buffer: Some(buffer),
+            })
+        };
+        let ep = match self.ep(id) {
+            Ok(e) => e,
+            Err(e) => return fail(e, buf),
+        };
+        let (raw, framed) = (ep.raw, ep.framed);
+        if opts.from.is_some() && !self.directed {
+            let e = Error::Unsupported {
+                what: "receiving from one peer only (FI_DIRECTED_RECV)".into(),
+                provider: self.domain.profile.provider.clone(),
+            };
+            return fail(e, buf);
+        }
+        let src = opts.from.map_or(ffi::FI_ADDR_UNSPEC, |p| p.addr);
+        let len = buf.capacity() + if framed { HEADROOM } else { 0 };
+        let desc = match self.local_desc(&mut buf) {
+            Ok(d) => d,
+            Err(e) => return fail(e, buf),
+        };
+        let what = Posting {
+            endpoint: id,
+            kind: OpKind::Recv,
+            token,
+            len,
+            framed,
+        };
+        self.post(what, buf, |bufp, ctx| {
+            // SAFETY: as in `send`; the buffer has `len` writable bytes at bufp.
+            unsafe {
+                match opts.tag {
+                    None => ffi::fi_recv(raw, bufp, len, desc, src, ctx),
+                    Some((tag, ignore)) => ffi::fi_trecv(raw, bufp, len, desc, src, tag, ignore, ctx),
+                }
+            }
+        })
+    }
+
+    /// Send a small message without a completion; `bytes` is copied before
+    /// this returns. At most the profile's `inject_size` (less fabric-msg's
+    /// header on framed endpoints).
+    pub fn inject(&mut self, peer: &Peer, bytes: &[u8], opts: SendOpts) -> Result<()> {
+        let ep = self.ep(peer.endpoint)?;
+        let (raw, framed) = (ep.raw, ep.framed);
+        let overhead = if framed { HEADROOM } else { 0 };
+        let room = self.domain.profile.inject_size.saturating_sub(overhead);
+        if bytes.len() > room {
+            return Err(Error::TooLarge {
+                what: "injected message",
+                len: bytes.len(),
+                max: room,
+            });
+        }
+        let len = bytes.len() + overhead;
+        let mut data = opts.data;
+        if framed {
+            self.scratch[..HEADROOM].copy_from_slice(&encode_header(bytes.len(), opts.data));
+            data = None;
+        }
+        self.scratch[overhead..len].copy_from_slice(bytes);
+        let (addr, p) = (peer.addr, self.scratch.as_ptr() as *const c_void);
+        self.retry(|| {
+            // SAFETY: raw is enabled; inject copies the `len` bytes at `p` before returning.
+            unsafe {
+                match (opts.tag, data) {
+                    (None, None) => ffi::fi_inject(raw, p, len, addr),
+                    (Some(t), None) => ffi::fi_tinject(raw, p, len, addr, t),
+                    (None, Some(d)) => ffi::fi_injectdata(raw, p, len, d, addr),
+                    (Some(t), Some(d)) => ffi::fi_tinjectdata(raw, p, len, d, addr, t),
+                }
+            }
+        })
+        .map(|_| ())
+    }
+
+    fn local_desc(&self, buf: &mut Buffer) -> Result<*mut c_void> {
+        if self.domain.mr_mode(ffi::FI_MR_LOCAL) {
+            buf.desc(&self.domain)
+        } else {
+            Ok(ptr::null_mut())
+        }
+    }
+
+    /// Take a slot, post, and retry on `-FI_EAGAIN` while progressing.
+    fn post(
+        &mut self,
+        what: Posting,
+        mut buf: Buffer,
+        mut op: impl FnMut(*mut c_void, *mut c_void) -> isize,
+    ) -> Result<(), PostError> {
+        // Never more operations in flight than the CQ can hold.
+        if let Err(error) = self.wait_for_room() {
+            return Err(PostError {
+                error,
+                buffer: Some(buf),
+            });
+        }
+        let bufp = buf.ptr(what.framed);
+        let slot = self.slab.acquire(what.endpoint.0, what.kind, what.token);
+        // SAFETY: slot points into a live Box in the slab that is not moved or
+        // freed until released below or by its completion.
+        let (index, ctx) = unsafe {
+            (*slot).buffer = Some(buf);
+            (*slot).posted_len = what.len;
+            ((*slot).index, slot.cast::<c_void>())
+        };
+        match self.retry(|| op(bufp, ctx)) {
+            Ok(_) => Ok(()),
+            Err(error) => Err(PostError {
+                error,
+                buffer: self.slab.release(index),
+            }),
+        }
+    }
+
+    /// Read the CQ until fewer operations than it holds are in flight.
+    fn wait_for_room(&mut self) -> Result<()> {
+        let started = Instant::now();
+        while self.slab.in_flight >= self.cq.capacity {
+            if started.elapsed() >= self.cfg.post_timeout {
+                return Err(Error::QueueFull {
+                    waited: self.cfg.post_timeout,
+                    in_flight: self.slab.in_flight,
+                });
+            }
+            self.read_cq()?;
+        }
+        Ok(())
+    }
+
+    /// Call `op` until it does not return `-FI_EAGAIN`, reading the CQ in
+    /// between, for at most the configured time.
+    fn retry(&mut self, mut op: impl FnMut() -> isize) -> Result<isize> {
+        let mut started: Option<Instant> = None;
+        loop {
+            let rc = op();
+            if rc != -(ffi::FI_EAGAIN as isize) {
+                return check("post", rc as i64).map(|v| v as isize);
+            }
+            let t0 = *started.get_or_insert_with(Instant::now);
+            if t0.elapsed() >= self.cfg.post_timeout {
+                return Err(Error::QueueFull {
+                    waited: self.cfg.post_timeout,
+                    in_flight: self.slab.in_flight,
+                });
+            }
+            self.read_cq()?;
+        }
+    }
+
+    /// Move finished operations into `out` (cleared first), waiting up to
+    /// `timeout` for at least one (`None`: wait as long as it takes;
+    /// `Some(ZERO)`: just look). Returns how many.
+    pub fn poll(&mut self, out: &mut Vec<Completion>, timeout: Option<Duration>) -> Result<usize> {
+        out.clear();
+        let deadline = timeout.map(|t| Instant::now() + t);
+        loop {
+            if self.pending.is_empty() {
+                self.read_cq()?;
+            }
+            if !self.pending.is_empty() {
+                out.extend(self.pending.drain(..));
+                return Ok(out.len());
+            }
+            let remaining = match deadline {
+                Some(d) => match d.checked_duration_since(Instant::now()) {
+                    Some(r) if !r.is_zero() => Some(r),
+                    _ => return Ok(0),
+                },
+                None => None,
+            };
+            self.wait(remaining);
+        }
+    }
+
+    /// Poll and send every completion down `tx`, for a consumer on another
+    /// thread. Returns how many were sent; stops early if the receiver is gone.
+    pub fn forward(
+        &mut self,
+        tx: &crossbeam_channel::Sender<Completion>,
+        scratch: &mut Vec<Completion>,
+        timeout: Option<Duration>,
+    ) -> Result<usize> {
+        self.poll(scratch, timeout)?;
+        let mut n = 0;
+        for c in scratch.drain(..) {
+            if tx.send(c).is_err() {
+                return Err(Error::Closed {
+                    what: "completion channel receiver".into(),
+                });
+            }
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    fn wait(&mut self, remaining: Option<Duration>) {
+        if let (WaitMode::Block, Some(fd)) = (self.cfg.wait, self.cq.wait_fd) {
+            let mut fids = [ptr::null_mut::<ffi::fid>(); 1];
+            // SAFETY: the CQ is open; fi_trywait reads `fids` for the call only.
+            let ready = unsafe {
+                fids[0] = &mut (*self.cq.raw).fid;
+                ffi::fi_trywait(self.domain.fabric.raw, fids.as_mut_ptr(), 1)
+            };
+            if ready == 0 {
+                let ms = remaining.map_or(-1, |r| r.as_millis().clamp(1, i32::MAX as u128) as i32);
+                let mut pfd = libc::pollfd {
+                    fd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                // SAFETY: one valid pollfd; poll returns on readiness, timeout or signal.
+                unsafe { libc::poll(&mut pfd, 1, ms) };
+            }
+            return;
+        }
+        std::hint::spin_loop();
+    }
+
+    /// Read what the CQ holds into `pending`.
+    fn read_cq(&mut self) -> Result<()> {
+        let mut entries = [ffi::fi_cq_tagged_entry::default(); CQ_BATCH];
+        let mut srcs = [ffi::FI_ADDR_NOTAVAIL; CQ_BATCH];
+        loop {
+            // SAFETY: the CQ is open; `entries` holds CQ_BATCH entries of the
+            // largest format this CQ may use (tagged), `srcs` as many addresses.
+            let rc = unsafe {
+                if self.has_source {
+                    ffi::fi_cq_readfrom(
+                        self.cq.raw,
+                        entries.as_mut_ptr().cast(),
+                        CQ_BATCH,
+                        srcs.as_mut_ptr(),
+                    )
+                } else {
+                    ffi::fi_cq_read(self.cq.raw, entries.as_mut_ptr().cast(), CQ_BATCH)
+                }
+            };
+            if rc > 0 {
+                let n = rc as usize;
+                for i in 0..n {
+                    let src = (self.has_source && srcs[i] != ffi::FI_ADDR_NOTAVAIL).then_some(srcs[i]);
+                    self.complete(&entries[i], src);
+                }
+                if n < CQ_BATCH {
+                    return Ok(());
+                }
+            } else if rc == -(ffi::FI_EAGAIN as isize) {
+                return Ok(());
+            } else if rc == -(ffi::FI_EAVAIL as isize) {
+                self.read_error()?;
+            } else {
+                return Err(Error::from_rc("fi_cq_read", rc as i64));
+            }
+        }
+    }
+
+    fn complete(&mut self, e: &ffi::fi_cq_tagged_entry, source: Option<u64>) {
+        let Some(index) = self.slab.index_of(e.op_context) else {
+            log::warn!("completion for an unknown context {:p} ignored", e.op_context);
+            return;
+        };
+        let (endpoint, kind, token) = {
+            let s = &self.slab.slots[index as usize];
+            (s.endpoint, s.kind, s.token)
+        };
+        let mut buffer = self.slab.release(index);
+        let alive = self.endpoints.get(endpoint as usize).and_then(Option::as_ref);
+        let Some(ep) = alive else { return };
+        let mut data = (e.flags & u64::from(ffi::FI_REMOTE_CQ_DATA) != 0).then_some(e.data);
+        let mut result = Ok(());
+        if kind == OpKind::Recv {
+            if let Some(b) = buffer.as_mut() {
+                let capacity = b.capacity();
+                if ep.framed {
+                    match decode_header(b.header_mut(), e.len) {
+                        // Some providers (udp;ofi_rxd in 1.17) truncate without
+                        // saying so; the header says how much was sent.
+                        Some((len, _)) if len > capacity || len + HEADROOM > e.len => {
+                            b.set_received(0);
+                            result = Err(CompletionError::Truncated {
+                                message_len: Some(len),
+                                buffer_len: capacity,
+                            });
+                        }
+                        Some((len, d)) => {
+                            b.set_received(len);
+                            data = d;
+                        }
+                        None => {
+                            b.set_received(0);
+                            result = Err(CompletionError::BadFrame(e.len));
+                        }
+                    }
+                } else if e.len > capacity {
+                    b.set_received(0);
+                    result = Err(CompletionError::Truncated {
+                        message_len: Some(e.len),
+                        buffer_len: capacity,
+                    });
+                } else {
+                    b.set_received(e.len);
+                }
+            }
+        }
+        let tag = if e.flags & u64::from(ffi::FI_TAGGED) != 0 {
+            e.tag
+        } else {
+            0
+        };
+        self.pending.push_back(Completion {
+            token,
+            endpoint: EndpointId(endpoint),
+            kind,
+            buffer,
+            tag,
+            data,
+            source,
+            result,
+        });
+    }
+
+    fn read_error(&mut self) -> Result<()> {
+        let mut err = ffi::fi_cq_err_entry::default();
+        // SAFETY: the CQ is open and reported FI_EAVAIL; err is a valid out-struct.
+        let rc = unsafe { ffi::fi_cq_readerr(self.cq.raw, &mut err, 0) };
+        if rc == -(ffi::FI_EAGAIN as isize) {
+            return Ok(());
+        }
+        if rc < 0 {
+            return Err(Error::from_rc("fi_cq_readerr", rc as i64));
+        }
+        let Some(index) = self.slab.index_of(err.op_context) else {
+            log::warn!(
+                "error completion for an unknown context: {}",
+                strerror(err.err as u32)
+            );
+            return Ok(());
+        };
+        let (endpoint, kind, token, posted) = {
+            let s = &self.slab.slots[index as usize];
+            (s.endpoint, s.kind, s.token, s.posted_len)
+        };
+        let mut buffer = self.slab.release(index);
+        if self
+            .endpoints
+            .get(endpoint as usize)
+            .and_then(Option::as_ref)
+            .is_none()
+        {
+            return Ok(());
+        }
+        let code = err.err.unsigned_abs();
+        let result = if code == ffi::FI_ETRUNC {
+            let framed = self.endpoints[endpoint as usize]
+                .as_ref()
+                .is_some_and(|e| e.framed);
+            let overhead = if framed { HEADROOM } else { 0 };
+            let mut message_len = None;
+            if let Some(b) = buffer.as_mut() {
+                if framed {
+                    // The header arrived even if the payload did not fit.
+                    message_len = decode_header(b.header_mut(), HEADROOM).map(|(len, _)| len);
+                }
+                b.set_received(0);
+            }
+            // fi_cq(3): `len` bytes arrived and `olen` did not fit; ofi_rxm
+            // instead reports the whole message in `len`. With no overflow
+            // length the provider did not say how large the message was.
+            if message_len.is_none() && err.olen > 0 {
+                let total = if err.len > posted {
+                    err.len
+                } else {
+                    err.len + err.olen
+                };
+                message_len = Some(total.saturating_sub(overhead));
+            }
+            Err(CompletionError::Truncated {
+                message_len,
+                buffer_len: posted.saturating_sub(overhead),
+            })
+        } else if code == ffi::FI_ECANCELED {
+            Err(CompletionError::Cancelled)
+        } else {
+            let mut text = [0 as std::os::raw::c_char; 256];
+            // SAFETY: the CQ is open; fi_cq_strerror writes at most len bytes
+            // into `text` and returns a C string valid while err_data is.
+            let prov = unsafe {
+                let p = ffi::fi_cq_strerror(
+                    self.cq.raw,
+                    err.prov_errno,
+                    err.err_data,
+                    text.as_mut_ptr(),
+                    text.len(),
+                );
+                if p.is_null() {
+                    String::new()
+                } else {
+                    std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned()
+                }
+            };
+            Err(CompletionError::Failed {
+                code: ErrorCode(code),
+                text: strerror(code),
+                prov_errno: err.prov_errno,
+                prov_text: prov,
+            })
+        };
+        let tag = if err.flags & u64::from(ffi::FI_TAGGED) != 0 {
+            err.tag
+        } else {
+            0
+        };
+        self.pending.push_back(Completion {
+            token,
+            endpoint: EndpointId(endpoint),
+            kind,
+            buffer,
+            tag,
+            data: None,
+            source: None,
+            result,
+        });
+        Ok(())
+    }
+
+    /// Close an endpoint. Its operations still in flight produce no
+    /// completions; their buffers are freed by the loop. Completions of its
+    /// operations already reaped but not yet returned are dropped too.
+    pub fn close_endpoint(&mut self, id: EndpointId) -> Result<()> {
+        let Some(state) = self.endpoints.get_mut(id.0 as usize).and_then(Option::take) else {
+            return Err(Error::Closed {
+                what: format!("endpoint {}", id.0),
+            });
+        };
+        // SAFETY: the endpoint is open and removed from the table, so nothing
+        // posts to it again; closing it stops the provider using its buffers.
+        let rc = unsafe { ffi::fi_close(&mut (*state.raw).fid) };
+        // Entries already in the CQ for it are discarded by `complete`, which
+        // ignores closed endpoints; read them now so their slots are freed.
+        self.read_cq()?;
+        for i in 0..self.slab.slots.len() {
+            let s = &self.slab.slots[i];
+            if s.in_use && s.endpoint == id.0 {
+                self.slab.release(i as u32);
+            }
+        }
+        self.pending.retain(|c| c.endpoint != id);
+        check("fi_close(endpoint)", rc).map(|_| ())
+    }
+}
+
+impl Drop for EventLoop {
+    fn drop(&mut self) {
+        for state in self.endpoints.iter_mut().filter_map(Option::take) {
+            // SAFETY: each endpoint is open and closed once, before the CQ
+            // and AV it is bound to (fields dropped after this body).
+            unsafe { close_fid("endpoint", &mut (*state.raw).fid) }
+        }
+        // With every endpoint closed the provider no longer touches buffers
+        // of operations in flight: free them (and their registrations)
+        // before the CQ, AV and domain go.
+        self.slab.slots.clear();
+        self.pending.clear();
+    }
+}
+
+/// fabric-msg's message header on framed endpoints: the payload length
+/// (little-endian u64, top bit set when immediate data follows) and the
+/// immediate data (little-endian u64).
+const DATA_FLAG: u64 = 1 << 63;
+
+fn encode_header(len: usize, data: Option<u64>) -> [u8; HEADROOM] {
+    let mut h = [0u8; HEADROOM];
+    let word = len as u64 | if data.is_some() { DATA_FLAG } else { 0 };
+    h[..8].copy_from_slice(&word.to_le_bytes());
+    h[8..].copy_from_slice(&data.unwrap_or(0).to_le_bytes());
+    h
+}
+
+/// (payload length, data) from a header, if `received` covers one.
+fn decode_header(h: &[u8; HEADROOM], received: usize) -> Option<(usize, Option<u64>)> {
+    if received < HEADROOM {
+        return None;
+    }
+    let word = u64::from_le_bytes(h[..8].try_into().ok()?);
+    let data = u64::from_le_bytes(h[8..].try_into().ok()?);
+    let len = usize::try_from(word & !DATA_FLAG).ok()?;
+    Some((len, (word & DATA_FLAG != 0).then_some(data)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_round_trip_and_short_frames() {
+        let h = encode_header(3, Some(0xfeed));
+        assert_eq!(decode_header(&h, HEADROOM + 3), Some((3, Some(0xfeed))));
+        assert_eq!(decode_header(&encode_header(0, None), HEADROOM), Some((0, None)));
+        assert_eq!(decode_header(&h, HEADROOM - 1), None, "shorter than a header");
+    }
+}

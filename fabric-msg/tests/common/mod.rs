@@ -1,0 +1,94 @@
+//! Helpers shared by the messaging tests: negotiate a provider, open a
+//! server and a client loop connected through the bootstrap, drive polls.
+
+#![allow(dead_code)]
+
+use fabric_msg::negotiate::{Capability, EndpointChoice, Requirements};
+use fabric_msg::{
+    connect, negotiate, Completion, EndpointId, EventLoop, LadderConfig, Listener, LoopConfig, Peer, Profile,
+};
+use std::time::{Duration, Instant};
+
+pub const TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Negotiate `provider` for tagged and untagged RDM messaging.
+pub fn profile(provider: &str) -> Profile {
+    profile_with(provider, 256)
+}
+
+pub fn profile_with(provider: &str, queue_depth: usize) -> Profile {
+    let req = Requirements {
+        caps: vec![Capability::Tagged, Capability::Msg],
+        endpoint: EndpointChoice::Rdm,
+        provider: Some(provider.into()),
+        domain: Some(if provider == "shm" {
+            "shm".into()
+        } else {
+            "lo".into()
+        }),
+        same_host: provider == "shm",
+        queue_depth,
+        ..Default::default()
+    };
+    negotiate(&req, &LadderConfig::default())
+        .unwrap_or_else(|e| panic!("negotiating {provider}: {e}"))
+        .profile
+}
+
+pub struct Side {
+    pub ev: EventLoop,
+    pub ep: EndpointId,
+    pub peer: Peer,
+}
+
+/// A server thread's and a client's loop, connected through the bootstrap.
+/// `serve` runs on the server's thread with its connected side.
+pub fn pair<T: Send + 'static>(
+    server_profile: Profile,
+    client_profile: Profile,
+    cfg: LoopConfig,
+    serve: impl FnOnce(Side) -> T + Send + 'static,
+) -> (Side, std::thread::JoinHandle<T>) {
+    let listener = Listener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let scfg = cfg.clone();
+    let server = std::thread::spawn(move || {
+        let mut ev = EventLoop::new(&server_profile, scfg).expect("server loop");
+        let ep = ev.endpoint().expect("server endpoint");
+        let peer = listener.accept(&mut ev, ep).expect("accept");
+        serve(Side { ev, ep, peer })
+    });
+    let mut ev = EventLoop::new(&client_profile, cfg).expect("client loop");
+    let ep = ev.endpoint().expect("client endpoint");
+    let peer = connect(&mut ev, ep, addr, TIMEOUT).expect("connect");
+    (Side { ev, ep, peer }, server)
+}
+
+/// Poll until `n` completions arrived (panics after TIMEOUT).
+pub fn wait_n(ev: &mut EventLoop, n: usize) -> Vec<Completion> {
+    let mut got = Vec::new();
+    let mut batch = Vec::new();
+    let deadline = Instant::now() + TIMEOUT;
+    while got.len() < n {
+        let left = deadline
+            .checked_duration_since(Instant::now())
+            .unwrap_or_else(|| {
+                panic!(
+                    "timed out: {} of {n} completions ({} in flight)",
+                    got.len(),
+                    ev.in_flight()
+                )
+            });
+        ev.poll(&mut batch, Some(left.min(Duration::from_millis(100))))
+            .expect("poll");
+        got.append(&mut batch);
+    }
+    got
+}
+
+/// A recognisable byte pattern for message `seq` of `len` bytes.
+pub fn pattern(seq: u64, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (seq as usize).wrapping_mul(31).wrapping_add(i * 7) as u8)
+        .collect()
+}
