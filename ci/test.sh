@@ -16,7 +16,8 @@ step "cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
 step "cargo test"
-cargo test --workspace --locked
+# Nothing may hang CI: the suite takes about a minute here.
+timeout 1200 cargo test --workspace --locked
 
 step "cargo doc"
 cargo doc --workspace --no-deps --locked

@@ -75,7 +75,7 @@ impl From<RungEndpoint> for EndpointType {
 }
 
 /// Settings for one provider.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProviderSettings {
     /// Environment tunables set before libfabric initialises, unless the
@@ -86,6 +86,10 @@ pub struct ProviderSettings {
     /// truncate a receive without reporting it).
     #[serde(default)]
     pub framed: bool,
+    /// Whether the sender's address the provider reports (`FI_SOURCE`) is
+    /// right; `false` makes fabric-msg report none rather than a wrong one.
+    #[serde(default = "yes")]
+    pub trust_source: bool,
 }
 
 /// The whole ladder configuration.
@@ -195,6 +199,11 @@ impl LadderConfig {
     /// Whether the ladder asks for framing on `provider`.
     pub fn framed(&self, provider: &str) -> bool {
         self.providers.get(provider).is_some_and(|s| s.framed)
+    }
+
+    /// Whether `provider`'s reported source addresses can be used.
+    pub fn trust_source(&self, provider: &str) -> bool {
+        self.providers.get(provider).map_or(true, |s| s.trust_source)
     }
 
     /// Environment tunables for `provider`.

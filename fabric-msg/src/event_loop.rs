@@ -459,7 +459,7 @@ impl EventLoop {
             pending: VecDeque::with_capacity(CQ_BATCH * 4),
             av,
             cq,
-            has_source: has("FI_SOURCE"),
+            has_source: profile.source,
             directed: has("FI_DIRECTED_RECV"),
             scratch: vec![0; profile.inject_size + HEADROOM],
             domain,

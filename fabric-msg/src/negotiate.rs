@@ -32,6 +32,8 @@ pub enum Capability {
     Rma,
     /// Remote atomics.
     Atomic,
+    /// Receives that match one sender only (`FI_DIRECTED_RECV`).
+    DirectedRecv,
 }
 
 impl Capability {
@@ -46,6 +48,7 @@ impl Capability {
                     | ffi::FI_REMOTE_WRITE as u64
             }
             Capability::Atomic => ffi::FI_ATOMIC as u64,
+            Capability::DirectedRecv => ffi::FI_DIRECTED_RECV as u64,
         }
     }
 }
@@ -864,6 +867,7 @@ fn open(req: &Requirements, cfg: &LadderConfig, attempt: &Attempt, prepared: &Pr
         prepared.universe.clone(),
         max_cqe,
         framed,
+        cfg.trust_source(&granted.provider),
     ))
 }
 

@@ -102,6 +102,9 @@ pub struct Profile {
     /// data): where `cq_data_size` is 0, or the ladder sets `framed` for the
     /// provider because it truncates silently.
     pub framed: bool,
+    /// Completions report the sender's address (`FI_SOURCE` granted and
+    /// trusted by the ladder).
+    pub source: bool,
     /// Send scatter-gather limit.
     pub iov_limit: usize,
     /// RMA scatter-gather limit.
@@ -155,6 +158,7 @@ impl Profile {
         universe: Universe,
         max_cqe: Option<u32>,
         framed: bool,
+        trust_source: bool,
     ) -> Profile {
         Profile {
             rung: rung.to_string(),
@@ -176,6 +180,7 @@ impl Profile {
             cq_data_size: info.cq_data_size,
             tag_bits: tag_bits(info),
             framed,
+            source: trust_source && info.caps & crate::ffi::FI_SOURCE != 0,
             iov_limit: info.iov_limit,
             rma_iov_limit: info.rma_iov_limit,
             atomics: probed.atomics,

@@ -16,7 +16,7 @@ usage: fabric_info [options]
   -p, --provider NAME   only this provider (e.g. tcp, 'verbs;ofi_rxm'); FI_PROVIDER also applies
   -d, --domain NAME     only this domain (e.g. mlx5_0, rxe0, lo)
   -e, --ep rdm|msg|any  endpoint type the application accepts (default any)
-  -c, --caps LIST       required capabilities: msg,tagged,rma,atomic (default tagged,msg)
+  -c, --caps LIST       required capabilities: msg,tagged,rma,atomic,directed (default tagged,msg)
       --same-host       all peers are on this host (allows shared memory)
       --providers FILE  ladder file instead of FABRIC_MSG_PROVIDERS or the built-in one
       --json            print one JSON object instead of text
@@ -55,6 +55,7 @@ fn parse_args() -> Result<Args, String> {
                         "tagged" => Ok(Capability::Tagged),
                         "rma" => Ok(Capability::Rma),
                         "atomic" | "atomics" => Ok(Capability::Atomic),
+                        "directed" => Ok(Capability::DirectedRecv),
                         other => Err(format!(
                             "--caps: unknown capability `{other}` (msg, tagged, rma, atomic)"
                         )),

@@ -92,3 +92,30 @@ pub fn pattern(seq: u64, len: usize) -> Vec<u8> {
         .map(|i| (seq as usize).wrapping_mul(31).wrapping_add(i * 7) as u8)
         .collect()
 }
+
+/// Negotiate `provider` with extra capabilities.
+pub fn profile_caps(provider: &str, caps: &[Capability]) -> Profile {
+    let req = Requirements {
+        caps: caps.to_vec(),
+        endpoint: EndpointChoice::Rdm,
+        provider: Some(provider.into()),
+        domain: Some(if provider == "shm" {
+            "shm".into()
+        } else {
+            "lo".into()
+        }),
+        same_host: provider == "shm",
+        ..Default::default()
+    };
+    negotiate(&req, &LadderConfig::default())
+        .unwrap_or_else(|e| panic!("negotiating {provider}: {e}"))
+        .profile
+}
+
+/// A client loop connected to `addr`.
+pub fn client(p: &Profile, addr: std::net::SocketAddr) -> Side {
+    let mut ev = EventLoop::new(p, LoopConfig::default()).expect("client loop");
+    let ep = ev.endpoint().expect("client endpoint");
+    let peer = connect(&mut ev, ep, addr, TIMEOUT).expect("connect");
+    Side { ev, ep, peer }
+}
