@@ -23,15 +23,23 @@ check universe-sized "FI_UNIVERSE_SIZE=64  (fabric-msg: min(max_peers 64, 127 so
 check roce-classified "RoCE (sysfs rxe0 node_type 1: CA, port 1 link_layer Ethernet)" $bin
 # With libfabric's default universe forced by the user, rxe0 fails to open and the ladder moves on.
 check user-universe-fails "roce via verbs;ofi_rxm (rdm) on rxe0: failed to open: fi_enable failed" env FI_UNIVERSE_SIZE=256 $bin
-check user-universe-next "chosen  iwarp via verbs;ofi_rxm (rdm) on siw0" env FI_UNIVERSE_SIZE=256 $bin
-# iWARP through ofi_rxm and through plain verbs MSG endpoints.
-check iwarp-rdm "chosen  iwarp via verbs;ofi_rxm (rdm) on siw0" $bin -d siw0
+check user-universe-next "chosen  tcp via" env FI_UNIVERSE_SIZE=256 $bin
+# iWARP through plain verbs MSG endpoints; rxm over iWARP is off, with the reason.
+check iwarp-rxm-off "iwarp via verbs;ofi_rxm (rdm): excluded by configuration (enabled = false): rxm over iWARP" $bin -d siw0
 check iwarp-msg "chosen  iwarp via verbs (msg) on siw0" $bin -e msg -c msg,rma -d siw0
 check iwarp-no-cq-data "cq_data_size       0" $bin -e msg -c msg,rma -d siw0
 check roce-msg "chosen  roce via verbs (msg) on rxe0" $bin -e msg -c msg,rma -d rxe0
 check roce-cq-data "cq_data_size       4" $bin -e msg -c msg,rma -d rxe0
 # verbs has no tagged MSG endpoints and no atomics through rxm here: reasons, not choices.
 check verbs-no-atomics "roce via verbs;ofi_rxm (rdm) on rxe0: lacks required capabilities FI_ATOMIC" $bin -c tagged,atomic
+
+# The data path on real RDMA devices, every byte checked.
+pp="target/debug/pingpong --loopback --verify"
+check roce-rdm-1B "1              20       20" $pp -p "verbs;ofi_rxm" -d rxe0 -I 20 -W 2 -S 1
+check roce-rdm-64K "65536          10       10" $pp -p "verbs;ofi_rxm" -d rxe0 -I 10 -W 1 -S 65536
+check roce-msg-1B "1              20       20" $pp -e msg -p verbs -d rxe0 -I 20 -W 2 -S 1
+check iwarp-msg-1B "1              20       20" $pp -e msg -p verbs -d siw0 -I 20 -W 2 -S 1
+check iwarp-msg-64K "65536          10       10" $pp -e msg -p verbs -d siw0 -I 10 -W 1 -S 65536
 
 echo "negotiate-guest: $failures failed"
 exit $((failures > 0))

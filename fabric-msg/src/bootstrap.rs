@@ -15,6 +15,7 @@
 
 use crate::error::{Error, Result};
 use crate::event_loop::{EndpointId, EventLoop, Peer};
+use crate::info::EndpointType;
 use crate::profile::{check_peer, WireProfile, PROTOCOL_VERSION};
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
@@ -75,6 +76,19 @@ impl Listener {
 
     /// Wait for one peer and complete its handshake on endpoint `ep`.
     pub fn accept(&self, ev: &mut EventLoop, ep: EndpointId) -> Result<Peer> {
+        self.accept_with(ev, ep, |_, _| Ok(()))
+    }
+
+    /// [`Listener::accept`], calling `prepost(ev, endpoint)` before the
+    /// peer can send: post the first receives there. On connected (MSG)
+    /// endpoints this runs on the new connection's endpoint before
+    /// `fi_accept`; iWARP ends a connection whose message finds no receive.
+    pub fn accept_with(
+        &self,
+        ev: &mut EventLoop,
+        ep: EndpointId,
+        mut prepost: impl FnMut(&mut EventLoop, EndpointId) -> Result<()>,
+    ) -> Result<Peer> {
         let (stream, addr) = self
             .tcp
             .accept()
@@ -103,7 +117,30 @@ impl Listener {
                 return Err(e);
             }
         };
+        if ev.profile().endpoint_type == EndpointType::Msg {
+            // Connected endpoints: the peer connects to our passive endpoint.
+            let name = ev.msg_listen()?;
+            s.write(&Frame::Hello {
+                magic: MAGIC,
+                version: PROTOCOL_VERSION,
+                profile: local,
+                name,
+            })?;
+            let conn = ev.msg_accept(self.timeout, &mut prepost)?;
+            return match s.read()? {
+                Frame::Ready => Ok(Peer {
+                    endpoint: conn,
+                    addr: crate::ffi::FI_ADDR_UNSPEC,
+                    agreement,
+                }),
+                Frame::Reject { reason } => Err(Error::PeerMismatch(format!(
+                    "the peer at {addr} refused: {reason}"
+                ))),
+                other => Err(s.fail(format!("expected Ready, got {}", frame_name(&other)))),
+            };
+        }
         let peer = ev.insert_peer(ep, &name, agreement)?;
+        prepost(ev, ep)?;
         s.write(&Frame::Hello {
             magic: MAGIC,
             version: PROTOCOL_VERSION,
@@ -126,6 +163,18 @@ pub fn connect(
     ep: EndpointId,
     addr: impl ToSocketAddrs,
     timeout: Duration,
+) -> Result<Peer> {
+    connect_with(ev, ep, addr, timeout, |_, _| Ok(()))
+}
+
+/// [`connect`], calling `prepost(ev, endpoint)` before the peer can send
+/// (see [`Listener::accept_with`]).
+pub fn connect_with(
+    ev: &mut EventLoop,
+    ep: EndpointId,
+    addr: impl ToSocketAddrs,
+    timeout: Duration,
+    mut prepost: impl FnMut(&mut EventLoop, EndpointId) -> Result<()>,
 ) -> Result<Peer> {
     let addrs: Vec<SocketAddr> = addr
         .to_socket_addrs()
@@ -150,11 +199,17 @@ pub fn connect(
     };
     let mut s = Stream::new(stream, addr, timeout)?;
     let local = ev.wire_profile();
+    // A connecting MSG endpoint has no address to give: it connects to the server's.
+    let my_name = if ev.profile().endpoint_type == EndpointType::Msg {
+        Vec::new()
+    } else {
+        ev.name(ep)?
+    };
     s.write(&Frame::Hello {
         magic: MAGIC,
         version: PROTOCOL_VERSION,
         profile: local.clone(),
-        name: ev.name(ep)?,
+        name: my_name,
     })?;
     let (profile, name) = match s.read()? {
         Frame::Hello {
@@ -183,7 +238,18 @@ pub fn connect(
             return Err(e);
         }
     };
-    let peer = ev.insert_peer(ep, &name, agreement)?;
+    let peer = if ev.profile().endpoint_type == EndpointType::Msg {
+        let conn = ev.msg_connect(&name, timeout, &mut prepost)?;
+        Peer {
+            endpoint: conn,
+            addr: crate::ffi::FI_ADDR_UNSPEC,
+            agreement,
+        }
+    } else {
+        let peer = ev.insert_peer(ep, &name, agreement)?;
+        prepost(ev, ep)?;
+        peer
+    };
     s.write(&Frame::Ready)?;
     Ok(peer)
 }

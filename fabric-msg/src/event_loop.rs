@@ -38,6 +38,12 @@ pub struct Token(pub u64);
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct EndpointId(u32);
 
+impl EndpointId {
+    pub(crate) fn new(index: u32) -> Self {
+        EndpointId(index)
+    }
+}
+
 /// A peer reachable from one endpoint, as connection bootstrap returns it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Peer {
@@ -289,6 +295,9 @@ impl Slab {
             return None;
         }
         let candidate = ctx as *const OpSlot;
+        if (candidate as usize) % std::mem::align_of::<OpSlot>() != 0 {
+            return None;
+        }
         // SAFETY: every context fabric-msg posts is the address of a boxed
         // slot, and boxes are freed only when the slab is dropped (after
         // every endpoint is closed), so the CQ can only hand back pointers
@@ -309,13 +318,17 @@ struct Posting {
     framed: bool,
 }
 
-struct EndpointState {
-    raw: *mut ffi::fid_ep,
-    framed: bool,
+pub(crate) struct EndpointState {
+    /// NULL for the base endpoint of a MSG loop, which only stands for the
+    /// loop in `accept`/`connect`; each connection has its own endpoint.
+    pub(crate) raw: *mut ffi::fid_ep,
+    pub(crate) framed: bool,
 }
 
-struct Cq {
-    raw: *mut ffi::fid_cq,
+pub(crate) struct Cq {
+    pub(crate) raw: *mut ffi::fid_cq,
+    /// FI_CQ_FORMAT_TAGGED, or FI_CQ_FORMAT_DATA.
+    tagged: bool,
     wait_fd: Option<i32>,
     capacity: usize,
     _domain: Arc<DomainInner>,
@@ -347,12 +360,14 @@ const CQ_BATCH: usize = 32;
 pub struct EventLoop {
     // Dropped explicitly in `Drop`: endpoints first, then operations (their
     // buffers), then the AV, the CQ and the domain.
-    endpoints: Vec<Option<EndpointState>>,
+    pub(crate) endpoints: Vec<Option<EndpointState>>,
     slab: Slab,
     pending: VecDeque<Completion>,
+    pub(crate) pep: Option<crate::cm::Pep>,
+    pub(crate) eq: Option<crate::cm::Eq>,
     av: Option<Av>,
-    cq: Cq,
-    domain: Arc<DomainInner>,
+    pub(crate) cq: Cq,
+    pub(crate) domain: Arc<DomainInner>,
     cfg: LoopConfig,
     scratch: Vec<u8>,
     has_source: bool,
@@ -412,6 +427,7 @@ impl EventLoop {
         })?;
         let mut cq = Cq {
             raw,
+            tagged,
             wait_fd: None,
             capacity: attr.size,
             _domain: domain.clone(),
@@ -448,6 +464,11 @@ impl EventLoop {
         } else {
             None
         };
+        let eq = if profile.endpoint_type == EndpointType::Msg {
+            Some(crate::cm::Eq::open(&domain)?)
+        } else {
+            None
+        };
         let has = |c: &str| profile.caps_granted.iter().any(|g| g == c);
         Ok(EventLoop {
             endpoints: Vec::new(),
@@ -457,6 +478,8 @@ impl EventLoop {
                 in_flight: 0,
             },
             pending: VecDeque::with_capacity(CQ_BATCH * 4),
+            pep: None,
+            eq,
             av,
             cq,
             has_source: profile.source,
@@ -489,13 +512,17 @@ impl EventLoop {
         self.slab.in_flight
     }
 
-    /// Open a reliable-datagram endpoint bound to this loop's CQ and AV.
+    /// Open an endpoint. RDM: a reliable-datagram endpoint bound to this
+    /// loop's CQ and AV, which reaches every peer. MSG: the loop's base
+    /// endpoint, which `accept`/`connect` take; each connection then gets
+    /// its own endpoint, named by [`Peer::endpoint`] — post there.
     pub fn endpoint(&mut self) -> Result<EndpointId> {
         let Some(av) = &self.av else {
-            return Err(Error::Unsupported {
-                what: "RDM endpoints on a profile negotiated for connected (MSG) endpoints".into(),
-                provider: self.domain.profile.provider.clone(),
-            });
+            self.endpoints.push(Some(EndpointState {
+                raw: ptr::null_mut(),
+                framed: self.framed(),
+            }));
+            return Ok(EndpointId(self.endpoints.len() as u32 - 1));
         };
         let mut raw = ptr::null_mut();
         // SAFETY: the domain and its fi_info are alive (self.domain).
@@ -528,12 +555,21 @@ impl EventLoop {
     }
 
     fn ep(&self, id: EndpointId) -> Result<&EndpointState> {
-        self.endpoints
+        let ep = self
+            .endpoints
             .get(id.0 as usize)
             .and_then(Option::as_ref)
             .ok_or_else(|| Error::Closed {
                 what: format!("endpoint {}", id.0),
-            })
+            })?;
+        if ep.raw.is_null() {
+            return Err(Error::Unsupported {
+                what: "posting on a connected-endpoint loop's base endpoint (post on `peer.endpoint()`)"
+                    .into(),
+                provider: self.domain.profile.provider.clone(),
+            });
+        }
+        Ok(ep)
     }
 
     /// The endpoint's address, to give to peers.
@@ -875,28 +911,44 @@ impl EventLoop {
 
     /// Read what the CQ holds into `pending`.
     fn read_cq(&mut self) -> Result<()> {
-        let mut entries = [ffi::fi_cq_tagged_entry::default(); CQ_BATCH];
+        let mut tagged = [ffi::fi_cq_tagged_entry::default(); CQ_BATCH];
+        let mut data = [ffi::fi_cq_data_entry::default(); CQ_BATCH];
         let mut srcs = [ffi::FI_ADDR_NOTAVAIL; CQ_BATCH];
         loop {
-            // SAFETY: the CQ is open; `entries` holds CQ_BATCH entries of the
-            // largest format this CQ may use (tagged), `srcs` as many addresses.
+            // The buffer must have the CQ's own entry format: entries are
+            // written back to back at that format's size.
+            let buf: *mut c_void = if self.cq.tagged {
+                tagged.as_mut_ptr().cast()
+            } else {
+                data.as_mut_ptr().cast()
+            };
+            // SAFETY: the CQ is open; `buf` holds CQ_BATCH entries of the CQ's
+            // format and `srcs` as many addresses.
             let rc = unsafe {
                 if self.has_source {
-                    ffi::fi_cq_readfrom(
-                        self.cq.raw,
-                        entries.as_mut_ptr().cast(),
-                        CQ_BATCH,
-                        srcs.as_mut_ptr(),
-                    )
+                    ffi::fi_cq_readfrom(self.cq.raw, buf, CQ_BATCH, srcs.as_mut_ptr())
                 } else {
-                    ffi::fi_cq_read(self.cq.raw, entries.as_mut_ptr().cast(), CQ_BATCH)
+                    ffi::fi_cq_read(self.cq.raw, buf, CQ_BATCH)
                 }
             };
             if rc > 0 {
                 let n = rc as usize;
                 for i in 0..n {
                     let src = (self.has_source && srcs[i] != ffi::FI_ADDR_NOTAVAIL).then_some(srcs[i]);
-                    self.complete(&entries[i], src);
+                    let entry = if self.cq.tagged {
+                        tagged[i]
+                    } else {
+                        let d = &data[i];
+                        ffi::fi_cq_tagged_entry {
+                            op_context: d.op_context,
+                            flags: d.flags,
+                            len: d.len,
+                            buf: d.buf,
+                            data: d.data,
+                            tag: 0,
+                        }
+                    };
+                    self.complete(&entry, src);
                 }
                 if n < CQ_BATCH {
                     return Ok(());
@@ -1089,6 +1141,9 @@ impl EventLoop {
                 what: format!("endpoint {}", id.0),
             });
         };
+        if state.raw.is_null() {
+            return Ok(());
+        }
         // SAFETY: the endpoint is open and removed from the table, so nothing
         // posts to it again; closing it stops the provider using its buffers.
         let rc = unsafe { ffi::fi_close(&mut (*state.raw).fid) };
@@ -1108,11 +1163,18 @@ impl EventLoop {
 
 impl Drop for EventLoop {
     fn drop(&mut self) {
-        for state in self.endpoints.iter_mut().filter_map(Option::take) {
-            // SAFETY: each endpoint is open and closed once, before the CQ
-            // and AV it is bound to (fields dropped after this body).
+        for state in self
+            .endpoints
+            .iter_mut()
+            .filter_map(Option::take)
+            .filter(|s| !s.raw.is_null())
+        {
+            // SAFETY: each endpoint is open and closed once, before the CQ,
+            // AV and EQ it is bound to (fields dropped after this body).
             unsafe { close_fid("endpoint", &mut (*state.raw).fid) }
         }
+        // The passive endpoint goes before the EQ it is bound to.
+        self.pep = None;
         // With every endpoint closed the provider no longer touches buffers
         // of operations in flight: free them (and their registrations)
         // before the CQ, AV and domain go.

@@ -66,6 +66,7 @@ pub use libfabric_sys as ffi;
 pub mod bootstrap;
 mod buffer;
 pub mod classify;
+mod cm;
 pub mod config;
 mod domain;
 pub mod error;
@@ -76,7 +77,7 @@ mod probe;
 pub mod profile;
 pub mod verbs_limits;
 
-pub use bootstrap::{connect, Listener};
+pub use bootstrap::{connect, connect_with, Listener};
 pub use buffer::Buffer;
 pub use classify::{classify, Classification, FabricKind};
 pub use config::LadderConfig;

@@ -182,7 +182,10 @@ pub enum Reason {
         detail: String,
     },
     /// `enabled = false` in the ladder.
-    DisabledInConfig,
+    DisabledInConfig {
+        /// The rung's `note`, if any.
+        note: Option<String>,
+    },
     /// `FI_PROVIDER` or `-p` names other providers.
     ExcludedByProviderFilter {
         /// The filter, e.g. `FI_PROVIDER=tcp`.
@@ -235,7 +238,12 @@ impl fmt::Display for Reason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Reason::NotPresent { detail } => write!(f, "not present on this host{detail}"),
-            Reason::DisabledInConfig => write!(f, "excluded by configuration (enabled = false)"),
+            Reason::DisabledInConfig { note: None } => {
+                write!(f, "excluded by configuration (enabled = false)")
+            }
+            Reason::DisabledInConfig { note: Some(n) } => {
+                write!(f, "excluded by configuration (enabled = false): {n}")
+            }
             Reason::ExcludedByProviderFilter { filter } => write!(f, "excluded by {filter}"),
             Reason::EndpointTypeNotWanted => write!(f, "endpoint type not accepted by the application"),
             Reason::PeersMayBeRemote => {
@@ -387,7 +395,9 @@ pub fn plan(
         };
         let is_same_host_rung = cfg.same_host.as_ref().is_some_and(|s| std::ptr::eq(s, rung));
         if !rung.enabled {
-            rejections.push(reject(Reason::DisabledInConfig));
+            rejections.push(reject(Reason::DisabledInConfig {
+                note: rung.note.clone(),
+            }));
             continue;
         }
         if let Some(need) = rung.min_version().filter(|need| libfabric < *need) {

@@ -135,7 +135,18 @@ fn ladder_prefers_roce_over_iwarp_and_says_why_infiniband_was_passed() {
     let first = &p.attempts[0];
     assert_eq!(first.rung, "roce via verbs;ofi_rxm (rdm)");
     assert_eq!(first.info.domain, "rxe0");
-    assert_eq!(p.attempts[1].info.domain, "siw0", "iWARP is the next rung");
+    assert_eq!(p.attempts.len(), 1, "{:?}", p.attempts);
+    // rxm over iWARP is off by default, and says why.
+    let iw = p
+        .rejections
+        .iter()
+        .find(|r| r.rung == "iwarp via verbs;ofi_rxm (rdm)")
+        .unwrap();
+    assert!(
+        iw.to_string()
+            .contains("excluded by configuration (enabled = false): rxm over iWARP"),
+        "{iw}"
+    );
     let ib = p
         .rejections
         .iter()
@@ -190,20 +201,17 @@ fn configuration_and_filters_give_their_own_reasons() {
     for r in cfg.rungs.iter_mut().filter(|r| r.kind == FabricKind::Roce) {
         r.enabled = false;
     }
-    let p = plan(
-        &Requirements::default(),
-        &cfg,
-        &entries,
-        &[],
-        &sysfs,
-        &[],
-        (1, 17),
-    );
+    let msg_only = Requirements {
+        caps: vec![Capability::Msg],
+        ..Default::default()
+    };
+    let p = plan(&msg_only, &cfg, &entries, &[], &sysfs, &[], (1, 17));
+    assert_eq!(p.attempts[0].rung, "iwarp via verbs (msg)");
     assert_eq!(p.attempts[0].info.domain, "siw0");
     assert!(p
         .rejections
         .iter()
-        .any(|r| r.rung.starts_with("roce") && r.reason == Reason::DisabledInConfig));
+        .any(|r| r.rung.starts_with("roce") && matches!(r.reason, Reason::DisabledInConfig { .. })));
 
     let filter = ProviderFilter::from_fi_provider("^verbs");
     let p = plan(

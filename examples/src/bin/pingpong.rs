@@ -17,6 +17,7 @@ usage: pingpong [options] [ADDRESS]
 
   -p PROVIDER     provider (default: negotiated)
   -d DOMAIN       domain, e.g. lo, rxe0
+  -e rdm|msg      endpoint type (default rdm; msg implies --msg)
   -S SIZE|all     message size in bytes, or all (powers of two to 4 MiB; default all)
   -I ITERATIONS   iterations per size (default 1000)
   -W WARMUP       warm-up iterations per size (default 10)
@@ -40,6 +41,7 @@ struct Opts {
     bind_port: u16,
     port: u16,
     tagged: bool,
+    endpoint: EndpointChoice,
     verify: bool,
     loopback: bool,
     same_host: bool,
@@ -57,6 +59,7 @@ fn parse() -> Result<Opts, String> {
         bind_port: 9228,
         port: 9228,
         tagged: true,
+        endpoint: EndpointChoice::Rdm,
         verify: false,
         loopback: false,
         same_host: false,
@@ -88,6 +91,16 @@ fn parse() -> Result<Opts, String> {
             "-B" => o.bind_port = num("-B", val("-B")?)?.try_into().map_err(|_| "-B: not a port")?,
             "-P" => o.port = num("-P", val("-P")?)?.try_into().map_err(|_| "-P: not a port")?,
             "--msg" => o.tagged = false,
+            "-e" => {
+                o.endpoint = match val("-e")?.as_str() {
+                    "rdm" => EndpointChoice::Rdm,
+                    "msg" => {
+                        o.tagged = false;
+                        EndpointChoice::Msg
+                    }
+                    other => return Err(format!("-e {other}: expected rdm or msg")),
+                }
+            }
             "--verify" => o.verify = true,
             "--loopback" => o.loopback = true,
             "--same-host" => o.same_host = true,
@@ -137,7 +150,7 @@ fn run(o: &Opts) -> AnyResult<()> {
     }
     let req = Requirements {
         caps,
-        endpoint: EndpointChoice::Rdm,
+        endpoint: o.endpoint,
         provider: o.provider.clone(),
         domain: o.domain.clone(),
         same_host: o.same_host || o.loopback,
@@ -151,15 +164,14 @@ fn run(o: &Opts) -> AnyResult<()> {
         let (sp, so) = (profile.clone(), o.clone());
         let server = std::thread::spawn(move || -> AnyResult<()> {
             let mut ev = EventLoop::new(&sp, LoopConfig::default())?;
-            let ep = ev.endpoint()?;
-            let peer = listener.accept(&mut ev, ep)?;
-            serve(&mut ev, ep, &peer, &so)
+            let peer = accept(&listener, &mut ev, &so)?;
+            serve(&mut ev, &peer, &so)
         });
         let mut ev = EventLoop::new(&profile, LoopConfig::default())?;
         let ep = ev.endpoint()?;
         let peer = connect(&mut ev, ep, addr, Duration::from_secs(10))?;
         header(o, &profile);
-        let r = drive(&mut ev, ep, &peer, o);
+        let r = drive(&mut ev, &peer, o);
         server.join().map_err(|_| "server thread panicked")??;
         r
     } else if let Some(host) = &o.address {
@@ -167,13 +179,12 @@ fn run(o: &Opts) -> AnyResult<()> {
         let ep = ev.endpoint()?;
         let peer = connect(&mut ev, ep, (host.as_str(), o.port), Duration::from_secs(10))?;
         header(o, &profile);
-        drive(&mut ev, ep, &peer, o)
+        drive(&mut ev, &peer, o)
     } else {
         let listener = Listener::bind(("0.0.0.0", o.bind_port))?;
         let mut ev = EventLoop::new(&profile, LoopConfig::default())?;
-        let ep = ev.endpoint()?;
-        let peer = listener.accept(&mut ev, ep)?;
-        serve(&mut ev, ep, &peer, o)
+        let peer = accept(&listener, &mut ev, o)?;
+        serve(&mut ev, &peer, o)
     }
 }
 
@@ -247,32 +258,54 @@ fn wait(
     }
 }
 
-fn serve(ev: &mut EventLoop, ep: fabric_msg::EndpointId, peer: &Peer, o: &Opts) -> AnyResult<()> {
+/// Accept one client, with the first receive posted before it can send.
+fn accept(listener: &Listener, ev: &mut EventLoop, o: &Opts) -> AnyResult<Peer> {
+    let ep = ev.endpoint()?;
+    let mut first = Some(Buffer::new(max_size(o)));
+    let r = opts(o, 0).1;
+    Ok(listener.accept_with(ev, ep, |ev, e| {
+        let b = first.take().expect("one endpoint per accept");
+        ev.recv(e, b, r, Token(1)).map_err(Into::into)
+    })?)
+}
+
+fn max_size(o: &Opts) -> usize {
+    *o.sizes.iter().max().unwrap_or(&1)
+}
+
+/// Echo every message. The receive for the next message is posted before
+/// the reply goes out: iWARP drops a connection whose message finds no
+/// receive posted.
+fn serve(ev: &mut EventLoop, peer: &Peer, o: &Opts) -> AnyResult<()> {
     let (mut out, mut held) = (Vec::new(), Vec::new());
-    let mut buf = Some(Buffer::new(*o.sizes.iter().max().unwrap_or(&1)));
-    for &size in &o.sizes {
-        for i in 0..o.warmup + o.iters {
-            let (s, r) = opts(o, i);
-            let mut b = buf.take().expect("buffer");
-            b.set_len(b.capacity());
-            ev.recv(ep, b, r, Token(1))?;
-            let mut got = wait(ev, &mut out, &mut held, OpKind::Recv)?
-                .buffer
-                .expect("buffer");
-            if o.verify {
-                check(&got, i, size)?;
-            }
-            got.set_len(size);
-            ev.send(peer, got, s, Token(2))?;
-            buf = wait(ev, &mut out, &mut held, OpKind::Send)?.buffer;
+    let mut spare = Some(Buffer::new(max_size(o)));
+    let rounds: Vec<(usize, usize)> = o
+        .sizes
+        .iter()
+        .flat_map(|&size| (0..o.warmup + o.iters).map(move |i| (size, i)))
+        .collect();
+    for (n, &(size, i)) in rounds.iter().enumerate() {
+        let mut got = wait(ev, &mut out, &mut held, OpKind::Recv)?
+            .buffer
+            .expect("buffer");
+        if o.verify {
+            check(&got, i, size)?;
         }
+        if let Some(&(_, next)) = rounds.get(n + 1) {
+            let mut b = spare.take().expect("spare buffer");
+            b.set_len(b.capacity());
+            ev.recv(peer.endpoint(), b, opts(o, next).1, Token(1))?;
+        }
+        got.set_len(size);
+        ev.send(peer, got, opts(o, i).0, Token(2))?;
+        spare = wait(ev, &mut out, &mut held, OpKind::Send)?.buffer;
     }
     Ok(())
 }
 
-fn drive(ev: &mut EventLoop, ep: fabric_msg::EndpointId, peer: &Peer, o: &Opts) -> AnyResult<()> {
+fn drive(ev: &mut EventLoop, peer: &Peer, o: &Opts) -> AnyResult<()> {
     let (mut out, mut held) = (Vec::new(), Vec::new());
-    let max = *o.sizes.iter().max().unwrap_or(&1);
+    let max = max_size(o);
     let (mut tx, mut rx) = (Some(Buffer::new(max)), Some(Buffer::new(max)));
     for &size in &o.sizes {
         let mut start = Instant::now();
@@ -283,7 +316,7 @@ fn drive(ev: &mut EventLoop, ep: fabric_msg::EndpointId, peer: &Peer, o: &Opts) 
             let (s, r) = opts(o, i);
             let mut b = rx.take().expect("buffer");
             b.set_len(b.capacity());
-            ev.recv(ep, b, r, Token(1))?;
+            ev.recv(peer.endpoint(), b, r, Token(1))?;
             let mut t = tx.take().expect("buffer");
             t.set_len(size);
             if o.verify {

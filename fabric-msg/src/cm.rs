@@ -1,0 +1,299 @@
+//! Connected (MSG) endpoints: the event queue, the passive endpoint and
+//! `fi_connect` / `fi_accept`.
+//!
+//! On fabrics that offer only connected endpoints (raw `verbs`, notably on
+//! iWARP) every connection is its own endpoint, bound to the loop's one CQ.
+//! The bootstrap calls these after the out-of-band handshake, so that
+//! `connect` and `Listener::accept` look the same on every fabric; the
+//! returned `Peer` names the connection's endpoint.
+
+use crate::domain::{close_fid, DomainInner};
+use crate::error::{check, strerror, Error, Result};
+use crate::event_loop::{EndpointId, EndpointState, EventLoop};
+use crate::ffi;
+use std::ptr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Posts receives on a new endpoint before its connection starts.
+pub(crate) type Prepost<'a> = &'a mut dyn FnMut(&mut EventLoop, EndpointId) -> Result<()>;
+
+pub(crate) struct Eq {
+    pub(crate) raw: *mut ffi::fid_eq,
+    _domain: Arc<DomainInner>,
+}
+
+impl Drop for Eq {
+    fn drop(&mut self) {
+        // SAFETY: opened by fi_eq_open; every endpoint and passive endpoint
+        // bound to it is closed before the EventLoop drops this field.
+        unsafe { close_fid("event queue", &mut (*self.raw).fid) }
+    }
+}
+
+pub(crate) struct Pep {
+    raw: *mut ffi::fid_pep,
+    name: Vec<u8>,
+}
+
+/// One event read from the EQ.
+enum CmEvent {
+    ConnReq { info: *mut ffi::fi_info },
+    Connected { fid: *mut ffi::fid },
+    Shutdown { fid: *mut ffi::fid },
+}
+
+// Room for a cm entry and the connection data a provider may attach.
+#[repr(C, align(8))]
+struct CmBuf([u8; 256]);
+
+impl Eq {
+    pub(crate) fn open(domain: &Arc<DomainInner>) -> Result<Eq> {
+        let mut attr = ffi::fi_eq_attr {
+            size: 64,
+            wait_obj: ffi::FI_WAIT_NONE,
+            ..Default::default()
+        };
+        let mut raw = ptr::null_mut();
+        // SAFETY: the fabric is open (held by the domain); attr lives for the call.
+        check("fi_eq_open", unsafe {
+            ffi::fi_eq_open(domain.fabric.raw, &mut attr, &mut raw, ptr::null_mut())
+        })?;
+        Ok(Eq {
+            raw,
+            _domain: domain.clone(),
+        })
+    }
+
+    /// Wait up to `timeout` for the next connection-management event.
+    fn next(&self, timeout: Duration) -> Result<CmEvent> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let mut event = 0u32;
+            let mut buf = CmBuf([0; 256]);
+            // SAFETY: the EQ is open; buf is large and aligned enough for an
+            // fi_eq_cm_entry plus connection data.
+            let rc =
+                unsafe { ffi::fi_eq_read(self.raw, &mut event, buf.0.as_mut_ptr().cast(), buf.0.len(), 0) };
+            if rc >= 0 {
+                // SAFETY: a successful read of a CM event fills an fi_eq_cm_entry.
+                let entry = unsafe { &*(buf.0.as_ptr() as *const ffi::fi_eq_cm_entry) };
+                match event {
+                    ffi::FI_CONNREQ => return Ok(CmEvent::ConnReq { info: entry.info }),
+                    ffi::FI_CONNECTED => return Ok(CmEvent::Connected { fid: entry.fid }),
+                    ffi::FI_SHUTDOWN => return Ok(CmEvent::Shutdown { fid: entry.fid }),
+                    other => log::debug!("ignoring event queue event {other}"),
+                }
+            } else if rc == -(ffi::FI_EAVAIL as isize) {
+                let mut err = ffi::fi_eq_err_entry::default();
+                // SAFETY: the EQ reported an error entry; err is a valid out-struct.
+                let rc = unsafe { ffi::fi_eq_readerr(self.raw, &mut err, 0) };
+                check("fi_eq_readerr", rc as i64)?;
+                let code = err.err.unsigned_abs();
+                return Err(Error::Handshake {
+                    peer: "fabric".into(),
+                    message: format!(
+                        "connection failed: {} (provider errno {}): is the peer's address reachable on this fabric?",
+                        strerror(code),
+                        err.prov_errno
+                    ),
+                });
+            } else if rc != -(ffi::FI_EAGAIN as isize) {
+                return Err(Error::from_rc("fi_eq_read", rc as i64));
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::Handshake {
+                    peer: "fabric".into(),
+                    message: format!(
+                        "no connection event within {timeout:?}: the peer stalled or cannot reach us"
+                    ),
+                });
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+}
+
+impl Drop for Pep {
+    fn drop(&mut self) {
+        // SAFETY: opened by fi_passive_ep; closed once, before its EQ.
+        unsafe { close_fid("passive endpoint", &mut (*self.raw).fid) }
+    }
+}
+
+impl EventLoop {
+    fn eq(&self) -> Result<&Eq> {
+        self.eq.as_ref().ok_or_else(|| Error::Unsupported {
+            what: "connected (MSG) endpoints on a profile negotiated for RDM".into(),
+            provider: self.domain.profile.provider.clone(),
+        })
+    }
+
+    /// The passive endpoint's address, listening (opened on first use).
+    pub(crate) fn msg_listen(&mut self) -> Result<Vec<u8>> {
+        if let Some(p) = &self.pep {
+            return Ok(p.name.clone());
+        }
+        let eq = self.eq()?.raw;
+        let mut raw = ptr::null_mut();
+        // SAFETY: the fabric and its info are alive (self.domain).
+        check("fi_passive_ep", unsafe {
+            ffi::fi_passive_ep(
+                self.domain.fabric.raw,
+                self.domain.info_ptr(),
+                &mut raw,
+                ptr::null_mut(),
+            )
+        })?;
+        let mut pep = Pep {
+            raw,
+            name: Vec::new(),
+        };
+        // SAFETY: pep and eq are open; the EQ outlives the pep (closed after it).
+        check("fi_pep_bind", unsafe {
+            ffi::fi_pep_bind(pep.raw, &mut (*eq).fid, 0)
+        })?;
+        // SAFETY: pep is bound to an EQ, as fi_listen requires.
+        check("fi_listen", unsafe { ffi::fi_listen(pep.raw) })?;
+        let mut name = vec![0u8; 256];
+        let mut len = name.len();
+        // SAFETY: pep is open; name has len writable bytes.
+        check("fi_getname", unsafe {
+            ffi::fi_getname(&mut (*pep.raw).fid, name.as_mut_ptr().cast(), &mut len)
+        })?;
+        name.truncate(len);
+        pep.name = name.clone();
+        self.pep = Some(pep);
+        Ok(name)
+    }
+
+    /// Open an endpoint from `info`, bound to the loop's CQ and EQ.
+    fn msg_endpoint(&mut self, info: *mut ffi::fi_info) -> Result<*mut ffi::fid_ep> {
+        let eq = self.eq()?.raw;
+        let mut ep = ptr::null_mut();
+        // SAFETY: the domain is open and `info` is a live fi_info.
+        check("fi_endpoint", unsafe {
+            ffi::fi_endpoint(self.domain.raw, info, &mut ep, ptr::null_mut())
+        })?;
+        let flags = u64::from(ffi::FI_TRANSMIT | ffi::FI_RECV);
+        // SAFETY: ep is fresh; the CQ and EQ outlive it. On error it is closed here.
+        let rc = unsafe {
+            let mut rc = ffi::fi_ep_bind(ep, &mut (*eq).fid, 0);
+            if rc == 0 {
+                rc = ffi::fi_ep_bind(ep, &mut (*self.cq.raw).fid, flags);
+            }
+            if rc != 0 {
+                close_fid("endpoint", &mut (*ep).fid);
+            }
+            rc
+        };
+        check("fi_ep_bind", rc)?;
+        Ok(ep)
+    }
+
+    fn adopt(&mut self, ep: *mut ffi::fid_ep) -> EndpointId {
+        let framed = self.framed();
+        self.endpoints.push(Some(EndpointState { raw: ep, framed }));
+        EndpointId::new(self.endpoints.len() as u32 - 1)
+    }
+
+    /// Wait for the next connection request on the passive endpoint and
+    /// accept it; `prepost` runs on the enabled endpoint before `fi_accept`.
+    pub(crate) fn msg_accept(&mut self, timeout: Duration, prepost: Prepost<'_>) -> Result<EndpointId> {
+        let info = match self.eq()?.next(timeout)? {
+            CmEvent::ConnReq { info } => info,
+            _ => {
+                return Err(Error::Handshake {
+                    peer: "fabric".into(),
+                    message: "expected a connection request".into(),
+                })
+            }
+        };
+        let ep = self.msg_endpoint(info);
+        // SAFETY: the connreq's info was allocated by the provider for us to free.
+        unsafe { ffi::fi_freeinfo(info) };
+        let ep = ep?;
+        let id = self.adopt(ep);
+        self.enable_and_prepost(ep, id, prepost)?;
+        // SAFETY: ep was opened from the request's info, bound and enabled.
+        check("fi_accept", unsafe { ffi::fi_accept(ep, ptr::null(), 0) })?;
+        self.wait_connected(ep, timeout)?;
+        Ok(id)
+    }
+
+    /// Connect a new endpoint to a listening peer's passive endpoint `name`;
+    /// `prepost` runs on the enabled endpoint before `fi_connect`.
+    pub(crate) fn msg_connect(
+        &mut self,
+        name: &[u8],
+        timeout: Duration,
+        prepost: Prepost<'_>,
+    ) -> Result<EndpointId> {
+        // SAFETY: fi_dupinfo copies the live info; the copy is freed below.
+        let info = unsafe { ffi::fi_dupinfo(self.domain.info_ptr()) };
+        if info.is_null() {
+            return Err(Error::from_rc("fi_dupinfo", -(ffi::FI_ENOMEM as i64)));
+        }
+        // verbs resolves the route when the endpoint is created, so the
+        // destination goes into the info (tcp would also take it in fi_connect).
+        // SAFETY: info is our copy; dest_addr gets malloc'd memory that
+        // fi_freeinfo frees with it.
+        unsafe {
+            let dest = libc::malloc(name.len().max(1));
+            if dest.is_null() {
+                ffi::fi_freeinfo(info);
+                return Err(Error::from_rc("malloc", -(ffi::FI_ENOMEM as i64)));
+            }
+            ptr::copy_nonoverlapping(name.as_ptr(), dest.cast::<u8>(), name.len());
+            libc::free((*info).dest_addr);
+            (*info).dest_addr = dest;
+            (*info).dest_addrlen = name.len();
+        }
+        let ep = self.msg_endpoint(info);
+        // SAFETY: info came from fi_dupinfo and is freed once.
+        unsafe { ffi::fi_freeinfo(info) };
+        let ep = ep?;
+        let id = self.adopt(ep);
+        self.enable_and_prepost(ep, id, prepost)?;
+        // SAFETY: ep is bound and enabled; name is the peer's address in this
+        // provider's format, read for the duration of the call.
+        check("fi_connect", unsafe {
+            ffi::fi_connect(ep, name.as_ptr().cast(), ptr::null(), 0)
+        })?;
+        self.wait_connected(ep, timeout)?;
+        Ok(id)
+    }
+
+    /// Enable the endpoint so receives can be posted before the connection
+    /// exists: iWARP has no receiver-not-ready retry, and a message that
+    /// finds no posted receive ends the connection.
+    fn enable_and_prepost(
+        &mut self,
+        ep: *mut ffi::fid_ep,
+        id: EndpointId,
+        prepost: Prepost<'_>,
+    ) -> Result<()> {
+        // SAFETY: ep is open and bound to its CQ and EQ.
+        check("fi_enable", unsafe { ffi::fi_enable(ep) })?;
+        prepost(self, id)
+    }
+
+    fn wait_connected(&mut self, ep: *mut ffi::fid_ep, timeout: Duration) -> Result<()> {
+        // SAFETY: ep is a live endpoint; only its fid address is compared.
+        let want = unsafe { &mut (*ep).fid as *mut ffi::fid };
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.eq()?.next(left)? {
+                CmEvent::Connected { fid } if fid == want => return Ok(()),
+                CmEvent::Shutdown { fid } if fid == want => {
+                    return Err(Error::Handshake {
+                        peer: "fabric".into(),
+                        message: "the peer shut the connection down".into(),
+                    })
+                }
+                _ => continue,
+            }
+        }
+    }
+}
