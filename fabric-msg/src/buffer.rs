@@ -92,6 +92,12 @@ impl Buffer {
         &mut self.data[HEADROOM..HEADROOM + self.len]
     }
 
+    /// `len` payload bytes from `offset`, if within the capacity.
+    pub(crate) fn payload_at(&self, offset: usize, len: usize) -> Option<&[u8]> {
+        let end = offset.checked_add(len).filter(|&e| e <= self.capacity())?;
+        self.data.get(HEADROOM + offset..HEADROOM + end)
+    }
+
     /// The header room in front of the payload.
     pub(crate) fn header_mut(&mut self) -> &mut [u8; HEADROOM] {
         (&mut self.data[..HEADROOM]).try_into().expect("HEADROOM bytes")

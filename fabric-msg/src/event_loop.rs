@@ -102,6 +102,9 @@ pub struct LoopConfig {
     /// where a provider truncates silently (`udp;ofi_rxd`). Peers compare it
     /// at connect time.
     pub force_framing: bool,
+    /// `FI_OPT_MIN_MULTI_RECV`: a multi-receive buffer is released once
+    /// less than this many bytes remain free. `None`: the provider's default.
+    pub min_multi_recv: Option<usize>,
 }
 
 impl Default for LoopConfig {
@@ -111,6 +114,7 @@ impl Default for LoopConfig {
             wait: WaitMode::Spin,
             cq_size: None,
             force_framing: false,
+            min_multi_recv: None,
         }
     }
 }
@@ -173,6 +177,15 @@ pub struct Completion {
     pub source: Option<u64>,
     /// Success, or what went wrong.
     pub result: Result<(), CompletionError>,
+    /// For a multi-receive buffer: where this message lies in it (offset,
+    /// length). Read it with [`EventLoop::multi_recv_bytes`] while the
+    /// buffer is still posted, or from the buffer once it comes back.
+    pub multi: Option<(usize, usize)>,
+    /// The multi-receive slot (index, generation) this piece lies in.
+    slot: Option<(u32, u64)>,
+    /// The completion that ends a multi-receive buffer: `poll` releases
+    /// the slot and attaches the buffer when it hands this one out.
+    finishes: bool,
 }
 
 /// A post that failed; the buffer comes back with the error.
@@ -235,6 +248,16 @@ struct OpSlot {
     buffer: Option<Buffer>,
     /// Bytes posted for a receive (to report truncation).
     posted_len: usize,
+    /// A multi-receive buffer: completes once per message, released by
+    /// the completion flagged FI_MULTI_RECV.
+    multi: bool,
+    /// Address of the buffer's payload, for offsets of multi-receive pieces.
+    base: usize,
+    /// Bytes of a multi-receive buffer filled so far.
+    used: usize,
+    /// Bumped at every acquire, so a completion can tell its slot from a
+    /// later operation's use of it.
+    generation: u64,
 }
 
 /// Boxed slots, never moved while in use; freed slots are reused, so the
@@ -263,6 +286,10 @@ impl Slab {
                     token,
                     buffer: None,
                     posted_len: 0,
+                    multi: false,
+                    base: 0,
+                    used: 0,
+                    generation: 0,
                 }));
                 i
             }
@@ -274,6 +301,10 @@ impl Slab {
         slot.token = token;
         slot.buffer = None;
         slot.posted_len = 0;
+        slot.multi = false;
+        slot.base = 0;
+        slot.used = 0;
+        slot.generation += 1;
         self.in_flight += 1;
         &mut **slot
     }
@@ -316,6 +347,8 @@ struct Posting {
     /// Bytes handed to libfabric (header included on framed endpoints).
     len: usize,
     framed: bool,
+    /// A multi-receive buffer.
+    multi: bool,
 }
 
 pub(crate) struct EndpointState {
@@ -544,6 +577,17 @@ impl EventLoop {
             if rc == 0 {
                 rc = ffi::fi_enable(raw);
             }
+            // After fi_enable: libfabric 1.17's shm dereferences its shared
+            // receive context in setopt, and that exists only once enabled.
+            if let (0, Some(min)) = (rc, self.cfg.min_multi_recv) {
+                rc = ffi::fi_setopt(
+                    &mut (*raw).fid,
+                    ffi::FI_OPT_ENDPOINT as i32,
+                    ffi::FI_OPT_MIN_MULTI_RECV as i32,
+                    (&min as *const usize).cast(),
+                    std::mem::size_of::<usize>(),
+                );
+            }
             if rc != 0 {
                 close_fid("endpoint", &mut (*raw).fid);
             }
@@ -663,6 +707,7 @@ impl EventLoop {
             token,
             len,
             framed,
+            multi: false,
         };
         self.post(what, buf, |bufp, ctx| {
             // SAFETY: raw is an enabled endpoint; bufp/len describe memory the
@@ -716,6 +761,7 @@ impl EventLoop {
             token,
             len,
             framed,
+            multi: false,
         };
         self.post(what, buf, |bufp, ctx| {
             // SAFETY: as in `send`; the buffer has `len` writable bytes at bufp.
@@ -726,6 +772,149 @@ impl EventLoop {
                 }
             }
         })
+    }
+
+    /// Post a multi-receive buffer (`FI_MULTI_RECV`): many messages land in
+    /// it back to back, each completing with [`Completion::multi`] set; the
+    /// completion that returns the buffer is the last. Needs
+    /// [`Capability::MultiRecv`](crate::Capability::MultiRecv) and an
+    /// unframed endpoint. [`LoopConfig::min_multi_recv`] sets how much room
+    /// must remain for the buffer to stay posted.
+    pub fn recv_multi(&mut self, id: EndpointId, mut buf: Buffer, token: Token) -> Result<(), PostError> {
+        let fail = |error, buffer| {
+            Err(PostError {
+                error,
+                buffer: Some(buffer),
+            })
+        };
+        let ep = match self.ep(id) {
+            Ok(e) => e,
+            Err(e) => return fail(e, buf),
+        };
+        let raw = ep.raw;
+        if ep.framed
+            || !self
+                .domain
+                .profile
+                .caps_granted
+                .iter()
+                .any(|c| c == "FI_MULTI_RECV")
+        {
+            let e = Error::Unsupported {
+                what: "multi-receive buffers (needs FI_MULTI_RECV granted and unframed messages)".into(),
+                provider: self.domain.profile.provider.clone(),
+            };
+            return fail(e, buf);
+        }
+        let len = buf.capacity();
+        let mut desc = match self.local_desc(&mut buf) {
+            Ok(d) => d,
+            Err(e) => return fail(e, buf),
+        };
+        let what = Posting {
+            endpoint: id,
+            kind: OpKind::Recv,
+            token,
+            len,
+            framed: false,
+            multi: true,
+        };
+        self.post(what, buf, |bufp, ctx| {
+            let iov = libc::iovec {
+                iov_base: bufp,
+                iov_len: len,
+            };
+            let msg = ffi::fi_msg {
+                msg_iov: &iov,
+                desc: &mut desc,
+                iov_count: 1,
+                addr: ffi::FI_ADDR_UNSPEC,
+                context: ctx,
+                data: 0,
+            };
+            // SAFETY: as in `recv`; fi_recvmsg reads `msg` and `iov` during the
+            // call only, and the buffer stays owned by the loop until the
+            // completion flagged FI_MULTI_RECV.
+            unsafe { ffi::fi_recvmsg(raw, &msg, u64::from(ffi::FI_MULTI_RECV)) }
+        })
+    }
+
+    /// The bytes of one message in a multi-receive buffer that is still
+    /// posted. `None` once the buffer has come back (read it from there),
+    /// or for a completion that is not a multi-receive piece.
+    pub fn multi_recv_bytes(&self, c: &Completion) -> Option<&[u8]> {
+        let (offset, len) = c.multi?;
+        let (index, generation) = c.slot?;
+        let slot = self.slab.slots.get(index as usize)?;
+        if !slot.in_use || !slot.multi || slot.generation != generation {
+            return None;
+        }
+        // The provider wrote these bytes before reporting them and writes
+        // only further on in the buffer until it returns it.
+        slot.buffer.as_ref()?.payload_at(offset, len)
+    }
+
+    fn complete_multi(&mut self, index: u32, e: &ffi::fi_cq_tagged_entry, source: Option<u64>) {
+        let last = e.flags & u64::from(ffi::FI_MULTI_RECV) != 0;
+        let slot = &mut self.slab.slots[index as usize];
+        let (endpoint, token, generation) = (slot.endpoint, slot.token, slot.generation);
+        let piece = (e.len > 0).then(|| ((e.buf as usize).wrapping_sub(slot.base), e.len));
+        if let Some((offset, len)) = piece {
+            slot.used = slot.used.max(offset + len);
+        }
+        if self
+            .endpoints
+            .get(endpoint as usize)
+            .and_then(Option::as_ref)
+            .is_none()
+        {
+            if last {
+                self.slab.release(index);
+            }
+            return;
+        }
+        let data = (e.flags & u64::from(ffi::FI_REMOTE_CQ_DATA) != 0).then_some(e.data);
+        let tag = if e.flags & u64::from(ffi::FI_TAGGED) != 0 {
+            e.tag
+        } else {
+            0
+        };
+        self.pending.push_back(Completion {
+            token,
+            endpoint: EndpointId(endpoint),
+            kind: OpKind::Recv,
+            buffer: None,
+            tag,
+            data,
+            source,
+            result: Ok(()),
+            multi: piece,
+            slot: Some((index, generation)),
+            finishes: last,
+        });
+    }
+
+    /// Hand out pending completions. A multi-receive buffer comes back
+    /// (its slot released) only in a batch holding none of its earlier
+    /// pieces, so those can be read with `multi_recv_bytes` while their
+    /// batch is processed.
+    fn deliver(&mut self, out: &mut Vec<Completion>) {
+        while let Some(c) = self.pending.front() {
+            if c.finishes && out.iter().any(|o| o.slot == c.slot) {
+                break;
+            }
+            let mut c = self.pending.pop_front().expect("front exists");
+            if c.finishes {
+                if let Some((index, _)) = c.slot {
+                    let used = self.slab.slots[index as usize].used;
+                    c.buffer = self.slab.release(index);
+                    if let Some(b) = c.buffer.as_mut() {
+                        b.set_received(used);
+                    }
+                }
+            }
+            out.push(c);
+        }
     }
 
     /// Send a small message without a completion; `bytes` is copied before
@@ -794,6 +983,8 @@ impl EventLoop {
         let (index, ctx) = unsafe {
             (*slot).buffer = Some(buf);
             (*slot).posted_len = what.len;
+            (*slot).multi = what.multi;
+            (*slot).base = bufp as usize;
             ((*slot).index, slot.cast::<c_void>())
         };
         match self.retry(|| op(bufp, ctx)) {
@@ -851,7 +1042,7 @@ impl EventLoop {
                 self.read_cq()?;
             }
             if !self.pending.is_empty() {
-                out.extend(self.pending.drain(..));
+                self.deliver(out);
                 return Ok(out.len());
             }
             let remaining = match deadline {
@@ -968,10 +1159,13 @@ impl EventLoop {
             log::warn!("completion for an unknown context {:p} ignored", e.op_context);
             return;
         };
-        let (endpoint, kind, token) = {
+        let (endpoint, kind, token, multi) = {
             let s = &self.slab.slots[index as usize];
-            (s.endpoint, s.kind, s.token)
+            (s.endpoint, s.kind, s.token, s.multi)
         };
+        if multi {
+            return self.complete_multi(index, e, source);
+        }
         let mut buffer = self.slab.release(index);
         let alive = self.endpoints.get(endpoint as usize).and_then(Option::as_ref);
         let Some(ep) = alive else { return };
@@ -1025,6 +1219,9 @@ impl EventLoop {
             data,
             source,
             result,
+            multi: None,
+            slot: None,
+            finishes: false,
         });
     }
 
@@ -1128,6 +1325,9 @@ impl EventLoop {
             data: None,
             source: None,
             result,
+            multi: None,
+            slot: None,
+            finishes: false,
         });
         Ok(())
     }

@@ -34,6 +34,8 @@ pub enum Capability {
     Atomic,
     /// Receives that match one sender only (`FI_DIRECTED_RECV`).
     DirectedRecv,
+    /// Buffers that take many messages (`FI_MULTI_RECV`).
+    MultiRecv,
 }
 
 impl Capability {
@@ -49,6 +51,7 @@ impl Capability {
             }
             Capability::Atomic => ffi::FI_ATOMIC as u64,
             Capability::DirectedRecv => ffi::FI_DIRECTED_RECV as u64,
+            Capability::MultiRecv => ffi::FI_MULTI_RECV as u64,
         }
     }
 }

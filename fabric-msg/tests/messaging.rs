@@ -390,3 +390,65 @@ fn inject_larger_than_the_inject_size_is_refused() {
     );
     server.join().unwrap();
 }
+
+#[test]
+fn multi_receive_buffers_take_many_small_messages() {
+    use fabric_msg::negotiate::Capability;
+    const N: u64 = 100;
+    for provider in ["tcp;ofi_rxm", "shm", "sockets"] {
+        let p = profile_caps(provider, &[Capability::Msg, Capability::MultiRecv]);
+        let cfg = LoopConfig {
+            min_multi_recv: Some(64),
+            ..Default::default()
+        };
+        let prov = provider.to_string();
+        let (mut c, server) = pair(p.clone(), p, cfg, move |mut s| {
+            // Two 1 KiB buffers take turns: each holds about 25 messages of 40 bytes.
+            for t in 0..2 {
+                s.ev.recv_multi(s.ep, Buffer::new(1024), Token(t)).unwrap();
+            }
+            let mut seen = Vec::new();
+            let mut batch = Vec::new();
+            let deadline = std::time::Instant::now() + TIMEOUT;
+            while (seen.len() as u64) < N {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "{prov}: {} of {N} messages",
+                    seen.len()
+                );
+                s.ev.poll(&mut batch, Some(std::time::Duration::from_millis(100)))
+                    .unwrap();
+                for d in batch.drain(..) {
+                    d.result.as_ref().unwrap();
+                    if let Some((offset, len)) = d.multi {
+                        let bytes = match s.ev.multi_recv_bytes(&d) {
+                            Some(b) => b.to_vec(),
+                            None => d.buffer.as_ref().unwrap().as_slice()[offset..offset + len].to_vec(),
+                        };
+                        seen.push(u64::from_le_bytes(bytes[..8].try_into().unwrap()));
+                        assert_eq!(
+                            bytes,
+                            [&seen.last().unwrap().to_le_bytes()[..], &[7u8; 32]].concat()
+                        );
+                    }
+                    if let Some(buf) = d.buffer {
+                        // The buffer is full: it comes back, and goes out again.
+                        s.ev.recv_multi(s.ep, buf, d.token).unwrap();
+                    }
+                }
+            }
+            assert_eq!(
+                seen,
+                (0..N).collect::<Vec<_>>(),
+                "{prov}: every message once, in order"
+            );
+        });
+        for i in 0..N {
+            let msg = [&i.to_le_bytes()[..], &[7u8; 32]].concat();
+            c.ev.send(&c.peer, Buffer::from_slice(&msg), SendOpts::default(), Token(i))
+                .unwrap();
+        }
+        wait_n(&mut c.ev, N as usize);
+        server.join().unwrap();
+    }
+}
