@@ -16,6 +16,27 @@
 //!   reaped meanwhile are kept for the next `poll`, never lost.
 //! - A message larger than the posted buffer completes with
 //!   [`CompletionError::Truncated`] naming both sizes; nothing overflows.
+//! - Buffers are owned by the loop while their operation is in flight, and
+//!   come back in the completion (or with a failed post's error).
+//!
+//! # Threads
+//!
+//! An `EventLoop` is `Send` but not `Sync`: every call takes `&mut self`,
+//! so one thread drives it at a time, which is all any libfabric threading
+//! level asks. [`Completion`], [`Buffer`] and [`Peer`] are `Send`, so
+//! completions can be consumed on another thread ([`EventLoop::forward`]).
+//!
+//! Bytes of a multi-receive piece are borrowed from the loop, so the loop
+//! cannot be polled (and the buffer cannot come back) while they are held:
+//!
+//! ```compile_fail
+//! # fn f(ev: &mut fabric_msg::EventLoop, c: &fabric_msg::Completion) {
+//! let bytes = ev.multi_recv_bytes(c).unwrap();
+//! let mut out = Vec::new();
+//! ev.poll(&mut out, None).unwrap(); // error: `ev` is borrowed by `bytes`
+//! println!("{bytes:?}");
+//! # }
+//! ```
 
 use crate::buffer::{Buffer, HEADROOM};
 use crate::domain::{close_fid, DomainInner};
@@ -1410,6 +1431,18 @@ fn decode_header(h: &[u8; HEADROOM], received: usize) -> Option<(usize, Option<u
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn thread_bounds_are_what_the_docs_promise() {
+        fn send<T: Send>() {}
+        fn sync<T: Sync>() {}
+        send::<EventLoop>();
+        send::<Completion>();
+        send::<Buffer>();
+        sync::<Buffer>();
+        send::<Peer>();
+        sync::<Peer>();
+    }
 
     #[test]
     fn header_round_trip_and_short_frames() {

@@ -8,7 +8,9 @@
 //! # Quick start
 //!
 //! ```no_run
-//! use fabric_msg::{negotiate, LadderConfig, Requirements};
+//! use fabric_msg::{connect, negotiate, Buffer, EventLoop, LadderConfig, LoopConfig, RecvOpts, Requirements,
+//!                  SendOpts, Token};
+//! use std::time::Duration;
 //!
 //! let ladder = LadderConfig::load(None)?; // providers.toml, or the built-in default
 //! let found = negotiate(&Requirements::default(), &ladder)?;
@@ -16,6 +18,14 @@
 //! for why in &found.rejections {
 //!     println!("  passed over {why}");
 //! }
+//!
+//! let mut ev = EventLoop::new(&found.profile, LoopConfig::default())?;
+//! let ep = ev.endpoint()?;
+//! let peer = connect(&mut ev, ep, "server.example:9228", Duration::from_secs(10))?;
+//! ev.recv(peer.endpoint(), Buffer::new(4096), RecvOpts { tag: Some((7, 0)), from: None }, Token(1))?;
+//! ev.send(&peer, Buffer::from_slice(b"hello"), SendOpts { tag: Some(7), data: None }, Token(2))?;
+//! let mut done = Vec::new();
+//! ev.poll(&mut done, Some(Duration::from_secs(5)))?;
 //! # Ok::<(), fabric_msg::Error>(())
 //! ```
 //!
@@ -46,14 +56,20 @@
 //!
 //! # Thread safety
 //!
-//! Negotiation may run on any thread; its results are plain data
-//! (`Send + Sync`).
+//! Negotiation may run on any thread; its results are plain data. An
+//! [`EventLoop`] is `Send`, not `Sync`: one thread drives it at a time
+//! (`&mut self`), which satisfies every libfabric threading level.
+//! Completions and buffers are `Send` and can be consumed elsewhere.
 //!
 //! # Resource cleanup
 //!
-//! Negotiation opens every candidate it tries (fabric, domain, CQ, AV or EQ,
-//! endpoint) to prove it works, and closes them, children first, before it
-//! returns.
+//! Every libfabric object has one owner that closes it, holding its parents
+//! alive: endpoints close before the CQ, AV and EQ they are bound to, those
+//! before the domain, the domain before the fabric. Dropping an
+//! [`EventLoop`] with operations in flight closes its endpoints first, then
+//! frees the operations' buffers and registrations. `Drop` never panics:
+//! close errors are logged. Negotiation's trial objects are closed before
+//! [`negotiate()`] returns.
 
 #![deny(missing_docs)]
 // bindgen gives each libfabric flag macro the narrowest type that holds its
