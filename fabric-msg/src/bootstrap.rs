@@ -16,7 +16,7 @@
 use crate::error::{Error, Result};
 use crate::event_loop::{EndpointId, EventLoop, Peer};
 use crate::info::EndpointType;
-use crate::profile::{check_peer, WireProfile, PROTOCOL_VERSION};
+use crate::profile::{check_peer, Agreement, WireProfile, PROTOCOL_VERSION};
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
@@ -94,66 +94,27 @@ impl Listener {
             .accept()
             .map_err(|e| io("accepting a bootstrap connection", e))?;
         let mut s = Stream::new(stream, addr, self.timeout)?;
-        let (profile, name) = match s.read()? {
-            Frame::Hello {
-                magic,
-                version,
-                profile,
-                name,
-            } => {
-                s.check_hello(magic, version)?;
-                (profile, name)
-            }
-            other => return Err(s.fail(format!("expected Hello, got {}", frame_name(&other)))),
-        };
+        let (profile, name) = s.read_hello()?;
         let local = ev.wire_profile();
-        let agreement = match check_peer(&local, &profile) {
-            Ok(a) => a,
-            Err(e) => {
-                s.write(&Frame::Reject {
-                    reason: e.to_string(),
-                })
-                .ok();
-                return Err(e);
-            }
-        };
-        if ev.profile().endpoint_type == EndpointType::Msg {
+        let agreement = s.agree(&local, &profile)?;
+        let peer = if ev.profile().endpoint_type == EndpointType::Msg {
             // Connected endpoints: the peer connects to our passive endpoint.
-            let name = ev.msg_listen()?;
-            s.write(&Frame::Hello {
-                magic: MAGIC,
-                version: PROTOCOL_VERSION,
-                profile: local,
-                name,
-            })?;
+            let pep_name = ev.msg_listen()?;
+            s.hello(local, pep_name)?;
             let conn = ev.msg_accept(self.timeout, &mut prepost)?;
-            return match s.read()? {
-                Frame::Ready => Ok(Peer {
-                    endpoint: conn,
-                    addr: crate::ffi::FI_ADDR_UNSPEC,
-                    agreement,
-                }),
-                Frame::Reject { reason } => Err(Error::PeerMismatch(format!(
-                    "the peer at {addr} refused: {reason}"
-                ))),
-                other => Err(s.fail(format!("expected Ready, got {}", frame_name(&other)))),
-            };
-        }
-        let peer = ev.insert_peer(ep, &name, agreement)?;
-        prepost(ev, ep)?;
-        s.write(&Frame::Hello {
-            magic: MAGIC,
-            version: PROTOCOL_VERSION,
-            profile: local,
-            name: ev.name(ep)?,
-        })?;
-        match s.read()? {
-            Frame::Ready => Ok(peer),
-            Frame::Reject { reason } => Err(Error::PeerMismatch(format!(
-                "the peer at {addr} refused: {reason}"
-            ))),
-            other => Err(s.fail(format!("expected Ready, got {}", frame_name(&other)))),
-        }
+            Peer {
+                endpoint: conn,
+                addr: crate::ffi::FI_ADDR_UNSPEC,
+                agreement,
+            }
+        } else {
+            let peer = ev.insert_peer(ep, &name, agreement)?;
+            prepost(ev, ep)?;
+            s.hello(local, ev.name(ep)?)?;
+            peer
+        };
+        s.read_ready()?;
+        Ok(peer)
     }
 }
 
@@ -199,46 +160,12 @@ pub fn connect_with(
     };
     let mut s = Stream::new(stream, addr, timeout)?;
     let local = ev.wire_profile();
+    let msg = ev.profile().endpoint_type == EndpointType::Msg;
     // A connecting MSG endpoint has no address to give: it connects to the server's.
-    let my_name = if ev.profile().endpoint_type == EndpointType::Msg {
-        Vec::new()
-    } else {
-        ev.name(ep)?
-    };
-    s.write(&Frame::Hello {
-        magic: MAGIC,
-        version: PROTOCOL_VERSION,
-        profile: local.clone(),
-        name: my_name,
-    })?;
-    let (profile, name) = match s.read()? {
-        Frame::Hello {
-            magic,
-            version,
-            profile,
-            name,
-        } => {
-            s.check_hello(magic, version)?;
-            (profile, name)
-        }
-        Frame::Reject { reason } => {
-            return Err(Error::PeerMismatch(format!(
-                "the peer at {addr} refused: {reason}"
-            )))
-        }
-        other => return Err(s.fail(format!("expected Hello, got {}", frame_name(&other)))),
-    };
-    let agreement = match check_peer(&local, &profile) {
-        Ok(a) => a,
-        Err(e) => {
-            s.write(&Frame::Reject {
-                reason: e.to_string(),
-            })
-            .ok();
-            return Err(e);
-        }
-    };
-    let peer = if ev.profile().endpoint_type == EndpointType::Msg {
+    s.hello(local.clone(), if msg { Vec::new() } else { ev.name(ep)? })?;
+    let (profile, name) = s.read_hello()?;
+    let agreement = s.agree(&local, &profile)?;
+    let peer = if msg {
         let conn = ev.msg_connect(&name, timeout, &mut prepost)?;
         Peer {
             endpoint: conn,
@@ -303,6 +230,55 @@ impl Stream {
             )));
         }
         Ok(())
+    }
+
+    fn hello(&mut self, profile: WireProfile, name: Vec<u8>) -> Result<()> {
+        self.write(&Frame::Hello {
+            magic: MAGIC,
+            version: PROTOCOL_VERSION,
+            profile,
+            name,
+        })
+    }
+
+    /// The peer's Hello, checked; its Reject as the mismatch it reports.
+    fn read_hello(&mut self) -> Result<(WireProfile, Vec<u8>)> {
+        match self.read()? {
+            Frame::Hello {
+                magic,
+                version,
+                profile,
+                name,
+            } => {
+                self.check_hello(magic, version)?;
+                Ok((profile, name))
+            }
+            Frame::Reject { reason } => Err(self.refused(reason)),
+            other => Err(self.fail(format!("expected Hello, got {}", frame_name(&other)))),
+        }
+    }
+
+    fn read_ready(&mut self) -> Result<()> {
+        match self.read()? {
+            Frame::Ready => Ok(()),
+            Frame::Reject { reason } => Err(self.refused(reason)),
+            other => Err(self.fail(format!("expected Ready, got {}", frame_name(&other)))),
+        }
+    }
+
+    /// Compare profiles; on a mismatch tell the peer why before failing,
+    /// so both sides report it.
+    fn agree(&mut self, local: &WireProfile, remote: &WireProfile) -> Result<Agreement> {
+        check_peer(local, remote).inspect_err(|e| {
+            self.write(&Frame::Reject {
+                reason: e.to_string(),
+            })
+            .ok();
+        })
+    }
+
+    fn refused(&self, reason: String) -> Error {
+        Error::PeerMismatch(format!("the peer at {} refused: {reason}", self.peer))
     }
 
     fn write(&mut self, f: &Frame) -> Result<()> {

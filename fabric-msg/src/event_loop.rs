@@ -895,11 +895,7 @@ impl EventLoop {
             return;
         }
         let data = (e.flags & u64::from(ffi::FI_REMOTE_CQ_DATA) != 0).then_some(e.data);
-        let tag = if e.flags & u64::from(ffi::FI_TAGGED) != 0 {
-            e.tag
-        } else {
-            0
-        };
+        let tag = tag_of(e.flags, e.tag);
         self.pending.push_back(Completion {
             token,
             endpoint: EndpointId(endpoint),
@@ -1226,11 +1222,7 @@ impl EventLoop {
                 }
             }
         }
-        let tag = if e.flags & u64::from(ffi::FI_TAGGED) != 0 {
-            e.tag
-        } else {
-            0
-        };
+        let tag = tag_of(e.flags, e.tag);
         self.pending.push_back(Completion {
             token,
             endpoint: EndpointId(endpoint),
@@ -1332,11 +1324,7 @@ impl EventLoop {
                 prov_text: prov,
             })
         };
-        let tag = if err.flags & u64::from(ffi::FI_TAGGED) != 0 {
-            err.tag
-        } else {
-            0
-        };
+        let tag = tag_of(err.flags, err.tag);
         self.pending.push_back(Completion {
             token,
             endpoint: EndpointId(endpoint),
@@ -1401,6 +1389,15 @@ impl Drop for EventLoop {
         // before the CQ, AV and domain go.
         self.slab.slots.clear();
         self.pending.clear();
+    }
+}
+
+/// The tag of a completion, where it is a tagged one.
+fn tag_of(flags: u64, tag: u64) -> u64 {
+    if flags & u64::from(ffi::FI_TAGGED) != 0 {
+        tag
+    } else {
+        0
     }
 }
 

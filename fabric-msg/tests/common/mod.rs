@@ -17,8 +17,12 @@ pub fn profile(provider: &str) -> Profile {
 }
 
 pub fn profile_with(provider: &str, queue_depth: usize) -> Profile {
+    negotiate_for(provider, &[Capability::Tagged, Capability::Msg], queue_depth)
+}
+
+fn negotiate_for(provider: &str, caps: &[Capability], queue_depth: usize) -> Profile {
     let req = Requirements {
-        caps: vec![Capability::Tagged, Capability::Msg],
+        caps: caps.to_vec(),
         endpoint: EndpointChoice::Rdm,
         provider: Some(provider.into()),
         domain: Some(if provider == "shm" {
@@ -93,23 +97,9 @@ pub fn pattern(seq: u64, len: usize) -> Vec<u8> {
         .collect()
 }
 
-/// Negotiate `provider` with extra capabilities.
+/// Negotiate `provider` with other capabilities.
 pub fn profile_caps(provider: &str, caps: &[Capability]) -> Profile {
-    let req = Requirements {
-        caps: caps.to_vec(),
-        endpoint: EndpointChoice::Rdm,
-        provider: Some(provider.into()),
-        domain: Some(if provider == "shm" {
-            "shm".into()
-        } else {
-            "lo".into()
-        }),
-        same_host: provider == "shm",
-        ..Default::default()
-    };
-    negotiate(&req, &LadderConfig::default())
-        .unwrap_or_else(|e| panic!("negotiating {provider}: {e}"))
-        .profile
+    negotiate_for(provider, caps, Requirements::default().queue_depth)
 }
 
 /// A client loop connected to `addr`.
