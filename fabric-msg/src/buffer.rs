@@ -122,7 +122,7 @@ impl Buffer {
             Some(mr) if Arc::ptr_eq(&mr.domain, domain) => Ok(mr.desc),
             _ => {
                 self.mr = None;
-                let mr = LocalMr::register(domain, &mut self.data)?;
+                let mr = LocalMr::register(domain, self.data.as_ptr(), self.data.len())?;
                 let desc = mr.desc;
                 self.mr = Some(mr);
                 Ok(desc)
@@ -131,8 +131,8 @@ impl Buffer {
     }
 }
 
-/// A registration of a buffer's memory for local access.
-struct LocalMr {
+/// A registration of memory for local access.
+pub(crate) struct LocalMr {
     raw: *mut ffi::fid_mr,
     desc: *mut c_void,
     domain: Arc<DomainInner>,
@@ -146,7 +146,8 @@ unsafe impl Send for LocalMr {}
 unsafe impl Sync for LocalMr {}
 
 impl LocalMr {
-    fn register(domain: &Arc<DomainInner>, mem: &mut [u8]) -> Result<LocalMr> {
+    /// Register `len` bytes at `ptr`.
+    pub(crate) fn register(domain: &Arc<DomainInner>, ptr: *const u8, len: usize) -> Result<LocalMr> {
         let key = if domain.mr_mode(ffi::FI_MR_PROV_KEY) {
             0
         } else {
@@ -154,14 +155,15 @@ impl LocalMr {
         };
         let access = u64::from(ffi::FI_SEND | ffi::FI_RECV);
         let mut raw = ptr::null_mut();
-        // SAFETY: `mem` is a live allocation owned by the Buffer that will own
-        // this registration; the registration is closed (in Drop) before the
-        // Buffer frees the memory, because it is a field dropped first.
+        // SAFETY: callers register memory that outlives the registration: a
+        // Buffer's own allocation (the registration is dropped first), or
+        // borrowed memory whose owner promised it lives until the operation's
+        // completion, when the registration is dropped.
         check("fi_mr_reg", unsafe {
             ffi::fi_mr_reg(
                 domain.raw,
-                mem.as_ptr().cast(),
-                mem.len(),
+                ptr.cast(),
+                len,
                 access,
                 0,
                 key,
@@ -177,6 +179,10 @@ impl LocalMr {
             desc,
             domain: domain.clone(),
         })
+    }
+
+    pub(crate) fn desc(&self) -> *mut c_void {
+        self.desc
     }
 }
 

@@ -279,6 +279,8 @@ struct OpSlot {
     /// Bumped at every acquire, so a completion can tell its slot from a
     /// later operation's use of it.
     generation: u64,
+    /// Registration of borrowed memory, dropped when the slot is released.
+    borrowed_mr: Option<crate::buffer::LocalMr>,
 }
 
 /// Boxed slots, never moved while in use; freed slots are reused, so the
@@ -311,6 +313,7 @@ impl Slab {
                     base: 0,
                     used: 0,
                     generation: 0,
+                    borrowed_mr: None,
                 }));
                 i
             }
@@ -336,6 +339,7 @@ impl Slab {
             return None;
         }
         slot.in_use = false;
+        slot.borrowed_mr = None;
         self.in_flight -= 1;
         self.free.push(index);
         slot.buffer.take()
@@ -934,6 +938,152 @@ impl EventLoop {
         }
     }
 
+    /// Send `len` bytes at `data` without handing over a [`Buffer`]. The
+    /// completion comes back with `buffer: None`.
+    ///
+    /// # Safety
+    /// The `len` bytes at `data` must stay allocated and must not be written
+    /// until the loop has returned this operation's completion from
+    /// [`EventLoop::poll`], or the endpoint was closed
+    /// ([`EventLoop::close_endpoint`]), or the loop was dropped — whichever
+    /// comes first. A failed post (an `Err`) does not use the memory.
+    pub unsafe fn send_borrowed(
+        &mut self,
+        peer: &Peer,
+        data: *const u8,
+        len: usize,
+        opts: SendOpts,
+        token: Token,
+    ) -> Result<()> {
+        let ep = self.ep(peer.endpoint)?;
+        let raw = ep.raw;
+        self.check_borrowable(ep.framed)?;
+        if len as u64 > self.domain.profile.max_msg_size.min(peer.agreement.max_msg_size) {
+            return Err(Error::TooLarge {
+                what: "message",
+                len,
+                max: peer.agreement.max_msg_size as usize,
+            });
+        }
+        let addr = peer.addr;
+        let what = Posting {
+            endpoint: peer.endpoint,
+            kind: OpKind::Send,
+            token,
+            len,
+            framed: false,
+            multi: false,
+        };
+        self.post_borrowed(what, data as *mut u8, move |bufp, desc, ctx| {
+            // SAFETY: raw is enabled; the caller keeps `len` bytes at bufp
+            // valid until the completion; ctx is the slot's fi_context2.
+            unsafe {
+                match (opts.tag, opts.data) {
+                    (None, None) => ffi::fi_send(raw, bufp, len, desc, addr, ctx),
+                    (Some(t), None) => ffi::fi_tsend(raw, bufp, len, desc, addr, t, ctx),
+                    (None, Some(d)) => ffi::fi_senddata(raw, bufp, len, desc, d, addr, ctx),
+                    (Some(t), Some(d)) => ffi::fi_tsenddata(raw, bufp, len, desc, d, addr, t, ctx),
+                }
+            }
+        })
+    }
+
+    /// Receive into `len` bytes at `data` without handing over a
+    /// [`Buffer`]. The completion's `multi` field is `Some((0, received))`,
+    /// and `buffer` is `None`.
+    ///
+    /// # Safety
+    /// The `len` bytes at `data` must stay allocated, must not be read or
+    /// written by anyone else, until the loop has returned this operation's
+    /// completion from [`EventLoop::poll`], or the endpoint was closed, or
+    /// the loop was dropped — whichever comes first. A failed post (an
+    /// `Err`) does not use the memory.
+    pub unsafe fn recv_borrowed(
+        &mut self,
+        id: EndpointId,
+        data: *mut u8,
+        len: usize,
+        opts: RecvOpts,
+        token: Token,
+    ) -> Result<()> {
+        let ep = self.ep(id)?;
+        let raw = ep.raw;
+        self.check_borrowable(ep.framed)?;
+        if opts.from.is_some() && !self.directed {
+            return Err(Error::Unsupported {
+                what: "receiving from one peer only (FI_DIRECTED_RECV)".into(),
+                provider: self.domain.profile.provider.clone(),
+            });
+        }
+        let src = opts.from.map_or(ffi::FI_ADDR_UNSPEC, |p| p.addr);
+        let what = Posting {
+            endpoint: id,
+            kind: OpKind::Recv,
+            token,
+            len,
+            framed: false,
+            multi: false,
+        };
+        self.post_borrowed(what, data, move |bufp, desc, ctx| {
+            // SAFETY: as in `send_borrowed`; `len` writable bytes at bufp.
+            unsafe {
+                match opts.tag {
+                    None => ffi::fi_recv(raw, bufp, len, desc, src, ctx),
+                    Some((tag, ignore)) => ffi::fi_trecv(raw, bufp, len, desc, src, tag, ignore, ctx),
+                }
+            }
+        })
+    }
+
+    fn check_borrowable(&self, framed: bool) -> Result<()> {
+        if framed {
+            return Err(Error::Unsupported {
+                what: "borrowed memory on a framed endpoint (no room for fabric-msg's header): use Buffer"
+                    .into(),
+                provider: self.domain.profile.provider.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Post on borrowed memory, registering it for the operation where the
+    /// provider needs local descriptors.
+    fn post_borrowed(
+        &mut self,
+        what: Posting,
+        data: *mut u8,
+        mut op: impl FnMut(*mut c_void, *mut c_void, *mut c_void) -> isize,
+    ) -> Result<()> {
+        let mr = if self.domain.mr_mode(ffi::FI_MR_LOCAL) {
+            Some(crate::buffer::LocalMr::register(
+                &self.domain,
+                data,
+                what.len.max(1),
+            )?)
+        } else {
+            None
+        };
+        let desc = mr.as_ref().map_or(ptr::null_mut(), |m| m.desc());
+        self.wait_for_room()?;
+        let slot = self.slab.acquire(what.endpoint.0, what.kind, what.token);
+        // SAFETY: slot points into a live Box in the slab (see `post`).
+        let (index, ctx) = unsafe {
+            (*slot).posted_len = what.len;
+            (*slot).multi = false;
+            (*slot).borrowed_mr = mr;
+            (*slot).base = data as usize;
+            ((*slot).index, slot.cast::<c_void>())
+        };
+        let bufp = data.cast::<c_void>();
+        match self.retry(|| op(bufp, desc, ctx)) {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                self.slab.release(index);
+                Err(e)
+            }
+        }
+    }
+
     /// Send a small message without a completion; `bytes` is copied before
     /// this returns. At most the profile's `inject_size` (less fabric-msg's
     /// header on framed endpoints).
@@ -1176,9 +1326,9 @@ impl EventLoop {
             log::warn!("completion for an unknown context {:p} ignored", e.op_context);
             return;
         };
-        let (endpoint, kind, token, multi) = {
+        let (endpoint, kind, token, multi, posted) = {
             let s = &self.slab.slots[index as usize];
-            (s.endpoint, s.kind, s.token, s.multi)
+            (s.endpoint, s.kind, s.token, s.multi, s.posted_len)
         };
         if multi {
             return self.complete_multi(index, e, source);
@@ -1188,6 +1338,13 @@ impl EventLoop {
         let Some(ep) = alive else { return };
         let mut data = (e.flags & u64::from(ffi::FI_REMOTE_CQ_DATA) != 0).then_some(e.data);
         let mut result = Ok(());
+        let borrowed_len = (buffer.is_none() && kind == OpKind::Recv).then_some((0, e.len.min(posted)));
+        if borrowed_len.is_some() && e.len > posted {
+            result = Err(CompletionError::Truncated {
+                message_len: Some(e.len),
+                buffer_len: posted,
+            });
+        }
         if kind == OpKind::Recv {
             if let Some(b) = buffer.as_mut() {
                 let capacity = b.capacity();
@@ -1232,7 +1389,7 @@ impl EventLoop {
             data,
             source,
             result,
-            multi: None,
+            multi: borrowed_len,
             slot: None,
             finishes: false,
         });

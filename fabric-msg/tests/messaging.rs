@@ -452,3 +452,34 @@ fn multi_receive_buffers_take_many_small_messages() {
         server.join().unwrap();
     }
 }
+
+#[test]
+fn borrowed_memory_round_trip() {
+    // tcp;ofi_rxm needs no local registration. Where FI_MR_LOCAL asks
+    // (verbs), borrowed memory is registered per operation; no provider on
+    // this host needs that, and the VM matrix does not run it yet.
+    let p = profile("tcp;ofi_rxm");
+    let (mut c, server) = pair(p.clone(), p, LoopConfig::default(), |mut s| {
+        let mut mem = vec![0u8; 256];
+        // SAFETY: `mem` outlives the wait for this receive's completion and is
+        // not touched until then.
+        unsafe {
+            s.ev.recv_borrowed(s.ep, mem.as_mut_ptr(), mem.len(), recv_tag(5), Token(1))
+        }
+        .unwrap();
+        let d = wait_n(&mut s.ev, 1).remove(0);
+        d.result.unwrap();
+        assert!(d.buffer.is_none());
+        let (_, len) = d.multi.unwrap();
+        assert_eq!(&mem[..len], pattern(5, 200).as_slice());
+    });
+    let msg = pattern(5, 200);
+    // SAFETY: `msg` lives until the send's completion below.
+    unsafe {
+        c.ev.send_borrowed(&c.peer, msg.as_ptr(), msg.len(), tagged(5), Token(1))
+    }
+    .unwrap();
+    let d = wait_n(&mut c.ev, 1).remove(0);
+    d.result.unwrap();
+    server.join().unwrap();
+}
