@@ -737,14 +737,7 @@ impl EventLoop {
         self.post(what, buf, |bufp, ctx| {
             // SAFETY: raw is an enabled endpoint; bufp/len describe memory the
             // loop owns until the completion; ctx is the slot's fi_context2.
-            unsafe {
-                match (opts.tag, data) {
-                    (None, None) => ffi::fi_send(raw, bufp, len, desc, addr, ctx),
-                    (Some(t), None) => ffi::fi_tsend(raw, bufp, len, desc, addr, t, ctx),
-                    (None, Some(d)) => ffi::fi_senddata(raw, bufp, len, desc, d, addr, ctx),
-                    (Some(t), Some(d)) => ffi::fi_tsenddata(raw, bufp, len, desc, d, addr, t, ctx),
-                }
-            }
+            unsafe { raw_send(raw, bufp, len, desc, addr, opts.tag, data, ctx) }
         })
     }
 
@@ -767,14 +760,10 @@ impl EventLoop {
             Err(e) => return fail(e, buf),
         };
         let (raw, framed) = (ep.raw, ep.framed);
-        if opts.from.is_some() && !self.directed {
-            let e = Error::Unsupported {
-                what: "receiving from one peer only (FI_DIRECTED_RECV)".into(),
-                provider: self.domain.profile.provider.clone(),
-            };
-            return fail(e, buf);
-        }
-        let src = opts.from.map_or(ffi::FI_ADDR_UNSPEC, |p| p.addr);
+        let src = match self.source_addr(&opts) {
+            Ok(a) => a,
+            Err(e) => return fail(e, buf),
+        };
         let len = buf.capacity() + if framed { HEADROOM } else { 0 };
         let desc = match self.local_desc(&mut buf) {
             Ok(d) => d,
@@ -790,12 +779,7 @@ impl EventLoop {
         };
         self.post(what, buf, |bufp, ctx| {
             // SAFETY: as in `send`; the buffer has `len` writable bytes at bufp.
-            unsafe {
-                match opts.tag {
-                    None => ffi::fi_recv(raw, bufp, len, desc, src, ctx),
-                    Some((tag, ignore)) => ffi::fi_trecv(raw, bufp, len, desc, src, tag, ignore, ctx),
-                }
-            }
+            unsafe { raw_recv(raw, bufp, len, desc, src, opts.tag, ctx) }
         })
     }
 
@@ -977,14 +961,7 @@ impl EventLoop {
         self.post_borrowed(what, data as *mut u8, move |bufp, desc, ctx| {
             // SAFETY: raw is enabled; the caller keeps `len` bytes at bufp
             // valid until the completion; ctx is the slot's fi_context2.
-            unsafe {
-                match (opts.tag, opts.data) {
-                    (None, None) => ffi::fi_send(raw, bufp, len, desc, addr, ctx),
-                    (Some(t), None) => ffi::fi_tsend(raw, bufp, len, desc, addr, t, ctx),
-                    (None, Some(d)) => ffi::fi_senddata(raw, bufp, len, desc, d, addr, ctx),
-                    (Some(t), Some(d)) => ffi::fi_tsenddata(raw, bufp, len, desc, d, addr, t, ctx),
-                }
-            }
+            unsafe { raw_send(raw, bufp, len, desc, addr, opts.tag, opts.data, ctx) }
         })
     }
 
@@ -1009,13 +986,7 @@ impl EventLoop {
         let ep = self.ep(id)?;
         let raw = ep.raw;
         self.check_borrowable(ep.framed)?;
-        if opts.from.is_some() && !self.directed {
-            return Err(Error::Unsupported {
-                what: "receiving from one peer only (FI_DIRECTED_RECV)".into(),
-                provider: self.domain.profile.provider.clone(),
-            });
-        }
-        let src = opts.from.map_or(ffi::FI_ADDR_UNSPEC, |p| p.addr);
+        let src = self.source_addr(&opts)?;
         let what = Posting {
             endpoint: id,
             kind: OpKind::Recv,
@@ -1026,13 +997,20 @@ impl EventLoop {
         };
         self.post_borrowed(what, data, move |bufp, desc, ctx| {
             // SAFETY: as in `send_borrowed`; `len` writable bytes at bufp.
-            unsafe {
-                match opts.tag {
-                    None => ffi::fi_recv(raw, bufp, len, desc, src, ctx),
-                    Some((tag, ignore)) => ffi::fi_trecv(raw, bufp, len, desc, src, tag, ignore, ctx),
-                }
-            }
+            unsafe { raw_recv(raw, bufp, len, desc, src, opts.tag, ctx) }
         })
+    }
+
+    /// The address a receive matches: one peer (needs FI_DIRECTED_RECV) or any.
+    fn source_addr(&self, opts: &RecvOpts) -> Result<ffi::fi_addr_t> {
+        match opts.from {
+            None => Ok(ffi::FI_ADDR_UNSPEC),
+            Some(_) if !self.directed => Err(Error::Unsupported {
+                what: "receiving from one peer only (FI_DIRECTED_RECV)".into(),
+                provider: self.domain.profile.provider.clone(),
+            }),
+            Some(p) => Ok(p.addr),
+        }
     }
 
     fn check_borrowable(&self, framed: bool) -> Result<()> {
@@ -1546,6 +1524,56 @@ impl Drop for EventLoop {
         // before the CQ, AV and domain go.
         self.slab.slots.clear();
         self.pending.clear();
+    }
+}
+
+/// Post a send in the form its options call for.
+///
+/// # Safety
+/// `raw` is an enabled endpoint; `bufp` and `len` describe memory that stays
+/// valid until the completion; `desc` is its local descriptor (or NULL where
+/// none is needed); `ctx` is an operation slot's context.
+#[allow(clippy::too_many_arguments)]
+unsafe fn raw_send(
+    raw: *mut ffi::fid_ep,
+    bufp: *mut c_void,
+    len: usize,
+    desc: *mut c_void,
+    addr: ffi::fi_addr_t,
+    tag: Option<u64>,
+    data: Option<u64>,
+    ctx: *mut c_void,
+) -> isize {
+    // SAFETY: the caller's promises are exactly these calls' requirements.
+    unsafe {
+        match (tag, data) {
+            (None, None) => ffi::fi_send(raw, bufp, len, desc, addr, ctx),
+            (Some(t), None) => ffi::fi_tsend(raw, bufp, len, desc, addr, t, ctx),
+            (None, Some(d)) => ffi::fi_senddata(raw, bufp, len, desc, d, addr, ctx),
+            (Some(t), Some(d)) => ffi::fi_tsenddata(raw, bufp, len, desc, d, addr, t, ctx),
+        }
+    }
+}
+
+/// Post a receive, tagged (`(tag, ignore)`) or not.
+///
+/// # Safety
+/// As for [`raw_send`], with `len` writable bytes at `bufp`.
+unsafe fn raw_recv(
+    raw: *mut ffi::fid_ep,
+    bufp: *mut c_void,
+    len: usize,
+    desc: *mut c_void,
+    src: ffi::fi_addr_t,
+    tag: Option<(u64, u64)>,
+    ctx: *mut c_void,
+) -> isize {
+    // SAFETY: the caller's promises are exactly these calls' requirements.
+    unsafe {
+        match tag {
+            None => ffi::fi_recv(raw, bufp, len, desc, src, ctx),
+            Some((t, ignore)) => ffi::fi_trecv(raw, bufp, len, desc, src, t, ignore, ctx),
+        }
     }
 }
 
