@@ -1493,7 +1493,9 @@ impl EventLoop {
         let rc = unsafe { ffi::fi_close(&mut (*state.raw).fid) };
         // Entries already in the CQ for it are discarded by `complete`, which
         // ignores closed endpoints; read them now so their slots are freed.
-        self.read_cq()?;
+        // Whatever that read says, the endpoint's operations are reclaimed
+        // and none of its tokens comes back; errors are reported after.
+        let drained = self.read_cq();
         for i in 0..self.slab.slots.len() {
             let s = &self.slab.slots[i];
             if s.in_use && s.endpoint == id.0 {
@@ -1501,7 +1503,8 @@ impl EventLoop {
             }
         }
         self.pending.retain(|c| c.endpoint != id);
-        check("fi_close(endpoint)", rc).map(|_| ())
+        check("fi_close(endpoint)", rc)?;
+        drained
     }
 }
 
