@@ -39,6 +39,7 @@ check roce-rdm-1B "1              20       20" $pp -p "verbs;ofi_rxm" -d rxe0 -I
 check roce-rdm-64K "65536          10       10" $pp -p "verbs;ofi_rxm" -d rxe0 -I 10 -W 1 -S 65536
 check roce-msg-1B "1              20       20" $pp -e msg -p verbs -d rxe0 -I 20 -W 2 -S 1
 check iwarp-msg-1B "1              20       20" $pp -e msg -p verbs -d siw0 -I 20 -W 2 -S 1
+check roce-borrowed-4K "4096           10       10" $pp --borrowed -p "verbs;ofi_rxm" -d rxe0 -I 10 -W 1 -S 4096
 check iwarp-msg-64K "65536          10       10" $pp -e msg -p verbs -d siw0 -I 10 -W 1 -S 65536
 
 echo "negotiate-guest: $failures failed"

@@ -456,8 +456,8 @@ fn multi_receive_buffers_take_many_small_messages() {
 #[test]
 fn borrowed_memory_round_trip() {
     // tcp;ofi_rxm needs no local registration. Where FI_MR_LOCAL asks
-    // (verbs), borrowed memory is registered per operation; no provider on
-    // this host needs that, and the VM matrix does not run it yet.
+    // (verbs), borrowed memory is registered per operation: the VM matrix
+    // runs that on rxe0 (`pingpong --borrowed`, ci/matrix/negotiate-guest.sh).
     let p = profile("tcp;ofi_rxm");
     let (mut c, server) = pair(p.clone(), p, LoopConfig::default(), |mut s| {
         let mut mem = vec![0u8; 256];

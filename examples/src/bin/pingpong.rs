@@ -25,6 +25,7 @@ usage: pingpong [options] [ADDRESS]
   -P PORT         client: bootstrap port to connect to (default 9228)
   --msg           untagged messages (default tagged)
   --verify        check every received byte
+  --borrowed      client sends from and receives into its own memory (unsafe API)
   --loopback      run server and client in this process over 127.0.0.1
   --same-host     peers share this host (allows shared memory)
   --json          JSON Lines output
@@ -43,6 +44,7 @@ struct Opts {
     tagged: bool,
     endpoint: EndpointChoice,
     verify: bool,
+    borrowed: bool,
     loopback: bool,
     same_host: bool,
     json: bool,
@@ -61,6 +63,7 @@ fn parse() -> Result<Opts, String> {
         tagged: true,
         endpoint: EndpointChoice::Rdm,
         verify: false,
+        borrowed: false,
         loopback: false,
         same_host: false,
         json: false,
@@ -102,6 +105,7 @@ fn parse() -> Result<Opts, String> {
                 }
             }
             "--verify" => o.verify = true,
+            "--borrowed" => o.borrowed = true,
             "--loopback" => o.loopback = true,
             "--same-host" => o.same_host = true,
             "--json" => o.json = true,
@@ -225,10 +229,14 @@ fn fill(buf: &mut Buffer, seq: usize) {
 }
 
 fn check(buf: &Buffer, seq: usize, len: usize) -> AnyResult<()> {
-    if buf.len() != len {
-        return Err(format!("iteration {seq}: received {} bytes, expected {len}", buf.len()).into());
+    check_bytes(buf.as_slice(), seq, len)
+}
+
+fn check_bytes(bytes: &[u8], seq: usize, len: usize) -> AnyResult<()> {
+    if bytes.len() != len {
+        return Err(format!("iteration {seq}: received {} bytes, expected {len}", bytes.len()).into());
     }
-    for (k, b) in buf.as_slice().iter().enumerate() {
+    for (k, b) in bytes.iter().enumerate() {
         if *b != (seq.wrapping_mul(131).wrapping_add(k)) as u8 {
             return Err(format!("iteration {seq}: byte {k} of {len} is wrong").into());
         }
@@ -304,6 +312,9 @@ fn serve(ev: &mut EventLoop, peer: &Peer, o: &Opts) -> AnyResult<()> {
 }
 
 fn drive(ev: &mut EventLoop, peer: &Peer, o: &Opts) -> AnyResult<()> {
+    if o.borrowed {
+        return drive_borrowed(ev, peer, o);
+    }
     let (mut out, mut held) = (Vec::new(), Vec::new());
     let max = max_size(o);
     let (mut tx, mut rx) = (Some(Buffer::new(max)), Some(Buffer::new(max)));
@@ -331,6 +342,42 @@ fn drive(ev: &mut EventLoop, peer: &Peer, o: &Opts) -> AnyResult<()> {
                 check(&got, i, size)?;
             }
             rx = Some(got);
+        }
+        report(o, size, start.elapsed());
+    }
+    Ok(())
+}
+
+/// The client loop on its own memory: `send_borrowed` / `recv_borrowed`.
+fn drive_borrowed(ev: &mut EventLoop, peer: &Peer, o: &Opts) -> AnyResult<()> {
+    let (mut out, mut held) = (Vec::new(), Vec::new());
+    let max = max_size(o);
+    let (mut tx, mut rx) = (vec![0u8; max], vec![0u8; max]);
+    for &size in &o.sizes {
+        let mut start = Instant::now();
+        for i in 0..o.warmup + o.iters {
+            if i == o.warmup {
+                start = Instant::now();
+            }
+            let (s, r) = opts(o, i);
+            if o.verify {
+                for (k, b) in tx[..size].iter_mut().enumerate() {
+                    *b = (i.wrapping_mul(131).wrapping_add(k)) as u8;
+                }
+            }
+            // SAFETY: `tx` and `rx` are not touched until both completions
+            // below have been returned by poll (or this function fails, after
+            // which the loop is dropped before the vectors).
+            unsafe {
+                ev.recv_borrowed(peer.endpoint(), rx.as_mut_ptr(), max, r, Token(1))?;
+                ev.send_borrowed(peer, tx.as_ptr(), size, s, Token(2))?;
+            }
+            wait(ev, &mut out, &mut held, OpKind::Send)?;
+            let got = wait(ev, &mut out, &mut held, OpKind::Recv)?;
+            let (_, len) = got.multi.ok_or("a borrowed receive reports its length")?;
+            if o.verify {
+                check_bytes(&rx[..len], i, size)?;
+            }
         }
         report(o, size, start.elapsed());
     }
