@@ -42,5 +42,10 @@ check iwarp-msg-1B "1              20       20" $pp -e msg -p verbs -d siw0 -I 2
 check roce-borrowed-4K "4096           10       10" $pp --borrowed -p "verbs;ofi_rxm" -d rxe0 -I 10 -W 1 -S 4096
 check iwarp-msg-64K "65536          10       10" $pp -e msg -p verbs -d siw0 -I 10 -W 1 -S 65536
 
+check iwarp-msg-4M "4194304         2        2" $pp -e msg -p verbs -d siw0 -I 2 -W 0 -S 4194304
+# Pinned memory counts against RLIMIT_MEMLOCK: a low limit is a clear error.
+check memlock-error "locked-memory limit, which is 1024 KiB" \
+  bash -c "ulimit -l 1024; $pp -e msg -p verbs -d siw0 -I 1 -W 0 -S 4194304"
+
 echo "negotiate-guest: $failures failed"
 exit $((failures > 0))

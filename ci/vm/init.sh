@@ -76,6 +76,9 @@ if [ -d /host/repo ]; then
 fi
 
 if [ -f /host/run.sh ]; then
+    # RDMA hosts lift the locked-memory limit: registrations pin pages
+    # against it (siw counts them; the default 8 MiB stops 2 MiB buffers).
+    ulimit -l unlimited
     say "running /host/run.sh"
     cd /host
     sh -c 'exec /host/run.sh' </dev/null >/host/log 2>&1

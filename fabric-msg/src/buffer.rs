@@ -8,7 +8,7 @@
 //! for reuse and closed with the buffer.
 
 use crate::domain::{close_fid, DomainInner};
-use crate::error::{check, Result};
+use crate::error::{check, Error, Result};
 use crate::ffi;
 use std::fmt;
 use std::os::raw::c_void;
@@ -159,7 +159,7 @@ impl LocalMr {
         // Buffer's own allocation (the registration is dropped first), or
         // borrowed memory whose owner promised it lives until the operation's
         // completion, when the registration is dropped.
-        check("fi_mr_reg", unsafe {
+        let rc = unsafe {
             ffi::fi_mr_reg(
                 domain.raw,
                 ptr.cast(),
@@ -171,7 +171,14 @@ impl LocalMr {
                 &mut raw,
                 ptr::null_mut(),
             )
-        })?;
+        };
+        if rc == -(ffi::FI_ENOMEM as i32) {
+            return Err(Error::MemoryLimit {
+                len,
+                memlock: memlock_limit(),
+            });
+        }
+        check("fi_mr_reg", rc)?;
         // SAFETY: raw is a live registration.
         let desc = unsafe { ffi::fi_mr_desc(raw) };
         Ok(LocalMr {
@@ -183,6 +190,23 @@ impl LocalMr {
 
     pub(crate) fn desc(&self) -> *mut c_void {
         self.desc
+    }
+}
+
+/// The soft `RLIMIT_MEMLOCK`, in words.
+fn memlock_limit() -> String {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit into a valid out-pointer.
+    if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut lim) } != 0 {
+        return "unknown".into();
+    }
+    if lim.rlim_cur == libc::RLIM_INFINITY {
+        "unlimited (so the device itself is out of memory)".into()
+    } else {
+        format!("{} KiB", lim.rlim_cur / 1024)
     }
 }
 

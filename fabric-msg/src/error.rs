@@ -103,6 +103,18 @@ pub enum Error {
         /// What.
         what: String,
     },
+    /// Registering memory failed for lack of lockable memory.
+    #[error(
+        "registering {len} bytes failed (FI_ENOMEM): registered memory is pinned against the \
+         locked-memory limit, which is {memlock}; raise it (`ulimit -l`, LimitMEMLOCK= for services) \
+         or register less"
+    )]
+    MemoryLimit {
+        /// Bytes being registered.
+        len: usize,
+        /// `RLIMIT_MEMLOCK` as text.
+        memlock: String,
+    },
     /// The connection handshake failed.
     #[error("handshake with {peer}: {message}")]
     Handshake {

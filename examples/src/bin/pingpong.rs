@@ -171,13 +171,25 @@ fn run(o: &Opts) -> AnyResult<()> {
             let peer = accept(&listener, &mut ev, &so)?;
             serve(&mut ev, &peer, &so)
         });
-        let mut ev = EventLoop::new(&profile, LoopConfig::default())?;
-        let ep = ev.endpoint()?;
-        let peer = connect(&mut ev, ep, addr, Duration::from_secs(10))?;
-        header(o, &profile);
-        let r = drive(&mut ev, &peer, o);
-        server.join().map_err(|_| "server thread panicked")??;
-        r
+        let client = || -> AnyResult<()> {
+            let mut ev = EventLoop::new(&profile, LoopConfig::default())?;
+            let ep = ev.endpoint()?;
+            let peer = connect(&mut ev, ep, addr, Duration::from_secs(10))?;
+            header(o, &profile);
+            drive(&mut ev, &peer, o)
+        };
+        if let Err(e) = client() {
+            // A client that times out often does so because the server side
+            // failed first: say so if it has, without waiting on it.
+            std::thread::sleep(Duration::from_millis(200));
+            if server.is_finished() {
+                if let Ok(Err(s)) = server.join() {
+                    return Err(format!("{e}; server side: {s}").into());
+                }
+            }
+            return Err(e);
+        }
+        server.join().map_err(|_| "server thread panicked")?
     } else if let Some(host) = &o.address {
         let mut ev = EventLoop::new(&profile, LoopConfig::default())?;
         let ep = ev.endpoint()?;
