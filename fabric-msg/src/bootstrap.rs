@@ -102,11 +102,7 @@ impl Listener {
             let pep_name = ev.msg_listen()?;
             s.hello(local, pep_name)?;
             let conn = ev.msg_accept(self.timeout, &mut prepost)?;
-            Peer {
-                endpoint: conn,
-                addr: crate::ffi::FI_ADDR_UNSPEC,
-                agreement,
-            }
+            Peer::connected(conn, agreement)
         } else {
             let peer = ev.insert_peer(ep, &name, agreement)?;
             prepost(ev, ep)?;
@@ -167,11 +163,7 @@ pub fn connect_with(
     let agreement = s.agree(&local, &profile)?;
     let peer = if msg {
         let conn = ev.msg_connect(&name, timeout, &mut prepost)?;
-        Peer {
-            endpoint: conn,
-            addr: crate::ffi::FI_ADDR_UNSPEC,
-            agreement,
-        }
+        Peer::connected(conn, agreement)
     } else {
         let peer = ev.insert_peer(ep, &name, agreement)?;
         prepost(ev, ep)?;

@@ -75,6 +75,15 @@ pub struct Peer {
 }
 
 impl Peer {
+    /// A peer at the other end of a connected (MSG) endpoint.
+    pub(crate) fn connected(endpoint: EndpointId, agreement: Agreement) -> Peer {
+        Peer {
+            endpoint,
+            addr: ffi::FI_ADDR_UNSPEC,
+            agreement,
+        }
+    }
+
     /// The local endpoint this peer is reached through.
     pub fn endpoint(&self) -> EndpointId {
         self.endpoint
@@ -705,15 +714,9 @@ impl EventLoop {
             Err(e) => return fail(e, buf),
         };
         let (raw, framed) = (ep.raw, ep.framed);
-        let max = self.domain.profile.max_msg_size.min(peer.agreement.max_msg_size);
         let overhead = if framed { HEADROOM } else { 0 };
         let len = buf.len() + overhead;
-        if len as u64 > max {
-            let e = Error::TooLarge {
-                what: "message",
-                len: buf.len(),
-                max: max as usize - overhead,
-            };
+        if let Err(e) = self.check_len(peer, buf.len(), overhead) {
             return fail(e, buf);
         }
         let mut data = opts.data;
@@ -942,13 +945,7 @@ impl EventLoop {
         let ep = self.ep(peer.endpoint)?;
         let raw = ep.raw;
         self.check_borrowable(ep.framed)?;
-        if len as u64 > self.domain.profile.max_msg_size.min(peer.agreement.max_msg_size) {
-            return Err(Error::TooLarge {
-                what: "message",
-                len,
-                max: peer.agreement.max_msg_size as usize,
-            });
-        }
+        self.check_len(peer, len, 0)?;
         let addr = peer.addr;
         let what = Posting {
             endpoint: peer.endpoint,
@@ -999,6 +996,21 @@ impl EventLoop {
             // SAFETY: as in `send_borrowed`; `len` writable bytes at bufp.
             unsafe { raw_recv(raw, bufp, len, desc, src, opts.tag, ctx) }
         })
+    }
+
+    /// Refuse a message of `len` payload bytes (plus `overhead` of
+    /// fabric-msg's header) that the fabric or the peer cannot take.
+    fn check_len(&self, peer: &Peer, len: usize, overhead: usize) -> Result<()> {
+        let max = self.domain.profile.max_msg_size.min(peer.agreement.max_msg_size);
+        if (len + overhead) as u64 > max {
+            let max = usize::try_from(max).unwrap_or(usize::MAX) - overhead;
+            return Err(Error::TooLarge {
+                what: "message",
+                len,
+                max,
+            });
+        }
+        Ok(())
     }
 
     /// The address a receive matches: one peer (needs FI_DIRECTED_RECV) or any.
