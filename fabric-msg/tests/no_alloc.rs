@@ -1,0 +1,158 @@
+//! The messaging hot path allocates nothing per message once warmed up:
+//! a counting global allocator watches a ping-pong's posts and polls.
+//! (libfabric's own allocations go through malloc, not Rust's allocator;
+//! this measures fabric-msg.)
+
+use fabric_msg::negotiate::{Capability, EndpointChoice, Requirements};
+use fabric_msg::{
+    connect, negotiate, Buffer, Completion, EventLoop, LadderConfig, Listener, LoopConfig, OpKind, Peer,
+    RecvOpts, SendOpts, Token,
+};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+struct Counting;
+
+static COUNTING: AtomicBool = AtomicBool::new(false);
+static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
+static SIZES: [AtomicUsize; 8] = [const { AtomicUsize::new(0) }; 8];
+
+// SAFETY: forwards every call to the system allocator unchanged; it only
+// counts allocations while COUNTING is set.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if COUNTING.load(Ordering::Relaxed) {
+            let i = ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+            if let Some(s) = SIZES.get(i) {
+                s.store(layout.size(), Ordering::Relaxed);
+            }
+        }
+        // SAFETY: same contract as our caller's.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: same contract as our caller's.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if COUNTING.load(Ordering::Relaxed) {
+            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: same contract as our caller's.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+fn next(
+    ev: &mut EventLoop,
+    out: &mut Vec<Completion>,
+    held: &mut Vec<Completion>,
+    kind: OpKind,
+) -> Completion {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(i) = held.iter().position(|c| c.kind == kind) {
+            return held.swap_remove(i);
+        }
+        assert!(Instant::now() < deadline, "no {kind:?} completion");
+        ev.poll(out, Some(Duration::ZERO)).unwrap();
+        held.append(out);
+    }
+}
+
+/// The state a ping-pong reuses: two buffers and two completion vectors.
+struct Reused {
+    bufs: [Option<Buffer>; 2],
+    out: Vec<Completion>,
+    held: Vec<Completion>,
+}
+
+impl Reused {
+    fn new(buffers: usize) -> Reused {
+        let bufs = [Some(Buffer::new(64)), (buffers == 2).then(|| Buffer::new(64))];
+        Reused {
+            bufs,
+            out: Vec::with_capacity(64),
+            held: Vec::with_capacity(64),
+        }
+    }
+}
+
+/// Tagged ping-pongs of 64 bytes with tags `tags`, reusing everything.
+fn rounds(ev: &mut EventLoop, peer: &Peer, r: &mut Reused, tags: std::ops::Range<u64>, echo: bool) {
+    let Reused { bufs, out, held } = r;
+    for i in tags {
+        let recv = RecvOpts {
+            tag: Some((i, 0)),
+            from: None,
+        };
+        let send = SendOpts {
+            tag: Some(i),
+            data: None,
+        };
+        if echo {
+            ev.recv(peer.endpoint(), bufs[0].take().unwrap(), recv, Token(1))
+                .unwrap();
+            let got = next(ev, out, held, OpKind::Recv).buffer.unwrap();
+            ev.send(peer, got, send, Token(2)).unwrap();
+            bufs[0] = next(ev, out, held, OpKind::Send).buffer;
+        } else {
+            ev.recv(peer.endpoint(), bufs[1].take().unwrap(), recv, Token(1))
+                .unwrap();
+            ev.send(peer, bufs[0].take().unwrap(), send, Token(2)).unwrap();
+            bufs[0] = next(ev, out, held, OpKind::Send).buffer;
+            bufs[1] = next(ev, out, held, OpKind::Recv).buffer;
+        }
+    }
+}
+
+#[test]
+fn a_warmed_up_ping_pong_allocates_nothing_per_message() {
+    const WARMUP: u64 = 200;
+    const MEASURED: u64 = 2000;
+    let req = Requirements {
+        caps: vec![Capability::Tagged, Capability::Msg],
+        endpoint: EndpointChoice::Rdm,
+        provider: Some("tcp;ofi_rxm".into()),
+        domain: Some("lo".into()),
+        ..Default::default()
+    };
+    let p = negotiate(&req, &LadderConfig::default()).unwrap().profile;
+    let listener = Listener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let sp = p.clone();
+    let server = std::thread::spawn(move || {
+        let mut ev = EventLoop::new(&sp, LoopConfig::default()).unwrap();
+        let ep = ev.endpoint().unwrap();
+        let peer = listener.accept(&mut ev, ep).unwrap();
+        let mut reused = Reused::new(1);
+        rounds(&mut ev, &peer, &mut reused, 0..WARMUP + MEASURED, true);
+    });
+    let mut ev = EventLoop::new(&p, LoopConfig::default()).unwrap();
+    let ep = ev.endpoint().unwrap();
+    let peer = connect(&mut ev, ep, addr, Duration::from_secs(10)).unwrap();
+    let mut reused = Reused::new(2);
+    rounds(&mut ev, &peer, &mut reused, 0..WARMUP, false);
+
+    // The server thread runs concurrently and is counted too: the total
+    // covers both loops' hot paths.
+    ALLOCATIONS.store(0, Ordering::SeqCst);
+    COUNTING.store(true, Ordering::SeqCst);
+    rounds(&mut ev, &peer, &mut reused, WARMUP..WARMUP + MEASURED, false);
+    COUNTING.store(false, Ordering::SeqCst);
+    let n = ALLOCATIONS.load(Ordering::SeqCst);
+    server.join().unwrap();
+    let sizes: Vec<usize> = SIZES
+        .iter()
+        .take(n.min(8))
+        .map(|s| s.load(Ordering::SeqCst))
+        .collect();
+    assert_eq!(
+        n, 0,
+        "{n} allocations in {MEASURED} ping-pongs (both sides), sizes {sizes:?}"
+    );
+}
