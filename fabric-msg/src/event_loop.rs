@@ -373,6 +373,13 @@ impl Slab {
     }
 }
 
+/// An endpoint ready for a post, from [`EventLoop::prepare`].
+struct Prepared {
+    raw: *mut ffi::fid_ep,
+    framed: bool,
+    desc: *mut c_void,
+}
+
 /// What is being posted: for [`EventLoop::post`].
 struct Posting {
     endpoint: EndpointId,
@@ -696,38 +703,17 @@ impl EventLoop {
     }
 
     /// Post a send of `buf` (its `len()` bytes) to `peer`.
-    pub fn send(
-        &mut self,
-        peer: &Peer,
-        mut buf: Buffer,
-        opts: SendOpts,
-        token: Token,
-    ) -> Result<(), PostError> {
-        let fail = |error, buffer| {
-            Err(PostError {
-                error,
-                buffer: Some(buffer),
-            })
-        };
-        let ep = match self.ep(peer.endpoint) {
-            Ok(e) => e,
-            Err(e) => return fail(e, buf),
-        };
-        let (raw, framed) = (ep.raw, ep.framed);
-        let overhead = if framed { HEADROOM } else { 0 };
-        let len = buf.len() + overhead;
-        if let Err(e) = self.check_len(peer, buf.len(), overhead) {
-            return fail(e, buf);
-        }
+    pub fn send(&mut self, peer: &Peer, buf: Buffer, opts: SendOpts, token: Token) -> Result<(), PostError> {
+        let payload = buf.len();
+        let (Prepared { raw, framed, desc }, mut buf) = self.prepare(peer.endpoint, buf, |ep| {
+            self.check_len(peer, payload, if ep.framed { HEADROOM } else { 0 })
+        })?;
+        let len = payload + if framed { HEADROOM } else { 0 };
         let mut data = opts.data;
         if framed {
-            *buf.header_mut() = encode_header(buf.len(), opts.data);
+            *buf.header_mut() = encode_header(payload, opts.data);
             data = None;
         }
-        let desc = match self.local_desc(&mut buf) {
-            Ok(d) => d,
-            Err(e) => return fail(e, buf),
-        };
         let addr = peer.addr;
         let what = Posting {
             endpoint: peer.endpoint,
@@ -748,30 +734,16 @@ impl EventLoop {
     pub fn recv(
         &mut self,
         id: EndpointId,
-        mut buf: Buffer,
+        buf: Buffer,
         opts: RecvOpts,
         token: Token,
     ) -> Result<(), PostError> {
-        let fail = |error, buffer| {
-            Err(PostError {
-                error,
-                buffer: Some(buffer),
-            })
-        };
-        let ep = match self.ep(id) {
-            Ok(e) => e,
-            Err(e) => return fail(e, buf),
-        };
-        let (raw, framed) = (ep.raw, ep.framed);
-        let src = match self.source_addr(&opts) {
-            Ok(a) => a,
-            Err(e) => return fail(e, buf),
-        };
+        let mut src = ffi::FI_ADDR_UNSPEC;
+        let (Prepared { raw, framed, desc }, buf) = self.prepare(id, buf, |_| {
+            src = self.source_addr(&opts)?;
+            Ok(())
+        })?;
         let len = buf.capacity() + if framed { HEADROOM } else { 0 };
-        let desc = match self.local_desc(&mut buf) {
-            Ok(d) => d,
-            Err(e) => return fail(e, buf),
-        };
         let what = Posting {
             endpoint: id,
             kind: OpKind::Recv,
@@ -792,37 +764,23 @@ impl EventLoop {
     /// [`Capability::MultiRecv`](crate::Capability::MultiRecv) and an
     /// unframed endpoint. [`LoopConfig::min_multi_recv`] sets how much room
     /// must remain for the buffer to stay posted.
-    pub fn recv_multi(&mut self, id: EndpointId, mut buf: Buffer, token: Token) -> Result<(), PostError> {
-        let fail = |error, buffer| {
-            Err(PostError {
-                error,
-                buffer: Some(buffer),
-            })
-        };
-        let ep = match self.ep(id) {
-            Ok(e) => e,
-            Err(e) => return fail(e, buf),
-        };
-        let raw = ep.raw;
-        if ep.framed
-            || !self
-                .domain
-                .profile
-                .caps_granted
-                .iter()
-                .any(|c| c == "FI_MULTI_RECV")
-        {
-            let e = Error::Unsupported {
-                what: "multi-receive buffers (needs FI_MULTI_RECV granted and unframed messages)".into(),
-                provider: self.domain.profile.provider.clone(),
-            };
-            return fail(e, buf);
-        }
+    pub fn recv_multi(&mut self, id: EndpointId, buf: Buffer, token: Token) -> Result<(), PostError> {
+        let multi_recv = self
+            .domain
+            .profile
+            .caps_granted
+            .iter()
+            .any(|c| c == "FI_MULTI_RECV");
+        let (Prepared { raw, mut desc, .. }, buf) = self.prepare(id, buf, |ep| {
+            if ep.framed || !multi_recv {
+                return Err(Error::Unsupported {
+                    what: "multi-receive buffers (needs FI_MULTI_RECV granted and unframed messages)".into(),
+                    provider: self.domain.profile.provider.clone(),
+                });
+            }
+            Ok(())
+        })?;
         let len = buf.capacity();
-        let mut desc = match self.local_desc(&mut buf) {
-            Ok(d) => d,
-            Err(e) => return fail(e, buf),
-        };
         let what = Posting {
             endpoint: id,
             kind: OpKind::Recv,
@@ -1109,6 +1067,33 @@ impl EventLoop {
             }
         })
         .map(|_| ())
+    }
+
+    /// The checks every post of a `Buffer` makes: the endpoint is open, the
+    /// operation's own `check` passes, and the buffer has its local
+    /// descriptor. On failure the buffer comes back with the error.
+    fn prepare(
+        &self,
+        id: EndpointId,
+        mut buf: Buffer,
+        check: impl FnOnce(&EndpointState) -> Result<()>,
+    ) -> Result<(Prepared, Buffer), PostError> {
+        let prepared = self.ep(id).and_then(|ep| {
+            check(ep)?;
+            let desc = self.local_desc(&mut buf)?;
+            Ok(Prepared {
+                raw: ep.raw,
+                framed: ep.framed,
+                desc,
+            })
+        });
+        match prepared {
+            Ok(p) => Ok((p, buf)),
+            Err(error) => Err(PostError {
+                error,
+                buffer: Some(buf),
+            }),
+        }
     }
 
     fn local_desc(&self, buf: &mut Buffer) -> Result<*mut c_void> {
