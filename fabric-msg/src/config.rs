@@ -90,6 +90,11 @@ pub struct ProviderSettings {
     /// right; `false` makes fabric-msg report none rather than a wrong one.
     #[serde(default = "yes")]
     pub trust_source: bool,
+    /// Why the provider's atomics must not be used, if they must not: the
+    /// profile then offers none, and `Capability::Atomic` passes the
+    /// provider over with this reason.
+    #[serde(default)]
+    pub atomics_broken: Option<String>,
 }
 
 /// The whole ladder configuration.
@@ -204,6 +209,13 @@ impl LadderConfig {
     /// Whether `provider`'s reported source addresses can be used.
     pub fn trust_source(&self, provider: &str) -> bool {
         self.providers.get(provider).map_or(true, |s| s.trust_source)
+    }
+
+    /// Why `provider`'s atomics are not to be used, if they are not.
+    pub fn atomics_broken(&self, provider: &str) -> Option<&str> {
+        self.providers
+            .get(provider)
+            .and_then(|s| s.atomics_broken.as_deref())
     }
 
     /// Environment tunables for `provider`.

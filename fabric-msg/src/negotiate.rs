@@ -853,7 +853,7 @@ fn open(req: &Requirements, cfg: &LadderConfig, attempt: &Attempt, prepared: &Pr
         .find(|d| d.name == granted.device())
         .map(|d| d.max_cqe);
     let queues = QueueSizes::fit(req, &granted, max_cqe);
-    let probed = probe::open_candidate(
+    let mut probed = probe::open_candidate(
         &list,
         entry,
         ProbeSizes {
@@ -862,6 +862,15 @@ fn open(req: &Requirements, cfg: &LadderConfig, attempt: &Attempt, prepared: &Pr
         },
         req.caps.contains(&Capability::Atomic),
     )?;
+    if let Some(why) = cfg.atomics_broken(&granted.provider) {
+        probed.atomics.clear();
+        if req.caps.contains(&Capability::Atomic) {
+            return Err(Error::Unsupported {
+                what: format!("u64 atomics (listed and validated, but {why})"),
+                provider: granted.provider.clone(),
+            });
+        }
+    }
     if req.caps.contains(&Capability::Atomic) && probed.atomics.is_empty() {
         // libfabric 1.17's `net` lists FI_ATOMIC but implements none (FI_ENOSYS).
         return Err(Error::Unsupported {

@@ -76,9 +76,10 @@ fn each_software_provider_negotiates_and_opens() {
             EndpointChoice::Rdm,
             FabricKind::Tcp,
         ),
+        // Its atomics crash the target (providers.toml: atomics_broken).
         (
             "udp;ofi_rxd",
-            &[Tagged, Msg, Rma, Atomic],
+            &[Tagged, Msg, Rma],
             EndpointChoice::Rdm,
             FabricKind::Udp,
         ),
