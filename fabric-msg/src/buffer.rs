@@ -194,7 +194,7 @@ impl LocalMr {
 }
 
 /// The soft `RLIMIT_MEMLOCK`, in words.
-fn memlock_limit() -> String {
+pub(crate) fn memlock_limit() -> String {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,

@@ -193,7 +193,7 @@ impl EventLoop {
 
     fn adopt(&mut self, ep: *mut ffi::fid_ep) -> EndpointId {
         let framed = self.framed();
-        self.endpoints.push(Some(EndpointState { raw: ep, framed }));
+        self.endpoints.push(Some(EndpointState::new(ep, framed)));
         EndpointId::new(self.endpoints.len() as u32 - 1)
     }
 

@@ -115,6 +115,43 @@ pub enum Error {
         /// `RLIMIT_MEMLOCK` as text.
         memlock: String,
     },
+    /// A one-sided operation reaches outside the memory it names; nothing
+    /// was posted.
+    #[error(
+        "{what}: {len} bytes at offset {offset} reach beyond the {size} bytes available; nothing was \
+         posted (ask the owner for a larger window, or split the transfer)"
+    )]
+    OutOfBounds {
+        /// Which side: the local region or the peer's memory.
+        what: &'static str,
+        /// Offset asked for.
+        offset: u64,
+        /// Length asked for.
+        len: u64,
+        /// Bytes available from the start of the memory.
+        size: u64,
+    },
+    /// The peer granted less access than an operation needs; nothing was posted.
+    #[error("{operation} needs {needs} access, but the peer granted only {granted}; nothing was posted")]
+    AccessDenied {
+        /// The operation refused.
+        operation: &'static str,
+        /// Access it needs.
+        needs: String,
+        /// Access granted.
+        granted: String,
+    },
+    /// An argument the operation cannot take; nothing was posted.
+    #[error("{0}")]
+    Usage(String),
+    /// The object is still in use by operations in flight.
+    #[error("{what} is in use by {in_flight} operation(s) in flight; poll their completions first")]
+    Busy {
+        /// What.
+        what: &'static str,
+        /// How many operations still use it.
+        in_flight: usize,
+    },
     /// The connection handshake failed.
     #[error("handshake with {peer}: {message}")]
     Handshake {

@@ -43,6 +43,7 @@ use crate::domain::{close_fid, DomainInner};
 use crate::error::{check, strerror, Error, ErrorCode, Result};
 use crate::ffi;
 use crate::info::EndpointType;
+use crate::mr::{Lease, RegionInner};
 use crate::profile::{Agreement, Profile};
 use std::collections::VecDeque;
 use std::fmt;
@@ -54,6 +55,12 @@ use std::time::{Duration, Instant};
 /// A value chosen by the application to recognise an operation's completion.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Token(pub u64);
+
+impl Token {
+    /// The token of a [`OpKind::RemoteWrite`] notice that used up no
+    /// receive of this side (the provider delivers remote CQ data on its own).
+    pub const REMOTE: Token = Token(u64::MAX);
+}
 
 /// An endpoint of an [`EventLoop`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -103,6 +110,19 @@ pub enum OpKind {
     Send,
     /// A receive (tagged or not).
     Recv,
+    /// An RMA read into local memory.
+    Read,
+    /// An RMA write (with or without immediate data).
+    Write,
+    /// An atomic operation; a fetched value is in [`Completion::value`].
+    Atomic,
+    /// A peer's [`EventLoop::write_data`] landed here: its data is in place
+    /// and its immediate value is in [`Completion::data`]. Where the
+    /// fabric delivers that value through a receive (`FI_RX_CQ_DATA`, or
+    /// fabric-msg's follow-up message where there is no remote CQ data),
+    /// the receive's token and (empty) buffer come back with it; elsewhere
+    /// the token is [`Token::REMOTE`].
+    RemoteWrite,
 }
 
 /// How `poll` waits when nothing is ready.
@@ -135,6 +155,15 @@ pub struct LoopConfig {
     /// `FI_OPT_MIN_MULTI_RECV`: a multi-receive buffer is released once
     /// less than this many bytes remain free. `None`: the provider's default.
     pub min_multi_recv: Option<usize>,
+    /// Most bytes one RMA post carries; larger transfers are split (and
+    /// complete once, when every part has). `None`: the fabric's and the
+    /// peer's `max_msg_size`.
+    pub rma_chunk: Option<usize>,
+    /// A one-sided operation (RMA, atomic) not completed after this long
+    /// completes with [`CompletionError::TimedOut`]; some providers never
+    /// complete an access the target refused (a revoked key on `shm` and
+    /// `udp;ofi_rxd` in libfabric 1.17). `None`: wait for ever.
+    pub rma_timeout: Option<Duration>,
 }
 
 impl Default for LoopConfig {
@@ -145,6 +174,8 @@ impl Default for LoopConfig {
             cq_size: None,
             force_framing: false,
             min_multi_recv: None,
+            rma_chunk: None,
+            rma_timeout: Some(Duration::from_secs(30)),
         }
     }
 }
@@ -165,6 +196,15 @@ pub enum CompletionError {
         /// Capacity of the buffer posted.
         buffer_len: usize,
     },
+    /// A one-sided operation did not complete within
+    /// [`LoopConfig::rma_timeout`]. Its memory stays registered and held
+    /// until the provider lets go of it or the endpoint is closed.
+    #[error(
+        "no completion after {0:?}: the peer may have revoked the key, died, or stopped polling its loop \
+         (needed for progress on some providers); the operation's memory stays held until the provider \
+         releases it or the endpoint is closed"
+    )]
+    TimedOut(Duration),
     /// The operation was cancelled.
     #[error("operation cancelled (FI_ECANCELED)")]
     Cancelled,
@@ -180,6 +220,17 @@ pub enum CompletionError {
         prov_errno: i32,
         /// The provider's text for it.
         prov_text: String,
+    },
+    /// A split transfer of which only some parts could be posted; the
+    /// posted parts finished, the rest were never started.
+    #[error("only {posted} of {parts} parts of the transfer were posted: {error}")]
+    PartlyPosted {
+        /// Parts posted.
+        posted: usize,
+        /// Parts in all.
+        parts: usize,
+        /// Why the next part could not be posted.
+        error: String,
     },
     /// A message on a framed endpoint without a valid header: the peer does
     /// not frame its messages.
@@ -207,6 +258,8 @@ pub struct Completion {
     pub source: Option<u64>,
     /// Success, or what went wrong.
     pub result: Result<(), CompletionError>,
+    /// The value an atomic fetched (the target's value before the operation).
+    pub value: Option<u64>,
     /// For a multi-receive buffer: where this message lies in it (offset,
     /// length). Read it with [`EventLoop::multi_recv_bytes`] while the
     /// buffer is still posted, or from the buffer once it comes back.
@@ -290,6 +343,31 @@ struct OpSlot {
     generation: u64,
     /// Registration of borrowed memory, dropped when the slot is released.
     borrowed_mr: Option<crate::buffer::LocalMr>,
+    /// The region a one-sided operation uses, held until its completion.
+    region: Option<Arc<RegionInner>>,
+    /// The pool slot it uses, returned to its pool after the completion.
+    lease: Option<Arc<Lease>>,
+    /// Part of a split transfer: index into the loop's groups, or NO_GROUP.
+    group: u32,
+    /// An atomic whose fetched value lies in the loop's atomic scratch.
+    atomic: bool,
+    /// When a one-sided operation is reported as timed out.
+    expires: Option<Instant>,
+    /// Reported as timed out; the provider still holds it, so the slot
+    /// (and the memory it keeps) waits for its late completion, which is
+    /// swallowed.
+    abandoned: bool,
+}
+
+const NO_GROUP: u32 = u32::MAX;
+
+/// A transfer split into parts: completes once, when the last part does.
+struct Group {
+    endpoint: u32,
+    kind: OpKind,
+    token: Token,
+    remaining: usize,
+    error: Option<CompletionError>,
 }
 
 /// Boxed slots, never moved while in use; freed slots are reused, so the
@@ -301,6 +379,8 @@ struct Slab {
     slots: Vec<Box<OpSlot>>,
     free: Vec<u32>,
     in_flight: usize,
+    /// Slots with a deadline (one-sided operations).
+    timed: usize,
 }
 
 impl Slab {
@@ -323,6 +403,12 @@ impl Slab {
                     used: 0,
                     generation: 0,
                     borrowed_mr: None,
+                    region: None,
+                    lease: None,
+                    group: NO_GROUP,
+                    atomic: false,
+                    expires: None,
+                    abandoned: false,
                 }));
                 i
             }
@@ -337,6 +423,10 @@ impl Slab {
         slot.multi = false;
         slot.base = 0;
         slot.used = 0;
+        slot.group = NO_GROUP;
+        slot.atomic = false;
+        slot.expires = None;
+        slot.abandoned = false;
         slot.generation += 1;
         self.in_flight += 1;
         &mut **slot
@@ -349,6 +439,11 @@ impl Slab {
         }
         slot.in_use = false;
         slot.borrowed_mr = None;
+        slot.region = None;
+        slot.lease = None;
+        if slot.expires.take().is_some() {
+            self.timed -= 1;
+        }
         self.in_flight -= 1;
         self.free.push(index);
         slot.buffer.take()
@@ -392,11 +487,38 @@ struct Posting {
     multi: bool,
 }
 
+/// A one-sided operation to post: for [`EventLoop::post_parts`].
+pub(crate) struct Parts<'a> {
+    pub(crate) endpoint: EndpointId,
+    pub(crate) kind: OpKind,
+    pub(crate) token: Token,
+    /// Posts it takes (at least 1).
+    pub(crate) count: usize,
+    /// Held by every part until its completion.
+    pub(crate) region: Option<&'a Arc<RegionInner>>,
+    pub(crate) lease: Option<&'a Arc<Lease>>,
+    pub(crate) atomic: bool,
+    /// Owned by the last part (write_data's follow-up message).
+    pub(crate) last_buffer: Option<Buffer>,
+}
+
 pub(crate) struct EndpointState {
     /// NULL for the base endpoint of a MSG loop, which only stands for the
     /// loop in `accept`/`connect`; each connection has its own endpoint.
     pub(crate) raw: *mut ffi::fid_ep,
     pub(crate) framed: bool,
+    /// Held by memory regions bound to this endpoint (`FI_MR_ENDPOINT`).
+    pub(crate) bound: Arc<()>,
+}
+
+impl EndpointState {
+    pub(crate) fn new(raw: *mut ffi::fid_ep, framed: bool) -> EndpointState {
+        EndpointState {
+            raw,
+            framed,
+            bound: Arc::new(()),
+        }
+    }
 }
 
 pub(crate) struct Cq {
@@ -442,10 +564,21 @@ pub struct EventLoop {
     av: Option<Av>,
     pub(crate) cq: Cq,
     pub(crate) domain: Arc<DomainInner>,
-    cfg: LoopConfig,
+    pub(crate) cfg: LoopConfig,
     scratch: Vec<u8>,
     has_source: bool,
     directed: bool,
+    /// Split transfers in flight, and free entries of `groups`.
+    groups: Vec<Group>,
+    free_groups: Vec<u32>,
+    /// Header-only buffers for write_data's follow-up messages, reused.
+    pub(crate) notify_bufs: Vec<Buffer>,
+    /// Registered operands and results of atomics, one entry per slot.
+    pub(crate) atomic_scratch: Option<crate::mr::MemoryRegion>,
+    /// Raw keys mapped by `import`, unmapped when the loop closes.
+    pub(crate) mapped_keys: Vec<u64>,
+    /// Remote CQ data uses up a posted receive (`FI_RX_CQ_DATA` mode).
+    rx_cq_data: bool,
 }
 
 // SAFETY: an EventLoop is used through `&mut self` only, so by one thread at
@@ -550,6 +683,7 @@ impl EventLoop {
                 slots: Vec::new(),
                 free: Vec::new(),
                 in_flight: 0,
+                timed: 0,
             },
             pending: VecDeque::with_capacity(CQ_BATCH * 4),
             pep: None,
@@ -558,6 +692,12 @@ impl EventLoop {
             cq,
             has_source: profile.source,
             directed: has("FI_DIRECTED_RECV"),
+            groups: Vec::new(),
+            free_groups: Vec::new(),
+            notify_bufs: Vec::new(),
+            atomic_scratch: None,
+            mapped_keys: Vec::new(),
+            rx_cq_data: profile.mode.iter().any(|m| m == "FI_RX_CQ_DATA"),
             scratch: vec![0; profile.inject_size + HEADROOM],
             domain,
             cfg,
@@ -581,6 +721,11 @@ impl EventLoop {
         w
     }
 
+    /// Most operations in flight at once: the completion queue's size.
+    pub fn cq_capacity(&self) -> usize {
+        self.cq.capacity
+    }
+
     /// Operations posted and not yet completed.
     pub fn in_flight(&self) -> usize {
         self.slab.in_flight
@@ -592,10 +737,8 @@ impl EventLoop {
     /// its own endpoint, named by [`Peer::endpoint`] — post there.
     pub fn endpoint(&mut self) -> Result<EndpointId> {
         let Some(av) = &self.av else {
-            self.endpoints.push(Some(EndpointState {
-                raw: ptr::null_mut(),
-                framed: self.framed(),
-            }));
+            self.endpoints
+                .push(Some(EndpointState::new(ptr::null_mut(), self.framed())));
             return Ok(EndpointId(self.endpoints.len() as u32 - 1));
         };
         let mut raw = ptr::null_mut();
@@ -603,10 +746,7 @@ impl EventLoop {
         check("fi_endpoint", unsafe {
             ffi::fi_endpoint(self.domain.raw, self.domain.info_ptr(), &mut raw, ptr::null_mut())
         })?;
-        let state = EndpointState {
-            raw,
-            framed: self.framed(),
-        };
+        let state = EndpointState::new(raw, self.framed());
         let bind_flags = u64::from(ffi::FI_TRANSMIT | ffi::FI_RECV);
         // SAFETY: raw is a fresh endpoint; the CQ and AV outlive it (the loop
         // closes endpoints first). On error the endpoint is closed here.
@@ -639,7 +779,7 @@ impl EventLoop {
         Ok(EndpointId(self.endpoints.len() as u32 - 1))
     }
 
-    fn ep(&self, id: EndpointId) -> Result<&EndpointState> {
+    pub(crate) fn ep(&self, id: EndpointId) -> Result<&EndpointState> {
         let ep = self
             .endpoints
             .get(id.0 as usize)
@@ -854,6 +994,7 @@ impl EventLoop {
             data,
             source,
             result: Ok(()),
+            value: None,
             multi: piece,
             slot: Some((index, generation)),
             finishes: last,
@@ -1096,7 +1237,7 @@ impl EventLoop {
         }
     }
 
-    fn local_desc(&self, buf: &mut Buffer) -> Result<*mut c_void> {
+    pub(crate) fn local_desc(&self, buf: &mut Buffer) -> Result<*mut c_void> {
         if self.domain.mr_mode(ffi::FI_MR_LOCAL) {
             buf.desc(&self.domain)
         } else {
@@ -1136,6 +1277,82 @@ impl EventLoop {
                 buffer: self.slab.release(index),
             }),
         }
+    }
+
+    /// Post a one-sided operation in `p.count` parts; `op(part, slot, ctx)`
+    /// posts one. Several parts complete once, as a group. If the first
+    /// part cannot be posted the error comes back and nothing is in
+    /// flight; if a later one cannot, the transfer completes (after the
+    /// posted parts) with [`CompletionError::PartlyPosted`].
+    pub(crate) fn post_parts(
+        &mut self,
+        mut p: Parts<'_>,
+        mut op: impl FnMut(usize, u32, *mut c_void) -> isize,
+    ) -> Result<()> {
+        let group = (p.count > 1).then(|| {
+            let g = Group {
+                endpoint: p.endpoint.0,
+                kind: p.kind,
+                token: p.token,
+                remaining: p.count,
+                error: None,
+            };
+            match self.free_groups.pop() {
+                Some(i) => {
+                    self.groups[i as usize] = g;
+                    i
+                }
+                None => {
+                    self.groups.push(g);
+                    self.groups.len() as u32 - 1
+                }
+            }
+        });
+        let timeout = self.cfg.rma_timeout;
+        for part in 0..p.count {
+            let posted = self.wait_for_room().and_then(|()| {
+                let slot = self.slab.acquire(p.endpoint.0, p.kind, p.token);
+                // SAFETY: slot points into a live Box in the slab (see `post`).
+                let (index, ctx) = unsafe {
+                    (*slot).region = p.region.cloned();
+                    (*slot).lease = p.lease.cloned();
+                    (*slot).group = group.unwrap_or(NO_GROUP);
+                    (*slot).atomic = p.atomic;
+                    (*slot).expires = timeout.map(|t| Instant::now() + t);
+                    if part + 1 == p.count {
+                        (*slot).buffer = p.last_buffer.take();
+                    }
+                    ((*slot).index, slot.cast::<c_void>())
+                };
+                if timeout.is_some() {
+                    self.slab.timed += 1;
+                }
+                self.retry(|| op(part, index, ctx)).map(|_| ()).inspect_err(|_| {
+                    if let Some(b) = self.slab.release(index) {
+                        self.notify_bufs.push(b);
+                    }
+                })
+            });
+            let Err(error) = posted else { continue };
+            let Some(g) = group else { return Err(error) };
+            if part == 0 {
+                self.groups[g as usize].remaining = 0;
+                self.free_groups.push(g);
+                return Err(error);
+            }
+            let entry = &mut self.groups[g as usize];
+            entry.error.get_or_insert(CompletionError::PartlyPosted {
+                posted: part,
+                parts: p.count,
+                error: error.to_string(),
+            });
+            entry.remaining -= p.count - part;
+            if entry.remaining == 0 {
+                self.end_group(g);
+            }
+            return Ok(());
+        }
+        Ok(())
     }
 
     /// Read the CQ until fewer operations than it holds are in flight.
@@ -1182,18 +1399,26 @@ impl EventLoop {
         loop {
             if self.pending.is_empty() {
                 self.read_cq()?;
+                if self.slab.timed > 0 {
+                    self.expire_overdue();
+                }
             }
             if !self.pending.is_empty() {
                 self.deliver(out);
                 return Ok(out.len());
             }
-            let remaining = match deadline {
+            let mut remaining = match deadline {
                 Some(d) => match d.checked_duration_since(Instant::now()) {
                     Some(r) if !r.is_zero() => Some(r),
                     _ => return Ok(0),
                 },
                 None => None,
             };
+            if self.slab.timed > 0 {
+                // Wake up to notice overdue one-sided operations.
+                let tick = Duration::from_millis(50);
+                remaining = Some(remaining.map_or(tick, |r| r.min(tick)));
+            }
             self.wait(remaining);
         }
     }
@@ -1297,17 +1522,41 @@ impl EventLoop {
     }
 
     fn complete(&mut self, e: &ffi::fi_cq_tagged_entry, source: Option<u64>) {
+        let remote_write = e.flags & (ffi::FI_REMOTE_WRITE as u64) != 0;
+        if remote_write && !self.rx_cq_data {
+            // A peer's write with immediate data: the entry carries no
+            // context of ours (fi_cq(3)), so it is not looked up.
+            if e.flags & u64::from(ffi::FI_REMOTE_CQ_DATA) != 0 {
+                self.remote_write_arrived(e.data, source);
+            }
+            return;
+        }
         let Some(index) = self.slab.index_of(e.op_context) else {
             log::warn!("completion for an unknown context {:p} ignored", e.op_context);
             return;
         };
-        let (endpoint, kind, token, multi, posted) = {
+        if self.slab.slots[index as usize].abandoned {
+            return self.swallow(index);
+        }
+        let (endpoint, mut kind, token, multi, posted, group, atomic) = {
             let s = &self.slab.slots[index as usize];
-            (s.endpoint, s.kind, s.token, s.multi, s.posted_len)
+            (
+                s.endpoint,
+                s.kind,
+                s.token,
+                s.multi,
+                s.posted_len,
+                s.group,
+                s.atomic,
+            )
         };
         if multi {
             return self.complete_multi(index, e, source);
         }
+        if group != NO_GROUP {
+            return self.finish_part(index, group, Ok(()));
+        }
+        let value = atomic.then(|| self.atomic_result(index));
         let mut buffer = self.slab.release(index);
         let alive = self.endpoints.get(endpoint as usize).and_then(Option::as_ref);
         let Some(ep) = alive else { return };
@@ -1320,10 +1569,21 @@ impl EventLoop {
                 buffer_len: posted,
             });
         }
-        if kind == OpKind::Recv {
+        if kind == OpKind::Recv && remote_write {
+            // FI_RX_CQ_DATA: a peer's write_data used up this receive.
+            kind = OpKind::RemoteWrite;
+            if let Some(b) = buffer.as_mut() {
+                b.set_received(0);
+            }
+        } else if kind == OpKind::Recv {
             if let Some(b) = buffer.as_mut() {
                 let capacity = b.capacity();
-                if ep.framed {
+                if ep.framed && is_notify(b.header_mut(), e.len) {
+                    // fabric-msg's follow-up message of a write_data.
+                    kind = OpKind::RemoteWrite;
+                    b.set_received(0);
+                    data = decode_header(b.header_mut(), e.len).and_then(|(_, d)| d);
+                } else if ep.framed {
                     match decode_header(b.header_mut(), e.len) {
                         // Some providers (udp;ofi_rxd in 1.17) truncate without
                         // saying so; the header says how much was sent.
@@ -1364,6 +1624,7 @@ impl EventLoop {
             data,
             source,
             result,
+            value,
             multi: borrowed_len,
             slot: None,
             finishes: false,
@@ -1387,10 +1648,20 @@ impl EventLoop {
             );
             return Ok(());
         };
-        let (endpoint, kind, token, posted) = {
+        if self.slab.slots[index as usize].abandoned {
+            self.swallow(index);
+            return Ok(());
+        }
+        let (endpoint, kind, token, posted, group) = {
             let s = &self.slab.slots[index as usize];
-            (s.endpoint, s.kind, s.token, s.posted_len)
+            (s.endpoint, s.kind, s.token, s.posted_len, s.group)
         };
+        let code = err.err.unsigned_abs();
+        if group != NO_GROUP {
+            let failure = self.cq_failure(&err, code);
+            self.finish_part(index, group, Err(failure));
+            return Ok(());
+        }
         let mut buffer = self.slab.release(index);
         if self
             .endpoints
@@ -1400,7 +1671,6 @@ impl EventLoop {
         {
             return Ok(());
         }
-        let code = err.err.unsigned_abs();
         let result = if code == ffi::FI_ETRUNC {
             let framed = self.endpoints[endpoint as usize]
                 .as_ref()
@@ -1429,32 +1699,8 @@ impl EventLoop {
                 message_len,
                 buffer_len: posted.saturating_sub(overhead),
             })
-        } else if code == ffi::FI_ECANCELED {
-            Err(CompletionError::Cancelled)
         } else {
-            let mut text = [0 as std::os::raw::c_char; 256];
-            // SAFETY: the CQ is open; fi_cq_strerror writes at most len bytes
-            // into `text` and returns a C string valid while err_data is.
-            let prov = unsafe {
-                let p = ffi::fi_cq_strerror(
-                    self.cq.raw,
-                    err.prov_errno,
-                    err.err_data,
-                    text.as_mut_ptr(),
-                    text.len(),
-                );
-                if p.is_null() {
-                    String::new()
-                } else {
-                    std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned()
-                }
-            };
-            Err(CompletionError::Failed {
-                code: ErrorCode(code),
-                text: strerror(code),
-                prov_errno: err.prov_errno,
-                prov_text: prov,
-            })
+            Err(self.cq_failure(&err, code))
         };
         let tag = tag_of(err.flags, err.tag);
         self.pending.push_back(Completion {
@@ -1466,6 +1712,7 @@ impl EventLoop {
             data: None,
             source: None,
             result,
+            value: None,
             multi: None,
             slot: None,
             finishes: false,
@@ -1473,11 +1720,171 @@ impl EventLoop {
         Ok(())
     }
 
+    /// A completion error other than truncation, with the provider's text.
+    fn cq_failure(&self, err: &ffi::fi_cq_err_entry, code: u32) -> CompletionError {
+        if code == ffi::FI_ECANCELED {
+            return CompletionError::Cancelled;
+        }
+        let mut text = [0 as std::os::raw::c_char; 256];
+        // SAFETY: the CQ is open; fi_cq_strerror writes at most len bytes
+        // into `text` and returns a C string valid while err_data is.
+        let prov = unsafe {
+            let p = ffi::fi_cq_strerror(
+                self.cq.raw,
+                err.prov_errno,
+                err.err_data,
+                text.as_mut_ptr(),
+                text.len(),
+            );
+            if p.is_null() {
+                String::new()
+            } else {
+                std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned()
+            }
+        };
+        CompletionError::Failed {
+            code: ErrorCode(code),
+            text: strerror(code),
+            prov_errno: err.prov_errno,
+            prov_text: prov,
+        }
+    }
+
+    /// The late completion of an operation already reported as timed out.
+    fn swallow(&mut self, index: u32) {
+        if let Some(b) = self.slab.release(index) {
+            self.notify_bufs.push(b);
+        }
+    }
+
+    /// Report one-sided operations past their deadline as timed out.
+    fn expire_overdue(&mut self) {
+        let now = Instant::now();
+        let Some(after) = self.cfg.rma_timeout else { return };
+        for i in 0..self.slab.slots.len() {
+            let s = &mut self.slab.slots[i];
+            if !s.in_use || s.abandoned || s.expires.map_or(true, |t| t > now) {
+                continue;
+            }
+            s.abandoned = true;
+            let (endpoint, kind, token, group) = (s.endpoint, s.kind, s.token, s.group);
+            if group != NO_GROUP {
+                let g = &mut self.groups[group as usize];
+                g.error.get_or_insert(CompletionError::TimedOut(after));
+                g.remaining -= 1;
+                if g.remaining == 0 {
+                    self.end_group(group);
+                }
+                continue;
+            }
+            self.pending.push_back(Completion {
+                token,
+                endpoint: EndpointId(endpoint),
+                kind,
+                buffer: None,
+                tag: 0,
+                data: None,
+                source: None,
+                result: Err(CompletionError::TimedOut(after)),
+                value: None,
+                multi: None,
+                slot: None,
+                finishes: false,
+            });
+        }
+    }
+
+    /// One part of a split transfer finished; the transfer completes with
+    /// its last part, reporting the first error of any part.
+    fn finish_part(&mut self, index: u32, group: u32, result: Result<(), CompletionError>) {
+        if let Some(b) = self.slab.release(index) {
+            // Only write_data's follow-up message holds a buffer here.
+            self.notify_bufs.push(b);
+        }
+        let g = &mut self.groups[group as usize];
+        if let Err(e) = result {
+            g.error.get_or_insert(e);
+        }
+        g.remaining -= 1;
+        if g.remaining == 0 {
+            self.end_group(group);
+        }
+    }
+
+    fn end_group(&mut self, group: u32) {
+        let g = &mut self.groups[group as usize];
+        let (endpoint, kind, token, error) = (g.endpoint, g.kind, g.token, g.error.take());
+        g.remaining = 0;
+        self.free_groups.push(group);
+        if self
+            .endpoints
+            .get(endpoint as usize)
+            .and_then(Option::as_ref)
+            .is_none()
+        {
+            return;
+        }
+        self.pending.push_back(Completion {
+            token,
+            endpoint: EndpointId(endpoint),
+            kind,
+            buffer: None,
+            tag: 0,
+            data: None,
+            source: None,
+            result: error.map_or(Ok(()), Err),
+            value: None,
+            multi: None,
+            slot: None,
+            finishes: false,
+        });
+    }
+
+    /// The notice of a peer's write_data that used up no receive: it is
+    /// reported on the loop's first open endpoint.
+    fn remote_write_arrived(&mut self, data: u64, source: Option<u64>) {
+        let Some(endpoint) = self
+            .endpoints
+            .iter()
+            .position(|e| e.as_ref().is_some_and(|e| !e.raw.is_null()))
+        else {
+            return;
+        };
+        self.pending.push_back(Completion {
+            token: Token::REMOTE,
+            endpoint: EndpointId(endpoint as u32),
+            kind: OpKind::RemoteWrite,
+            buffer: None,
+            tag: 0,
+            data: Some(data),
+            source,
+            result: Ok(()),
+            value: None,
+            multi: None,
+            slot: None,
+            finishes: false,
+        });
+    }
+
     /// Close an endpoint. Its operations still in flight produce no
     /// completions; their buffers are freed by the loop. Completions of its
     /// operations already reaped but not yet returned are dropped too.
     pub fn close_endpoint(&mut self, id: EndpointId) -> Result<()> {
-        let Some(state) = self.endpoints.get_mut(id.0 as usize).and_then(Option::take) else {
+        let Some(slot) = self.endpoints.get_mut(id.0 as usize) else {
+            return Err(Error::Closed {
+                what: format!("endpoint {}", id.0),
+            });
+        };
+        if let Some(state) = slot.as_ref() {
+            let bound = Arc::strong_count(&state.bound) - 1;
+            if bound > 0 {
+                return Err(Error::Busy {
+                    what: "endpoint with memory regions bound to it (FI_MR_ENDPOINT); drop them first",
+                    in_flight: bound,
+                });
+            }
+        }
+        let Some(state) = slot.take() else {
             return Err(Error::Closed {
                 what: format!("endpoint {}", id.0),
             });
@@ -1500,6 +1907,12 @@ impl EventLoop {
             }
         }
         self.pending.retain(|c| c.endpoint != id);
+        for (i, g) in self.groups.iter_mut().enumerate() {
+            if g.remaining > 0 && g.endpoint == id.0 {
+                g.remaining = 0;
+                self.free_groups.push(i as u32);
+            }
+        }
         check("fi_close(endpoint)", rc)?;
         drained
     }
@@ -1524,6 +1937,18 @@ impl Drop for EventLoop {
         // before the CQ, AV and domain go.
         self.slab.slots.clear();
         self.pending.clear();
+        self.atomic_scratch = None;
+        for key in self.mapped_keys.drain(..) {
+            // SAFETY: each key was mapped by fi_mr_map_raw on this domain,
+            // which is still open, and is unmapped once.
+            let rc = unsafe { ffi::fi_mr_unmap_key(self.domain.raw, key) };
+            if rc != 0 {
+                log::warn!(
+                    "unmapping a raw key: {}",
+                    Error::from_rc("fi_mr_unmap_key", rc.into())
+                );
+            }
+        }
     }
 }
 
@@ -1590,6 +2015,22 @@ fn tag_of(flags: u64, tag: u64) -> u64 {
 /// (little-endian u64, top bit set when immediate data follows) and the
 /// immediate data (little-endian u64).
 const DATA_FLAG: u64 = 1 << 63;
+/// Set (with `DATA_FLAG`, length 0) in the follow-up message that carries
+/// a write_data's immediate value where the fabric has no remote CQ data.
+const NOTIFY_FLAG: u64 = 1 << 62;
+
+/// The header of write_data's follow-up message.
+pub(crate) fn encode_notify(data: u64) -> [u8; HEADROOM] {
+    let mut h = [0u8; HEADROOM];
+    h[..8].copy_from_slice(&(DATA_FLAG | NOTIFY_FLAG).to_le_bytes());
+    h[8..].copy_from_slice(&data.to_le_bytes());
+    h
+}
+
+/// Whether a received frame is write_data's follow-up message.
+fn is_notify(h: &[u8; HEADROOM], received: usize) -> bool {
+    received == HEADROOM && h[..8] == (DATA_FLAG | NOTIFY_FLAG).to_le_bytes()
+}
 
 fn encode_header(len: usize, data: Option<u64>) -> [u8; HEADROOM] {
     let mut h = [0u8; HEADROOM];
@@ -1606,7 +2047,7 @@ fn decode_header(h: &[u8; HEADROOM], received: usize) -> Option<(usize, Option<u
     }
     let word = u64::from_le_bytes(h[..8].try_into().ok()?);
     let data = u64::from_le_bytes(h[8..].try_into().ok()?);
-    let len = usize::try_from(word & !DATA_FLAG).ok()?;
+    let len = usize::try_from(word & !(DATA_FLAG | NOTIFY_FLAG)).ok()?;
     Some((len, (word & DATA_FLAG != 0).then_some(data)))
 }
 
@@ -1632,5 +2073,8 @@ mod tests {
         assert_eq!(decode_header(&h, HEADROOM + 3), Some((3, Some(0xfeed))));
         assert_eq!(decode_header(&encode_header(0, None), HEADROOM), Some((0, None)));
         assert_eq!(decode_header(&h, HEADROOM - 1), None, "shorter than a header");
+        let n = encode_notify(42);
+        assert!(is_notify(&n, HEADROOM) && !is_notify(&h, HEADROOM) && !is_notify(&n, HEADROOM + 1));
+        assert_eq!(decode_header(&n, HEADROOM), Some((0, Some(42))));
     }
 }

@@ -88,9 +88,11 @@ mod domain;
 pub mod error;
 pub mod event_loop;
 pub mod info;
+pub mod mr;
 pub mod negotiate;
 mod probe;
 pub mod profile;
+pub mod rma;
 pub mod verbs_limits;
 
 pub use bootstrap::{connect, connect_with, Listener};
@@ -103,6 +105,8 @@ pub use event_loop::{
     SendOpts, Token, WaitMode,
 };
 pub use info::{EndpointType, FabricInfo};
+pub use mr::{Access, Local, MemoryRegion, PoolSlot, RegionPool, RemoteMemory};
 pub use negotiate::{negotiate, Capability, EndpointChoice, Negotiation, Reason, Rejection, Requirements};
 pub use probe::AtomicOp;
 pub use profile::{check_peer, Profile, WireProfile, PROTOCOL_VERSION};
+pub use rma::Atomic;
