@@ -47,5 +47,14 @@ check iwarp-msg-4M "4194304         2        2" $pp -e msg -p verbs -d siw0 -I 2
 check memlock-error "locked-memory limit, which is 1024 KiB" \
   bash -c "ulimit -l 1024; $pp -e msg -p verbs -d siw0 -I 1 -W 0 -S 4194304"
 
+# One-sided operations on real RDMA devices: RMA writes with immediate data
+# (natively on rxe0; on siw0, which has no remote CQ data, through
+# fabric-msg's follow-up message), every byte checked.
+rp="target/debug/rma_pingpong --loopback --verify"
+check roce-rdm-rma-4K "4096           20       20" $rp -p "verbs;ofi_rxm" -d rxe0 -I 20 -W 2 -S 4096
+check roce-msg-rma-64K "65536          10       10" $rp -e msg -p verbs -d rxe0 -I 10 -W 1 -S 65536
+check iwarp-msg-rma-64K "65536          10       10" $rp -e msg -p verbs -d siw0 -I 10 -W 1 -S 65536
+check roce-rdm-rma-regeach "1048576         5        5" $rp --mr each -p "verbs;ofi_rxm" -d rxe0 -I 5 -W 1 -S 1048576
+
 echo "negotiate-guest: $failures failed"
 exit $((failures > 0))

@@ -1,0 +1,428 @@
+//! `rma_pingpong`: a ping-pong of RMA writes with immediate data, the way
+//! fabtests' RMA tools work: each side writes into the other's registered
+//! memory, and the peer learns of it from the write's notice.
+//!
+//! Server: `rma_pingpong [options]`; client: `rma_pingpong [options] ADDRESS`;
+//! both in one process over 127.0.0.1: `rma_pingpong --loopback`.
+//! `--mr each` registers the same source memory anew for every write (and
+//! deregisters it after): the cost that a pool of registered memory saves.
+
+use fabric_msg::negotiate::{Capability, EndpointChoice};
+use fabric_msg::{
+    negotiate, Access, Buffer, Completion, EventLoop, LadderConfig, Listener, LoopConfig, OpKind, Peer,
+    RecvOpts, RegionPool, RemoteMemory, Requirements, SendOpts, Token,
+};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+const USAGE: &str = "\
+usage: rma_pingpong [options] [ADDRESS]
+
+  -p PROVIDER     provider (default: negotiated)
+  -d DOMAIN       domain, e.g. lo, rxe0
+  -e rdm|msg      endpoint type (default rdm)
+  -S SIZE|all     transfer size in bytes (1 or more), or all (powers of two to 4 MiB; default all)
+  -I ITERATIONS   iterations per size (default 1000)
+  -W WARMUP       warm-up iterations per size (default 10)
+  -B PORT         server: bootstrap port to listen on (default 9228)
+  -P PORT         client: bootstrap port to connect to (default 9228)
+  --mr pool|each  client's source memory: a registered pool slot (default), or
+                  registered and deregistered around every write
+  --verify        check every byte that lands
+  --loopback      run server and client in this process over 127.0.0.1
+  --same-host     peers share this host (allows shared memory)
+  --json          JSON Lines output
+  -h, --help      this text
+";
+
+/// Untagged receives kept posted for write notices that use one up.
+const NOTICE_RECVS: u64 = 4;
+const NOTICE_TOKEN: u64 = 1 << 32;
+
+#[derive(Clone)]
+struct Opts {
+    provider: Option<String>,
+    domain: Option<String>,
+    endpoint: EndpointChoice,
+    sizes: Vec<usize>,
+    iters: usize,
+    warmup: usize,
+    bind_port: u16,
+    port: u16,
+    register_each: bool,
+    verify: bool,
+    loopback: bool,
+    same_host: bool,
+    json: bool,
+    address: Option<String>,
+}
+
+fn parse() -> Result<Opts, String> {
+    let mut o = Opts {
+        provider: None,
+        domain: None,
+        endpoint: EndpointChoice::Rdm,
+        sizes: (0..=22).map(|s| 1usize << s).collect(),
+        iters: 1000,
+        warmup: 10,
+        bind_port: 9228,
+        port: 9228,
+        register_each: false,
+        verify: false,
+        loopback: false,
+        same_host: false,
+        json: false,
+        address: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        let mut val = |n: &str| it.next().ok_or_else(|| format!("{n} needs a value"));
+        let num = |n: &str, v: String| v.parse::<usize>().map_err(|_| format!("{n} {v}: not a number"));
+        match a.as_str() {
+            "-p" => o.provider = Some(val("-p")?),
+            "-d" => o.domain = Some(val("-d")?),
+            "-e" => {
+                o.endpoint = match val("-e")?.as_str() {
+                    "rdm" => EndpointChoice::Rdm,
+                    "msg" => EndpointChoice::Msg,
+                    v => return Err(format!("-e {v}: expected rdm or msg")),
+                }
+            }
+            "-S" => {
+                let v = val("-S")?;
+                if v != "all" {
+                    let s = num("-S", v)?;
+                    if s == 0 {
+                        return Err("-S 0: an RMA transfer moves at least 1 byte".into());
+                    }
+                    o.sizes = vec![s];
+                }
+            }
+            "-I" => o.iters = num("-I", val("-I")?)?.max(1),
+            "-W" => o.warmup = num("-W", val("-W")?)?,
+            "-B" => o.bind_port = num("-B", val("-B")?)? as u16,
+            "-P" => o.port = num("-P", val("-P")?)? as u16,
+            "--mr" => {
+                o.register_each = match val("--mr")?.as_str() {
+                    "pool" => false,
+                    "each" => true,
+                    v => return Err(format!("--mr {v}: expected pool or each")),
+                }
+            }
+            "--verify" => o.verify = true,
+            "--loopback" => o.loopback = true,
+            "--same-host" => o.same_host = true,
+            "--json" => o.json = true,
+            "-h" | "--help" => {
+                print!("{USAGE}");
+                std::process::exit(0);
+            }
+            s if s.starts_with('-') => return Err(format!("unknown option {s}")),
+            s => o.address = Some(s.to_string()),
+        }
+    }
+    Ok(o)
+}
+
+fn main() -> ExitCode {
+    let o = match parse() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("rma_pingpong: {e}\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(&o) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("rma_pingpong: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+type AnyResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+fn run(o: &Opts) -> AnyResult<()> {
+    let req = Requirements {
+        caps: vec![Capability::Msg, Capability::Rma],
+        endpoint: o.endpoint,
+        provider: o.provider.clone(),
+        domain: o.domain.clone(),
+        same_host: o.same_host || o.loopback,
+        ..Default::default()
+    };
+    let profile = negotiate(&req, &LadderConfig::load(None)?)?.profile;
+    if o.loopback {
+        let listener = Listener::bind(("127.0.0.1", 0))?;
+        let addr = listener.local_addr()?;
+        let (sp, so) = (profile.clone(), o.clone());
+        let server = std::thread::spawn(move || -> AnyResult<()> {
+            let mut s = Side::accept(&sp, &listener)?;
+            s.serve(&so)
+        });
+        let result = Side::connect(&profile, addr).and_then(|mut c| c.drive(o));
+        if let Err(e) = result {
+            std::thread::sleep(Duration::from_millis(200));
+            if server.is_finished() {
+                if let Ok(Err(s)) = server.join() {
+                    return Err(format!("{e}; server side: {s}").into());
+                }
+            }
+            return Err(e);
+        }
+        server.join().map_err(|_| "server thread panicked")?
+    } else if let Some(host) = &o.address {
+        let addr = std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), o.port))?
+            .next()
+            .ok_or_else(|| format!("{host}: no address"))?;
+        Side::connect(&profile, addr)?.drive(o)
+    } else {
+        let listener = Listener::bind(("0.0.0.0", o.bind_port))?;
+        Side::accept(&profile, &listener)?.serve(o)
+    }
+}
+
+/// One end: its loop, the peer, its exposed memory and the peer's.
+struct Side {
+    ev: EventLoop,
+    peer: Peer,
+    target: fabric_msg::MemoryRegion,
+    remote: RemoteMemory,
+    out: Vec<Completion>,
+    held: Vec<Completion>,
+}
+
+const MAX: usize = 4 << 20;
+
+impl Side {
+    fn accept(p: &fabric_msg::Profile, listener: &Listener) -> AnyResult<Side> {
+        let mut ev = EventLoop::new(p, LoopConfig::default())?;
+        let ep = ev.endpoint()?;
+        // Receives go up before the connection starts (iWARP needs that).
+        let peer = listener.accept_with(&mut ev, ep, post_notice_recvs)?;
+        Side::exchange(ev, peer)
+    }
+
+    fn connect(p: &fabric_msg::Profile, addr: std::net::SocketAddr) -> AnyResult<Side> {
+        let mut ev = EventLoop::new(p, LoopConfig::default())?;
+        let ep = ev.endpoint()?;
+        let peer = fabric_msg::connect_with(&mut ev, ep, addr, Duration::from_secs(10), |ev, e| {
+            post_notice_recvs(ev, e)
+        })?;
+        Side::exchange(ev, peer)
+    }
+
+    /// Swap memory descriptors in one untagged message each way.
+    fn exchange(mut ev: EventLoop, peer: Peer) -> AnyResult<Side> {
+        let target = ev.register(MAX, Access::Write)?;
+        let mine = target.remote().encode();
+        ev.send(&peer, Buffer::from_slice(&mine), SendOpts::default(), Token(1))?;
+        let mut s = Side {
+            ev,
+            peer,
+            target,
+            remote: RemoteMemory::decode(&mine)?, // replaced below
+            out: Vec::new(),
+            held: Vec::new(),
+        };
+        s.wait(|c| c.kind == OpKind::Send)?;
+        let c = s.wait(|c| c.kind == OpKind::Recv)?;
+        let buf = c.buffer.ok_or("descriptor message without a buffer")?;
+        s.remote = s.ev.import(buf.as_slice())?;
+        let mut b = buf;
+        b.set_len(b.capacity());
+        s.ev.recv(s.peer.endpoint(), b, RecvOpts::default(), c.token)?;
+        Ok(s)
+    }
+
+    /// Wait for a completion matching `want`, failing on errors. Notices
+    /// that used up a receive give it back.
+    fn wait(&mut self, want: impl Fn(&Completion) -> bool) -> AnyResult<Completion> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(i) = self.held.iter().position(&want) {
+                let mut c = self.held.remove(i);
+                c.result
+                    .clone()
+                    .map_err(|e| format!("{:?} failed: {e}", c.kind))?;
+                if c.kind == OpKind::RemoteWrite {
+                    if let Some(mut b) = c.buffer.take() {
+                        b.set_len(b.capacity());
+                        self.ev
+                            .recv(self.peer.endpoint(), b, RecvOpts::default(), c.token)?;
+                    }
+                }
+                return Ok(c);
+            }
+            if Instant::now() > deadline {
+                return Err("no completion within 30 s: is the peer alive?".into());
+            }
+            self.ev.poll(&mut self.out, Some(Duration::from_millis(100)))?;
+            self.held.append(&mut self.out);
+        }
+    }
+
+    fn notice(&mut self, seq: u64) -> AnyResult<()> {
+        let c = self.wait(|c| c.kind == OpKind::RemoteWrite)?;
+        if c.data != Some(seq) {
+            return Err(format!("notice {:?}, expected {seq}: lost or reordered", c.data).into());
+        }
+        Ok(())
+    }
+
+    fn check(&self, seq: u64, len: usize) -> AnyResult<()> {
+        let mut got = vec![0u8; len];
+        self.target.read_at(0, &mut got)?;
+        if let Some(k) = got.iter().enumerate().position(|(k, &b)| b != byte(seq, k)) {
+            return Err(format!("transfer {seq}: byte {k} of {len} is wrong").into());
+        }
+        Ok(())
+    }
+
+    fn serve(&mut self, o: &Opts) -> AnyResult<()> {
+        let source = self.ev.register(MAX, Access::Read)?;
+        for (seq, size) in rounds(o) {
+            self.notice(seq)?;
+            if o.verify {
+                self.check(seq, size)?;
+                let mut bytes = vec![0u8; size];
+                self.target.read_at(0, &mut bytes)?;
+                source.write_at(0, &bytes)?;
+            }
+            self.ev.write_data(
+                &self.peer,
+                source.local(0, size)?,
+                &self.remote,
+                0,
+                seq,
+                Token(seq),
+            )?;
+            self.wait(|c| c.kind == OpKind::Write)?;
+        }
+        Ok(())
+    }
+
+    fn drive(&mut self, o: &Opts) -> AnyResult<()> {
+        let pool: RegionPool = self.ev.register_pool(MAX, 1, Access::Read)?;
+        let mut plain = vec![0u8; MAX];
+        header(o, self.ev.profile());
+        let mut seq_all = rounds(o).into_iter().peekable();
+        while let Some(&(_, size)) = seq_all.peek() {
+            let mut started = Instant::now();
+            for i in 0..o.warmup + o.iters {
+                if i == o.warmup {
+                    started = Instant::now();
+                }
+                let (seq, _) = seq_all.next().expect("rounds cover every iteration");
+                let fill: Vec<u8> = if o.verify || i == 0 {
+                    (0..size).map(|k| byte(seq, k)).collect()
+                } else {
+                    Vec::new()
+                };
+                if o.register_each {
+                    // The same memory every time, registered anew: only the
+                    // registration differs from the pooled case.
+                    if !fill.is_empty() {
+                        plain[..size].copy_from_slice(&fill);
+                    }
+                    // SAFETY: `plain` outlives the loop's use of it: the
+                    // region is dropped here, and the write holding it is
+                    // waited for below, before `plain` is touched again.
+                    let src = unsafe {
+                        self.ev
+                            .register_borrowed(plain.as_mut_ptr(), size, Access::Read)?
+                    };
+                    self.ev
+                        .write_data(&self.peer, src.all(), &self.remote, 0, seq, Token(seq))?;
+                    drop(src); // deregistered once the write completes
+                } else {
+                    let slot = pool.take().ok_or("pool slot still in use")?;
+                    slot.write_at(0, &fill)?;
+                    self.ev
+                        .write_data(&self.peer, slot.local(size)?, &self.remote, 0, seq, Token(seq))?;
+                }
+                self.wait(|c| c.kind == OpKind::Write)?;
+                self.notice(seq)?;
+                if o.verify {
+                    self.check(seq, size)?;
+                }
+            }
+            report(o, size, started.elapsed());
+        }
+        Ok(())
+    }
+}
+
+fn post_notice_recvs(ev: &mut EventLoop, ep: fabric_msg::EndpointId) -> fabric_msg::Result<()> {
+    for i in 0..NOTICE_RECVS {
+        ev.recv(ep, Buffer::new(256), RecvOpts::default(), Token(NOTICE_TOKEN + i))?;
+    }
+    Ok(())
+}
+
+/// (sequence number, size) of every transfer, warm-up included.
+fn rounds(o: &Opts) -> Vec<(u64, usize)> {
+    let per = o.warmup + o.iters;
+    o.sizes
+        .iter()
+        .enumerate()
+        .flat_map(|(n, &size)| (0..per).map(move |i| ((n * per + i) as u64, size.min(MAX))))
+        .collect()
+}
+
+fn byte(seq: u64, k: usize) -> u8 {
+    (seq as usize).wrapping_mul(131).wrapping_add(k) as u8
+}
+
+fn header(o: &Opts, p: &fabric_msg::Profile) {
+    if o.json {
+        println!(
+            "{}",
+            serde_json::json!({"provider": p.provider, "fabric_kind": p.fabric_kind, "domain": p.domain,
+                "endpoint_type": p.endpoint_type, "mr": if o.register_each { "each" } else { "pool" }})
+        );
+    } else {
+        println!(
+            "# {} ({}) domain {} endpoint {}, RMA write ping-pong, source memory: {}",
+            p.provider,
+            p.fabric_kind,
+            p.domain,
+            p.endpoint_type,
+            if o.register_each {
+                "registered per write"
+            } else {
+                "pooled"
+            }
+        );
+        println!(
+            "{:<8} {:>8} {:>8} {:>8} {:>10} {:>10} {:>10} {:>12}",
+            "bytes", "#sent", "#ack", "total", "time", "MB/sec", "usec/xfer", "Mxfers/sec"
+        );
+    }
+}
+
+fn report(o: &Opts, size: usize, elapsed: Duration) {
+    let secs = elapsed.as_secs_f64().max(1e-9);
+    let total = 2 * o.iters * size;
+    let usec = secs * 1e6 / o.iters as f64 / 2.0;
+    let mbps = total as f64 / secs / 1e6;
+    if o.json {
+        println!(
+            "{}",
+            serde_json::json!({"bytes": size, "iters": o.iters, "usec_per_xfer": usec, "mb_per_sec": mbps})
+        );
+    } else {
+        println!(
+            "{:<8} {:>8} {:>8} {:>8} {:>9.2}s {:>10.2} {:>10.2} {:>12.2}",
+            size,
+            o.iters,
+            o.iters,
+            total,
+            secs,
+            mbps,
+            usec,
+            1.0 / usec
+        );
+    }
+}

@@ -1,0 +1,114 @@
+//! `rma_pingpong` as a user runs it: RMA-write ping-pongs in loopback on
+//! live providers with every byte checked, in both memory modes, and bad
+//! arguments refused.
+
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// Run with a hard limit, so a hang fails the test instead of CI.
+fn run(args: &[&str]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rma_pingpong"))
+        .args(args)
+        .env_remove("FI_PROVIDER")
+        .env_remove("FABRIC_MSG_PROVIDERS")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("rma_pingpong starts");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while child.try_wait().expect("wait").is_none() {
+        if Instant::now() > deadline {
+            child.kill().ok();
+            panic!("rma_pingpong {args:?} did not finish within 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("output")
+}
+
+fn json_lines(o: &Output) -> Vec<serde_json::Value> {
+    assert!(
+        o.status.success(),
+        "exit {:?}: {}",
+        o.status,
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect()
+}
+
+/// 1 B, 64 KiB and 1 MiB (one run each: the tool takes one size or all).
+fn loopback_sizes(provider: &str, mode: &str) {
+    let mut all = Vec::new();
+    for s in ["1", "65536", "1048576"] {
+        let lines = json_lines(&run(&[
+            "--loopback",
+            "--verify",
+            "--json",
+            "-p",
+            provider,
+            "-I",
+            "20",
+            "-W",
+            "2",
+            "-S",
+            s,
+            "--mr",
+            mode,
+        ]));
+        assert_eq!(lines[0]["provider"], provider, "{lines:?}");
+        assert_eq!(lines[0]["mr"], mode);
+        assert_eq!(lines[1]["iters"], 20);
+        all.push(lines[1]["bytes"].as_u64().unwrap());
+    }
+    assert_eq!(all, [1, 65536, 1 << 20]);
+}
+
+#[test]
+fn tcp_rxm_pooled_and_registered_per_write() {
+    loopback_sizes("tcp;ofi_rxm", "pool");
+    loopback_sizes("tcp;ofi_rxm", "each");
+}
+
+#[test]
+fn shm() {
+    loopback_sizes("shm", "pool");
+}
+
+#[test]
+fn tcp_msg_endpoints() {
+    let lines = json_lines(&run(&[
+        "--loopback",
+        "--verify",
+        "--json",
+        "-p",
+        "tcp",
+        "-e",
+        "msg",
+        "-I",
+        "10",
+        "-S",
+        "4096",
+    ]));
+    assert_eq!(
+        (lines[0]["provider"].as_str(), lines[0]["endpoint_type"].as_str()),
+        (Some("tcp"), Some("msg"))
+    );
+}
+
+#[test]
+fn bad_arguments_are_refused_with_a_reason() {
+    for (args, says) in [
+        (&["-S", "0"][..], "at least 1 byte"),
+        (&["--mr", "sometimes"][..], "expected pool or each"),
+        (&["--bogus"][..], "unknown option"),
+        (&["--loopback", "-p", "nosuch"][..], "nosuch"),
+    ] {
+        let o = run(args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{args:?} succeeded");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+}
