@@ -29,6 +29,13 @@
 //! # Ok::<(), fabric_msg::Error>(())
 //! ```
 //!
+//! One-sided operations use memory registered with
+//! [`EventLoop::register`]: the [`MemoryRegion`] owns its memory and hides
+//! the provider's `mr_mode`; its [`RemoteMemory`] is what a peer needs to
+//! [`read`](EventLoop::read), [`write`](EventLoop::write),
+//! [`write_data`](EventLoop::write_data) or run an [`Atomic`] on it, checked
+//! for bounds and access before anything is posted (see [`mr`] and [`rma`]).
+//!
 //! # Library dependency
 //!
 //! libfabric 1.17 or newer, found at build time by the `libfabric-sys` crate
