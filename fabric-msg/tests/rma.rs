@@ -519,6 +519,14 @@ fn regions_and_pool_slots_outlive_their_operations() {
     one(&mut c.ev, Token(1)).result.unwrap();
     local.close().expect("closes once its operation completed");
 
+    // Dropped while its read is in flight: deregistration waits for the
+    // completion, which still arrives, once.
+    let early = c.ev.register(1 << 20, Access::Read).unwrap();
+    c.ev.read(&c.peer, early.all(), &remote, 0, Token(7)).unwrap();
+    drop(early);
+    one(&mut c.ev, Token(7)).result.unwrap();
+    assert_eq!(c.ev.in_flight(), 0);
+
     let pool = c.ev.register_pool(4096, 2, Access::Read).unwrap();
     let a = pool.take().unwrap();
     let b = pool.take().unwrap();
