@@ -1,15 +1,16 @@
-//! The messaging hot path allocates nothing per message once warmed up:
-//! a counting global allocator watches a ping-pong's posts and polls.
+//! The messaging and RMA hot paths allocate nothing per operation once
+//! warmed up: a counting global allocator watches ping-pongs' posts and polls.
 //! (libfabric's own allocations go through malloc, not Rust's allocator;
 //! this measures fabric-msg.)
 
 use fabric_msg::negotiate::{Capability, EndpointChoice, Requirements};
 use fabric_msg::{
-    connect, negotiate, Buffer, Completion, EventLoop, LadderConfig, Listener, LoopConfig, OpKind, Peer,
-    RecvOpts, SendOpts, Token,
+    connect, negotiate, Access, Buffer, Completion, EventLoop, LadderConfig, Listener, LoopConfig, OpKind,
+    Peer, RecvOpts, SendOpts, Token,
 };
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 struct Counting;
@@ -46,6 +47,24 @@ unsafe impl GlobalAlloc for Counting {
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
+
+/// The count is global: the tests take turns.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Count the allocations `f` makes (on any thread).
+fn counted(f: impl FnOnce()) -> (usize, Vec<usize>) {
+    ALLOCATIONS.store(0, Ordering::SeqCst);
+    COUNTING.store(true, Ordering::SeqCst);
+    f();
+    COUNTING.store(false, Ordering::SeqCst);
+    let n = ALLOCATIONS.load(Ordering::SeqCst);
+    let sizes = SIZES
+        .iter()
+        .take(n.min(8))
+        .map(|s| s.load(Ordering::SeqCst))
+        .collect();
+    (n, sizes)
+}
 
 fn next(
     ev: &mut EventLoop,
@@ -112,6 +131,7 @@ fn rounds(ev: &mut EventLoop, peer: &Peer, r: &mut Reused, tags: std::ops::Range
 
 #[test]
 fn a_warmed_up_ping_pong_allocates_nothing_per_message() {
+    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     const WARMUP: u64 = 200;
     const MEASURED: u64 = 2000;
     let req = Requirements {
@@ -140,19 +160,110 @@ fn a_warmed_up_ping_pong_allocates_nothing_per_message() {
 
     // The server thread runs concurrently and is counted too: the total
     // covers both loops' hot paths.
-    ALLOCATIONS.store(0, Ordering::SeqCst);
-    COUNTING.store(true, Ordering::SeqCst);
-    rounds(&mut ev, &peer, &mut reused, WARMUP..WARMUP + MEASURED, false);
-    COUNTING.store(false, Ordering::SeqCst);
-    let n = ALLOCATIONS.load(Ordering::SeqCst);
+    let (n, sizes) = counted(|| rounds(&mut ev, &peer, &mut reused, WARMUP..WARMUP + MEASURED, false));
     server.join().unwrap();
-    let sizes: Vec<usize> = SIZES
-        .iter()
-        .take(n.min(8))
-        .map(|s| s.load(Ordering::SeqCst))
-        .collect();
     assert_eq!(
         n, 0,
         "{n} allocations in {MEASURED} ping-pongs (both sides), sizes {sizes:?}"
+    );
+}
+
+/// RMA write with immediate data back and forth, plus a read each round,
+/// from registered regions on both sides.
+fn rma_rounds(
+    ev: &mut EventLoop,
+    peer: &Peer,
+    r: &mut Reused,
+    mem: &RmaMem,
+    seqs: std::ops::Range<u64>,
+    echo: bool,
+) {
+    let Reused { out, held, .. } = r;
+    for i in seqs {
+        if echo {
+            assert_eq!(next(ev, out, held, OpKind::RemoteWrite).data, Some(i));
+        }
+        let src = mem.local.local(0, 64).unwrap();
+        ev.write_data(peer, src, &mem.remote, 0, i, Token(3)).unwrap();
+        next(ev, out, held, OpKind::Write).result.unwrap();
+        if !echo {
+            ev.read(peer, mem.local.local(64, 64).unwrap(), &mem.remote, 0, Token(4))
+                .unwrap();
+            next(ev, out, held, OpKind::Read).result.unwrap();
+            assert_eq!(next(ev, out, held, OpKind::RemoteWrite).data, Some(i));
+        }
+    }
+}
+
+struct RmaMem {
+    local: fabric_msg::MemoryRegion,
+    remote: fabric_msg::RemoteMemory,
+}
+
+/// Register, and swap descriptors over a tagged message.
+fn rma_setup(ev: &mut EventLoop, peer: &Peer) -> RmaMem {
+    let local = ev.register(4096, Access::ReadWrite).unwrap();
+    let tag = RecvOpts {
+        tag: Some((77, 0)),
+        from: None,
+    };
+    let (mut out, mut held) = (Vec::new(), Vec::new());
+    ev.recv(peer.endpoint(), Buffer::new(256), tag, Token(5)).unwrap();
+    let send = SendOpts {
+        tag: Some(77),
+        data: None,
+    };
+    ev.send(peer, Buffer::from_slice(&local.remote().encode()), send, Token(6))
+        .unwrap();
+    next(ev, &mut out, &mut held, OpKind::Send);
+    let got = next(ev, &mut out, &mut held, OpKind::Recv).buffer.unwrap();
+    let remote = ev.import(got.as_slice()).unwrap();
+    RmaMem { local, remote }
+}
+
+#[test]
+fn warmed_up_rma_allocates_nothing_per_operation() {
+    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    const WARMUP: u64 = 100;
+    const MEASURED: u64 = 1000;
+    let req = Requirements {
+        caps: vec![Capability::Tagged, Capability::Msg, Capability::Rma],
+        endpoint: EndpointChoice::Rdm,
+        provider: Some("tcp;ofi_rxm".into()),
+        domain: Some("lo".into()),
+        ..Default::default()
+    };
+    let p = negotiate(&req, &LadderConfig::default()).unwrap().profile;
+    let listener = Listener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let sp = p.clone();
+    let server = std::thread::spawn(move || {
+        let mut ev = EventLoop::new(&sp, LoopConfig::default()).unwrap();
+        let ep = ev.endpoint().unwrap();
+        let peer = listener.accept(&mut ev, ep).unwrap();
+        let mem = rma_setup(&mut ev, &peer);
+        let mut reused = Reused::new(1);
+        rma_rounds(&mut ev, &peer, &mut reused, &mem, 0..WARMUP + MEASURED, true);
+    });
+    let mut ev = EventLoop::new(&p, LoopConfig::default()).unwrap();
+    let ep = ev.endpoint().unwrap();
+    let peer = connect(&mut ev, ep, addr, Duration::from_secs(10)).unwrap();
+    let mem = rma_setup(&mut ev, &peer);
+    let mut reused = Reused::new(1);
+    rma_rounds(&mut ev, &peer, &mut reused, &mem, 0..WARMUP, false);
+    let (n, sizes) = counted(|| {
+        rma_rounds(
+            &mut ev,
+            &peer,
+            &mut reused,
+            &mem,
+            WARMUP..WARMUP + MEASURED,
+            false,
+        )
+    });
+    server.join().unwrap();
+    assert_eq!(
+        n, 0,
+        "{n} allocations in {MEASURED} RMA rounds (both sides), sizes {sizes:?}"
     );
 }
