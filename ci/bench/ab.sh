@@ -10,7 +10,7 @@
 #
 # 1. pingpong vs Debian's fi_pingpong (libfabric-bin): same provider,
 #    endpoint type and tagged/untagged, two processes over 127.0.0.1.
-# 2. bandwidth vs iperf3 at 1 MiB over 127.0.0.1.
+# 2. bandwidth vs iperf3 at 1 MiB over 127.0.0.1, about 2 s each (10 GiB).
 # 3. pingpong -c fd (blocking) vs -c spin on tcp;ofi_rxm at 8 bytes.
 #
 # Every process runs under `timeout`; servers that outlive their client are
@@ -183,7 +183,7 @@ for round in $(seq "$ROUNDS"); do
     tag="bw-${prov//;/+}-r$round"
     p=$(free_port)
     if pair "$tag" "$p" "$BW" "${ours[@]}" -B "$p" -- \
-      "$BW" "${ours[@]}" -S 1048576 -I 2000 -W 64 --json -P "$p" 127.0.0.1; then
+      "$BW" "${ours[@]}" -S 1048576 -I 10000 -W 64 --json -P "$p" 127.0.0.1; then
       record bw "$prov|1048576" "$round" ours "" "$(tail -n 1 "$OUT/$tag.out" | jq .mb_per_sec)"
     fi
   done

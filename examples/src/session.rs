@@ -423,14 +423,16 @@ impl Side {
     /// each data completion to `f`; control completions are kept for
     /// [`Side::wait_ctrl`]. A failed operation is an error. The watchdog
     /// thread ends the process if the peer goes silent.
-    pub fn poll(&mut self, mut f: impl FnMut(&mut Side, Completion) -> AnyResult<()>) -> AnyResult<()> {
+    pub fn poll(&mut self, mut f: impl FnMut(&mut Side, &mut Completion) -> AnyResult<()>) -> AnyResult<()> {
         let mut out = std::mem::take(&mut self.out);
         let r = self
             .ev
             .poll(&mut out, None)
             .map_err(AnyError::from)
             .and_then(|_| {
-                for c in out.drain(..) {
+                // By reference: a completion is a few hundred bytes, and only
+                // its buffer needs to move.
+                for c in out.iter_mut() {
                     if c.token.0 & CTRL != 0 {
                         self.on_ctrl(c)?;
                     } else if let Err(e) = &c.result {
@@ -441,15 +443,16 @@ impl Side {
                 }
                 Ok(())
             });
+        out.clear();
         self.out = out;
         r
     }
 
-    fn on_ctrl(&mut self, c: Completion) -> AnyResult<()> {
+    fn on_ctrl(&mut self, c: &mut Completion) -> AnyResult<()> {
         if let Err(e) = &c.result {
             return Err(format!("control {:?} failed: {e}", c.kind).into());
         }
-        let b = c.buffer.ok_or("control completion without its buffer")?;
+        let b = c.buffer.take().ok_or("control completion without its buffer")?;
         match c.kind {
             OpKind::Send => {
                 self.ctrl_sending -= 1;
@@ -471,7 +474,7 @@ impl Side {
     /// The next control message; data completions meanwhile go to `f`.
     pub fn wait_ctrl_with(
         &mut self,
-        mut f: impl FnMut(&mut Side, Completion) -> AnyResult<()>,
+        mut f: impl FnMut(&mut Side, &mut Completion) -> AnyResult<()>,
     ) -> AnyResult<Ctrl> {
         loop {
             if let Some(b) = self.ctrl_in.pop_front() {
@@ -504,7 +507,7 @@ impl Side {
         while back.is_none() {
             self.poll(|_, c| match c.kind {
                 OpKind::Send => {
-                    back = c.buffer;
+                    back = c.buffer.take();
                     Ok(())
                 }
                 OpKind::Recv => Err(format!("message {} arrived while none was expected", c.token.0).into()),

@@ -79,7 +79,7 @@ impl Bench for Bandwidth {
             let free = &mut self.free;
             let got = match side.wait_ctrl_with(|_, c| match c.kind {
                 OpKind::Send => {
-                    free.extend(c.buffer);
+                    free.extend(c.buffer.take());
                     Ok(())
                 }
                 OpKind::Recv => Err("data arrived at the client".into()),
@@ -123,7 +123,7 @@ impl Bench for Bandwidth {
             while arrived < count {
                 let free = &mut self.free;
                 side.poll(|_, c| {
-                    let b = c.buffer.ok_or("a receive completes with its buffer")?;
+                    let b = c.buffer.take().ok_or("a receive completes with its buffer")?;
                     if c.kind != OpKind::Recv {
                         return Err("the server sends no data".into());
                     }

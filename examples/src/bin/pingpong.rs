@@ -85,8 +85,8 @@ impl Bench for PingPong {
             while reply.is_none() {
                 side.poll(|_, c| {
                     match c.kind {
-                        OpKind::Recv => reply = c.buffer,
-                        OpKind::Send => self.free.extend(c.buffer),
+                        OpKind::Recv => reply = c.buffer.take(),
+                        OpKind::Send => self.free.extend(c.buffer.take()),
                     }
                     Ok(())
                 })?;
@@ -125,8 +125,8 @@ impl Bench for PingPong {
             while got.is_none() {
                 side.poll(|_, c| {
                     match c.kind {
-                        OpKind::Recv => got = c.buffer,
-                        OpKind::Send => self.free.extend(c.buffer),
+                        OpKind::Recv => got = c.buffer.take(),
+                        OpKind::Send => self.free.extend(c.buffer.take()),
                     }
                     Ok(())
                 })?;
