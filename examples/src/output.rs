@@ -106,7 +106,7 @@ pub fn report(o: &Opts, r: &Row) {
     std::io::stdout().flush().ok();
 }
 
-/// `1536k`, `12m`: bytes in binary units, whole.
+/// `12k`, `3m`: bytes in binary units, rounded down.
 fn size_str(bytes: u64) -> String {
     match bytes {
         b if b >= 1 << 30 => format!("{}g", b >> 30),
