@@ -1,0 +1,255 @@
+#!/usr/bin/env bash
+# A/B benchmark: our tools against the C tools, alternately, on loopback.
+#
+#   ci/bench/ab.sh                 # 5 rounds, every provider and size
+#   ROUNDS=3 PROVIDERS="shm" SIZES="8 4096" ci/bench/ab.sh
+#   MODES="msg tagged" ci/bench/ab.sh     # untagged (default) and tagged
+#
+# Rounds alternate A B A B (ours, then the C tool, then ours ...) so load
+# from other processes falls on both; compare ratios, not absolute numbers.
+#
+# 1. pingpong vs Debian's fi_pingpong (libfabric-bin): same provider,
+#    endpoint type and tagged/untagged, two processes over 127.0.0.1.
+# 2. bandwidth vs iperf3 at 1 MiB over 127.0.0.1, about 2 s each (10 GiB).
+# 3. pingpong -c fd (blocking) vs -c spin on tcp;ofi_rxm at 8 bytes.
+#
+# Every process runs under `timeout`; servers that outlive their client are
+# killed; ports are free ports the kernel picked. Raw outputs go to
+# $OUT (default target/bench/<time>/).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+ROUNDS=${ROUNDS:-5}
+SIZES=${SIZES:-"8 64 4096 65536 1048576"}
+PROVIDERS=${PROVIDERS:-"tcp tcp;ofi_rxm shm"}
+MODES=${MODES:-msg}
+LIMIT=${LIMIT:-60}     # seconds any one process may run
+OUT=${OUT:-target/bench/$(date +%Y%m%d-%H%M%S)}
+mkdir -p "$OUT"
+
+log() { printf '%s\n' "$*" >&2; }
+
+# --- set-up ---------------------------------------------------------------
+need=()
+command -v fi_pingpong >/dev/null || need+=(libfabric-bin)
+command -v iperf3 >/dev/null || need+=(iperf3)
+command -v jq >/dev/null || need+=(jq)
+command -v ss >/dev/null || need+=(iproute2)
+if ((${#need[@]})); then
+  log "ab.sh: installing ${need[*]}"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+cargo build --release --locked -q -p fabric-msg-examples --bin pingpong --bin bandwidth
+PP=target/release/pingpong
+BW=target/release/bandwidth
+
+# --- processes ------------------------------------------------------------
+servers=()
+cleanup() {
+  local p
+  for p in "${servers[@]}"; do kill "$p" 2>/dev/null || true; done
+}
+trap cleanup EXIT
+
+# A TCP port nobody listens on now (the kernel's choice).
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# Wait until something listens on TCP port $1 (at most 10 s).
+await_listen() {
+  for _ in $(seq 200); do
+    [ -n "$(ss -Hltn "sport = :$1")" ] && return 0
+    sleep 0.05
+  done
+  return 1
+}
+
+# pair NAME PORT SERVER_CMD... -- CLIENT_CMD...: run a server in the
+# background and a client against it; the client's stdout goes to
+# $OUT/NAME.out. Fails (returns 1) if either side fails or times out.
+pair() {
+  local name=$1 port=$2
+  shift 2
+  local server=() client=()
+  while [ "$1" != "--" ]; do server+=("$1"); shift; done
+  shift
+  client=("$@")
+  timeout -k 5 "$LIMIT" "${server[@]}" >"$OUT/$name.server" 2>&1 &
+  local spid=$!
+  servers+=("$spid")
+  if ! await_listen "$port"; then
+    log "ab.sh: $name: the server never listened on $port"
+    kill "$spid" 2>/dev/null || true
+    return 1
+  fi
+  local rc=0
+  timeout -k 5 "$LIMIT" "${client[@]}" >"$OUT/$name.out" 2>"$OUT/$name.err" || rc=$?
+  # The server ends with its client; give it a moment, then make sure.
+  for _ in $(seq 100); do kill -0 "$spid" 2>/dev/null || break; sleep 0.05; done
+  kill "$spid" 2>/dev/null || true
+  local src=0
+  wait "$spid" 2>/dev/null || src=$?
+  [ "$rc" -ne 0 ] || rc=$src
+  if [ "$rc" -ne 0 ]; then
+    log "ab.sh: $name failed ($rc): $(tail -n 3 "$OUT/$name.err" "$OUT/$name.server" 2>/dev/null)"
+    return 1
+  fi
+}
+
+# Columns MB/sec and usec/xfer of the row of a fabtests-style table:
+# the row ends with `TIME s  MB/sec  usec/xfer  Mxfers/sec`.
+row_of() {
+  awk '/^[0-9]/ && $0 ~ /[0-9]s[ \t]+[0-9.]+[ \t]+[0-9.]+[ \t]+[0-9.]+[ \t]*$/ { print $(NF-2), $(NF-1); n++ }
+       END { if (n != 1) exit 1 }' "$1"
+}
+
+# Per-size iteration counts: about half a second per run.
+iters() { # PROVIDER SIZE
+  local fast=1
+  [ "$1" = shm ] && fast=10
+  case $2 in
+    8 | 64 | 4096) echo $((10000 * fast)) ;;
+    65536) echo $((2000 * fast)) ;;
+    *) echo $((300 * fast)) ;;
+  esac
+}
+
+median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+# record FILE KEY VALUE...: append a result line.
+results=$OUT/results.tsv
+: >"$results"
+record() { local IFS=$'\t'; printf '%s\n' "$*" >>"$results"; }
+
+log "ab.sh: $(nproc) CPUs; load before: $(cut -d' ' -f1-3 /proc/loadavg); raw output in $OUT"
+
+# --- 1. pingpong vs fi_pingpong ----------------------------------------------
+for round in $(seq "$ROUNDS"); do
+  for prov in $PROVIDERS; do
+    case $prov in
+      tcp) ours=(-p tcp -e msg -d lo) theirs=(-p tcp -e msg -d lo) ;;
+      shm) ours=(-p shm --same-host) theirs=(-p shm -e rdm) ;;
+      *) ours=(-p "$prov" -e rdm -d lo) theirs=(-p "$prov" -e rdm -d lo) ;;
+    esac
+    for mode in $MODES; do
+      if [ "$mode" = tagged ]; then
+        [ "$prov" = tcp ] && continue # connected tcp endpoints have no tagged messages
+        om=() tm=(-m tagged)
+      else
+        om=(--msg) tm=(-m msg)
+      fi
+      for size in $SIZES; do
+        n=$(iters "$prov" "$size")
+        key="$prov|$mode|$size"
+        tag="${prov//;/+}-$mode-$size-r$round"
+        p=$(free_port)
+        if pair "ours-$tag" "$p" \
+          "$PP" "${ours[@]}" "${om[@]}" -S "$size" -I "$n" -W 0 -B "$p" -- \
+          "$PP" "${ours[@]}" "${om[@]}" -S "$size" -I "$n" -W 0 -P "$p" 127.0.0.1; then
+          if read -r mb us < <(row_of "$OUT/ours-$tag.out"); then
+            record pp "$key" "$round" ours "$us" "$mb"
+          else
+            log "ab.sh: cannot read pingpong's row in $OUT/ours-$tag.out"
+          fi
+        fi
+        p=$(free_port)
+        if pair "c-$tag" "$p" \
+          fi_pingpong "${theirs[@]}" "${tm[@]}" -S "$size" -I "$n" -B "$p" -- \
+          fi_pingpong "${theirs[@]}" "${tm[@]}" -S "$size" -I "$n" -P "$p" 127.0.0.1; then
+          if read -r mb us < <(row_of "$OUT/c-$tag.out"); then
+            record pp "$key" "$round" c "$us" "$mb"
+          else
+            log "ab.sh: cannot read fi_pingpong's row in $OUT/c-$tag.out"
+          fi
+        fi
+      done
+    done
+  done
+  log "ab.sh: pingpong round $round of $ROUNDS done; load $(cut -d' ' -f1 /proc/loadavg)"
+done
+
+# --- 2. bandwidth vs iperf3 at 1 MiB ----------------------------------------
+for round in $(seq "$ROUNDS"); do
+  for prov in "tcp;ofi_rxm" tcp; do
+    case $prov in
+      tcp) ours=(-p tcp -e msg -d lo) ;;
+      *) ours=(-p "$prov" -d lo) ;;
+    esac
+    tag="bw-${prov//;/+}-r$round"
+    p=$(free_port)
+    if pair "$tag" "$p" "$BW" "${ours[@]}" -B "$p" -- \
+      "$BW" "${ours[@]}" -S 1048576 -I 10000 -W 64 --json -P "$p" 127.0.0.1; then
+      record bw "$prov|1048576" "$round" ours "" "$(tail -n 1 "$OUT/$tag.out" | jq .mb_per_sec)"
+    fi
+  done
+  tag="iperf3-r$round"
+  p=$(free_port)
+  if pair "$tag" "$p" iperf3 -s -1 -B 127.0.0.1 -p "$p" -- \
+    iperf3 -c 127.0.0.1 -p "$p" -l 1M -t 2 -J; then
+    mb=$(jq '.end.sum_received.bits_per_second / 8e6' "$OUT/$tag.out")
+    # iperf3 is the reference of each of our rows in this round.
+    record bw "tcp;ofi_rxm|1048576" "$round" c "" "$mb"
+    record bw "tcp|1048576" "$round" c "" "$mb"
+  fi
+done
+
+# --- 3. blocking vs spinning ----------------------------------------------------
+for round in $(seq "$ROUNDS"); do
+  for wait in spin fd; do
+    tag="wait-$wait-r$round"
+    p=$(free_port)
+    args=(-p "tcp;ofi_rxm" -d lo --msg -S 8 -I 10000 -W 0 -c "$wait")
+    if pair "$tag" "$p" "$PP" "${args[@]}" -B "$p" -- "$PP" "${args[@]}" -P "$p" 127.0.0.1; then
+      read -r mb us < <(row_of "$OUT/$tag.out") || continue
+      record wait "tcp;ofi_rxm|8" "$round" "$wait" "$us" "$mb"
+    fi
+  done
+done
+
+log "ab.sh: load after: $(cut -d' ' -f1-3 /proc/loadavg)"
+
+# --- summary --------------------------------------------------------------
+# values KIND KEY WHO COLUMN(5 usec, 6 MB/s)
+values() { awk -F'\t' -v k="$1" -v key="$2" -v who="$3" -v c="$4" '$1 == k && $2 == key && $4 == who { print $c }' "$results"; }
+# Median over rounds of ours/theirs, pairing each round's two runs.
+ratio() { # KIND KEY A B COLUMN
+  awk -F'\t' -v k="$1" -v key="$2" -v a="$3" -v b="$4" -v c="$5" '
+    $1 == k && $2 == key && $4 == a { x[$3] = $c }
+    $1 == k && $2 == key && $4 == b { y[$3] = $c }
+    END { for (r in x) if ((r in y) && y[r] > 0) print x[r] / y[r] }' "$results" | median
+}
+# Keys in first-seen order.
+keys() { awk -F'\t' -v k="$1" '$1 == k && !seen[$2]++ { print $2 }' "$results"; }
+med() { values "$@" | median; }
+
+echo
+echo "pingpong vs fi_pingpong, median of $ROUNDS rounds (usec/xfer one-way; MB/sec both directions)"
+printf '| %-12s | %-8s | %8s | %10s | %10s | %9s | %10s | %10s | %8s |\n' \
+  provider messages bytes "usec ours" "usec C" "lat ratio" "MB/s ours" "MB/s C" "bw ratio"
+printf '|%s|\n' "--------------|----------|----------|------------|------------|-----------|------------|------------|----------"
+while IFS='|' read -r prov mode size; do
+  key="$prov|$mode|$size"
+  printf '| %-12s | %-8s | %8s | %10.2f | %10.2f | %9.3f | %10.2f | %10.2f | %8.3f |\n' \
+    "$prov" "$mode" "$size" "$(med pp "$key" ours 5)" "$(med pp "$key" c 5)" "$(ratio pp "$key" ours c 5)" \
+    "$(med pp "$key" ours 6)" "$(med pp "$key" c 6)" "$(ratio pp "$key" ours c 6)"
+done < <(keys pp)
+
+echo
+echo "bandwidth at 1 MiB vs iperf3 (MB/sec = 10^6 B/s one way), median of $ROUNDS rounds"
+printf '| %-12s | %10s | %10s | %15s |\n' provider "MB/s ours" "MB/s iperf3" "ratio ours/iperf3"
+printf '|%s|\n' "--------------|------------|-------------|-------------------"
+for prov in "tcp;ofi_rxm" tcp; do
+  key="$prov|1048576"
+  printf '| %-12s | %10.0f | %11.0f | %17.3f |\n' "$prov" "$(med bw "$key" ours 6)" "$(med bw "$key" c 6)" \
+    "$(ratio bw "$key" ours c 6)"
+done
+
+echo
+echo "pingpong tcp;ofi_rxm 8 bytes: blocking (-c fd) vs spinning, median of $ROUNDS rounds"
+printf '| usec spin %.2f | usec fd %.2f | fd/spin %.3f |\n' \
+  "$(med wait "tcp;ofi_rxm|8" spin 5)" "$(med wait "tcp;ofi_rxm|8" fd 5)" "$(ratio wait "tcp;ofi_rxm|8" fd spin 5)"

@@ -1,0 +1,265 @@
+//! What the tools print: fabtests' header and columns, or JSON Lines; and,
+//! on a terminal, a progress line on stderr.
+
+use crate::opts::{Opts, Tool};
+use fabric_msg::{Profile, WaitMode};
+use std::io::{IsTerminal, Write};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// One measured size, as a client saw it.
+#[derive(Debug, Clone, Copy)]
+pub struct Row {
+    /// Message size.
+    pub bytes: usize,
+    /// Messages sent, after warm-up.
+    pub sent: usize,
+    /// Messages the peer acknowledged: replies (pingpong) or the counts in
+    /// its acks (bandwidth).
+    pub acked: usize,
+    /// Time from the first measured message to the last reply or ack.
+    pub elapsed: Duration,
+    /// Transfers per message counted: 2 for a ping-pong (there and back),
+    /// 1 for streaming. As fabtests' `xfers_per_iter`.
+    pub xfers_per_iter: usize,
+}
+
+impl Row {
+    /// Payload bytes moved, every direction counted.
+    pub fn total_bytes(&self) -> u64 {
+        (self.sent * self.xfers_per_iter) as u64 * self.bytes as u64
+    }
+
+    /// Microseconds per transfer (one way).
+    pub fn usec_per_xfer(&self) -> f64 {
+        self.elapsed.as_secs_f64() * 1e6 / (self.sent * self.xfers_per_iter) as f64
+    }
+
+    /// 10^6 bytes per second.
+    pub fn mb_per_sec(&self) -> f64 {
+        self.total_bytes() as f64 / self.elapsed.as_secs_f64() / 1e6
+    }
+}
+
+/// The header: the fabric, then (in text) the column names.
+pub fn header(o: &Opts, p: &Profile) {
+    let wait = match o.wait {
+        WaitMode::Spin => "spin",
+        WaitMode::Block if p.wait_fd => "fd",
+        WaitMode::Block => "fd (no wait object: spins)",
+    };
+    let tagged = if o.tagged { "tagged" } else { "untagged" };
+    let _term = TERMINAL.lock();
+    clear_progress();
+    if o.json {
+        let mut v = serde_json::json!({"provider": p.provider, "fabric_kind": p.fabric_kind,
+            "domain": p.domain, "endpoint_type": p.endpoint_type, "tool": o.tool.name(),
+            "messages": tagged, "wait": wait});
+        if o.tool == Tool::Bandwidth {
+            v["window"] = o.window.into();
+        }
+        println!("{v}");
+    } else {
+        let window = match o.tool {
+            Tool::Bandwidth => format!(", window {}", o.window),
+            Tool::PingPong => String::new(),
+        };
+        println!(
+            "# {} ({}) domain {} endpoint {}, {tagged}, wait {wait}{window}",
+            p.provider, p.fabric_kind, p.domain, p.endpoint_type
+        );
+        println!(
+            "{:<8} {:>8} {:>8} {:>8} {:>10} {:>10} {:>10} {:>12}",
+            "bytes", "#sent", "#ack", "total", "time", "MB/sec", "usec/xfer", "Mxfers/sec"
+        );
+    }
+    std::io::stdout().flush().ok();
+}
+
+/// One line of results.
+pub fn report(o: &Opts, r: &Row) {
+    let secs = r.elapsed.as_secs_f64();
+    let usec = r.usec_per_xfer();
+    let _term = TERMINAL.lock();
+    clear_progress();
+    if o.json {
+        println!(
+            "{}",
+            serde_json::json!({"bytes": r.bytes, "iters": r.sent, "sent": r.sent, "acked": r.acked,
+                "usec_per_xfer": usec, "mb_per_sec": r.mb_per_sec(), "total_bytes": r.total_bytes(),
+                "seconds": secs})
+        );
+    } else {
+        println!(
+            "{:<8} {:>8} {:>8} {:>8} {:>9.2}s {:>10.2} {:>10.2} {:>12.2}",
+            r.bytes,
+            r.sent,
+            r.acked,
+            size_str(r.total_bytes()),
+            secs,
+            r.mb_per_sec(),
+            usec,
+            1.0 / usec
+        );
+    }
+    std::io::stdout().flush().ok();
+}
+
+/// `12k`, `3m`: bytes in binary units, rounded down.
+fn size_str(bytes: u64) -> String {
+    match bytes {
+        b if b >= 1 << 30 => format!("{}g", b >> 30),
+        b if b >= 1 << 20 => format!("{}m", b >> 20),
+        b => format!("{}k", b >> 10),
+    }
+}
+
+/// Serialises the progress line and result lines on a terminal.
+static TERMINAL: Mutex<()> = Mutex::new(());
+/// Whether a progress line is on the screen.
+static SHOWN: AtomicBool = AtomicBool::new(false);
+
+fn clear_progress() {
+    if SHOWN.swap(false, Ordering::Relaxed) {
+        eprint!("\r\x1b[K");
+    }
+}
+
+/// Progress of the side that reports, watched by a thread that draws a
+/// progress line on a terminal and ends the process when nothing moves
+/// for too long, so a dead peer cannot hang the tool.
+#[derive(Debug)]
+pub struct Monitor {
+    tool: &'static str,
+    /// Messages done in the current size.
+    done: AtomicU64,
+    /// Messages the current size has in all (0: not started).
+    total: AtomicU64,
+    /// The current size.
+    size: AtomicU64,
+    /// Watching: set once the peer is connected.
+    armed: AtomicBool,
+    stop: AtomicBool,
+}
+
+/// How long the data path may stand still before the tool gives up.
+pub const STALL: Duration = Duration::from_secs(30);
+
+impl Monitor {
+    /// Start the watching thread. The progress line is drawn only when
+    /// stderr is a terminal and `show` is set.
+    pub fn start(tool: Tool, show: bool) -> Arc<Monitor> {
+        let m = Arc::new(Monitor {
+            tool: tool.name(),
+            done: AtomicU64::new(0),
+            total: AtomicU64::new(0),
+            size: AtomicU64::new(0),
+            armed: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+        });
+        let show = show && std::io::stderr().is_terminal();
+        let w = m.clone();
+        std::thread::Builder::new()
+            .name("monitor".into())
+            .spawn(move || w.watch(show))
+            .expect("spawning the monitor thread");
+        m
+    }
+
+    fn watch(&self, show: bool) {
+        let started = Instant::now();
+        let (mut last, mut moved) = ((u64::MAX, u64::MAX), Instant::now());
+        while !self.stop.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(200));
+            if !self.armed.load(Ordering::Relaxed) {
+                moved = Instant::now();
+                continue;
+            }
+            let now = (
+                self.size.load(Ordering::Relaxed),
+                self.done.load(Ordering::Relaxed),
+            );
+            if now != last {
+                (last, moved) = (now, Instant::now());
+            } else if moved.elapsed() > STALL {
+                let _term = TERMINAL.lock();
+                clear_progress();
+                eprintln!(
+                    "{}: no progress for {} s ({} bytes, {} messages done): is the peer alive?",
+                    self.tool,
+                    STALL.as_secs(),
+                    now.0,
+                    now.1
+                );
+                std::process::exit(1);
+            }
+            let total = self.total.load(Ordering::Relaxed);
+            if show && total > 0 && started.elapsed() > Duration::from_secs(1) {
+                let _term = TERMINAL.lock();
+                eprint!(
+                    "\r\x1b[K{}: {} bytes, {}/{} messages ({}%)",
+                    self.tool,
+                    now.0,
+                    now.1,
+                    total,
+                    now.1 * 100 / total
+                );
+                SHOWN.store(true, Ordering::Relaxed);
+            }
+        }
+        let _term = TERMINAL.lock();
+        clear_progress();
+    }
+
+    /// The peer is connected: from now on, standing still is an error.
+    pub fn arm(&self) {
+        self.armed.store(true, Ordering::Relaxed);
+    }
+
+    /// A new size of `total` messages begins.
+    pub fn begin(&self, size: usize, total: usize) {
+        self.done.store(0, Ordering::Relaxed);
+        self.size.store(size as u64, Ordering::Relaxed);
+        self.total.store(total as u64, Ordering::Relaxed);
+    }
+
+    /// `done` messages of the current size are finished.
+    #[inline]
+    pub fn tick(&self, done: usize) {
+        self.done.store(done as u64, Ordering::Relaxed);
+    }
+
+    /// Stop watching and take the progress line away.
+    pub fn finish(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+        let _term = TERMINAL.lock();
+        clear_progress();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_follow_fabtests() {
+        let r = Row {
+            bytes: 1000,
+            sent: 500,
+            acked: 500,
+            elapsed: Duration::from_millis(10),
+            xfers_per_iter: 2,
+        };
+        assert_eq!(r.total_bytes(), 1_000_000);
+        assert!((r.usec_per_xfer() - 10.0).abs() < 1e-9, "elapsed / iters / 2");
+        assert!((r.mb_per_sec() - 100.0).abs() < 1e-9, "both directions, 10^6 B/s");
+        let r = Row {
+            xfers_per_iter: 1,
+            ..r
+        };
+        assert!((r.mb_per_sec() - 50.0).abs() < 1e-9, "one direction");
+        assert_eq!(size_str(1536 << 10), "1m");
+        assert_eq!(size_str(3 << 30), "3g");
+    }
+}

@@ -1,0 +1,776 @@
+//! What `pingpong` and `bandwidth` share around their measuring loops:
+//! negotiation, the out-of-band bootstrap (server, client, or both in one
+//! process), the control messages that keep the two sides in step, and the
+//! end of a run.
+//!
+//! The client decides what to measure and sends it as a [`Plan`]; the
+//! server follows it, so the two cannot disagree on sizes or counts. For
+//! each size the server posts its receives and then says [`Ctrl::Ready`];
+//! at the end both sides send [`Ctrl::Done`] and wait for the other's, so
+//! neither leaves while a message is still on its way (a message injected
+//! on a manual-progress provider leaves only while its sender progresses).
+//!
+//! Control messages are untagged; data is tagged (tag = sequence number,
+//! 16 bits) unless `--msg`. Every message is sent only once the receiver
+//! has a receive posted for it (iWARP ends a connection otherwise), and
+//! where control and data share the untagged queue a side never has both
+//! kinds posted in an order that could match the wrong one.
+
+use crate::opts::{Opts, Parsed, Tool, MAX_SIZES, MAX_WINDOW};
+use crate::output::{self, Monitor, Row};
+use fabric_msg::{
+    connect_with, negotiate, Buffer, Completion, EndpointId, Error, EventLoop, LadderConfig, Listener,
+    LoopConfig, OpKind, Peer, Profile, RecvOpts, SendOpts, Token,
+};
+use std::collections::VecDeque;
+use std::net::ToSocketAddrs;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Errors of the tools.
+pub type AnyError = Box<dyn std::error::Error + Send + Sync>;
+/// Result of the tools.
+pub type AnyResult<T> = Result<T, AnyError>;
+
+/// Time allowed for each step of the out-of-band handshake.
+pub const BOOTSTRAP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Largest total of message buffers one side allocates.
+pub const BUFFER_BUDGET: usize = 1 << 30;
+
+/// Tokens of control operations have this bit; data tokens are sequence
+/// numbers.
+const CTRL: u64 = 1 << 63;
+/// Capacity of a control message buffer.
+const CTRL_CAP: usize = 1024;
+/// Control buffers per side: receives kept posted, messages not yet
+/// read, and sends in flight.
+const CTRL_BUFFERS: usize = 8;
+
+/// What the client asks the server to run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    /// The tool.
+    pub tool: Tool,
+    /// Message sizes, in order.
+    pub sizes: Vec<usize>,
+    /// Measured messages per size.
+    pub iters: usize,
+    /// Warm-up messages per size.
+    pub warmup: usize,
+    /// Messages in flight (bandwidth).
+    pub window: usize,
+    /// Check every byte.
+    pub verify: bool,
+    /// Tagged data messages.
+    pub tagged: bool,
+}
+
+impl Plan {
+    /// The plan the options describe.
+    pub fn from_opts(o: &Opts) -> Plan {
+        Plan {
+            tool: o.tool,
+            sizes: o.sizes.clone(),
+            iters: o.iters,
+            warmup: o.warmup,
+            window: o.window,
+            verify: o.verify,
+            tagged: o.tagged,
+        }
+    }
+
+    /// The largest size.
+    pub fn max_size(&self) -> usize {
+        self.sizes.iter().copied().max().unwrap_or(0)
+    }
+
+    /// Messages per size, warm-up included.
+    pub fn messages(&self) -> usize {
+        self.warmup + self.iters
+    }
+
+    /// Whether this side can run the plan with `profile`, messages of at
+    /// most `max_msg` bytes; if not, why.
+    pub fn check(&self, tool: Tool, profile: &Profile, max_msg: u64) -> Result<(), String> {
+        if self.tool != tool {
+            return Err(format!(
+                "a {} client cannot use a {} server: run the same tool on both sides",
+                self.tool.name(),
+                tool.name()
+            ));
+        }
+        if self.sizes.is_empty() || self.sizes.len() > MAX_SIZES {
+            return Err(format!("1 to {MAX_SIZES} sizes, not {}", self.sizes.len()));
+        }
+        if !(1..=MAX_WINDOW).contains(&self.window) || self.iters == 0 {
+            return Err(format!(
+                "window {} and {} iterations: out of range",
+                self.window, self.iters
+            ));
+        }
+        if self.tagged && !profile.caps_granted.iter().any(|c| c == "FI_TAGGED") {
+            return Err(
+                "the client sends tagged messages and this side negotiated without FI_TAGGED: \
+                 start both sides with --msg, or neither"
+                    .into(),
+            );
+        }
+        let max = self.max_size();
+        if max as u64 > max_msg {
+            return Err(format!(
+                "-S {max}: larger than the {max_msg}-byte messages `{}` allows",
+                profile.provider
+            ));
+        }
+        let need = max.saturating_mul(match tool {
+            Tool::PingPong => 3,
+            Tool::Bandwidth => self.window,
+        });
+        if need > BUFFER_BUDGET {
+            return Err(format!(
+                "-S {max}{}: {need} bytes of buffers, more than the {BUFFER_BUDGET} allowed",
+                match tool {
+                    Tool::Bandwidth => format!(" with -w {}", self.window),
+                    Tool::PingPong => String::new(),
+                }
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A control message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ctrl {
+    /// Client to server: what to run.
+    Plan(Plan),
+    /// Server to client: receives for size `index` are posted.
+    Ready {
+        /// Index in the plan's sizes.
+        index: usize,
+    },
+    /// Server to client (bandwidth): `count` messages of the window arrived.
+    Ack {
+        /// Messages received.
+        count: usize,
+    },
+    /// Either side: the run is over.
+    Done,
+    /// Server to client: the plan cannot be run, and why.
+    Refused(String),
+}
+
+const KIND_PLAN: u64 = 1;
+const KIND_READY: u64 = 2;
+const KIND_ACK: u64 = 3;
+const KIND_DONE: u64 = 4;
+const KIND_REFUSED: u64 = 5;
+/// "fmsgbnch": the first word of every control message, with the kind in
+/// the low byte.
+const MAGIC: u64 = 0x666d_7367_626e_6300;
+
+impl Ctrl {
+    /// Encode into `out` (at least `CTRL_CAP` bytes); returns the length.
+    fn encode(&self, out: &mut [u8]) -> usize {
+        let mut w = Words { out, at: 0 };
+        match self {
+            Ctrl::Plan(p) => {
+                w.put(MAGIC | KIND_PLAN);
+                w.put(p.tool.id());
+                w.put(u64::from(p.verify) | u64::from(p.tagged) << 1);
+                for n in [p.iters, p.warmup, p.window, p.sizes.len()] {
+                    w.put(n as u64);
+                }
+                for &s in &p.sizes {
+                    w.put(s as u64);
+                }
+            }
+            Ctrl::Ready { index } => {
+                w.put(MAGIC | KIND_READY);
+                w.put(*index as u64);
+            }
+            Ctrl::Ack { count } => {
+                w.put(MAGIC | KIND_ACK);
+                w.put(*count as u64);
+            }
+            Ctrl::Done => w.put(MAGIC | KIND_DONE),
+            Ctrl::Refused(why) => {
+                w.put(MAGIC | KIND_REFUSED);
+                let n = why.len().min(CTRL_CAP - 8);
+                w.out[8..8 + n].copy_from_slice(&why.as_bytes()[..n]);
+                w.at += n;
+            }
+        }
+        w.at
+    }
+
+    fn decode(b: &[u8]) -> Result<Ctrl, String> {
+        let word = |i: usize| -> Result<u64, String> {
+            b.get(i * 8..i * 8 + 8)
+                .map(|s| u64::from_le_bytes(s.try_into().expect("8 bytes")))
+                .ok_or_else(|| format!("control message of {} bytes is cut short", b.len()))
+        };
+        let first = word(0)?;
+        if first & !0xff != MAGIC {
+            return Err("the peer is not this tool (bad control message)".into());
+        }
+        let n = |i| word(i).map(|v| v as usize);
+        Ok(match first & 0xff {
+            KIND_PLAN => {
+                let tool = Tool::from_id(word(1)?).ok_or("the client is an unknown tool")?;
+                let flags = word(2)?;
+                let count = n(6)?.min(MAX_SIZES + 1);
+                Ctrl::Plan(Plan {
+                    tool,
+                    verify: flags & 1 != 0,
+                    tagged: flags & 2 != 0,
+                    iters: n(3)?,
+                    warmup: n(4)?,
+                    window: n(5)?,
+                    sizes: (0..count).map(|i| n(7 + i)).collect::<Result<_, _>>()?,
+                })
+            }
+            KIND_READY => Ctrl::Ready { index: n(1)? },
+            KIND_ACK => Ctrl::Ack { count: n(1)? },
+            KIND_DONE => Ctrl::Done,
+            KIND_REFUSED => Ctrl::Refused(String::from_utf8_lossy(&b[8..]).into_owned()),
+            k => return Err(format!("unknown control message kind {k}")),
+        })
+    }
+}
+
+struct Words<'a> {
+    out: &'a mut [u8],
+    at: usize,
+}
+
+impl Words<'_> {
+    fn put(&mut self, v: u64) {
+        self.out[self.at..self.at + 8].copy_from_slice(&v.to_le_bytes());
+        self.at += 8;
+    }
+}
+
+/// One end of a connected run: the loop, the peer, and the control
+/// messages in flight. The tools' loops post data and call [`Side::poll`].
+#[derive(Debug)]
+pub struct Side {
+    /// The event loop.
+    pub ev: EventLoop,
+    /// The other side.
+    pub peer: Peer,
+    out: Vec<Completion>,
+    ctrl_free: Vec<Buffer>,
+    ctrl_in: VecDeque<Buffer>,
+    ctrl_sending: usize,
+    /// Control receives to keep posted (0: the tool posts them).
+    ctrl_depth: usize,
+    monitor: Option<Arc<Monitor>>,
+    /// Payloads below this many bytes are injected (fabtests' rule:
+    /// `size < inject_size`, less fabric-msg's 16-byte header where
+    /// messages are framed).
+    inject_below: usize,
+    tagged: bool,
+}
+
+fn ctrl_buffers() -> Vec<Buffer> {
+    (0..CTRL_BUFFERS).map(|_| Buffer::new(CTRL_CAP)).collect()
+}
+
+fn post_ctrl(ev: &mut EventLoop, ep: EndpointId, pool: &mut Vec<Buffer>) -> fabric_msg::Result<()> {
+    let b = pool.pop().ok_or_else(|| Error::Closed {
+        what: "control buffers (all in use)".into(),
+    })?;
+    ev.recv(ep, b, RecvOpts::default(), Token(CTRL))?;
+    Ok(())
+}
+
+impl Side {
+    fn new(ev: EventLoop, peer: Peer, ctrl_free: Vec<Buffer>, ctrl_depth: usize, tagged: bool) -> Side {
+        let overhead = if ev.framed() { 16 } else { 0 };
+        let inject_below = ev.profile().inject_size.saturating_sub(overhead);
+        Side {
+            ev,
+            peer,
+            out: Vec::with_capacity(64),
+            ctrl_free,
+            ctrl_in: VecDeque::with_capacity(CTRL_BUFFERS),
+            ctrl_sending: 0,
+            ctrl_depth,
+            monitor: None,
+            inject_below,
+            tagged,
+        }
+    }
+
+    /// Whether messages of `size` bytes go out with `fi_inject`, as
+    /// fabtests sends those below the provider's inject size.
+    pub fn injects(&self, size: usize) -> bool {
+        size < self.inject_below
+    }
+
+    fn send_opts(&self, seq: usize) -> SendOpts {
+        SendOpts {
+            tag: self.tagged.then_some(seq as u64 & 0xffff),
+            data: None,
+        }
+    }
+
+    fn recv_opts(&self, seq: usize) -> RecvOpts {
+        RecvOpts {
+            tag: self.tagged.then_some((seq as u64 & 0xffff, 0)),
+            from: None,
+        }
+    }
+
+    /// Post a receive for data message `seq` into `buf` (its capacity).
+    pub fn recv(&mut self, mut buf: Buffer, seq: usize) -> AnyResult<()> {
+        buf.set_len(buf.capacity());
+        let opts = self.recv_opts(seq);
+        self.ev.recv(self.peer.endpoint(), buf, opts, Token(seq as u64))?;
+        Ok(())
+    }
+
+    /// Send `buf` (its `len()` bytes) as data message `seq`.
+    pub fn send(&mut self, buf: Buffer, seq: usize) -> AnyResult<()> {
+        let opts = self.send_opts(seq);
+        self.ev.send(&self.peer, buf, opts, Token(seq as u64))?;
+        Ok(())
+    }
+
+    /// Inject `bytes` as data message `seq` (no completion).
+    pub fn inject(&mut self, bytes: &[u8], seq: usize) -> AnyResult<()> {
+        let opts = self.send_opts(seq);
+        self.ev.inject(&self.peer, bytes, opts)?;
+        Ok(())
+    }
+
+    /// Receive into caller memory (`pingpong --borrowed`).
+    ///
+    /// # Safety
+    /// As [`EventLoop::recv_borrowed`]: the `len` bytes at `data` stay
+    /// valid and untouched until the completion comes back.
+    pub unsafe fn recv_borrowed(&mut self, data: *mut u8, len: usize, seq: usize) -> AnyResult<()> {
+        let opts = self.recv_opts(seq);
+        // SAFETY: the caller keeps the memory valid as documented above.
+        unsafe {
+            self.ev
+                .recv_borrowed(self.peer.endpoint(), data, len, opts, Token(seq as u64))?
+        };
+        Ok(())
+    }
+
+    /// Send caller memory (`pingpong --borrowed`).
+    ///
+    /// # Safety
+    /// As [`EventLoop::send_borrowed`]: the `len` bytes at `data` stay
+    /// valid and unwritten until the completion comes back.
+    pub unsafe fn send_borrowed(&mut self, data: *const u8, len: usize, seq: usize) -> AnyResult<()> {
+        let opts = self.send_opts(seq);
+        // SAFETY: the caller keeps the memory valid as documented above.
+        unsafe {
+            self.ev
+                .send_borrowed(&self.peer, data, len, opts, Token(seq as u64))?
+        };
+        Ok(())
+    }
+
+    /// Post one control receive (for the next control message the peer
+    /// sends). See the module docs for when.
+    pub fn post_ctrl_recv(&mut self) -> AnyResult<()> {
+        post_ctrl(&mut self.ev, self.peer.endpoint(), &mut self.ctrl_free)?;
+        Ok(())
+    }
+
+    /// Send a control message: injected if small enough and `reliable` is
+    /// not asked; otherwise sent from a buffer whose completion
+    /// [`Side::flush`] waits for.
+    pub fn send_ctrl(&mut self, c: &Ctrl, reliable: bool) -> AnyResult<()> {
+        let mut b = self.ctrl_free.pop().ok_or("control buffers all in use")?;
+        b.set_len(b.capacity());
+        let n = c.encode(b.as_mut_slice());
+        if !reliable && self.injects(n) {
+            let r = self
+                .ev
+                .inject(&self.peer, &b.as_slice()[..n], SendOpts::default());
+            self.ctrl_free.push(b);
+            r?;
+        } else {
+            b.set_len(n);
+            self.ev.send(&self.peer, b, SendOpts::default(), Token(CTRL))?;
+            self.ctrl_sending += 1;
+        }
+        Ok(())
+    }
+
+    /// Tell the client that receives for size `index` are posted.
+    pub fn ready(&mut self, index: usize) -> AnyResult<()> {
+        self.send_ctrl(&Ctrl::Ready { index }, false)
+    }
+
+    /// `done` messages of the current size are finished (for the progress
+    /// line and the stall watchdog).
+    #[inline]
+    pub fn tick(&self, done: usize) {
+        if let Some(m) = &self.monitor {
+            m.tick(done);
+        }
+    }
+
+    /// Wait (spinning or blocking, as `-c` says) for completions and hand
+    /// each data completion to `f`; control completions are kept for
+    /// [`Side::wait_ctrl`]. A failed operation is an error. The watchdog
+    /// thread ends the process if the peer goes silent.
+    pub fn poll(&mut self, mut f: impl FnMut(&mut Side, &mut Completion) -> AnyResult<()>) -> AnyResult<()> {
+        let mut out = std::mem::take(&mut self.out);
+        let r = self
+            .ev
+            .poll(&mut out, None)
+            .map_err(AnyError::from)
+            .and_then(|_| {
+                // By reference: a completion is a few hundred bytes, and only
+                // its buffer needs to move.
+                for c in out.iter_mut() {
+                    if c.token.0 & CTRL != 0 {
+                        self.on_ctrl(c)?;
+                    } else if let Err(e) = &c.result {
+                        return Err(format!("{:?} of message {} failed: {e}", c.kind, c.token.0).into());
+                    } else {
+                        f(self, c)?;
+                    }
+                }
+                Ok(())
+            });
+        out.clear();
+        self.out = out;
+        r
+    }
+
+    fn on_ctrl(&mut self, c: &mut Completion) -> AnyResult<()> {
+        if let Err(e) = &c.result {
+            return Err(format!("control {:?} failed: {e}", c.kind).into());
+        }
+        let b = c.buffer.take().ok_or("control completion without its buffer")?;
+        match c.kind {
+            OpKind::Send => {
+                self.ctrl_sending -= 1;
+                self.ctrl_free.push(b);
+            }
+            OpKind::Recv => {
+                self.ctrl_in.push_back(b);
+                if self.ctrl_in.len() + self.ctrl_depth > CTRL_BUFFERS - 2 {
+                    return Err("the peer sends control messages faster than they are read".into());
+                }
+                if self.ctrl_depth > 0 {
+                    self.post_ctrl_recv()?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The next control message; data completions meanwhile go to `f`.
+    pub fn wait_ctrl_with(
+        &mut self,
+        mut f: impl FnMut(&mut Side, &mut Completion) -> AnyResult<()>,
+    ) -> AnyResult<Ctrl> {
+        loop {
+            if let Some(b) = self.ctrl_in.pop_front() {
+                let c = Ctrl::decode(b.as_slice());
+                self.ctrl_free.push(b);
+                return match c? {
+                    Ctrl::Refused(why) => Err(format!("the server refused: {why}").into()),
+                    c => Ok(c),
+                };
+            }
+            self.poll(&mut f)?;
+        }
+    }
+
+    /// The next control message, with no data expected meanwhile.
+    pub fn wait_ctrl(&mut self) -> AnyResult<Ctrl> {
+        self.wait_ctrl_with(|_, c| {
+            Err(format!(
+                "{:?} of message {} completed while only a control message was expected",
+                c.kind, c.token.0
+            )
+            .into())
+        })
+    }
+
+    /// Wait for a data send to complete and give back its buffer; no
+    /// receive may complete meanwhile.
+    pub fn wait_send(&mut self) -> AnyResult<Buffer> {
+        let mut back = None;
+        while back.is_none() {
+            self.poll(|_, c| match c.kind {
+                OpKind::Send => {
+                    back = c.buffer.take();
+                    Ok(())
+                }
+                OpKind::Recv => Err(format!("message {} arrived while none was expected", c.token.0).into()),
+            })?;
+        }
+        back.ok_or_else(|| "a send completes with its buffer".into())
+    }
+
+    /// Wait for every control send to complete.
+    pub fn flush(&mut self) -> AnyResult<()> {
+        while self.ctrl_sending > 0 {
+            self.poll(|_, c| Err(format!("unexpected {:?} completion at the end", c.kind).into()))?;
+        }
+        Ok(())
+    }
+
+    /// End the run: send Done, wait for the peer's, and for ours to leave.
+    fn finish(&mut self) -> AnyResult<()> {
+        self.send_ctrl(&Ctrl::Done, true)?;
+        match self.wait_ctrl()? {
+            Ctrl::Done => self.flush(),
+            other => Err(format!("expected the peer's Done, got {other:?}").into()),
+        }
+    }
+}
+
+/// A measuring tool: its loops for one size, each side.
+pub trait Bench: Sized {
+    /// Control receives the client keeps posted at all times; 0 when the
+    /// tool posts each one itself, where control and data are both
+    /// untagged and must not be confused.
+    const CLIENT_CTRL_DEPTH: usize;
+
+    /// The tool's state for these options.
+    fn new(o: &Opts) -> Self;
+
+    /// Messages one size of `plan` takes, warm-up included.
+    fn messages(plan: &Plan) -> usize {
+        plan.messages()
+    }
+
+    /// Client: run size `k` of `plan` (the server is ready) and return the
+    /// measurement. Before the last reply of the size can arrive, post the
+    /// control receive for the message that follows it (Ready or Done),
+    /// unless `CLIENT_CTRL_DEPTH` keeps them posted.
+    fn client(&mut self, side: &mut Side, plan: &Plan, k: usize) -> AnyResult<Row>;
+
+    /// Server: post the receives for size `k`, call [`Side::ready`], and
+    /// serve the size. After the last data receive of the last size, post
+    /// a control receive (for the client's Done) before replying.
+    fn server(&mut self, side: &mut Side, plan: &Plan, k: usize) -> AnyResult<()>;
+}
+
+/// The tool's `main`: parse, run, and exit 0, 1 (failed) or 2 (usage).
+pub fn main<B: Bench>(tool: Tool) -> ExitCode {
+    let o = match crate::opts::parse(tool, std::env::args().skip(1)) {
+        Ok(Parsed::Run(o)) => o,
+        Ok(Parsed::Help) => {
+            print!("{}", tool.usage());
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("{}: {e}\n\n{}", tool.name(), tool.usage());
+            return ExitCode::from(2);
+        }
+    };
+    match run::<B>(&o) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            report_error(tool, &*e);
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Print an error; negotiation failures list every reason, one a line.
+pub fn report_error(tool: Tool, e: &(dyn std::error::Error + 'static)) {
+    if let Some(Error::NoFabric { wanted, reasons }) = e.downcast_ref::<Error>() {
+        eprintln!("{}: no usable fabric for {wanted}", tool.name());
+        for r in reasons {
+            eprintln!("  {r}");
+        }
+        eprintln!("Change -p, -e, -d or --msg, or FI_PROVIDER; `fabric_info` shows what this host offers.");
+    } else {
+        eprintln!("{}: {e}", tool.name());
+    }
+}
+
+fn run<B: Bench>(o: &Opts) -> AnyResult<()> {
+    let found = negotiate(&o.requirements(), &LadderConfig::load(None)?)?;
+    let profile = found.profile;
+    let plan = Plan::from_opts(o);
+    if o.loopback || o.address.is_some() {
+        plan.check(o.tool, &profile, profile.max_msg_size)?;
+    }
+    let monitor = Monitor::start(o.tool, true);
+    let r = if o.loopback {
+        let listener = Listener::bind(("127.0.0.1", 0))?;
+        let addr = listener.local_addr()?;
+        let (sp, so) = (profile.clone(), o.clone());
+        let server = std::thread::spawn(move || {
+            // The client cannot finish without the server: a server-side
+            // failure ends the process with its own reason.
+            if let Err(e) = serve::<B>(&listener, &sp, &so, None) {
+                eprintln!("{}: server side: {e}", so.tool.name());
+                std::process::exit(1);
+            }
+        });
+        client::<B>(o, &profile, addr, &monitor)
+            .and_then(|()| server.join().map_err(|_| "server thread panicked".into()))
+    } else if let Some(host) = &o.address {
+        client::<B>(o, &profile, (host.as_str(), o.port), &monitor)
+    } else {
+        let listener = Listener::bind(("0.0.0.0", o.bind_port))?;
+        eprintln!(
+            "{}: server on {} ({}, {}), waiting for a client",
+            o.tool.name(),
+            listener.local_addr()?,
+            profile.provider,
+            profile.endpoint_type
+        );
+        serve::<B>(&listener, &profile, o, Some(&monitor))
+    };
+    monitor.finish();
+    r
+}
+
+fn loop_config(o: &Opts) -> LoopConfig {
+    LoopConfig {
+        wait: o.wait,
+        ..Default::default()
+    }
+}
+
+fn client<B: Bench>(
+    o: &Opts,
+    profile: &Profile,
+    addr: impl ToSocketAddrs,
+    monitor: &Arc<Monitor>,
+) -> AnyResult<()> {
+    let plan = Plan::from_opts(o);
+    let mut ev = EventLoop::new(profile, loop_config(o))?;
+    let ep = ev.endpoint()?;
+    let mut ctrl = ctrl_buffers();
+    // Ready for size 0 may come as soon as the plan is out.
+    let posted = B::CLIENT_CTRL_DEPTH.max(1);
+    let peer = connect_with(&mut ev, ep, addr, BOOTSTRAP_TIMEOUT, |ev, e| {
+        (0..posted).try_for_each(|_| post_ctrl(ev, e, &mut ctrl))
+    })
+    .map_err(|e| match e {
+        Error::Io { .. } => format!(
+            "{e}: is a {0} server listening there? Start one with `{0} -B PORT` and connect with -P PORT",
+            o.tool.name()
+        )
+        .into(),
+        e => AnyError::from(e),
+    })?;
+    plan.check(o.tool, profile, peer.agreement.max_msg_size)?;
+    let mut side = Side::new(ev, peer, ctrl, B::CLIENT_CTRL_DEPTH, plan.tagged);
+    side.monitor = Some(monitor.clone());
+    monitor.arm();
+    side.send_ctrl(&Ctrl::Plan(plan.clone()), false)?;
+    let mut bench = B::new(o);
+    for (k, &size) in plan.sizes.iter().enumerate() {
+        match side.wait_ctrl()? {
+            Ctrl::Ready { index } if index == k => {}
+            other => return Err(format!("expected Ready for size {k}, got {other:?}").into()),
+        }
+        if k == 0 {
+            output::header(o, profile);
+        }
+        monitor.begin(size, B::messages(&plan));
+        let row = bench.client(&mut side, &plan, k)?;
+        output::report(o, &row);
+    }
+    side.finish()
+}
+
+fn serve<B: Bench>(
+    listener: &Listener,
+    profile: &Profile,
+    o: &Opts,
+    monitor: Option<&Arc<Monitor>>,
+) -> AnyResult<()> {
+    let mut ev = EventLoop::new(profile, loop_config(o))?;
+    let ep = ev.endpoint()?;
+    let mut ctrl = ctrl_buffers();
+    let peer = listener.accept_with(&mut ev, ep, |ev, e| post_ctrl(ev, e, &mut ctrl))?;
+    let mut side = Side::new(ev, peer, ctrl, 0, false);
+    side.monitor = monitor.cloned();
+    if let Some(m) = monitor {
+        m.arm();
+    }
+    let plan = match side.wait_ctrl()? {
+        Ctrl::Plan(p) => p,
+        other => return Err(format!("expected the client's plan, got {other:?}").into()),
+    };
+    if let Err(why) = plan.check(o.tool, profile, side.peer.agreement.max_msg_size) {
+        // Reliable, so the reason reaches the client before we go.
+        side.send_ctrl(&Ctrl::Refused(why.clone()), true)?;
+        side.flush()?;
+        return Err(format!("refused the client's plan: {why}").into());
+    }
+    side.tagged = plan.tagged;
+    let mut bench = B::new(o);
+    for (k, &size) in plan.sizes.iter().enumerate() {
+        if let Some(m) = monitor {
+            m.begin(size, B::messages(&plan));
+        }
+        bench.server(&mut side, &plan, k)?;
+    }
+    side.finish()
+}
+
+/// Grow `pool` to `count` buffers of at least `capacity` bytes, replacing
+/// smaller ones (outside any measured loop).
+pub fn provision(pool: &mut Vec<Buffer>, count: usize, capacity: usize) {
+    pool.retain(|b| b.capacity() >= capacity);
+    pool.truncate(count);
+    while pool.len() < count {
+        pool.push(Buffer::new(capacity));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_messages_round_trip() {
+        let plan = Plan {
+            tool: Tool::Bandwidth,
+            sizes: crate::opts::all_sizes(),
+            iters: 7,
+            warmup: 3,
+            window: 64,
+            verify: true,
+            tagged: false,
+        };
+        let mut b = [0u8; CTRL_CAP];
+        for c in [
+            Ctrl::Plan(plan),
+            Ctrl::Ready { index: 4 },
+            Ctrl::Ack { count: 64 },
+            Ctrl::Done,
+            Ctrl::Refused("no".into()),
+        ] {
+            let n = c.encode(&mut b);
+            assert_eq!(Ctrl::decode(&b[..n]), Ok(c));
+        }
+        assert!(Ctrl::decode(&[0u8; 8]).unwrap_err().contains("not this tool"));
+        assert!(Ctrl::decode(&b[..4]).unwrap_err().contains("cut short"));
+        let n = Ctrl::Ready { index: 1 }.encode(&mut b);
+        assert!(Ctrl::decode(&b[..n - 1]).is_err());
+    }
+
+    #[test]
+    fn provision_reuses_large_enough_buffers() {
+        let mut pool = vec![Buffer::new(8), Buffer::new(100)];
+        provision(&mut pool, 3, 64);
+        assert_eq!(pool.len(), 3);
+        assert!(pool.iter().all(|b| b.capacity() >= 64));
+        provision(&mut pool, 1, 16);
+        assert_eq!(pool.len(), 1);
+    }
+}

@@ -1,0 +1,537 @@
+//! `pingpong` and `bandwidth` as a user runs them: separate processes (libfabric
+//! reads FI_PROVIDER once per process), every byte checked, and bad arguments
+//! failing fast. Every process runs under a deadline, so a hang fails the test
+//! instead of hanging CI.
+
+use std::io::{BufRead, BufReader, Read};
+use std::net::TcpListener;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+const PINGPONG: &str = env!("CARGO_BIN_EXE_pingpong");
+const BANDWIDTH: &str = env!("CARGO_BIN_EXE_bandwidth");
+const TOOLS: [&str; 2] = [PINGPONG, BANDWIDTH];
+/// Longest any one process may take.
+const DEADLINE: Duration = Duration::from_secs(60);
+
+struct Run {
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
+    took: Duration,
+}
+
+fn command(tool: &str, args: &[&str], env: &[(&str, &str)]) -> Command {
+    let mut cmd = Command::new(tool);
+    cmd.args(args)
+        .env_remove("FI_PROVIDER")
+        .env_remove("FABRIC_MSG_PROVIDERS")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd
+}
+
+/// Wait for `child` with a deadline, killing it if it runs over.
+fn finish(mut child: Child, started: Instant, what: &str) -> Run {
+    // Drain the pipes on threads so a chatty child cannot block on them.
+    let out = drain(child.stdout.take());
+    let err = drain(child.stderr.take());
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("waiting for the child") {
+            break s;
+        }
+        if started.elapsed() > DEADLINE {
+            child.kill().ok();
+            child.wait().ok();
+            panic!("{what}: still running after {DEADLINE:?}: a hang");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Run {
+        status,
+        stdout: out.join().expect("reader"),
+        stderr: err.join().expect("reader"),
+        took: started.elapsed(),
+    }
+}
+
+/// Read a pipe to its end on a thread (empty if the pipe was taken).
+fn drain(pipe: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut s = String::new();
+        if let Some(mut p) = pipe {
+            p.read_to_string(&mut s).ok();
+        }
+        s
+    })
+}
+
+fn run(tool: &str, args: &[&str], env: &[(&str, &str)]) -> Run {
+    let started = Instant::now();
+    let child = command(tool, args, env).spawn().expect("the tool starts");
+    finish(child, started, &format!("{tool} {args:?}"))
+}
+
+fn name(tool: &str) -> &str {
+    tool.rsplit('/').next().unwrap_or(tool)
+}
+
+/// Succeeded, or the test fails showing what the tool said.
+fn ok(r: &Run, what: &str) {
+    assert!(
+        r.status.success(),
+        "{what}: {}\nstdout:\n{}\nstderr:\n{}",
+        r.status,
+        r.stdout,
+        r.stderr
+    );
+}
+
+/// The text output: the fabric line and (size, #sent, #ack) of each row.
+fn table(r: &Run) -> (String, Vec<(usize, usize, usize)>) {
+    let mut lines = r.stdout.lines();
+    let fabric = lines.next().unwrap_or_default().to_string();
+    let columns = lines.next().unwrap_or_default();
+    assert!(
+        columns.split_whitespace().eq([
+            "bytes",
+            "#sent",
+            "#ack",
+            "total",
+            "time",
+            "MB/sec",
+            "usec/xfer",
+            "Mxfers/sec"
+        ]),
+        "fabtests' columns: {columns}"
+    );
+    let rows = lines
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            assert_eq!(f.len(), 8, "row `{l}`");
+            let n = |i: usize| f[i].parse::<usize>().unwrap_or_else(|_| panic!("row `{l}`"));
+            for x in &f[5..] {
+                assert!(x.parse::<f64>().is_ok_and(|v| v >= 0.0), "row `{l}`");
+            }
+            (n(0), n(1), n(2))
+        })
+        .collect();
+    (fabric, rows)
+}
+
+/// The JSON Lines output: the fabric object, then one per size.
+fn json(r: &Run) -> (serde_json::Value, Vec<serde_json::Value>) {
+    let mut v = r.stdout.lines().map(|l| {
+        serde_json::from_str::<serde_json::Value>(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}"))
+    });
+    let fabric = v.next().expect("a fabric line");
+    for k in ["provider", "fabric_kind", "domain", "endpoint_type"] {
+        assert!(fabric[k].is_string(), "{k} in {fabric}");
+    }
+    let rows: Vec<_> = v.collect();
+    for row in &rows {
+        for k in ["bytes", "iters", "sent", "acked"] {
+            assert!(row[k].is_u64(), "{k} in {row}");
+        }
+        for k in ["usec_per_xfer", "mb_per_sec"] {
+            assert!(row[k].as_f64().is_some_and(|x| x >= 0.0), "{k} in {row}");
+        }
+        assert!(row["usec_per_xfer"].as_f64().unwrap() > 0.0, "{row}");
+    }
+    (fabric, rows)
+}
+
+const SIZES: &str = "0,1,64,4097,1048576";
+const SIZE_LIST: [usize; 5] = [0, 1, 64, 4097, 1 << 20];
+
+#[test]
+fn loopback_tcp_rxm_checks_every_byte_of_every_size() {
+    for tool in TOOLS {
+        let r = run(
+            tool,
+            &[
+                "--loopback",
+                "-p",
+                "tcp;ofi_rxm",
+                "-d",
+                "lo",
+                "-S",
+                SIZES,
+                "-I",
+                "6",
+                "-W",
+                "2",
+                "--verify",
+            ],
+            &[],
+        );
+        ok(&r, name(tool));
+        let (fabric, rows) = table(&r);
+        assert!(
+            fabric.starts_with("# tcp;ofi_rxm (TCP) domain lo endpoint rdm, tagged"),
+            "{fabric}"
+        );
+        let want: Vec<_> = SIZE_LIST.iter().map(|&s| (s, 6, 6)).collect();
+        assert_eq!(rows, want, "{}", r.stdout);
+    }
+}
+
+#[test]
+fn fi_provider_chooses_and_untagged_messages_work() {
+    for tool in TOOLS {
+        let r = run(
+            tool,
+            &[
+                "--loopback",
+                "--msg",
+                "-S",
+                "8,65536",
+                "-I",
+                "5",
+                "-W",
+                "1",
+                "--verify",
+                "--json",
+            ],
+            &[("FI_PROVIDER", "tcp")],
+        );
+        ok(&r, name(tool));
+        let (fabric, rows) = json(&r);
+        assert_eq!(
+            fabric["provider"], "tcp;ofi_rxm",
+            "FI_PROVIDER=tcp admits tcp;ofi_rxm"
+        );
+        assert_eq!(fabric["messages"], "untagged");
+        let sizes: Vec<_> = rows.iter().map(|r| r["bytes"].as_u64().unwrap()).collect();
+        assert_eq!(sizes, [8, 65536]);
+        assert!(
+            rows.iter().all(|r| r["iters"] == 5 && r["acked"] == 5),
+            "{rows:?}"
+        );
+    }
+}
+
+#[test]
+fn connected_tcp_endpoints() {
+    for tool in TOOLS {
+        let r = run(
+            tool,
+            &[
+                "--loopback",
+                "-p",
+                "tcp",
+                "-e",
+                "msg",
+                "-S",
+                SIZES,
+                "-I",
+                "5",
+                "-W",
+                "1",
+                "--verify",
+                "--json",
+            ],
+            &[],
+        );
+        ok(&r, name(tool));
+        let (fabric, rows) = json(&r);
+        assert_eq!(
+            (fabric["provider"].as_str(), fabric["endpoint_type"].as_str()),
+            (Some("tcp"), Some("msg"))
+        );
+        let sizes: Vec<_> = rows
+            .iter()
+            .map(|r| r["bytes"].as_u64().unwrap() as usize)
+            .collect();
+        assert_eq!(sizes, SIZE_LIST);
+    }
+}
+
+#[test]
+fn shared_memory() {
+    for tool in TOOLS {
+        let r = run(
+            tool,
+            &[
+                "--loopback",
+                "-p",
+                "shm",
+                "--same-host",
+                "-S",
+                SIZES,
+                "-I",
+                "6",
+                "-W",
+                "2",
+                "--verify",
+            ],
+            &[],
+        );
+        ok(&r, name(tool));
+        let (fabric, rows) = table(&r);
+        assert!(
+            fabric.starts_with("# shm (shared memory) domain shm endpoint rdm"),
+            "{fabric}"
+        );
+        assert_eq!(rows.iter().map(|r| r.0).collect::<Vec<_>>(), SIZE_LIST);
+    }
+}
+
+#[test]
+fn blocking_waits_and_a_small_window() {
+    let r = run(
+        BANDWIDTH,
+        &[
+            "--loopback",
+            "-p",
+            "tcp;ofi_rxm",
+            "-d",
+            "lo",
+            "-c",
+            "fd",
+            "-w",
+            "3",
+            "-S",
+            "1,70000",
+            "-I",
+            "10",
+            "-W",
+            "0",
+            "--verify",
+        ],
+        &[],
+    );
+    ok(&r, "bandwidth -c fd -w 3");
+    let (fabric, rows) = table(&r);
+    assert!(fabric.contains("wait fd, window 3"), "{fabric}");
+    assert_eq!(rows, [(1, 10, 10), (70000, 10, 10)]);
+    let r = run(
+        PINGPONG,
+        &[
+            "--loopback",
+            "-p",
+            "tcp;ofi_rxm",
+            "-d",
+            "lo",
+            "-c",
+            "fd",
+            "-S",
+            "8",
+            "-I",
+            "20",
+            "--verify",
+            "--borrowed",
+        ],
+        &[],
+    );
+    ok(&r, "pingpong -c fd --borrowed");
+    assert_eq!(table(&r).1, [(8, 20, 20)]);
+}
+
+/// A server on a port of its choosing (`-B 0`) and the port it printed.
+fn server(tool: &str, args: &[&str]) -> (Child, u16, Instant) {
+    let started = Instant::now();
+    let mut all = vec!["-B", "0"];
+    all.extend_from_slice(args);
+    let mut child = command(tool, &all, &[]).spawn().expect("the server starts");
+    let mut err = BufReader::new(child.stderr.take().expect("piped"));
+    let mut line = String::new();
+    err.read_line(&mut line)
+        .expect("the server says where it listens");
+    // `bandwidth: server on 0.0.0.0:PORT (...), waiting for a client`
+    let port = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("0.0.0.0:"))
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| {
+            child.kill().ok();
+            panic!("no port in the server's first line: {line}")
+        });
+    // Keep draining stderr so the server cannot block on it.
+    drop(drain(Some(err)));
+    (child, port, started)
+}
+
+#[test]
+fn client_and_server_processes() {
+    for tool in TOOLS {
+        let common = ["-p", "tcp;ofi_rxm", "-d", "lo"];
+        let (srv, port, started) = server(tool, &common);
+        let port = port.to_string();
+        let mut args = common.to_vec();
+        args.extend([
+            "-S",
+            "64,1048576",
+            "-I",
+            "8",
+            "-W",
+            "1",
+            "--verify",
+            "--json",
+            "-P",
+            &port,
+            "127.0.0.1",
+        ]);
+        let client = run(tool, &args, &[]);
+        let srv = finish(srv, started, "server");
+        ok(&client, &format!("{} client", name(tool)));
+        ok(&srv, &format!("{} server", name(tool)));
+        let (fabric, rows) = json(&client);
+        assert_eq!(fabric["domain"], "lo");
+        assert_eq!(fabric["tool"], name(tool));
+        let sizes: Vec<_> = rows.iter().map(|r| r["bytes"].as_u64().unwrap()).collect();
+        assert_eq!(sizes, [64, 1 << 20]);
+        assert!(
+            srv.stdout.is_empty(),
+            "the client reports, the server does not: {}",
+            srv.stdout
+        );
+    }
+}
+
+#[test]
+fn a_server_refuses_a_client_it_cannot_serve() {
+    // The wrong tool.
+    let (srv, port, started) = server(PINGPONG, &["-p", "tcp;ofi_rxm", "-d", "lo"]);
+    let port = port.to_string();
+    let client = run(
+        BANDWIDTH,
+        &[
+            "-p",
+            "tcp;ofi_rxm",
+            "-d",
+            "lo",
+            "-S",
+            "8",
+            "-I",
+            "4",
+            "-P",
+            &port,
+            "127.0.0.1",
+        ],
+        &[],
+    );
+    let srv = finish(srv, started, "server");
+    assert_eq!(client.status.code(), Some(1));
+    assert_eq!(srv.status.code(), Some(1));
+    assert!(
+        client
+            .stderr
+            .contains("the server refused: a bandwidth client cannot use a pingpong server"),
+        "{}",
+        client.stderr
+    );
+
+    // Tagged messages to a server that negotiated without them.
+    let (srv, port, started) = server(PINGPONG, &["-p", "tcp;ofi_rxm", "-d", "lo", "--msg"]);
+    let port = port.to_string();
+    let client = run(
+        PINGPONG,
+        &[
+            "-p",
+            "tcp;ofi_rxm",
+            "-d",
+            "lo",
+            "-S",
+            "8",
+            "-I",
+            "4",
+            "-P",
+            &port,
+            "127.0.0.1",
+        ],
+        &[],
+    );
+    finish(srv, started, "server");
+    assert_eq!(client.status.code(), Some(1));
+    assert!(client.stderr.contains("without FI_TAGGED"), "{}", client.stderr);
+}
+
+/// Fails with `code` within a few seconds, saying `says`.
+fn fails(tool: &str, args: &[&str], code: i32, says: &[&str]) {
+    let r = run(tool, args, &[]);
+    assert_eq!(
+        r.status.code(),
+        Some(code),
+        "{} {args:?}: {}",
+        name(tool),
+        r.stderr
+    );
+    for s in says {
+        assert!(
+            r.stderr.contains(s),
+            "{} {args:?}: expected {s:?} in\n{}",
+            name(tool),
+            r.stderr
+        );
+    }
+    assert!(
+        r.took < Duration::from_secs(15),
+        "{} {args:?} took {:?}",
+        name(tool),
+        r.took
+    );
+}
+
+#[test]
+fn bad_arguments_fail_fast_and_clearly() {
+    // A port nobody listens on: bound, then let go.
+    let free = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+        .to_string();
+    for tool in TOOLS {
+        let n = name(tool);
+        // A provider libfabric does not have: no waiting for a peer.
+        fails(
+            tool,
+            &["-p", "nosuch"],
+            1,
+            &["-p nosuch", "no such provider", "tcp;ofi_rxm"],
+        );
+        fails(
+            tool,
+            &["-p", "tcp;ofi_rxm", "-e", "msg", "127.0.0.1"],
+            1,
+            &["no usable fabric", "\n  "],
+        );
+        fails(
+            tool,
+            &["-S", "big"],
+            2,
+            &["-S big: not a non-negative number", "usage:"],
+        );
+        fails(tool, &["-I", "0"], 2, &["at least one iteration"]);
+        fails(
+            tool,
+            &["--loopback", "-p", "tcp;ofi_rxm", "-S", "4000000000"],
+            1,
+            &["more than the 1073741824 allowed"],
+        );
+        fails(tool, &["--frobnicate"], 2, &["unknown option `--frobnicate`"]);
+        fails(tool, &["-c", "sread"], 2, &["-c sread: expected spin or fd"]);
+        fails(
+            tool,
+            &["-p", "tcp;ofi_rxm", "-d", "lo", "-P", &free, "127.0.0.1"],
+            1,
+            &[
+                "connecting to 127.0.0.1:",
+                "refused",
+                &format!("is a {n} server listening there?"),
+            ],
+        );
+        let help = run(tool, &["-h"], &[]);
+        ok(&help, "-h");
+        assert!(
+            help.stdout.starts_with(&format!("usage: {n} ")),
+            "{}",
+            help.stdout
+        );
+    }
+}
