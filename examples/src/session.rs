@@ -467,6 +467,7 @@ impl Side {
                     self.post_ctrl_recv()?;
                 }
             }
+            other => return Err(format!("unexpected {other:?} completion for a control message").into()),
         }
         Ok(())
     }
@@ -511,6 +512,7 @@ impl Side {
                     Ok(())
                 }
                 OpKind::Recv => Err(format!("message {} arrived while none was expected", c.token.0).into()),
+                other => Err(format!("unexpected {other:?} completion while sending").into()),
             })?;
         }
         back.ok_or_else(|| "a send completes with its buffer".into())

@@ -105,6 +105,7 @@ impl Peer {
 
 /// What kind of operation completed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum OpKind {
     /// A send (tagged or not).
     Send,

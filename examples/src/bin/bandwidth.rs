@@ -83,6 +83,7 @@ impl Bench for Bandwidth {
                     Ok(())
                 }
                 OpKind::Recv => Err("data arrived at the client".into()),
+                other => Err(format!("unexpected {other:?} completion").into()),
             })? {
                 Ctrl::Ack { count } => count,
                 other => return Err(format!("expected an ack, got {other:?}").into()),

@@ -87,6 +87,7 @@ impl Bench for PingPong {
                     match c.kind {
                         OpKind::Recv => reply = c.buffer.take(),
                         OpKind::Send => self.free.extend(c.buffer.take()),
+                        other => return Err(format!("unexpected {other:?} completion").into()),
                     }
                     Ok(())
                 })?;
@@ -127,6 +128,7 @@ impl Bench for PingPong {
                     match c.kind {
                         OpKind::Recv => got = c.buffer.take(),
                         OpKind::Send => self.free.extend(c.buffer.take()),
+                        other => return Err(format!("unexpected {other:?} completion").into()),
                     }
                     Ok(())
                 })?;
@@ -204,6 +206,7 @@ fn borrowed_loop(side: &mut Side, plan: &Plan, size: usize, tx: &mut [u8], rx: &
                 match c.kind {
                     OpKind::Send => sent = true,
                     OpKind::Recv => got = Some(c.multi.map_or(0, |(_, len)| len)),
+                    other => return Err(format!("unexpected {other:?} completion").into()),
                 }
                 Ok(())
             })?;
