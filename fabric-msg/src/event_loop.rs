@@ -45,7 +45,6 @@ use crate::ffi;
 use crate::info::EndpointType;
 use crate::mr::{Lease, RegionInner};
 use crate::profile::{Agreement, Profile};
-use std::collections::VecDeque;
 use std::fmt;
 use std::os::raw::c_void;
 use std::ptr;
@@ -522,6 +521,24 @@ impl EndpointState {
     }
 }
 
+/// Where `read_cq` reads entries to: one batch in the CQ's format, and
+/// the source addresses.
+struct CqEntries {
+    tagged: Box<[ffi::fi_cq_tagged_entry; CQ_BATCH]>,
+    data: Box<[ffi::fi_cq_data_entry; CQ_BATCH]>,
+    srcs: Box<[ffi::fi_addr_t; CQ_BATCH]>,
+}
+
+impl Default for CqEntries {
+    fn default() -> Self {
+        CqEntries {
+            tagged: Box::new([ffi::fi_cq_tagged_entry::default(); CQ_BATCH]),
+            data: Box::new([ffi::fi_cq_data_entry::default(); CQ_BATCH]),
+            srcs: Box::new([ffi::FI_ADDR_NOTAVAIL; CQ_BATCH]),
+        }
+    }
+}
+
 pub(crate) struct Cq {
     pub(crate) raw: *mut ffi::fid_cq,
     /// FI_CQ_FORMAT_TAGGED, or FI_CQ_FORMAT_DATA.
@@ -559,7 +576,8 @@ pub struct EventLoop {
     // buffers), then the AV, the CQ and the domain.
     pub(crate) endpoints: Vec<Option<EndpointState>>,
     slab: Slab,
-    pending: VecDeque<Completion>,
+    /// Completions reaped and not yet handed out, oldest first.
+    pending: Vec<Completion>,
     pub(crate) pep: Option<crate::cm::Pep>,
     pub(crate) eq: Option<crate::cm::Eq>,
     av: Option<Av>,
@@ -580,6 +598,10 @@ pub struct EventLoop {
     pub(crate) mapped_keys: Vec<u64>,
     /// Remote CQ data uses up a posted receive (`FI_RX_CQ_DATA` mode).
     rx_cq_data: bool,
+    /// Taken while `read_cq` runs (it calls back into the loop).
+    cq_entries: Option<CqEntries>,
+    /// When `poll` next looks for overdue one-sided operations.
+    next_expiry_scan: Instant,
 }
 
 // SAFETY: an EventLoop is used through `&mut self` only, so by one thread at
@@ -686,7 +708,7 @@ impl EventLoop {
                 in_flight: 0,
                 timed: 0,
             },
-            pending: VecDeque::with_capacity(CQ_BATCH * 4),
+            pending: Vec::with_capacity(CQ_BATCH * 4),
             pep: None,
             eq,
             av,
@@ -699,6 +721,8 @@ impl EventLoop {
             atomic_scratch: None,
             mapped_keys: Vec::new(),
             rx_cq_data: profile.mode.iter().any(|m| m == "FI_RX_CQ_DATA"),
+            cq_entries: Some(CqEntries::default()),
+            next_expiry_scan: Instant::now(),
             scratch: vec![0; profile.inject_size + HEADROOM],
             domain,
             cfg,
@@ -986,7 +1010,7 @@ impl EventLoop {
         }
         let data = (e.flags & u64::from(ffi::FI_REMOTE_CQ_DATA) != 0).then_some(e.data);
         let tag = tag_of(e.flags, e.tag);
-        self.pending.push_back(Completion {
+        self.pending.push(Completion {
             token,
             endpoint: EndpointId(endpoint),
             kind: OpKind::Recv,
@@ -1007,21 +1031,31 @@ impl EventLoop {
     /// pieces, so those can be read with `multi_recv_bytes` while their
     /// batch is processed.
     fn deliver(&mut self, out: &mut Vec<Completion>) {
-        while let Some(c) = self.pending.front() {
-            if c.finishes && out.iter().any(|o| o.slot == c.slot) {
+        if out.is_empty() && !self.pending.iter().any(|c| c.finishes) {
+            // The common case: hand over the whole batch without copying
+            // (`pending` takes `out`'s empty allocation in exchange).
+            std::mem::swap(out, &mut self.pending);
+            return;
+        }
+        let start = out.len();
+        let mut k = 0;
+        while k < self.pending.len() {
+            let c = &self.pending[k];
+            let earlier = |o: &Completion| o.slot == c.slot;
+            if c.finishes && (out.iter().any(earlier) || self.pending[..k].iter().any(earlier)) {
                 break;
             }
-            let mut c = self.pending.pop_front().expect("front exists");
-            if c.finishes {
-                if let Some((index, _)) = c.slot {
-                    let used = self.slab.slots[index as usize].used;
-                    c.buffer = self.slab.release(index);
-                    if let Some(b) = c.buffer.as_mut() {
-                        b.set_received(used);
-                    }
+            k += 1;
+        }
+        out.extend(self.pending.drain(..k));
+        for c in &mut out[start..] {
+            if let (true, Some((index, _))) = (c.finishes, c.slot) {
+                let used = self.slab.slots[index as usize].used;
+                c.buffer = self.slab.release(index);
+                if let Some(b) = c.buffer.as_mut() {
+                    b.set_received(used);
                 }
             }
-            out.push(c);
         }
     }
 
@@ -1358,6 +1392,9 @@ impl EventLoop {
 
     /// Read the CQ until fewer operations than it holds are in flight.
     fn wait_for_room(&mut self) -> Result<()> {
+        if self.slab.in_flight < self.cq.capacity {
+            return Ok(());
+        }
         let started = Instant::now();
         while self.slab.in_flight >= self.cq.capacity {
             if started.elapsed() >= self.cfg.post_timeout {
@@ -1396,25 +1433,36 @@ impl EventLoop {
     /// `Some(ZERO)`: just look). Returns how many.
     pub fn poll(&mut self, out: &mut Vec<Completion>, timeout: Option<Duration>) -> Result<usize> {
         out.clear();
-        let deadline = timeout.map(|t| Instant::now() + t);
+        // The clock is read only once nothing is ready, once per pass.
+        let mut deadline: Option<Instant> = None;
         loop {
             if self.pending.is_empty() {
                 self.read_cq()?;
-                if self.slab.timed > 0 {
-                    self.expire_overdue();
-                }
             }
             if !self.pending.is_empty() {
                 self.deliver(out);
                 return Ok(out.len());
             }
-            let mut remaining = match deadline {
-                Some(d) => match d.checked_duration_since(Instant::now()) {
-                    Some(r) if !r.is_zero() => Some(r),
-                    _ => return Ok(0),
-                },
-                None => None,
-            };
+            if timeout == Some(Duration::ZERO) && self.slab.timed == 0 {
+                return Ok(0);
+            }
+            let mut remaining = None;
+            if timeout.is_some() || self.slab.timed > 0 {
+                let now = Instant::now();
+                if self.slab.timed > 0 && now >= self.next_expiry_scan {
+                    self.next_expiry_scan = now + Duration::from_millis(10);
+                    self.expire_overdue(now);
+                    if !self.pending.is_empty() {
+                        continue;
+                    }
+                }
+                if let Some(t) = timeout {
+                    match deadline.get_or_insert(now + t).checked_duration_since(now) {
+                        Some(r) if !r.is_zero() => remaining = Some(r),
+                        _ => return Ok(0),
+                    }
+                }
+            }
             if self.slab.timed > 0 {
                 // Wake up to notice overdue one-sided operations.
                 let tick = Duration::from_millis(50);
@@ -1470,9 +1518,16 @@ impl EventLoop {
 
     /// Read what the CQ holds into `pending`.
     fn read_cq(&mut self) -> Result<()> {
-        let mut tagged = [ffi::fi_cq_tagged_entry::default(); CQ_BATCH];
-        let mut data = [ffi::fi_cq_data_entry::default(); CQ_BATCH];
-        let mut srcs = [ffi::FI_ADDR_NOTAVAIL; CQ_BATCH];
+        // Kept in the loop, not zeroed on every call: an empty poll is the
+        // hot path of a spinning loop.
+        let mut entries = self.cq_entries.take().unwrap_or_default();
+        let r = self.read_cq_into(&mut entries);
+        self.cq_entries = Some(entries);
+        r
+    }
+
+    fn read_cq_into(&mut self, bufs: &mut CqEntries) -> Result<()> {
+        let CqEntries { tagged, data, srcs } = bufs;
         loop {
             // The buffer must have the CQ's own entry format: entries are
             // written back to back at that format's size.
@@ -1616,7 +1671,7 @@ impl EventLoop {
             }
         }
         let tag = tag_of(e.flags, e.tag);
-        self.pending.push_back(Completion {
+        self.pending.push(Completion {
             token,
             endpoint: EndpointId(endpoint),
             kind,
@@ -1704,7 +1759,7 @@ impl EventLoop {
             Err(self.cq_failure(&err, code))
         };
         let tag = tag_of(err.flags, err.tag);
-        self.pending.push_back(Completion {
+        self.pending.push(Completion {
             token,
             endpoint: EndpointId(endpoint),
             kind,
@@ -1759,8 +1814,7 @@ impl EventLoop {
     }
 
     /// Report one-sided operations past their deadline as timed out.
-    fn expire_overdue(&mut self) {
-        let now = Instant::now();
+    fn expire_overdue(&mut self, now: Instant) {
         let Some(after) = self.cfg.rma_timeout else { return };
         for i in 0..self.slab.slots.len() {
             let s = &mut self.slab.slots[i];
@@ -1778,7 +1832,7 @@ impl EventLoop {
                 }
                 continue;
             }
-            self.pending.push_back(Completion {
+            self.pending.push(Completion {
                 token,
                 endpoint: EndpointId(endpoint),
                 kind,
@@ -1825,7 +1879,7 @@ impl EventLoop {
         {
             return;
         }
-        self.pending.push_back(Completion {
+        self.pending.push(Completion {
             token,
             endpoint: EndpointId(endpoint),
             kind,
@@ -1851,7 +1905,7 @@ impl EventLoop {
         else {
             return;
         };
-        self.pending.push_back(Completion {
+        self.pending.push(Completion {
             token: Token::REMOTE,
             endpoint: EndpointId(endpoint as u32),
             kind: OpKind::RemoteWrite,
