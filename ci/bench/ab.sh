@@ -11,7 +11,8 @@
 # 1. pingpong vs Debian's fi_pingpong (libfabric-bin): same provider,
 #    endpoint type and tagged/untagged, two processes over 127.0.0.1.
 # 2. bandwidth vs iperf3 at 1 MiB over 127.0.0.1, about 2 s each (10 GiB).
-# 3. pingpong -c fd (blocking) vs -c spin on tcp;ofi_rxm at 8 bytes.
+# 3. pingpong -c fd (blocking, after the default 50 us spin) and
+#    -c fd --spin-us 0 (sleeping at once) vs -c spin on tcp;ofi_rxm at 8 bytes.
 #
 # Every process runs under `timeout`; servers that outlive their client are
 # killed; ports are free ports the kernel picked. Raw outputs go to
@@ -200,10 +201,14 @@ done
 
 # --- 3. blocking vs spinning ----------------------------------------------------
 for round in $(seq "$ROUNDS"); do
-  for wait in spin fd; do
+  for wait in spin fd fd0; do
     tag="wait-$wait-r$round"
     p=$(free_port)
-    args=(-p "tcp;ofi_rxm" -d lo --msg -S 8 -I 10000 -W 0 -c "$wait")
+    case $wait in
+      fd0) how=(-c fd --spin-us 0) ;;
+      *) how=(-c "$wait") ;;
+    esac
+    args=(-p "tcp;ofi_rxm" -d lo --msg -S 8 -I 10000 -W 0 "${how[@]}")
     if pair "$tag" "$p" "$PP" "${args[@]}" -B "$p" -- "$PP" "${args[@]}" -P "$p" 127.0.0.1; then
       read -r mb us < <(row_of "$OUT/$tag.out") || continue
       record wait "tcp;ofi_rxm|8" "$round" "$wait" "$us" "$mb"
@@ -250,6 +255,8 @@ for prov in "tcp;ofi_rxm" tcp; do
 done
 
 echo
-echo "pingpong tcp;ofi_rxm 8 bytes: blocking (-c fd) vs spinning, median of $ROUNDS rounds"
-printf '| usec spin %.2f | usec fd %.2f | fd/spin %.3f |\n' \
-  "$(med wait "tcp;ofi_rxm|8" spin 5)" "$(med wait "tcp;ofi_rxm|8" fd 5)" "$(ratio wait "tcp;ofi_rxm|8" fd spin 5)"
+echo "pingpong tcp;ofi_rxm 8 bytes: blocking (-c fd: 50 us spin, then the fd; --spin-us 0: the fd at once)"
+echo "vs spinning, median of $ROUNDS rounds"
+printf '| usec spin %.2f | usec fd %.2f | fd/spin %.3f | usec fd, no spin %.2f | ratio %.3f |\n' \
+  "$(med wait "tcp;ofi_rxm|8" spin 5)" "$(med wait "tcp;ofi_rxm|8" fd 5)" "$(ratio wait "tcp;ofi_rxm|8" fd spin 5)" \
+  "$(med wait "tcp;ofi_rxm|8" fd0 5)" "$(ratio wait "tcp;ofi_rxm|8" fd0 spin 5)"

@@ -58,6 +58,8 @@ usage: {name} [options] [ADDRESS]
   -d DOMAIN       domain, e.g. lo, rxe0
   -e rdm|msg      endpoint type (default rdm; msg implies --msg)
   -c spin|fd      completion wait: spin on the CQ (default) or sleep on its fd
+  --spin-us N     with -c fd: spin this many microseconds before sleeping
+                  (default 50; 0 sleeps at once)
   -S SIZES|all    message size in bytes (0 allowed) or a comma list, or all:
                   powers of two to 4 MiB (default all)
   -I ITERATIONS   measured messages per size (default 1000)
@@ -92,6 +94,8 @@ pub struct Opts {
     pub endpoint: EndpointChoice,
     /// `-c`.
     pub wait: WaitMode,
+    /// `--spin-us`: spinning before a blocking wait, in microseconds.
+    pub spin_us: u64,
     /// `-S`.
     pub sizes: Vec<usize>,
     /// `-I`.
@@ -145,6 +149,7 @@ pub fn parse(tool: Tool, args: impl IntoIterator<Item = String>) -> Result<Parse
         domain: None,
         endpoint: EndpointChoice::Rdm,
         wait: WaitMode::Spin,
+        spin_us: 50,
         sizes: all_sizes(),
         iters: 1000,
         warmup: 10,
@@ -179,6 +184,10 @@ pub fn parse(tool: Tool, args: impl IntoIterator<Item = String>) -> Result<Parse
                     "fd" => WaitMode::Block,
                     other => return Err(format!("-c {other}: expected spin or fd")),
                 }
+            }
+            "--spin-us" => {
+                let v = val("--spin-us")?;
+                o.spin_us = v.parse().map_err(|_| format!("--spin-us {v}: not a number of microseconds"))?;
             }
             "-S" => {
                 let v = val("-S")?;

@@ -640,6 +640,7 @@ fn run<B: Bench>(o: &Opts) -> AnyResult<()> {
 fn loop_config(o: &Opts) -> LoopConfig {
     LoopConfig {
         wait: o.wait,
+        spin_before_block: Duration::from_micros(o.spin_us),
         ..Default::default()
     }
 }
