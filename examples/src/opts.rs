@@ -187,7 +187,9 @@ pub fn parse(tool: Tool, args: impl IntoIterator<Item = String>) -> Result<Parse
             }
             "--spin-us" => {
                 let v = val("--spin-us")?;
-                o.spin_us = v.parse().map_err(|_| format!("--spin-us {v}: not a number of microseconds"))?;
+                o.spin_us = v
+                    .parse()
+                    .map_err(|_| format!("--spin-us {v}: not a number of microseconds"))?;
             }
             "-S" => {
                 let v = val("-S")?;

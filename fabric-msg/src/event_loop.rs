@@ -278,6 +278,27 @@ pub struct Completion {
     finishes: bool,
 }
 
+impl Completion {
+    /// A completion with no buffer, tag, data or source: of a one-sided
+    /// operation, a split transfer, or a remote write's notice.
+    fn outcome(token: Token, endpoint: u32, kind: OpKind, result: Result<(), CompletionError>) -> Completion {
+        Completion {
+            token,
+            endpoint: EndpointId(endpoint),
+            kind,
+            buffer: None,
+            tag: 0,
+            data: None,
+            source: None,
+            result,
+            value: None,
+            multi: None,
+            slot: None,
+            finishes: false,
+        }
+    }
+}
+
 /// A post that failed; the buffer comes back with the error.
 #[derive(Debug)]
 pub struct PostError {
@@ -1847,20 +1868,9 @@ impl EventLoop {
                 }
                 continue;
             }
-            self.pending.push(Completion {
-                token,
-                endpoint: EndpointId(endpoint),
-                kind,
-                buffer: None,
-                tag: 0,
-                data: None,
-                source: None,
-                result: Err(CompletionError::TimedOut(after)),
-                value: None,
-                multi: None,
-                slot: None,
-                finishes: false,
-            });
+            let timed_out = Err(CompletionError::TimedOut(after));
+            self.pending
+                .push(Completion::outcome(token, endpoint, kind, timed_out));
         }
     }
 
@@ -1894,20 +1904,12 @@ impl EventLoop {
         {
             return;
         }
-        self.pending.push(Completion {
+        self.pending.push(Completion::outcome(
             token,
-            endpoint: EndpointId(endpoint),
+            endpoint,
             kind,
-            buffer: None,
-            tag: 0,
-            data: None,
-            source: None,
-            result: error.map_or(Ok(()), Err),
-            value: None,
-            multi: None,
-            slot: None,
-            finishes: false,
-        });
+            error.map_or(Ok(()), Err),
+        ));
     }
 
     /// The notice of a peer's write_data that used up no receive: it is
@@ -1920,20 +1922,10 @@ impl EventLoop {
         else {
             return;
         };
-        self.pending.push(Completion {
-            token: Token::REMOTE,
-            endpoint: EndpointId(endpoint as u32),
-            kind: OpKind::RemoteWrite,
-            buffer: None,
-            tag: 0,
-            data: Some(data),
-            source,
-            result: Ok(()),
-            value: None,
-            multi: None,
-            slot: None,
-            finishes: false,
-        });
+        let mut notice = Completion::outcome(Token::REMOTE, endpoint as u32, OpKind::RemoteWrite, Ok(()));
+        notice.data = Some(data);
+        notice.source = source;
+        self.pending.push(notice);
     }
 
     /// Close an endpoint. Its operations still in flight produce no

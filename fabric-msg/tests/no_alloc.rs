@@ -83,6 +83,35 @@ fn next(
     }
 }
 
+/// Negotiate tcp;ofi_rxm for `caps`, run `serve` on a server thread with
+/// its loop and peer, and return the connected client's.
+fn pair(
+    caps: Vec<Capability>,
+    serve: impl FnOnce(&mut EventLoop, &Peer) + Send + 'static,
+) -> (EventLoop, Peer, std::thread::JoinHandle<()>) {
+    let req = Requirements {
+        caps,
+        endpoint: EndpointChoice::Rdm,
+        provider: Some("tcp;ofi_rxm".into()),
+        domain: Some("lo".into()),
+        ..Default::default()
+    };
+    let p = negotiate(&req, &LadderConfig::default()).unwrap().profile;
+    let listener = Listener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let sp = p.clone();
+    let server = std::thread::spawn(move || {
+        let mut ev = EventLoop::new(&sp, LoopConfig::default()).unwrap();
+        let ep = ev.endpoint().unwrap();
+        let peer = listener.accept(&mut ev, ep).unwrap();
+        serve(&mut ev, &peer);
+    });
+    let mut ev = EventLoop::new(&p, LoopConfig::default()).unwrap();
+    let ep = ev.endpoint().unwrap();
+    let peer = connect(&mut ev, ep, addr, Duration::from_secs(10)).unwrap();
+    (ev, peer, server)
+}
+
 /// The state a ping-pong reuses: two buffers and two completion vectors.
 struct Reused {
     bufs: [Option<Buffer>; 2],
@@ -134,27 +163,10 @@ fn a_warmed_up_ping_pong_allocates_nothing_per_message() {
     let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     const WARMUP: u64 = 200;
     const MEASURED: u64 = 2000;
-    let req = Requirements {
-        caps: vec![Capability::Tagged, Capability::Msg],
-        endpoint: EndpointChoice::Rdm,
-        provider: Some("tcp;ofi_rxm".into()),
-        domain: Some("lo".into()),
-        ..Default::default()
-    };
-    let p = negotiate(&req, &LadderConfig::default()).unwrap().profile;
-    let listener = Listener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    let sp = p.clone();
-    let server = std::thread::spawn(move || {
-        let mut ev = EventLoop::new(&sp, LoopConfig::default()).unwrap();
-        let ep = ev.endpoint().unwrap();
-        let peer = listener.accept(&mut ev, ep).unwrap();
+    let (mut ev, peer, server) = pair(vec![Capability::Tagged, Capability::Msg], |ev, peer| {
         let mut reused = Reused::new(1);
-        rounds(&mut ev, &peer, &mut reused, 0..WARMUP + MEASURED, true);
+        rounds(ev, peer, &mut reused, 0..WARMUP + MEASURED, true);
     });
-    let mut ev = EventLoop::new(&p, LoopConfig::default()).unwrap();
-    let ep = ev.endpoint().unwrap();
-    let peer = connect(&mut ev, ep, addr, Duration::from_secs(10)).unwrap();
     let mut reused = Reused::new(2);
     rounds(&mut ev, &peer, &mut reused, 0..WARMUP, false);
 
@@ -226,28 +238,12 @@ fn warmed_up_rma_allocates_nothing_per_operation() {
     let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     const WARMUP: u64 = 100;
     const MEASURED: u64 = 1000;
-    let req = Requirements {
-        caps: vec![Capability::Tagged, Capability::Msg, Capability::Rma],
-        endpoint: EndpointChoice::Rdm,
-        provider: Some("tcp;ofi_rxm".into()),
-        domain: Some("lo".into()),
-        ..Default::default()
-    };
-    let p = negotiate(&req, &LadderConfig::default()).unwrap().profile;
-    let listener = Listener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    let sp = p.clone();
-    let server = std::thread::spawn(move || {
-        let mut ev = EventLoop::new(&sp, LoopConfig::default()).unwrap();
-        let ep = ev.endpoint().unwrap();
-        let peer = listener.accept(&mut ev, ep).unwrap();
-        let mem = rma_setup(&mut ev, &peer);
+    let caps = vec![Capability::Tagged, Capability::Msg, Capability::Rma];
+    let (mut ev, peer, server) = pair(caps, |ev, peer| {
+        let mem = rma_setup(ev, peer);
         let mut reused = Reused::new(1);
-        rma_rounds(&mut ev, &peer, &mut reused, &mem, 0..WARMUP + MEASURED, true);
+        rma_rounds(ev, peer, &mut reused, &mem, 0..WARMUP + MEASURED, true);
     });
-    let mut ev = EventLoop::new(&p, LoopConfig::default()).unwrap();
-    let ep = ev.endpoint().unwrap();
-    let peer = connect(&mut ev, ep, addr, Duration::from_secs(10)).unwrap();
     let mem = rma_setup(&mut ev, &peer);
     let mut reused = Reused::new(1);
     rma_rounds(&mut ev, &peer, &mut reused, &mem, 0..WARMUP, false);
