@@ -50,23 +50,30 @@ pub fn header(o: &Opts, p: &Profile) {
         WaitMode::Block => "fd (no wait object: spins)",
     };
     let tagged = if o.tagged { "tagged" } else { "untagged" };
+    let mut extra = serde_json::json!({"messages": tagged, "wait": wait});
+    let mut text = format!("{tagged}, wait {wait}");
+    if o.tool == Tool::Bandwidth {
+        extra["window"] = o.window.into();
+        text += &format!(", window {}", o.window);
+    }
+    header_with(o.json, o.tool.name(), p, extra, &text);
+}
+
+/// The header of any tool: the fabric, what else `extra` (JSON) and
+/// `text` say about the run, then (in text) the column names.
+pub fn header_with(json: bool, tool: &str, p: &Profile, extra: serde_json::Value, text: &str) {
     let _term = TERMINAL.lock();
     clear_progress();
-    if o.json {
+    if json {
         let mut v = serde_json::json!({"provider": p.provider, "fabric_kind": p.fabric_kind,
-            "domain": p.domain, "endpoint_type": p.endpoint_type, "tool": o.tool.name(),
-            "messages": tagged, "wait": wait});
-        if o.tool == Tool::Bandwidth {
-            v["window"] = o.window.into();
+            "domain": p.domain, "endpoint_type": p.endpoint_type, "tool": tool});
+        if let (Some(v), serde_json::Value::Object(more)) = (v.as_object_mut(), extra) {
+            v.extend(more);
         }
         println!("{v}");
     } else {
-        let window = match o.tool {
-            Tool::Bandwidth => format!(", window {}", o.window),
-            Tool::PingPong => String::new(),
-        };
         println!(
-            "# {} ({}) domain {} endpoint {}, {tagged}, wait {wait}{window}",
+            "# {} ({}) domain {} endpoint {}, {text}",
             p.provider, p.fabric_kind, p.domain, p.endpoint_type
         );
         println!(
@@ -79,11 +86,16 @@ pub fn header(o: &Opts, p: &Profile) {
 
 /// One line of results.
 pub fn report(o: &Opts, r: &Row) {
+    report_row(o.json, r)
+}
+
+/// One line of results, in text or JSON.
+pub fn report_row(json: bool, r: &Row) {
     let secs = r.elapsed.as_secs_f64();
     let usec = r.usec_per_xfer();
     let _term = TERMINAL.lock();
     clear_progress();
-    if o.json {
+    if json {
         println!(
             "{}",
             serde_json::json!({"bytes": r.bytes, "iters": r.sent, "sent": r.sent, "acked": r.acked,
@@ -150,8 +162,13 @@ impl Monitor {
     /// Start the watching thread. The progress line is drawn only when
     /// stderr is a terminal and `show` is set.
     pub fn start(tool: Tool, show: bool) -> Arc<Monitor> {
+        Monitor::start_named(tool.name(), show)
+    }
+
+    /// As [`Monitor::start`], for a tool by name.
+    pub fn start_named(tool: &'static str, show: bool) -> Arc<Monitor> {
         let m = Arc::new(Monitor {
-            tool: tool.name(),
+            tool,
             done: AtomicU64::new(0),
             total: AtomicU64::new(0),
             size: AtomicU64::new(0),

@@ -12,6 +12,7 @@ use fabric_msg::{
     negotiate, Access, Buffer, Completion, EventLoop, LadderConfig, Listener, LoopConfig, OpKind, Peer,
     RecvOpts, RegionPool, RemoteMemory, Requirements, SendOpts, Token,
 };
+use fabric_msg_examples::output::{self, Monitor, Row};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -304,13 +305,17 @@ impl Side {
     }
 
     fn drive(&mut self, o: &Opts) -> AnyResult<()> {
+        let monitor = Monitor::start_named("rma_pingpong", !o.json);
+        monitor.arm();
         let pool: RegionPool = self.ev.register_pool(MAX, 1, Access::Read)?;
         let mut plain = vec![0u8; MAX];
         header(o, self.ev.profile());
         let mut seq_all = rounds(o).into_iter().peekable();
         while let Some(&(_, size)) = seq_all.peek() {
             let mut started = Instant::now();
+            monitor.begin(size, o.warmup + o.iters);
             for i in 0..o.warmup + o.iters {
+                monitor.tick(i);
                 if i == o.warmup {
                     started = Instant::now();
                 }
@@ -348,8 +353,16 @@ impl Side {
                     self.check(seq, size)?;
                 }
             }
-            report(o, size, started.elapsed());
+            let row = Row {
+                bytes: size,
+                sent: o.iters,
+                acked: o.iters,
+                elapsed: started.elapsed(),
+                xfers_per_iter: 2,
+            };
+            output::report_row(o.json, &row);
         }
+        monitor.finish();
         Ok(())
     }
 }
@@ -376,53 +389,14 @@ fn byte(seq: u64, k: usize) -> u8 {
 }
 
 fn header(o: &Opts, p: &fabric_msg::Profile) {
-    if o.json {
-        println!(
-            "{}",
-            serde_json::json!({"provider": p.provider, "fabric_kind": p.fabric_kind, "domain": p.domain,
-                "endpoint_type": p.endpoint_type, "mr": if o.register_each { "each" } else { "pool" }})
-        );
-    } else {
-        println!(
-            "# {} ({}) domain {} endpoint {}, RMA write ping-pong, source memory: {}",
-            p.provider,
-            p.fabric_kind,
-            p.domain,
-            p.endpoint_type,
-            if o.register_each {
-                "registered per write"
-            } else {
-                "pooled"
-            }
-        );
-        println!(
-            "{:<8} {:>8} {:>8} {:>8} {:>10} {:>10} {:>10} {:>12}",
-            "bytes", "#sent", "#ack", "total", "time", "MB/sec", "usec/xfer", "Mxfers/sec"
-        );
-    }
-}
-
-fn report(o: &Opts, size: usize, elapsed: Duration) {
-    let secs = elapsed.as_secs_f64().max(1e-9);
-    let total = 2 * o.iters * size;
-    let usec = secs * 1e6 / o.iters as f64 / 2.0;
-    let mbps = total as f64 / secs / 1e6;
-    if o.json {
-        println!(
-            "{}",
-            serde_json::json!({"bytes": size, "iters": o.iters, "usec_per_xfer": usec, "mb_per_sec": mbps})
-        );
-    } else {
-        println!(
-            "{:<8} {:>8} {:>8} {:>8} {:>9.2}s {:>10.2} {:>10.2} {:>12.2}",
-            size,
-            o.iters,
-            o.iters,
-            total,
-            secs,
-            mbps,
-            usec,
-            1.0 / usec
-        );
-    }
+    let mr = if o.register_each { "each" } else { "pool" };
+    let text = format!(
+        "RMA write ping-pong, source memory {}",
+        if o.register_each {
+            "registered per write"
+        } else {
+            "pooled"
+        }
+    );
+    output::header_with(o.json, "rma_pingpong", p, serde_json::json!({ "mr": mr }), &text);
 }
