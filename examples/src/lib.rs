@@ -8,3 +8,15 @@ pub mod opts;
 pub mod output;
 pub mod pattern;
 pub mod session;
+
+/// `println!` for the tools' results: when stdout is gone (`| head`), end
+/// the process quietly instead of panicking on the broken pipe.
+#[macro_export]
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if writeln!(std::io::stdout(), $($arg)*).is_err() {
+            std::process::exit(0);
+        }
+    }};
+}

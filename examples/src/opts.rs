@@ -54,7 +54,8 @@ impl Tool {
 usage: {name} [options] [ADDRESS]
 {what}. Without ADDRESS: server; with it: client.
 
-  -p PROVIDER     provider, exactly as libfabric names it (tcp, 'tcp;ofi_rxm', shm, ...)
+  -p PROVIDER     provider, as fabtests means it: tcp admits its layered form
+                  'tcp;ofi_rxm' for -e rdm; a layered name is exact
   -d DOMAIN       domain, e.g. lo, rxe0
   -e rdm|msg      endpoint type (default rdm; msg implies --msg)
   -c spin|fd      completion wait: spin on the CQ (default) or sleep on its fd
@@ -269,6 +270,7 @@ impl Opts {
             caps,
             endpoint: self.endpoint,
             provider: self.provider.clone(),
+            provider_layered: true,
             domain: self.domain.clone(),
             same_host: self.same_host || self.loopback,
             ..Default::default()

@@ -70,15 +70,25 @@ pub fn header_with(json: bool, tool: &str, p: &Profile, extra: serde_json::Value
         if let (Some(v), serde_json::Value::Object(more)) = (v.as_object_mut(), extra) {
             v.extend(more);
         }
-        println!("{v}");
+        crate::say!("{v}");
     } else {
-        println!(
+        crate::say!(
             "# {} ({}) domain {} endpoint {}, {text}",
-            p.provider, p.fabric_kind, p.domain, p.endpoint_type
+            p.provider,
+            p.fabric_kind,
+            p.domain,
+            p.endpoint_type
         );
-        println!(
+        crate::say!(
             "{:<8} {:>8} {:>8} {:>8} {:>10} {:>10} {:>10} {:>12}",
-            "bytes", "#sent", "#ack", "total", "time", "MB/sec", "usec/xfer", "Mxfers/sec"
+            "bytes",
+            "#sent",
+            "#ack",
+            "total",
+            "time",
+            "MB/sec",
+            "usec/xfer",
+            "Mxfers/sec"
         );
     }
     std::io::stdout().flush().ok();
@@ -96,14 +106,14 @@ pub fn report_row(json: bool, r: &Row) {
     let _term = TERMINAL.lock();
     clear_progress();
     if json {
-        println!(
+        crate::say!(
             "{}",
             serde_json::json!({"bytes": r.bytes, "iters": r.sent, "sent": r.sent, "acked": r.acked,
                 "usec_per_xfer": usec, "mb_per_sec": r.mb_per_sec(), "total_bytes": r.total_bytes(),
                 "seconds": secs})
         );
     } else {
-        println!(
+        crate::say!(
             "{:<8} {:>8} {:>8} {:>8} {:>9.2}s {:>10.2} {:>10.2} {:>12.2}",
             r.bytes,
             r.sent,

@@ -84,6 +84,9 @@ pub struct Requirements {
     pub queue_depth: usize,
     /// Only this provider (`fabric_info -p`); `FI_PROVIDER` also restricts.
     pub provider: Option<String>,
+    /// Let `provider` admit its layered forms, as libfabric's hints and
+    /// fabtests' `-p` do (`tcp` admits `tcp;ofi_rxm`); otherwise it is exact.
+    pub provider_layered: bool,
     /// Only this domain (`-d`), e.g. `mlx5_0` or `lo`.
     pub domain: Option<String>,
 }
@@ -97,6 +100,7 @@ impl Default for Requirements {
             max_peers: 64,
             queue_depth: 256,
             provider: None,
+            provider_layered: false,
             domain: None,
         }
     }
@@ -290,6 +294,8 @@ pub struct ProviderFilter {
     pub origin: String,
     names: Vec<String>,
     exclude: bool,
+    /// A listed core provider admits its layered forms.
+    layered: bool,
 }
 
 impl ProviderFilter {
@@ -307,6 +313,7 @@ impl ProviderFilter {
                 .filter(|s| !s.is_empty())
                 .collect(),
             exclude,
+            layered: true,
         }
     }
 
@@ -316,6 +323,16 @@ impl ProviderFilter {
             origin: format!("-p {name}"),
             names: vec![name.to_string()],
             exclude: false,
+            layered: false,
+        }
+    }
+
+    /// One provider as libfabric's hints and fabtests' `-p` match it: a
+    /// core provider admits its layered forms (`tcp` admits `tcp;ofi_rxm`).
+    pub fn like_libfabric(name: &str) -> Self {
+        ProviderFilter {
+            layered: true,
+            ..ProviderFilter::exactly(name)
         }
     }
 
@@ -325,8 +342,10 @@ impl ProviderFilter {
     /// [`ProviderFilter::exactly`].
     pub fn allows(&self, name: &str) -> bool {
         let core = name.split(';').next().unwrap_or(name);
-        let exact_only = self.origin.starts_with("-p ");
-        let listed = self.names.iter().any(|n| n == name || (!exact_only && n == core));
+        let listed = self
+            .names
+            .iter()
+            .any(|n| n == name || (self.layered && n == core));
         listed != self.exclude
     }
 }
@@ -691,7 +710,11 @@ pub fn negotiate(req: &Requirements, cfg: &LadderConfig) -> Result<Negotiation> 
         }
     }
     if let Some(p) = &req.provider {
-        filters.push(ProviderFilter::exactly(p));
+        filters.push(if req.provider_layered {
+            ProviderFilter::like_libfabric(p)
+        } else {
+            ProviderFilter::exactly(p)
+        });
     }
 
     // Everything usable with the bits fabric-msg honours; then, offering
@@ -905,6 +928,8 @@ mod tests {
         assert!(!f.allows("sockets") && !f.allows("udp;ofi_rxd") && f.allows("tcp"));
         let f = ProviderFilter::exactly("tcp");
         assert!(f.allows("tcp") && !f.allows("tcp;ofi_rxm"));
+        let f = ProviderFilter::like_libfabric("tcp");
+        assert!(f.allows("tcp") && f.allows("tcp;ofi_rxm") && !f.allows("net;ofi_rxm"));
     }
 
     #[test]

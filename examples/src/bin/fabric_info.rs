@@ -90,7 +90,7 @@ fn main() -> ExitCode {
     match negotiate(&args.req, &ladder) {
         Ok(n) if args.json => {
             let v = serde_json::json!({ "requirements": args.req, "negotiation": n });
-            println!(
+            fabric_msg_examples::say!(
                 "{}",
                 serde_json::to_string_pretty(&v).expect("plain data serialises")
             );
@@ -110,7 +110,7 @@ fn fail(e: &Error, json: bool) -> ExitCode {
             Error::NoFabric { reasons, .. } => serde_json::to_value(reasons).unwrap_or_default(),
             _ => serde_json::Value::Null,
         };
-        println!(
+        fabric_msg_examples::say!(
             "{}",
             serde_json::json!({ "error": e.to_string(), "reasons": reasons })
         );
@@ -129,15 +129,18 @@ fn fail(e: &Error, json: bool) -> ExitCode {
 fn print_text(n: &fabric_msg::Negotiation) {
     let p = &n.profile;
     let (maj, min) = p.libfabric_version;
-    println!("libfabric {maj}.{min}; ladder: {}", n.ladder);
+    fabric_msg_examples::say!("libfabric {maj}.{min}; ladder: {}", n.ladder);
     for e in &n.environment {
-        println!("environment: {}={}  ({})", e.name, e.value, e.origin);
+        fabric_msg_examples::say!("environment: {}={}  ({})", e.name, e.value, e.origin);
     }
 
-    println!("\ncandidates libfabric lists:");
-    println!(
+    fabric_msg_examples::say!("\ncandidates libfabric lists:");
+    fabric_msg_examples::say!(
         "  {:<16} {:<6} {:<14} {:<14} evidence",
-        "provider", "ep", "domain", "kind"
+        "provider",
+        "ep",
+        "domain",
+        "kind"
     );
     let mut seen = Vec::new();
     for c in &n.candidates {
@@ -150,7 +153,7 @@ fn print_text(n: &fabric_msg::Negotiation) {
             continue;
         }
         seen.push(key);
-        println!(
+        fabric_msg_examples::say!(
             "  {:<16} {:<6} {:<14} {:<14} {}",
             c.info.provider,
             c.info.endpoint_type.to_string(),
@@ -160,25 +163,25 @@ fn print_text(n: &fabric_msg::Negotiation) {
         );
     }
 
-    println!("\nladder:");
-    println!("  chosen  {} on {}", p.rung, p.domain);
+    fabric_msg_examples::say!("\nladder:");
+    fabric_msg_examples::say!("  chosen  {} on {}", p.rung, p.domain);
     let mut not_tried = Vec::new();
     for r in &n.rejections {
         if r.reason == Reason::NotNeeded {
             not_tried.push(format!("{} on {}", r.rung, r.domain.as_deref().unwrap_or("?")));
         } else {
-            println!("  passed  {r}");
+            fabric_msg_examples::say!("  passed  {r}");
         }
     }
     if !not_tried.is_empty() {
-        println!(
+        fabric_msg_examples::say!(
             "  usable but not tried, as a preferred rung was chosen: {}",
             not_tried.join("; ")
         );
     }
 
-    println!("\nprofile:");
-    let row = |k: &str, v: String| println!("  {k:<18} {v}");
+    fabric_msg_examples::say!("\nprofile:");
+    let row = |k: &str, v: String| fabric_msg_examples::say!("  {k:<18} {v}");
     row("provider", p.provider.clone());
     row("fabric kind", format!("{} ({})", p.fabric_kind, p.classification));
     row("fabric / domain", format!("{} / {}", p.fabric, p.domain));

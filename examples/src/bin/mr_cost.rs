@@ -47,13 +47,19 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let profile = negotiate(&req, &LadderConfig::load(None)?)?.profile;
     let mut ev = EventLoop::new(&profile, LoopConfig::default())?;
     let _ep = ev.endpoint()?;
-    println!(
+    fabric_msg_examples::say!(
         "# {} ({}) domain {}, mr_mode {:?}",
-        profile.provider, profile.fabric_kind, profile.domain, profile.mr_mode
+        profile.provider,
+        profile.fabric_kind,
+        profile.domain,
+        profile.mr_mode
     );
-    println!(
+    fabric_msg_examples::say!(
         "{:<10} {:>22} {:>20} {:>8}",
-        "bytes", "register+close usec", "pool take+drop usec", "ratio"
+        "bytes",
+        "register+close usec",
+        "pool take+drop usec",
+        "ratio"
     );
     for size in [4096usize, 65536, 1 << 20, 4 << 20, 16 << 20] {
         let mut mem = vec![1u8; size];
@@ -71,7 +77,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             drop(pool.take().ok_or("pool slot in use")?);
         }
         let pooled = t.elapsed().as_secs_f64() * 1e6 / iters as f64;
-        println!(
+        fabric_msg_examples::say!(
             "{size:<10} {each:>22.2} {pooled:>20.3} {:>8.0}",
             each / pooled.max(1e-3)
         );

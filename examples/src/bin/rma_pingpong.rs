@@ -19,7 +19,8 @@ use std::time::{Duration, Instant};
 const USAGE: &str = "\
 usage: rma_pingpong [options] [ADDRESS]
 
-  -p PROVIDER     provider (default: negotiated)
+  -p PROVIDER     provider, as fabtests means it: tcp also admits 'tcp;ofi_rxm'
+                  (default: negotiated)
   -d DOMAIN       domain, e.g. lo, rxe0
   -e rdm|msg      endpoint type (default rdm)
   -S SIZE|all     transfer size in bytes (1 or more), or all (powers of two to 4 MiB; default all)
@@ -149,6 +150,7 @@ fn run(o: &Opts) -> AnyResult<()> {
         caps: vec![Capability::Msg, Capability::Rma],
         endpoint: o.endpoint,
         provider: o.provider.clone(),
+        provider_layered: true,
         domain: o.domain.clone(),
         same_host: o.same_host || o.loopback,
         ..Default::default()
