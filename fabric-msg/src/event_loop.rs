@@ -1795,20 +1795,10 @@ impl EventLoop {
             Err(self.cq_failure(&err, code))
         };
         let tag = tag_of(err.flags, err.tag);
-        self.pending.push(Completion {
-            token,
-            endpoint: EndpointId(endpoint),
-            kind,
-            buffer,
-            tag,
-            data: None,
-            source: None,
-            result,
-            value: None,
-            multi: None,
-            slot: None,
-            finishes: false,
-        });
+        let mut failed = Completion::outcome(token, endpoint, kind, result);
+        failed.buffer = buffer;
+        failed.tag = tag;
+        self.pending.push(failed);
         Ok(())
     }
 
