@@ -528,7 +528,8 @@ pub struct RemoteMemory {
     /// The whole key, under `FI_MR_RAW`; empty otherwise.
     raw_key: Vec<u8>,
     access: Access,
-    /// A raw key was mapped by `import` (always true without raw keys).
+    /// A raw key was mapped by `import` (not consulted without raw keys,
+    /// so a descriptor deserialised by the application's own serde works).
     #[serde(skip)]
     mapped: bool,
 }
@@ -612,7 +613,7 @@ impl RemoteMemory {
                 granted: self.access.to_string(),
             });
         }
-        if !self.mapped {
+        if !self.raw_key.is_empty() && !self.mapped {
             return Err(Error::Usage(
                 "this remote memory has a raw key (FI_MR_RAW) that was not mapped: bring it in with \
                  EventLoop::import"
@@ -842,6 +843,15 @@ mod tests {
             m.window(0, 1, Access::ReadWrite).is_err(),
             "a window cannot widen access"
         );
+    }
+
+    #[test]
+    fn descriptors_inside_the_applications_own_serde_messages_work() {
+        let m = remote(64, Access::ReadWrite);
+        let bytes = postcard::to_stdvec(&(7u32, m.clone())).unwrap();
+        let (_, back): (u32, RemoteMemory) = postcard::from_bytes(&bytes).unwrap();
+        assert!(back.check(0, 8, Access::Write, "write").is_ok());
+        assert_eq!(back.target(8), m.target(8));
     }
 
     #[test]
