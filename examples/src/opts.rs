@@ -11,6 +11,8 @@ pub enum Tool {
     PingPong,
     /// `bandwidth`: a window of messages in flight, acknowledged per window.
     Bandwidth,
+    /// `rma_pingpong`: RMA writes with immediate data, one each way at a time.
+    RmaPingPong,
 }
 
 impl Tool {
@@ -19,6 +21,7 @@ impl Tool {
         match self {
             Tool::PingPong => "pingpong",
             Tool::Bandwidth => "bandwidth",
+            Tool::RmaPingPong => "rma_pingpong",
         }
     }
 
@@ -28,6 +31,7 @@ impl Tool {
         match self {
             Tool::PingPong => 1,
             Tool::Bandwidth => 2,
+            Tool::RmaPingPong => 3,
         }
     }
 
@@ -39,14 +43,27 @@ impl Tool {
 
     /// The usage text.
     pub fn usage(self) -> String {
-        let (what, extra) = match self {
+        const MSG: &str = "  --msg           untagged messages (default tagged)\n";
+        const PLAN: &str = "The client chooses sizes, iterations, window, --verify and --msg and tells
+the server; both sides must use the same provider and endpoint type.";
+        let (what, extra, last) = match self {
             Tool::PingPong => (
                 "one-way latency: one message each way at a time",
-                "  --borrowed      client sends from and receives into its own memory (unsafe API)\n",
+                format!("  --borrowed      client sends from and receives into its own memory (unsafe API)\n{MSG}"),
+                PLAN,
             ),
             Tool::Bandwidth => (
                 "streaming bandwidth: a window of messages in flight, one ack per window",
-                "  -w WINDOW       messages in flight, and receives posted (default 64)\n",
+                format!("  -w WINDOW       messages in flight, and receives posted (default 64)\n{MSG}"),
+                PLAN,
+            ),
+            Tool::RmaPingPong => (
+                "one-way latency of RMA writes with immediate data into the peer's registered memory",
+                "  --mr pool|each  client's source memory: a registered pool slot (default), or
+                  registered and deregistered around every write\n"
+                    .to_string(),
+                "Sizes are 1 byte to 4 MiB. Give both sides the same -S, -I and -W, provider
+and endpoint type.",
             ),
         };
         format!(
@@ -67,15 +84,13 @@ usage: {name} [options] [ADDRESS]
   -W WARMUP       warm-up messages per size, not measured (default 10)
 {extra}  -B PORT         server: out-of-band port to listen on (default 9228; 0: any, printed)
   -P PORT         client: the server's out-of-band port (default 9228)
-  --msg           untagged messages (default tagged)
   --verify        check every received byte
   --loopback      server and client in this process over 127.0.0.1
   --same-host     peers share this host (allows shared memory)
   --json          JSON Lines: the fabric, then one object per size
   -h, --help      this text
 
-The client chooses sizes, iterations, window, --verify and --msg and tells
-the server; both sides must use the same provider and endpoint type.
+{last}
 ",
             name = self.name()
         )
@@ -115,6 +130,8 @@ pub struct Opts {
     pub verify: bool,
     /// `--borrowed` (pingpong).
     pub borrowed: bool,
+    /// `--mr each` (rma_pingpong): register the source memory per write.
+    pub register_each: bool,
     /// `--loopback`.
     pub loopback: bool,
     /// `--same-host`.
@@ -160,6 +177,7 @@ pub fn parse(tool: Tool, args: impl IntoIterator<Item = String>) -> Result<Parse
         tagged: true,
         verify: false,
         borrowed: false,
+        register_each: false,
         loopback: false,
         same_host: false,
         json: false,
@@ -221,7 +239,14 @@ pub fn parse(tool: Tool, args: impl IntoIterator<Item = String>) -> Result<Parse
             }
             "-B" => o.bind_port = port("-B", &val("-B")?)?,
             "-P" => o.port = port("-P", &val("-P")?)?,
-            "--msg" => untagged = true,
+            "--msg" if tool != Tool::RmaPingPong => untagged = true,
+            "--mr" if tool == Tool::RmaPingPong => {
+                o.register_each = match val("--mr")?.as_str() {
+                    "pool" => false,
+                    "each" => true,
+                    other => return Err(format!("--mr {other}: expected pool or each")),
+                }
+            }
             "--verify" => o.verify = true,
             "--borrowed" if tool == Tool::PingPong => o.borrowed = true,
             "--loopback" => o.loopback = true,
@@ -238,13 +263,26 @@ pub fn parse(tool: Tool, args: impl IntoIterator<Item = String>) -> Result<Parse
         }
     }
     // Connected TCP endpoints have no tagged messages; fabtests' msg tools
-    // are untagged too.
-    o.tagged = !untagged && o.endpoint != EndpointChoice::Msg;
+    // are untagged too. RMA notices are untagged.
+    o.tagged = !untagged && o.endpoint != EndpointChoice::Msg && tool != Tool::RmaPingPong;
+    if tool == Tool::RmaPingPong {
+        if o.sizes.contains(&0) {
+            return Err("-S 0: an RMA transfer moves at least 1 byte".into());
+        }
+        if let Some(s) = o.sizes.iter().find(|&&s| s > MAX_RMA_SIZE) {
+            return Err(format!(
+                "-S {s}: at most {MAX_RMA_SIZE} bytes (4 MiB) per RMA transfer"
+            ));
+        }
+    }
     if o.loopback && o.address.is_some() {
         return Err("--loopback runs both sides here: give no address".into());
     }
     Ok(Parsed::Run(Box::new(o)))
 }
+
+/// Largest `rma_pingpong` transfer: the size of each side's registered region.
+pub const MAX_RMA_SIZE: usize = 4 << 20;
 
 /// Largest `-w`: tags of messages in flight must stay distinct (16 bits).
 pub const MAX_WINDOW: usize = 4096;
@@ -265,6 +303,9 @@ impl Opts {
         let mut caps = vec![Capability::Msg];
         if self.tagged {
             caps.push(Capability::Tagged);
+        }
+        if self.tool == Tool::RmaPingPong {
+            caps.push(Capability::Rma);
         }
         Requirements {
             caps,
@@ -344,5 +385,33 @@ mod tests {
         assert!(err(Tool::PingPong, &["-p"]).contains("-p needs a value"));
         assert!(err(Tool::PingPong, &["--loopback", "127.0.0.1"]).contains("no address"));
         assert_eq!(err(Tool::PingPong, &["-h"]), "help");
+    }
+
+    #[test]
+    fn rma_pingpong_takes_the_same_letters_and_its_own_limits() {
+        let o = run(
+            Tool::RmaPingPong,
+            &["-S", "1,4096", "--mr", "each", "-P", "7000", "h"],
+        )
+        .unwrap();
+        assert_eq!(
+            (o.sizes, o.register_each, o.port, o.tagged),
+            (vec![1, 4096], true, 7000, false)
+        );
+        assert!(run(Tool::RmaPingPong, &["-S", "0"])
+            .unwrap_err()
+            .contains("at least 1 byte"));
+        assert!(run(Tool::RmaPingPong, &["-S", "4194305"])
+            .unwrap_err()
+            .contains("at most"));
+        assert!(run(Tool::RmaPingPong, &["-B", "70000"])
+            .unwrap_err()
+            .contains("not a port"));
+        assert!(run(Tool::RmaPingPong, &["--msg"])
+            .unwrap_err()
+            .contains("unknown option"));
+        assert!(run(Tool::PingPong, &["--mr", "each"])
+            .unwrap_err()
+            .contains("unknown option"));
     }
 }

@@ -172,13 +172,8 @@ impl Monitor {
     /// Start the watching thread. The progress line is drawn only when
     /// stderr is a terminal and `show` is set.
     pub fn start(tool: Tool, show: bool) -> Arc<Monitor> {
-        Monitor::start_named(tool.name(), show)
-    }
-
-    /// As [`Monitor::start`], for a tool by name.
-    pub fn start_named(tool: &'static str, show: bool) -> Arc<Monitor> {
         let m = Arc::new(Monitor {
-            tool,
+            tool: tool.name(),
             done: AtomicU64::new(0),
             total: AtomicU64::new(0),
             size: AtomicU64::new(0),

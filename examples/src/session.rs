@@ -125,7 +125,7 @@ impl Plan {
             ));
         }
         let need = max.saturating_mul(match tool {
-            Tool::PingPong => 3,
+            Tool::PingPong | Tool::RmaPingPong => 3,
             Tool::Bandwidth => self.window,
         });
         if need > BUFFER_BUDGET {
@@ -133,7 +133,7 @@ impl Plan {
                 "-S {max}{}: {need} bytes of buffers, more than the {BUFFER_BUDGET} allowed",
                 match tool {
                     Tool::Bandwidth => format!(" with -w {}", self.window),
-                    Tool::PingPong => String::new(),
+                    Tool::PingPong | Tool::RmaPingPong => String::new(),
                 }
             ));
         }
@@ -637,7 +637,8 @@ fn run<B: Bench>(o: &Opts) -> AnyResult<()> {
     r
 }
 
-fn loop_config(o: &Opts) -> LoopConfig {
+/// The event loop the options ask for (`-c`, `--spin-us`).
+pub fn loop_config(o: &Opts) -> LoopConfig {
     LoopConfig {
         wait: o.wait,
         spin_before_block: Duration::from_micros(o.spin_us),

@@ -7,130 +7,29 @@
 //! `--mr each` registers the same source memory anew for every write (and
 //! deregisters it after): the cost that a pool of registered memory saves.
 
-use fabric_msg::negotiate::{Capability, EndpointChoice};
 use fabric_msg::{
-    negotiate, Access, Buffer, Completion, EventLoop, LadderConfig, Listener, LoopConfig, OpKind, Peer,
-    RecvOpts, RegionPool, RemoteMemory, Requirements, SendOpts, Token,
+    negotiate, Access, Buffer, Completion, EventLoop, LadderConfig, Listener, OpKind, Peer, RecvOpts,
+    RegionPool, RemoteMemory, SendOpts, Token,
 };
+use fabric_msg_examples::opts::{parse, Opts, Parsed, Tool, MAX_RMA_SIZE};
 use fabric_msg_examples::output::{self, Monitor, Row};
+use fabric_msg_examples::session::loop_config;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
-
-const USAGE: &str = "\
-usage: rma_pingpong [options] [ADDRESS]
-
-  -p PROVIDER     provider, as fabtests means it: tcp also admits 'tcp;ofi_rxm'
-                  (default: negotiated)
-  -d DOMAIN       domain, e.g. lo, rxe0
-  -e rdm|msg      endpoint type (default rdm)
-  -S SIZE|all     transfer size in bytes (1 or more), or all (powers of two to 4 MiB; default all)
-  -I ITERATIONS   iterations per size (default 1000)
-  -W WARMUP       warm-up iterations per size (default 10)
-  -B PORT         server: bootstrap port to listen on (default 9228)
-  -P PORT         client: bootstrap port to connect to (default 9228)
-  --mr pool|each  client's source memory: a registered pool slot (default), or
-                  registered and deregistered around every write
-  --verify        check every byte that lands
-  --loopback      run server and client in this process over 127.0.0.1
-  --same-host     peers share this host (allows shared memory)
-  --json          JSON Lines output
-  -h, --help      this text
-";
 
 /// Untagged receives kept posted for write notices that use one up.
 const NOTICE_RECVS: u64 = 4;
 const NOTICE_TOKEN: u64 = 1 << 32;
 
-#[derive(Clone)]
-struct Opts {
-    provider: Option<String>,
-    domain: Option<String>,
-    endpoint: EndpointChoice,
-    sizes: Vec<usize>,
-    iters: usize,
-    warmup: usize,
-    bind_port: u16,
-    port: u16,
-    register_each: bool,
-    verify: bool,
-    loopback: bool,
-    same_host: bool,
-    json: bool,
-    address: Option<String>,
-}
-
-fn parse() -> Result<Opts, String> {
-    let mut o = Opts {
-        provider: None,
-        domain: None,
-        endpoint: EndpointChoice::Rdm,
-        sizes: (0..=22).map(|s| 1usize << s).collect(),
-        iters: 1000,
-        warmup: 10,
-        bind_port: 9228,
-        port: 9228,
-        register_each: false,
-        verify: false,
-        loopback: false,
-        same_host: false,
-        json: false,
-        address: None,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(a) = it.next() {
-        let mut val = |n: &str| it.next().ok_or_else(|| format!("{n} needs a value"));
-        let num = |n: &str, v: String| v.parse::<usize>().map_err(|_| format!("{n} {v}: not a number"));
-        match a.as_str() {
-            "-p" => o.provider = Some(val("-p")?),
-            "-d" => o.domain = Some(val("-d")?),
-            "-e" => {
-                o.endpoint = match val("-e")?.as_str() {
-                    "rdm" => EndpointChoice::Rdm,
-                    "msg" => EndpointChoice::Msg,
-                    v => return Err(format!("-e {v}: expected rdm or msg")),
-                }
-            }
-            "-S" => {
-                let v = val("-S")?;
-                if v != "all" {
-                    let s = num("-S", v)?;
-                    if s == 0 {
-                        return Err("-S 0: an RMA transfer moves at least 1 byte".into());
-                    }
-                    o.sizes = vec![s];
-                }
-            }
-            "-I" => o.iters = num("-I", val("-I")?)?.max(1),
-            "-W" => o.warmup = num("-W", val("-W")?)?,
-            "-B" => o.bind_port = num("-B", val("-B")?)? as u16,
-            "-P" => o.port = num("-P", val("-P")?)? as u16,
-            "--mr" => {
-                o.register_each = match val("--mr")?.as_str() {
-                    "pool" => false,
-                    "each" => true,
-                    v => return Err(format!("--mr {v}: expected pool or each")),
-                }
-            }
-            "--verify" => o.verify = true,
-            "--loopback" => o.loopback = true,
-            "--same-host" => o.same_host = true,
-            "--json" => o.json = true,
-            "-h" | "--help" => {
-                print!("{USAGE}");
-                std::process::exit(0);
-            }
-            s if s.starts_with('-') => return Err(format!("unknown option {s}")),
-            s => o.address = Some(s.to_string()),
-        }
-    }
-    Ok(o)
-}
-
 fn main() -> ExitCode {
-    let o = match parse() {
-        Ok(o) => o,
+    let o = match parse(Tool::RmaPingPong, std::env::args().skip(1)) {
+        Ok(Parsed::Run(o)) => o,
+        Ok(Parsed::Help) => {
+            print!("{}", Tool::RmaPingPong.usage());
+            return ExitCode::SUCCESS;
+        }
         Err(e) => {
-            eprintln!("rma_pingpong: {e}\n\n{USAGE}");
+            eprintln!("rma_pingpong: {e}\n\n{}", Tool::RmaPingPong.usage());
             return ExitCode::from(2);
         }
     };
@@ -146,25 +45,17 @@ fn main() -> ExitCode {
 type AnyResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
 fn run(o: &Opts) -> AnyResult<()> {
-    let req = Requirements {
-        caps: vec![Capability::Msg, Capability::Rma],
-        endpoint: o.endpoint,
-        provider: o.provider.clone(),
-        provider_layered: true,
-        domain: o.domain.clone(),
-        same_host: o.same_host || o.loopback,
-        ..Default::default()
-    };
+    let req = o.requirements();
     let profile = negotiate(&req, &LadderConfig::load(None)?)?.profile;
     if o.loopback {
         let listener = Listener::bind(("127.0.0.1", 0))?;
         let addr = listener.local_addr()?;
         let (sp, so) = (profile.clone(), o.clone());
         let server = std::thread::spawn(move || -> AnyResult<()> {
-            let mut s = Side::accept(&sp, &listener)?;
+            let mut s = Side::accept(&sp, &listener, &so)?;
             s.serve(&so)
         });
-        let result = Side::connect(&profile, addr).and_then(|mut c| c.drive(o));
+        let result = Side::connect(&profile, addr, o).and_then(|mut c| c.drive(o));
         if let Err(e) = result {
             std::thread::sleep(Duration::from_millis(200));
             if server.is_finished() {
@@ -179,10 +70,10 @@ fn run(o: &Opts) -> AnyResult<()> {
         let addr = std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), o.port))?
             .next()
             .ok_or_else(|| format!("{host}: no address"))?;
-        Side::connect(&profile, addr)?.drive(o)
+        Side::connect(&profile, addr, o)?.drive(o)
     } else {
         let listener = Listener::bind(("0.0.0.0", o.bind_port))?;
-        Side::accept(&profile, &listener)?.serve(o)
+        Side::accept(&profile, &listener, o)?.serve(o)
     }
 }
 
@@ -196,19 +87,19 @@ struct Side {
     held: Vec<Completion>,
 }
 
-const MAX: usize = 4 << 20;
+const MAX: usize = MAX_RMA_SIZE;
 
 impl Side {
-    fn accept(p: &fabric_msg::Profile, listener: &Listener) -> AnyResult<Side> {
-        let mut ev = EventLoop::new(p, LoopConfig::default())?;
+    fn accept(p: &fabric_msg::Profile, listener: &Listener, o: &Opts) -> AnyResult<Side> {
+        let mut ev = EventLoop::new(p, loop_config(o))?;
         let ep = ev.endpoint()?;
         // Receives go up before the connection starts (iWARP needs that).
         let peer = listener.accept_with(&mut ev, ep, post_notice_recvs)?;
         Side::exchange(ev, peer)
     }
 
-    fn connect(p: &fabric_msg::Profile, addr: std::net::SocketAddr) -> AnyResult<Side> {
-        let mut ev = EventLoop::new(p, LoopConfig::default())?;
+    fn connect(p: &fabric_msg::Profile, addr: std::net::SocketAddr, o: &Opts) -> AnyResult<Side> {
+        let mut ev = EventLoop::new(p, loop_config(o))?;
         let ep = ev.endpoint()?;
         let peer = fabric_msg::connect_with(&mut ev, ep, addr, Duration::from_secs(10), |ev, e| {
             post_notice_recvs(ev, e)
@@ -307,7 +198,7 @@ impl Side {
     }
 
     fn drive(&mut self, o: &Opts) -> AnyResult<()> {
-        let monitor = Monitor::start_named("rma_pingpong", !o.json);
+        let monitor = Monitor::start(Tool::RmaPingPong, !o.json);
         monitor.arm();
         let pool: RegionPool = self.ev.register_pool(MAX, 1, Access::Read)?;
         let mut plain = vec![0u8; MAX];
@@ -382,7 +273,7 @@ fn rounds(o: &Opts) -> Vec<(u64, usize)> {
     o.sizes
         .iter()
         .enumerate()
-        .flat_map(|(n, &size)| (0..per).map(move |i| ((n * per + i) as u64, size.min(MAX))))
+        .flat_map(|(n, &size)| (0..per).map(move |i| ((n * per + i) as u64, size)))
         .collect()
 }
 
