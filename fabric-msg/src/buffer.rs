@@ -8,11 +8,10 @@
 //! for reuse and closed with the buffer.
 
 use crate::domain::{close_fid, DomainInner};
-use crate::error::{check, Error, Result};
+use crate::error::Result;
 use crate::ffi;
 use std::fmt;
 use std::os::raw::c_void;
-use std::ptr;
 use std::sync::Arc;
 
 /// Bytes every buffer keeps in front of its payload for fabric-msg's message
@@ -148,37 +147,12 @@ unsafe impl Sync for LocalMr {}
 impl LocalMr {
     /// Register `len` bytes at `ptr`.
     pub(crate) fn register(domain: &Arc<DomainInner>, ptr: *const u8, len: usize) -> Result<LocalMr> {
-        let key = if domain.mr_mode(ffi::FI_MR_PROV_KEY) {
-            0
-        } else {
-            domain.fresh_key()
-        };
         let access = u64::from(ffi::FI_SEND | ffi::FI_RECV);
-        let mut raw = ptr::null_mut();
         // SAFETY: callers register memory that outlives the registration: a
         // Buffer's own allocation (the registration is dropped first), or
         // borrowed memory whose owner promised it lives until the operation's
         // completion, when the registration is dropped.
-        let rc = unsafe {
-            ffi::fi_mr_reg(
-                domain.raw,
-                ptr.cast(),
-                len,
-                access,
-                0,
-                key,
-                0,
-                &mut raw,
-                ptr::null_mut(),
-            )
-        };
-        if rc == -(ffi::FI_ENOMEM as i32) {
-            return Err(Error::MemoryLimit {
-                len,
-                memlock: memlock_limit(),
-            });
-        }
-        check("fi_mr_reg", rc)?;
+        let raw = unsafe { crate::mr::mr_reg(domain, ptr, len, access)? };
         // SAFETY: raw is a live registration.
         let desc = unsafe { ffi::fi_mr_desc(raw) };
         Ok(LocalMr {
@@ -190,23 +164,6 @@ impl LocalMr {
 
     pub(crate) fn desc(&self) -> *mut c_void {
         self.desc
-    }
-}
-
-/// The soft `RLIMIT_MEMLOCK`, in words.
-pub(crate) fn memlock_limit() -> String {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes one rlimit into a valid out-pointer.
-    if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut lim) } != 0 {
-        return "unknown".into();
-    }
-    if lim.rlim_cur == libc::RLIM_INFINITY {
-        "unlimited (so the device itself is out of memory)".into()
-    } else {
-        format!("{} KiB", lim.rlim_cur / 1024)
     }
 }
 

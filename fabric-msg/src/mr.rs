@@ -245,37 +245,12 @@ pub(crate) unsafe fn register(
             provider: p.provider.clone(),
         });
     }
-    let requested_key = if domain.mr_mode(ffi::FI_MR_PROV_KEY) {
-        0
-    } else {
-        app_key(domain)?
-    };
     // Local use (source or sink of this side's operations) exposes nothing;
     // remote access is exactly what was asked.
     let remote = if exposed { access.remote_bits() } else { 0 };
     let flags = (ffi::FI_SEND | ffi::FI_RECV | ffi::FI_READ | ffi::FI_WRITE) as u64 | remote;
-    // SAFETY: the caller keeps the memory allocated for the registration's
-    // life; the out-pointer is valid.
-    let rc = unsafe {
-        ffi::fi_mr_reg(
-            domain.raw,
-            ptr.as_ptr() as *const c_void,
-            len,
-            flags,
-            0,
-            requested_key,
-            0,
-            &mut inner.raw,
-            ptr::null_mut(),
-        )
-    };
-    if rc == -(ffi::FI_ENOMEM as i32) {
-        return Err(Error::MemoryLimit {
-            len,
-            memlock: crate::buffer::memlock_limit(),
-        });
-    }
-    check("fi_mr_reg", rc)?;
+    // SAFETY: the caller keeps the memory allocated for the registration's life.
+    inner.raw = unsafe { mr_reg(domain, ptr.as_ptr(), len, flags)? };
     if domain.mr_mode(ffi::FI_MR_ENDPOINT) {
         let Some((ep, keep)) = endpoint else {
             return Err(Error::Unsupported {
@@ -325,6 +300,66 @@ pub(crate) unsafe fn register(
         }
     }
     Ok(inner)
+}
+
+/// `fi_mr_reg` of `len` bytes at `ptr` with access `flags`: the key is the
+/// provider's under `FI_MR_PROV_KEY`, otherwise a fresh one of ours, and
+/// running out of lockable memory is [`Error::MemoryLimit`].
+///
+/// # Safety
+/// `ptr..ptr+len` stays allocated until the registration is closed.
+pub(crate) unsafe fn mr_reg(
+    domain: &DomainInner,
+    ptr: *const u8,
+    len: usize,
+    flags: u64,
+) -> Result<*mut ffi::fid_mr> {
+    let requested_key = if domain.mr_mode(ffi::FI_MR_PROV_KEY) {
+        0
+    } else {
+        app_key(domain)?
+    };
+    let mut raw = ptr::null_mut();
+    // SAFETY: the caller keeps the memory allocated for the registration's
+    // life; the out-pointer is valid.
+    let rc = unsafe {
+        ffi::fi_mr_reg(
+            domain.raw,
+            ptr.cast(),
+            len,
+            flags,
+            0,
+            requested_key,
+            0,
+            &mut raw,
+            ptr::null_mut(),
+        )
+    };
+    if rc == -(ffi::FI_ENOMEM as i32) {
+        return Err(Error::MemoryLimit {
+            len,
+            memlock: memlock_limit(),
+        });
+    }
+    check("fi_mr_reg", rc)?;
+    Ok(raw)
+}
+
+/// The soft `RLIMIT_MEMLOCK`, in words.
+fn memlock_limit() -> String {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit into a valid out-pointer.
+    if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut lim) } != 0 {
+        return "unknown".into();
+    }
+    if lim.rlim_cur == libc::RLIM_INFINITY {
+        "unlimited (so the device itself is out of memory)".into()
+    } else {
+        format!("{} KiB", lim.rlim_cur / 1024)
+    }
 }
 
 /// An application-chosen key that fits the domain's key size and was never

@@ -247,10 +247,10 @@ impl EventLoop {
         .clamp(1, usize::MAX as u64) as usize;
         let chunks = local.len.div_ceil(chunk).max(1);
         let cq_data = peer.agreement.cq_data_size as usize;
-        let order = self.msg_order();
         // The notice: native remote CQ data, or a follow-up message.
         let mut follow_up = None;
         if let Some(d) = data {
+            let order = self.msg_order();
             if cq_data > 0 {
                 if cq_data < 8 && d >> (8 * cq_data) != 0 {
                     return Err(Error::TooLarge {
