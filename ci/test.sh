@@ -9,6 +9,9 @@ export RUSTDOCFLAGS="${RUSTDOCFLAGS:-} -D warnings"
 
 step() { printf '\n==> %s\n' "$*" >&2; }
 
+step "source layout (layers, import cycles, file sizes)"
+python3 ci/check-layers.py
+
 step "cargo fmt --check"
 cargo fmt --all --check
 

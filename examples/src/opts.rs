@@ -1,7 +1,7 @@
 //! Command-line options shared by `pingpong` and `bandwidth`, with
 //! fabtests' letters where they mean the same thing.
 
-use fabric_msg::negotiate::{Capability, EndpointChoice};
+use fabric_msg::discovery::negotiate::{Capability, EndpointChoice};
 use fabric_msg::{Requirements, WaitMode};
 
 /// Which tool is parsing: the options only one of them has.

@@ -34,7 +34,7 @@
 //! the provider's `mr_mode`; its [`RemoteMemory`] is what a peer needs to
 //! [`read`](EventLoop::read), [`write`](EventLoop::write),
 //! [`write_data`](EventLoop::write_data) or run an [`Atomic`] on it, checked
-//! for bounds and access before anything is posted (see [`mr`] and [`rma`]).
+//! for bounds and access before anything is posted (see [`memory::mr`] and [`transport::rma`]).
 //!
 //! # Library dependency
 //!
@@ -86,34 +86,26 @@
 
 pub use libfabric_sys as ffi;
 
-pub mod bootstrap;
-mod buffer;
-pub mod classify;
-mod cm;
-pub mod config;
-mod domain;
+pub mod discovery;
 pub mod error;
-pub mod event_loop;
-pub mod info;
-pub mod mr;
-pub mod negotiate;
-mod probe;
-pub mod profile;
-pub mod rma;
-pub mod verbs_limits;
+pub mod memory;
+pub mod transport;
 
-pub use bootstrap::{connect, connect_with, Listener};
-pub use buffer::Buffer;
-pub use classify::{classify, Classification, FabricKind};
-pub use config::LadderConfig;
-pub use error::{Error, Result};
-pub use event_loop::{
+pub use discovery::classify::{classify, Classification, FabricKind};
+pub use discovery::config::LadderConfig;
+pub use discovery::info::{EndpointType, FabricInfo};
+pub use discovery::negotiate::{negotiate, Capability, EndpointChoice, Negotiation, Requirements};
+pub use discovery::probe::AtomicOp;
+pub use discovery::profile::{check_peer, Agreement, Profile, WireProfile, PROTOCOL_VERSION};
+pub use error::{Error, Reason, Rejection, Result};
+pub use memory::access::Access;
+pub use memory::buffer::Buffer;
+pub use memory::mr::{Local, MemoryRegion};
+pub use memory::pool::{PoolSlot, RegionPool};
+pub use memory::remote::RemoteMemory;
+pub use transport::bootstrap::{connect, connect_with, Listener};
+pub use transport::event_loop::{
     Completion, CompletionError, EndpointId, EventLoop, LoopConfig, OpKind, Peer, PostError, RecvOpts,
     SendOpts, Token, WaitMode,
 };
-pub use info::{EndpointType, FabricInfo};
-pub use mr::{Access, Local, MemoryRegion, PoolSlot, RegionPool, RemoteMemory};
-pub use negotiate::{negotiate, Capability, EndpointChoice, Negotiation, Reason, Rejection, Requirements};
-pub use probe::AtomicOp;
-pub use profile::{check_peer, Profile, WireProfile, PROTOCOL_VERSION};
-pub use rma::Atomic;
+pub use transport::rma::Atomic;

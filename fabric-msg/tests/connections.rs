@@ -2,7 +2,7 @@
 
 mod common;
 use common::*;
-use fabric_msg::negotiate::Capability;
+use fabric_msg::discovery::negotiate::Capability;
 use fabric_msg::{
     connect, Buffer, Error, EventLoop, Listener, LoopConfig, OpKind, RecvOpts, SendOpts, Token, WaitMode,
 };

@@ -3,9 +3,11 @@
 //! came from). This is how InfiniBand, RoCE and iWARP hosts are covered on a
 //! machine that has none.
 
-use fabric_msg::classify::{classify, parse_sysfs_text, SysfsSnapshot};
-use fabric_msg::info::parse_fi_info_text;
-use fabric_msg::negotiate::{plan, Capability, EndpointChoice, ProviderFilter, Reason, Requirements};
+use fabric_msg::discovery::classify::{classify, parse_sysfs_text, SysfsSnapshot};
+use fabric_msg::discovery::info::parse_fi_info_text;
+use fabric_msg::discovery::negotiate::{
+    plan, Capability, EndpointChoice, ProviderFilter, Reason, Requirements,
+};
 use fabric_msg::{EndpointType, FabricInfo, FabricKind, LadderConfig};
 use std::path::PathBuf;
 

@@ -393,7 +393,7 @@ fn inject_larger_than_the_inject_size_is_refused() {
 
 #[test]
 fn multi_receive_buffers_take_many_small_messages() {
-    use fabric_msg::negotiate::Capability;
+    use fabric_msg::discovery::negotiate::Capability;
     const N: u64 = 100;
     for provider in ["tcp;ofi_rxm", "shm", "sockets"] {
         let p = profile_caps(provider, &[Capability::Msg, Capability::MultiRecv]);

@@ -3,7 +3,7 @@
 
 mod common;
 use common::*;
-use fabric_msg::negotiate::{negotiate, Capability, EndpointChoice, Requirements};
+use fabric_msg::discovery::negotiate::{negotiate, Capability, EndpointChoice, Requirements};
 use fabric_msg::{
     connect, Buffer, EndpointType, EventLoop, LadderConfig, Listener, LoopConfig, OpKind, RecvOpts, SendOpts,
     Token,

@@ -5,7 +5,7 @@
 //! FI_PROVIDER is read by libfabric once per process, so the tests that set
 //! it run `fabric_info` as a child process (examples/tests/fabric_info.rs).
 
-use fabric_msg::negotiate::{Capability, EndpointChoice, Reason, Requirements};
+use fabric_msg::discovery::negotiate::{Capability, EndpointChoice, Reason, Requirements};
 use fabric_msg::{negotiate, Error, FabricKind, LadderConfig};
 
 fn only(provider: &str, caps: &[Capability], endpoint: EndpointChoice) -> Requirements {

@@ -3,7 +3,7 @@
 //! (libfabric's own allocations go through malloc, not Rust's allocator;
 //! this measures fabric-msg.)
 
-use fabric_msg::negotiate::{Capability, EndpointChoice, Requirements};
+use fabric_msg::discovery::negotiate::{Capability, EndpointChoice, Requirements};
 use fabric_msg::{
     connect, negotiate, Access, Buffer, Completion, EventLoop, LadderConfig, Listener, LoopConfig, OpKind,
     Peer, RecvOpts, SendOpts, Token,

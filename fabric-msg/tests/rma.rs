@@ -3,7 +3,7 @@
 
 mod common;
 use common::*;
-use fabric_msg::negotiate::Capability;
+use fabric_msg::discovery::negotiate::Capability;
 use fabric_msg::{
     Access, Atomic, Buffer, Completion, CompletionError, Error, EventLoop, LoopConfig, OpKind, Peer,
     RecvOpts, RemoteMemory, SendOpts, Token,

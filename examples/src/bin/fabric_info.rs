@@ -5,7 +5,7 @@
 //! provider ladder with the reason each rung was passed over, and the
 //! negotiated profile.
 
-use fabric_msg::negotiate::{Capability, EndpointChoice, Reason};
+use fabric_msg::discovery::negotiate::{Capability, EndpointChoice, Reason};
 use fabric_msg::{negotiate, Error, LadderConfig, Requirements};
 use std::path::PathBuf;
 use std::process::ExitCode;

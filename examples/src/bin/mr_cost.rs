@@ -5,7 +5,7 @@
 //!
 //! usage: mr_cost [-p PROVIDER] [-d DOMAIN] [-e rdm|msg] [-I ITERATIONS] [--same-host]
 
-use fabric_msg::negotiate::{Capability, EndpointChoice};
+use fabric_msg::discovery::negotiate::{Capability, EndpointChoice};
 use fabric_msg::{negotiate, Access, EventLoop, LadderConfig, LoopConfig, Requirements};
 use std::process::ExitCode;
 use std::time::Instant;

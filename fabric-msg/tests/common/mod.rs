@@ -3,7 +3,7 @@
 
 #![allow(dead_code)]
 
-use fabric_msg::negotiate::{Capability, EndpointChoice, Requirements};
+use fabric_msg::discovery::negotiate::{Capability, EndpointChoice, Requirements};
 use fabric_msg::{
     connect, negotiate, Completion, EndpointId, EventLoop, LadderConfig, Listener, LoopConfig, Peer, Profile,
 };

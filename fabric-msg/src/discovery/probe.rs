@@ -5,9 +5,9 @@
 //!
 //! All raw pointers stay inside this module.
 
+use crate::discovery::info::{EndpointType, FabricInfo};
 use crate::error::{check, Error, Result};
 use crate::ffi;
-use crate::info::{EndpointType, FabricInfo};
 use serde::{Deserialize, Serialize};
 use std::ffi::CString;
 use std::ptr;

@@ -7,9 +7,9 @@
 //! registered once, the first time it is used, and the registration is kept
 //! for reuse and closed with the buffer.
 
-use crate::domain::{close_fid, DomainInner};
 use crate::error::Result;
 use crate::ffi;
+use crate::memory::domain::{close_fid, DomainInner};
 use std::fmt;
 use std::os::raw::c_void;
 use std::sync::Arc;
@@ -152,7 +152,7 @@ impl LocalMr {
         // Buffer's own allocation (the registration is dropped first), or
         // borrowed memory whose owner promised it lives until the operation's
         // completion, when the registration is dropped.
-        let raw = unsafe { crate::mr::mr_reg(domain, ptr, len, access)? };
+        let raw = unsafe { crate::memory::mr::mr_reg(domain, ptr, len, access)? };
         // SAFETY: raw is a live registration.
         let desc = unsafe { ffi::fi_mr_desc(raw) };
         Ok(LocalMr {

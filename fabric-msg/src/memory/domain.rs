@@ -4,11 +4,11 @@
 //! holds an `Arc` to its parent, so close order follows from drop order and
 //! `-FI_EBUSY` cannot happen.
 
+use crate::discovery::negotiate::{SUPPORTED_MODE, SUPPORTED_MR_MODE};
+use crate::discovery::probe::{self, Hints, InfoList};
+use crate::discovery::profile::Profile;
 use crate::error::{check, Error, Result};
 use crate::ffi;
-use crate::negotiate::{SUPPORTED_MODE, SUPPORTED_MR_MODE};
-use crate::probe::{self, Hints, InfoList};
-use crate::profile::Profile;
 use std::ptr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -71,7 +71,7 @@ impl DomainInner {
             .caps_requested
             .iter()
             .filter_map(|n| {
-                crate::info::CAP_NAMES
+                crate::discovery::info::CAP_NAMES
                     .iter()
                     .find(|(name, _)| name == n)
                     .map(|(_, b)| *b)

@@ -14,9 +14,12 @@
 //! proceed, as with messages.
 
 use crate::error::{Error, Result};
-use crate::event_loop::{EventLoop, OpKind, Parts, Peer, Token};
 use crate::ffi;
-use crate::mr::{self, Access, Local, MemoryRegion, RegionPool, RemoteMemory};
+use crate::memory::access::Access;
+use crate::memory::mr::{self, Local, MemoryRegion};
+use crate::memory::pool::RegionPool;
+use crate::memory::remote::RemoteMemory;
+use crate::transport::event_loop::{EventLoop, OpKind, Parts, Peer, Token};
 use std::os::raw::c_void;
 use std::ptr::{self, NonNull};
 use std::sync::Arc;
@@ -270,8 +273,11 @@ impl EventLoop {
                         "write_data without remote CQ data and without send-after-write ordering",
                     ));
                 }
-                let mut buf = self.notify_bufs.pop().unwrap_or_else(|| crate::Buffer::new(0));
-                *buf.header_mut() = crate::event_loop::encode_notify(d);
+                let mut buf = self
+                    .notify_bufs
+                    .pop()
+                    .unwrap_or_else(|| crate::memory::buffer::Buffer::new(0));
+                *buf.header_mut() = crate::transport::event_loop::encode_notify(d);
                 let desc = self.local_desc(&mut buf)?;
                 follow_up = Some((buf, desc));
             }
@@ -304,7 +310,14 @@ impl EventLoop {
                 // SAFETY: raw is enabled; the follow-up buffer is owned by
                 // this part's slot until its completion; ctx is the slot's.
                 return unsafe {
-                    ffi::fi_send(raw, notify_ptr, crate::buffer::HEADROOM, notify_desc, addr, ctx)
+                    ffi::fi_send(
+                        raw,
+                        notify_ptr,
+                        crate::memory::buffer::HEADROOM,
+                        notify_desc,
+                        addr,
+                        ctx,
+                    )
                 };
             }
             let at = part * chunk;

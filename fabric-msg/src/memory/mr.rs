@@ -37,66 +37,18 @@
 //! [`EventLoop::register`]: crate::EventLoop::register
 //! [`EventLoop::import`]: crate::EventLoop::import
 
-use crate::domain::{close_fid, DomainInner};
+use crate::discovery::info::Threading;
 use crate::error::{check, Error, Result};
 use crate::ffi;
-use crate::info::Threading;
-use parking_lot::Mutex;
-use serde::{Deserialize, Serialize};
+use crate::memory::access::Access;
+use crate::memory::domain::{close_fid, DomainInner};
+use crate::memory::lease::Lease;
+use crate::memory::remote::RemoteMemory;
 use std::alloc::{self, Layout};
 use std::fmt;
 use std::os::raw::c_void;
 use std::ptr::{self, NonNull};
 use std::sync::Arc;
-
-/// Remote access a region grants its peers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum Access {
-    /// Peers may read (`FI_REMOTE_READ`).
-    Read,
-    /// Peers may write (`FI_REMOTE_WRITE`).
-    Write,
-    /// Peers may read, write and use atomics.
-    ReadWrite,
-}
-
-impl Access {
-    /// Whether peers may read.
-    pub fn read(self) -> bool {
-        matches!(self, Access::Read | Access::ReadWrite)
-    }
-
-    /// Whether peers may write.
-    pub fn write(self) -> bool {
-        matches!(self, Access::Write | Access::ReadWrite)
-    }
-
-    /// Whether this grants everything `other` does.
-    pub fn covers(self, other: Access) -> bool {
-        (self.read() || !other.read()) && (self.write() || !other.write())
-    }
-
-    fn remote_bits(self) -> u64 {
-        let mut bits = 0;
-        if self.read() {
-            bits |= ffi::FI_REMOTE_READ as u64;
-        }
-        if self.write() {
-            bits |= ffi::FI_REMOTE_WRITE as u64;
-        }
-        bits
-    }
-}
-
-impl fmt::Display for Access {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Access::Read => "remote read",
-            Access::Write => "remote write",
-            Access::ReadWrite => "remote read and write",
-        })
-    }
-}
 
 /// Alignment of owned regions: a page, as registration pins whole pages.
 const REGION_ALIGN: usize = 4096;
@@ -169,7 +121,7 @@ impl RegionInner {
         self.ptr.as_ptr().wrapping_add(offset).cast()
     }
 
-    fn remote(&self, offset: usize, len: usize, access: Access) -> Result<RemoteMemory> {
+    pub(crate) fn remote(&self, offset: usize, len: usize, access: Access) -> Result<RemoteMemory> {
         self.check(offset, len)?;
         if !self.access.covers(access) {
             return Err(Error::AccessDenied {
@@ -178,17 +130,16 @@ impl RegionInner {
                 granted: self.access.to_string(),
             });
         }
-        Ok(RemoteMemory {
-            addr: self.remote_base + offset as u64,
-            len: len as u64,
-            key: self.key,
-            raw_key: self.raw_key.clone(),
+        Ok(RemoteMemory::new(
+            self.remote_base + offset as u64,
+            len as u64,
+            self.key,
+            self.raw_key.clone(),
             access,
-            mapped: self.raw_key.is_empty(),
-        })
+        ))
     }
 
-    fn read_at(&self, offset: usize, out: &mut [u8]) -> Result<()> {
+    pub(crate) fn read_at(&self, offset: usize, out: &mut [u8]) -> Result<()> {
         self.check(offset, out.len())?;
         // SAFETY: in bounds (checked); the region's memory is live while
         // self is. A peer may be writing it: the copy then sees some mix of
@@ -197,7 +148,7 @@ impl RegionInner {
         Ok(())
     }
 
-    fn write_at(&self, offset: usize, bytes: &[u8]) -> Result<()> {
+    pub(crate) fn write_at(&self, offset: usize, bytes: &[u8]) -> Result<()> {
         self.check(offset, bytes.len())?;
         // SAFETY: as in read_at; `bytes` cannot overlap the region's memory
         // because no safe reference into the region exists.
@@ -544,387 +495,5 @@ impl Local<'_> {
     /// Whether there are none.
     pub fn is_empty(&self) -> bool {
         self.len == 0
-    }
-}
-
-/// The largest encoded [`RemoteMemory`] accepted from a peer.
-pub const MAX_REMOTE_MEMORY: usize = 128;
-
-/// Memory of a peer, as that peer described it: where to address it, the
-/// key, how many bytes and what access. Send it in a message
-/// ([`RemoteMemory::encode`]) and bring it in with
-/// [`EventLoop::import`](crate::EventLoop::import), which checks it and maps
-/// raw keys. It also serialises with serde, inside your own messages.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RemoteMemory {
-    addr: u64,
-    len: u64,
-    key: u64,
-    /// The whole key, under `FI_MR_RAW`; empty otherwise.
-    raw_key: Vec<u8>,
-    access: Access,
-    /// A raw key was mapped by `import` (not consulted without raw keys,
-    /// so a descriptor deserialised by the application's own serde works).
-    #[serde(skip)]
-    mapped: bool,
-}
-
-impl RemoteMemory {
-    /// Bytes the peer made available.
-    pub fn len(&self) -> u64 {
-        self.len
-    }
-
-    /// Whether there are none.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// Access the peer granted.
-    pub fn access(&self) -> Access {
-        self.access
-    }
-
-    /// A narrower window of this memory (to hand on to another peer).
-    pub fn window(&self, offset: u64, len: u64, access: Access) -> Result<RemoteMemory> {
-        self.check(offset, len, access, "narrowing a window")?;
-        Ok(RemoteMemory {
-            addr: self.addr + offset,
-            len,
-            access,
-            ..self.clone()
-        })
-    }
-
-    /// Encode with postcard, to send to a peer.
-    pub fn encode(&self) -> Vec<u8> {
-        postcard::to_stdvec(self).expect("a RemoteMemory always encodes")
-    }
-
-    /// Decode bytes from a peer, refusing oversized or malformed input.
-    /// Raw keys still need [`EventLoop::import`](crate::EventLoop::import).
-    pub fn decode(bytes: &[u8]) -> Result<RemoteMemory> {
-        if bytes.len() > MAX_REMOTE_MEMORY {
-            return Err(Error::Encoding(format!(
-                "remote memory descriptor of {} bytes, more than the {MAX_REMOTE_MEMORY} allowed",
-                bytes.len()
-            )));
-        }
-        let (mut m, rest): (RemoteMemory, &[u8]) = postcard::take_from_bytes(bytes)
-            .map_err(|e| Error::Encoding(format!("remote memory descriptor does not decode ({e})")))?;
-        if !rest.is_empty() {
-            return Err(Error::Encoding(format!(
-                "{} trailing bytes after the remote memory descriptor",
-                rest.len()
-            )));
-        }
-        if m.addr.checked_add(m.len).is_none() {
-            return Err(Error::Encoding(format!(
-                "remote memory descriptor wraps the address space ({:#x} + {})",
-                m.addr, m.len
-            )));
-        }
-        m.mapped = m.raw_key.is_empty();
-        Ok(m)
-    }
-
-    /// Check an operation of `len` bytes at `offset` needing `needs`.
-    pub(crate) fn check(&self, offset: u64, len: u64, needs: Access, operation: &'static str) -> Result<()> {
-        match offset.checked_add(len) {
-            Some(end) if end <= self.len => {}
-            _ => {
-                return Err(Error::OutOfBounds {
-                    what: "peer's memory",
-                    offset,
-                    len,
-                    size: self.len,
-                })
-            }
-        }
-        if !self.access.covers(needs) {
-            return Err(Error::AccessDenied {
-                operation,
-                needs: needs.to_string(),
-                granted: self.access.to_string(),
-            });
-        }
-        if !self.raw_key.is_empty() && !self.mapped {
-            return Err(Error::Usage(
-                "this remote memory has a raw key (FI_MR_RAW) that was not mapped: bring it in with \
-                 EventLoop::import"
-                    .into(),
-            ));
-        }
-        Ok(())
-    }
-
-    /// (address, key) of byte `offset`.
-    pub(crate) fn target(&self, offset: u64) -> (u64, u64) {
-        (self.addr + offset, self.key)
-    }
-
-    pub(crate) fn raw_key(&self) -> &[u8] {
-        &self.raw_key
-    }
-
-    pub(crate) fn set_mapped_key(&mut self, key: u64) {
-        self.key = key;
-        self.mapped = true;
-    }
-}
-
-/// Returns a pool slot to its pool when the last holder (the user's
-/// [`PoolSlot`] or an operation in flight) lets go.
-pub(crate) struct Lease {
-    index: u32,
-    free: Arc<Mutex<Vec<u32>>>,
-}
-
-impl Drop for Lease {
-    fn drop(&mut self) {
-        self.free.lock().push(self.index);
-    }
-}
-
-/// Pre-registered memory cut into equal slots: one registration for many
-/// buffers, because registering per operation is costly (pinning pages on
-/// RDMA devices).
-pub struct RegionPool {
-    region: MemoryRegion,
-    slot_size: usize,
-    free: Arc<Mutex<Vec<u32>>>,
-}
-
-impl fmt::Debug for RegionPool {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RegionPool")
-            .field("slot_size", &self.slot_size)
-            .field("slots", &(self.region.len() / self.slot_size.max(1)))
-            .field("free", &self.free.lock().len())
-            .finish()
-    }
-}
-
-impl RegionPool {
-    pub(crate) fn new(region: MemoryRegion, slot_size: usize, count: usize) -> RegionPool {
-        RegionPool {
-            region,
-            slot_size,
-            free: Arc::new(Mutex::new((0..count as u32).rev().collect())),
-        }
-    }
-
-    /// Bytes per slot.
-    pub fn slot_size(&self) -> usize {
-        self.slot_size
-    }
-
-    /// Slots free now.
-    pub fn available(&self) -> usize {
-        self.free.lock().len()
-    }
-
-    /// A free slot, or None when all are in use. The slot returns to the
-    /// pool when it is dropped and no operation uses it any more.
-    pub fn take(&self) -> Option<PoolSlot> {
-        let index = self.free.lock().pop()?;
-        Some(PoolSlot {
-            region: self.region.inner.clone(),
-            offset: index as usize * self.slot_size,
-            len: self.slot_size,
-            lease: Arc::new(Lease {
-                index,
-                free: self.free.clone(),
-            }),
-        })
-    }
-
-    /// The registration behind the pool.
-    pub fn region(&self) -> &MemoryRegion {
-        &self.region
-    }
-}
-
-/// One slot of a [`RegionPool`].
-pub struct PoolSlot {
-    region: Arc<RegionInner>,
-    offset: usize,
-    len: usize,
-    lease: Arc<Lease>,
-}
-
-impl fmt::Debug for PoolSlot {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PoolSlot")
-            .field("index", &self.lease.index)
-            .field("len", &self.len)
-            .finish()
-    }
-}
-
-impl PoolSlot {
-    /// Bytes in the slot.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether the slot has no bytes.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// The first `len` bytes of the slot as the local side of an operation.
-    pub fn local(&self, len: usize) -> Result<Local<'_>> {
-        if len > self.len {
-            return Err(Error::OutOfBounds {
-                what: "pool slot",
-                offset: 0,
-                len: len as u64,
-                size: self.len as u64,
-            });
-        }
-        Ok(Local {
-            region: &self.region,
-            lease: Some(&self.lease),
-            offset: self.offset,
-            len,
-        })
-    }
-
-    /// The slot as peers must name it.
-    pub fn remote(&self, access: Access) -> Result<RemoteMemory> {
-        self.region.remote(self.offset, self.len, access)
-    }
-
-    /// Copy bytes out of the slot (see [`MemoryRegion::read_at`]).
-    pub fn read_at(&self, offset: usize, out: &mut [u8]) -> Result<()> {
-        self.in_slot(offset, out.len())?;
-        self.region.read_at(self.offset + offset, out)
-    }
-
-    /// Copy bytes into the slot.
-    pub fn write_at(&self, offset: usize, bytes: &[u8]) -> Result<()> {
-        self.in_slot(offset, bytes.len())?;
-        self.region.write_at(self.offset + offset, bytes)
-    }
-
-    fn in_slot(&self, offset: usize, len: usize) -> Result<()> {
-        match offset.checked_add(len) {
-            Some(end) if end <= self.len => Ok(()),
-            _ => Err(Error::OutOfBounds {
-                what: "pool slot",
-                offset: offset as u64,
-                len: len as u64,
-                size: self.len as u64,
-            }),
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn remote(len: u64, access: Access) -> RemoteMemory {
-        RemoteMemory {
-            addr: 0x1000,
-            len,
-            key: 7,
-            raw_key: Vec::new(),
-            access,
-            mapped: true,
-        }
-    }
-
-    #[test]
-    fn access_is_least_privilege() {
-        assert!(Access::ReadWrite.covers(Access::Read));
-        assert!(!Access::Read.covers(Access::Write));
-        assert!(!Access::Write.covers(Access::ReadWrite));
-        assert_eq!(Access::Read.remote_bits(), ffi::FI_REMOTE_READ as u64);
-    }
-
-    #[test]
-    fn remote_checks_bounds_and_access_before_anything_is_posted() {
-        let m = remote(100, Access::Read);
-        assert!(m.check(0, 100, Access::Read, "read").is_ok());
-        let e = m.check(90, 11, Access::Read, "read").unwrap_err();
-        assert!(
-            matches!(
-                e,
-                Error::OutOfBounds {
-                    offset: 90,
-                    len: 11,
-                    size: 100,
-                    ..
-                }
-            ),
-            "{e}"
-        );
-        assert!(
-            m.check(u64::MAX, 2, Access::Read, "read").is_err(),
-            "overflow is out of bounds"
-        );
-        let e = m.check(0, 1, Access::Write, "write").unwrap_err().to_string();
-        assert!(
-            e.contains("remote write") && e.contains("granted only remote read"),
-            "{e}"
-        );
-        assert_eq!(m.target(5), (0x1005, 7));
-        let w = m.window(10, 20, Access::Read).unwrap();
-        assert_eq!((w.target(0), w.len()), ((0x100a, 7), 20));
-        assert!(m.window(90, 20, Access::Read).is_err());
-        assert!(
-            m.window(0, 1, Access::ReadWrite).is_err(),
-            "a window cannot widen access"
-        );
-    }
-
-    #[test]
-    fn descriptors_inside_the_applications_own_serde_messages_work() {
-        let m = remote(64, Access::ReadWrite);
-        let bytes = postcard::to_stdvec(&(7u32, m.clone())).unwrap();
-        let (_, back): (u32, RemoteMemory) = postcard::from_bytes(&bytes).unwrap();
-        assert!(back.check(0, 8, Access::Write, "write").is_ok());
-        assert_eq!(back.target(8), m.target(8));
-    }
-
-    #[test]
-    fn descriptors_round_trip_and_hostile_ones_are_refused() {
-        let m = remote(4096, Access::ReadWrite);
-        assert_eq!(RemoteMemory::decode(&m.encode()).unwrap(), m);
-        assert!(RemoteMemory::decode(&[0u8; MAX_REMOTE_MEMORY + 1]).is_err());
-        assert!(RemoteMemory::decode(&[0xff; 12]).is_err());
-        let mut wraps = m.clone();
-        wraps.addr = u64::MAX - 10;
-        assert!(RemoteMemory::decode(&wraps.encode())
-            .unwrap_err()
-            .to_string()
-            .contains("wraps"));
-        let bytes = m.encode();
-        for cut in 0..bytes.len() {
-            assert!(RemoteMemory::decode(&bytes[..cut]).is_err(), "cut at {cut}");
-        }
-        let mut raw = m.clone();
-        raw.raw_key = vec![1; 16];
-        let raw = RemoteMemory::decode(&raw.encode()).unwrap();
-        assert!(raw
-            .check(0, 1, Access::Read, "read")
-            .unwrap_err()
-            .to_string()
-            .contains("import"));
-    }
-
-    #[test]
-    fn pool_slots_come_back_when_released() {
-        let free = Arc::new(Mutex::new(vec![1, 0]));
-        {
-            let _a = Lease {
-                index: free.lock().pop().unwrap(),
-                free: free.clone(),
-            };
-            assert_eq!(free.lock().len(), 1);
-        }
-        assert_eq!(free.lock().len(), 2);
     }
 }

@@ -2,13 +2,13 @@
 //! of fabric-msg obeys instead of reading `fi_info`, and the part of it two
 //! peers compare when they connect.
 
-use crate::classify::{Classification, FabricKind};
-use crate::error::{Error, Result};
-use crate::info::{
+use crate::discovery::classify::{Classification, FabricKind};
+use crate::discovery::info::{
     bit_names, EndpointType, FabricInfo, Progress, Threading, CAP_NAMES, MODE_NAMES, MR_MODE_NAMES,
 };
-use crate::negotiate::Requirements;
-use crate::probe::{AtomicOp, ProbeResult};
+use crate::discovery::probe::{AtomicOp, ProbeResult};
+use crate::discovery::requirements::Requirements;
+use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 
 /// Version of fabric-msg's wire protocol (handshake and headers). Peers with

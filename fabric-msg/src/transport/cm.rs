@@ -7,119 +7,16 @@
 //! `connect` and `Listener::accept` look the same on every fabric; the
 //! returned `Peer` names the connection's endpoint.
 
-use crate::domain::{close_fid, DomainInner};
-use crate::error::{check, strerror, Error, Result};
-use crate::event_loop::{EndpointId, EndpointState, EventLoop};
+use crate::error::{check, Error, Result};
 use crate::ffi;
+use crate::memory::domain::close_fid;
+use crate::transport::eq::{CmEvent, Eq, Pep};
+use crate::transport::event_loop::{EndpointId, EndpointState, EventLoop};
 use std::ptr;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Posts receives on a new endpoint before its connection starts.
 pub(crate) type Prepost<'a> = &'a mut dyn FnMut(&mut EventLoop, EndpointId) -> Result<()>;
-
-pub(crate) struct Eq {
-    pub(crate) raw: *mut ffi::fid_eq,
-    _domain: Arc<DomainInner>,
-}
-
-impl Drop for Eq {
-    fn drop(&mut self) {
-        // SAFETY: opened by fi_eq_open; every endpoint and passive endpoint
-        // bound to it is closed before the EventLoop drops this field.
-        unsafe { close_fid("event queue", &mut (*self.raw).fid) }
-    }
-}
-
-pub(crate) struct Pep {
-    raw: *mut ffi::fid_pep,
-    name: Vec<u8>,
-}
-
-/// One event read from the EQ.
-enum CmEvent {
-    ConnReq { info: *mut ffi::fi_info },
-    Connected { fid: *mut ffi::fid },
-    Shutdown { fid: *mut ffi::fid },
-}
-
-// Room for a cm entry and the connection data a provider may attach.
-#[repr(C, align(8))]
-struct CmBuf([u8; 256]);
-
-impl Eq {
-    pub(crate) fn open(domain: &Arc<DomainInner>) -> Result<Eq> {
-        let mut attr = ffi::fi_eq_attr {
-            size: 64,
-            wait_obj: ffi::FI_WAIT_NONE,
-            ..Default::default()
-        };
-        let mut raw = ptr::null_mut();
-        // SAFETY: the fabric is open (held by the domain); attr lives for the call.
-        check("fi_eq_open", unsafe {
-            ffi::fi_eq_open(domain.fabric.raw, &mut attr, &mut raw, ptr::null_mut())
-        })?;
-        Ok(Eq {
-            raw,
-            _domain: domain.clone(),
-        })
-    }
-
-    /// Wait up to `timeout` for the next connection-management event.
-    fn next(&self, timeout: Duration) -> Result<CmEvent> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let mut event = 0u32;
-            let mut buf = CmBuf([0; 256]);
-            // SAFETY: the EQ is open; buf is large and aligned enough for an
-            // fi_eq_cm_entry plus connection data.
-            let rc =
-                unsafe { ffi::fi_eq_read(self.raw, &mut event, buf.0.as_mut_ptr().cast(), buf.0.len(), 0) };
-            if rc >= 0 {
-                // SAFETY: a successful read of a CM event fills an fi_eq_cm_entry.
-                let entry = unsafe { &*(buf.0.as_ptr() as *const ffi::fi_eq_cm_entry) };
-                match event {
-                    ffi::FI_CONNREQ => return Ok(CmEvent::ConnReq { info: entry.info }),
-                    ffi::FI_CONNECTED => return Ok(CmEvent::Connected { fid: entry.fid }),
-                    ffi::FI_SHUTDOWN => return Ok(CmEvent::Shutdown { fid: entry.fid }),
-                    other => log::debug!("ignoring event queue event {other}"),
-                }
-            } else if rc == -(ffi::FI_EAVAIL as isize) {
-                let mut err = ffi::fi_eq_err_entry::default();
-                // SAFETY: the EQ reported an error entry; err is a valid out-struct.
-                let rc = unsafe { ffi::fi_eq_readerr(self.raw, &mut err, 0) };
-                check("fi_eq_readerr", rc as i64)?;
-                let code = err.err.unsigned_abs();
-                return Err(Error::Handshake {
-                    peer: "fabric".into(),
-                    message: format!(
-                        "connection failed: {} (provider errno {}): is the peer's address reachable on this fabric?",
-                        strerror(code),
-                        err.prov_errno
-                    ),
-                });
-            } else if rc != -(ffi::FI_EAGAIN as isize) {
-                return Err(Error::from_rc("fi_eq_read", rc as i64));
-            }
-            if Instant::now() >= deadline {
-                return Err(Error::Handshake {
-                    peer: "fabric".into(),
-                    message: format!(
-                        "no connection event within {timeout:?}: the peer stalled or cannot reach us"
-                    ),
-                });
-            }
-            std::thread::sleep(Duration::from_micros(200));
-        }
-    }
-}
-
-impl Drop for Pep {
-    fn drop(&mut self) {
-        // SAFETY: opened by fi_passive_ep; closed once, before its EQ.
-        unsafe { close_fid("passive endpoint", &mut (*self.raw).fid) }
-    }
-}
 
 impl EventLoop {
     fn eq(&self) -> Result<&Eq> {

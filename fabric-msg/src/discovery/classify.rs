@@ -17,7 +17,7 @@
 //!    RoCE shares, so it is taken as InfiniBand only for lack of anything
 //!    better, and the evidence says so.
 
-use crate::info::FabricInfo;
+use crate::discovery::info::FabricInfo;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
@@ -268,7 +268,7 @@ mod tests {
              fi_fabric_attr:\n        name: {fabric}\n        prov_name: verbs;ofi_rxm\n{}",
             network.map(|n| format!("    nic:\n        fi_link_attr:\n            network_type: {n}\n")).unwrap_or_default()
         );
-        crate::info::parse_fi_info_text(&text).remove(0)
+        crate::discovery::info::parse_fi_info_text(&text).remove(0)
     }
 
     #[test]

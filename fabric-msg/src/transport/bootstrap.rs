@@ -13,10 +13,10 @@
 //! allocation; every read and write has a timeout. The endpoint names are
 //! then inserted into the address vector (`fi_av_insert`).
 
+use crate::discovery::info::EndpointType;
+use crate::discovery::profile::{check_peer, Agreement, WireProfile, PROTOCOL_VERSION};
 use crate::error::{Error, Result};
-use crate::event_loop::{EndpointId, EventLoop, Peer};
-use crate::info::EndpointType;
-use crate::profile::{check_peer, Agreement, WireProfile, PROTOCOL_VERSION};
+use crate::transport::event_loop::{EndpointId, EventLoop, Peer};
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};

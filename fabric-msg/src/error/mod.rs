@@ -4,6 +4,10 @@
 //! code and libfabric's own text for it. `FI_EAGAIN`, `FI_EOPNOTSUPP` and
 //! `FI_ENODATA` have their own variants because callers act on them.
 
+mod rejection;
+
+pub use rejection::{Reason, Rejection};
+
 use crate::ffi;
 use std::ffi::CStr;
 use std::fmt;
@@ -63,7 +67,7 @@ pub enum Error {
         /// The requirements, in words.
         wanted: String,
         /// Why each candidate was not chosen.
-        reasons: Vec<crate::negotiate::Rejection>,
+        reasons: Vec<Rejection>,
     },
     /// `FI_PROVIDER` (or the requested provider) names a provider this
     /// host does not offer.
@@ -190,7 +194,7 @@ fn provider_hint(requested: &str, available: &[String]) -> String {
     }
 }
 
-fn summarize(reasons: &[crate::negotiate::Rejection]) -> String {
+fn summarize(reasons: &[Rejection]) -> String {
     if reasons.is_empty() {
         return "libfabric reported no candidates".into();
     }

@@ -4,15 +4,15 @@
 //! is needed at run time. [`LadderConfig::load`] takes, in order, an explicit
 //! path, the file named by `FABRIC_MSG_PROVIDERS`, or the built-in default.
 
-use crate::classify::FabricKind;
+use crate::discovery::classify::FabricKind;
+use crate::discovery::info::EndpointType;
 use crate::error::{Error, Result};
-use crate::info::EndpointType;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// The default ladder, as shipped in the workspace's `providers.toml`.
-pub const DEFAULT_PROVIDERS_TOML: &str = include_str!("../../providers.toml");
+pub const DEFAULT_PROVIDERS_TOML: &str = include_str!("../../../providers.toml");
 
 /// Environment variable naming a `providers.toml` to use instead of the default.
 pub const PROVIDERS_ENV: &str = "FABRIC_MSG_PROVIDERS";

@@ -1,0 +1,136 @@
+#!/usr/bin/env python3
+"""Checks the shape of fabric-msg's source tree (docs/architecture.md).
+
+- No import cycle between files: an edge A -> B is any `crate::`, `super::`
+  or child-module path in A's code (test modules at the end of a file are
+  left out: they may use anything of their own file).
+- Layers: error < discovery < memory < transport < world. A file never names
+  a layer above its own; the crate root (lib.rs) only declares and re-exports.
+- No file over 700 lines.
+
+Exits non-zero with one line per violation. Usage: ci/check-layers.py [SRC]
+"""
+import os
+import re
+import sys
+
+SRC = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "fabric-msg", "src")
+SRC = os.path.normpath(SRC)
+LAYERS = ["error", "discovery", "memory", "transport", "world"]
+MAX_LINES = 700
+
+PATH = re.compile(r"\b(crate|super|self)((?:::[A-Za-z_][A-Za-z0-9_]*)+)")
+USE_CHILD = re.compile(r"^\s*(?:pub(?:\([a-z]+\))?\s+)?use\s+([a-z_][a-z0-9_]*)::")
+MOD_DECL = re.compile(r"^\s*(?:pub(?:\([a-z]+\))?\s+)?mod\s+([a-z_][a-z0-9_]*)\s*;")
+
+
+def module_of(rel):
+    """'transport/event_loop/post.rs' -> ['transport', 'event_loop', 'post']."""
+    parts = rel[:-3].split("/")
+    if parts[-1] in ("mod", "lib"):
+        parts = parts[:-1]
+    return parts
+
+
+def file_of(module):
+    """The file that defines the longest prefix of `module`."""
+    for n in range(len(module), -1, -1):
+        base = os.path.join(SRC, *module[:n]) if n else SRC
+        for cand in (base + ".rs", os.path.join(base, "mod.rs")) if n else (os.path.join(SRC, "lib.rs"),):
+            if os.path.isfile(cand):
+                return os.path.relpath(cand, SRC)
+    return None
+
+
+def code_lines(path):
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.strip().startswith("#[cfg(test)]"):
+                break
+            stripped = line.split("//", 1)[0]
+            out.append(stripped)
+    return out
+
+
+def main():
+    files = []
+    for root, _, names in os.walk(SRC):
+        for n in names:
+            if n.endswith(".rs"):
+                files.append(os.path.relpath(os.path.join(root, n), SRC))
+    files.sort()
+    problems = []
+    edges = {f: set() for f in files}
+    for f in files:
+        lines = open(os.path.join(SRC, f), encoding="utf-8").read().count("\n")
+        if lines > MAX_LINES:
+            problems.append(f"{f}: {lines} lines (at most {MAX_LINES})")
+        here = module_of(f)
+        code = code_lines(os.path.join(SRC, f))
+        children = {m.group(1) for l in code if (m := MOD_DECL.match(l))}
+        for l in code:
+            targets = []
+            for m in PATH.finditer(l):
+                root, rest = m.group(1), [p for p in m.group(2).split("::") if p]
+                if root == "crate":
+                    targets.append(rest)
+                elif root == "self":
+                    targets.append(here + rest)
+                else:
+                    up = here[:-1]
+                    while rest and rest[0] == "super":
+                        up, rest = up[:-1], rest[1:]
+                    targets.append(up + rest)
+            m = USE_CHILD.match(l)
+            if m and m.group(1) in children:
+                targets.append(here + [m.group(1)] + l.split("::")[1:2])
+            for t in targets:
+                if t and t[0] == "ffi":
+                    continue
+                target = file_of(t)
+                if target and target != f:
+                    edges[f].add(target)
+    # Layers.
+    for f, outs in edges.items():
+        if f == "lib.rs":
+            continue
+        mine = LAYERS.index(module_of(f)[0]) if module_of(f)[0] in LAYERS else None
+        for t in outs:
+            top = module_of(t)[0] if module_of(t) else "lib"
+            if t == "lib.rs":
+                problems.append(f"{f} names the crate root; import from the layer that defines the item")
+                continue
+            if mine is not None and top in LAYERS and LAYERS.index(top) > mine:
+                problems.append(f"{f} ({LAYERS[mine]}) imports {t} ({top}): a lower layer must not use a higher one")
+    # Cycles (iterative DFS with colours).
+    colour = {f: 0 for f in files}
+    for start in files:
+        if colour[start]:
+            continue
+        stack = [(start, iter(sorted(edges[start])))]
+        path = [start]
+        colour[start] = 1
+        while stack:
+            node, it = stack[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                colour[node] = 2
+                stack.pop()
+                path.pop()
+                continue
+            if colour[nxt] == 1:
+                cycle = path[path.index(nxt):] + [nxt]
+                problems.append("import cycle: " + " -> ".join(cycle))
+            elif colour[nxt] == 0:
+                colour[nxt] = 1
+                stack.append((nxt, iter(sorted(edges[nxt]))))
+                path.append(nxt)
+    for p in problems:
+        print(p)
+    print(f"check-layers: {len(files)} files, {sum(len(e) for e in edges.values())} imports, {len(problems)} problem(s)")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

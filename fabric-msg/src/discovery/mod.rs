@@ -1,0 +1,25 @@
+//! Discovery: what libfabric reports on this host, and which fabric we choose.
+//!
+//! Lives here: reading `fi_info` ([`info`]), telling InfiniBand from RoCE,
+//! iWARP and TCP ([`classify`], with verbs device limits from sysfs in
+//! [`verbs_limits`]), the ladder in `providers.toml` ([`config`]), probing a
+//! candidate with `fi_getinfo` (`probe`), walking the ladder
+//! ([`negotiate`]) and the [`Profile`](profile::Profile) the rest of the
+//! framework obeys ([`profile`]).
+//!
+//! May use: [`crate::error`] and the raw bindings. Must not use: the memory
+//! and transport layers. Nothing here opens an endpoint or moves a byte;
+//! trial objects opened while negotiating are closed before
+//! [`negotiate()`](negotiate::negotiate) returns, and most of the logic is a
+//! pure function of recorded `fi_info` output so it is tested on fixtures
+//! from real RDMA hosts.
+
+pub mod classify;
+pub mod config;
+pub(crate) mod filter;
+pub mod info;
+pub mod negotiate;
+pub(crate) mod probe;
+pub mod profile;
+pub(crate) mod requirements;
+pub mod verbs_limits;

@@ -1,0 +1,39 @@
+//! Deadlines of one-sided operations: reporting those the provider never
+//! completes as timed out, and swallowing their late completions.
+
+use super::*;
+use std::time::Instant;
+
+impl EventLoop {
+    /// The late completion of an operation already reported as timed out.
+    pub(super) fn swallow(&mut self, index: u32) {
+        if let Some(b) = self.slab.release(index) {
+            self.notify_bufs.push(b);
+        }
+    }
+
+    /// Report one-sided operations past their deadline as timed out.
+    pub(super) fn expire_overdue(&mut self, now: Instant) {
+        let Some(after) = self.cfg.rma_timeout else { return };
+        for i in 0..self.slab.slots.len() {
+            let s = &mut self.slab.slots[i];
+            if !s.in_use || s.abandoned || s.expires.map_or(true, |t| t > now) {
+                continue;
+            }
+            s.abandoned = true;
+            let (endpoint, kind, token, group) = (s.endpoint, s.kind, s.token, s.group);
+            if group != NO_GROUP {
+                let g = &mut self.groups[group as usize];
+                g.error.get_or_insert(CompletionError::TimedOut(after));
+                g.remaining -= 1;
+                if g.remaining == 0 {
+                    self.end_group(group);
+                }
+                continue;
+            }
+            let timed_out = Err(CompletionError::TimedOut(after));
+            self.pending
+                .push(Completion::outcome(token, endpoint, kind, timed_out));
+        }
+    }
+}

@@ -1,0 +1,121 @@
+//! Opening endpoints, naming them, and inserting peers' addresses.
+
+use super::*;
+use crate::discovery::profile::Agreement;
+use crate::error::{check, Error, Result};
+use crate::ffi;
+use crate::memory::domain::close_fid;
+use std::ptr;
+
+impl EventLoop {
+    /// Open an endpoint. RDM: a reliable-datagram endpoint bound to this
+    /// loop's CQ and AV, which reaches every peer. MSG: the loop's base
+    /// endpoint, which `accept`/`connect` take; each connection then gets
+    /// its own endpoint, named by [`Peer::endpoint`] — post there.
+    pub fn endpoint(&mut self) -> Result<EndpointId> {
+        let Some(av) = &self.av else {
+            self.endpoints
+                .push(Some(EndpointState::new(ptr::null_mut(), self.framed())));
+            return Ok(EndpointId(self.endpoints.len() as u32 - 1));
+        };
+        let mut raw = ptr::null_mut();
+        // SAFETY: the domain and its fi_info are alive (self.domain).
+        check("fi_endpoint", unsafe {
+            ffi::fi_endpoint(self.domain.raw, self.domain.info_ptr(), &mut raw, ptr::null_mut())
+        })?;
+        let state = EndpointState::new(raw, self.framed());
+        let bind_flags = u64::from(ffi::FI_TRANSMIT | ffi::FI_RECV);
+        // SAFETY: raw is a fresh endpoint; the CQ and AV outlive it (the loop
+        // closes endpoints first). On error the endpoint is closed here.
+        let rc = unsafe {
+            let mut rc = ffi::fi_ep_bind(raw, &mut (*self.cq.raw).fid, bind_flags);
+            if rc == 0 {
+                rc = ffi::fi_ep_bind(raw, &mut (*av.raw).fid, 0);
+            }
+            if rc == 0 {
+                rc = ffi::fi_enable(raw);
+            }
+            // After fi_enable: libfabric 1.17's shm dereferences its shared
+            // receive context in setopt, and that exists only once enabled.
+            if let (0, Some(min)) = (rc, self.cfg.min_multi_recv) {
+                rc = ffi::fi_setopt(
+                    &mut (*raw).fid,
+                    ffi::FI_OPT_ENDPOINT as i32,
+                    ffi::FI_OPT_MIN_MULTI_RECV as i32,
+                    (&min as *const usize).cast(),
+                    std::mem::size_of::<usize>(),
+                );
+            }
+            if rc != 0 {
+                close_fid("endpoint", &mut (*raw).fid);
+            }
+            rc
+        };
+        check("fi_ep_bind/fi_enable", rc)?;
+        self.endpoints.push(Some(state));
+        Ok(EndpointId(self.endpoints.len() as u32 - 1))
+    }
+
+    pub(crate) fn ep(&self, id: EndpointId) -> Result<&EndpointState> {
+        let ep = self
+            .endpoints
+            .get(id.0 as usize)
+            .and_then(Option::as_ref)
+            .ok_or_else(|| Error::Closed {
+                what: format!("endpoint {}", id.0),
+            })?;
+        if ep.raw.is_null() {
+            return Err(Error::Unsupported {
+                what: "posting on a connected-endpoint loop's base endpoint (post on `peer.endpoint()`)"
+                    .into(),
+                provider: self.domain.profile.provider.clone(),
+            });
+        }
+        Ok(ep)
+    }
+
+    /// The endpoint's address, to give to peers.
+    pub fn name(&self, id: EndpointId) -> Result<Vec<u8>> {
+        let ep = self.ep(id)?;
+        let mut name = vec![0u8; 256];
+        loop {
+            let mut len = name.len();
+            // SAFETY: the endpoint is open; name has `len` writable bytes.
+            let rc = unsafe { ffi::fi_getname(&mut (*ep.raw).fid, name.as_mut_ptr().cast(), &mut len) };
+            if rc == -(ffi::FI_ETOOSMALL as i32) && len > name.len() {
+                name.resize(len, 0);
+                continue;
+            }
+            check("fi_getname", rc)?;
+            name.truncate(len);
+            return Ok(name);
+        }
+    }
+
+    /// Insert a peer's address (from its [`EventLoop::name`]).
+    pub fn insert_peer(&mut self, id: EndpointId, name: &[u8], agreement: Agreement) -> Result<Peer> {
+        self.ep(id)?;
+        let av = self.av.as_ref().ok_or(Error::Closed {
+            what: "address vector".into(),
+        })?;
+        let mut addr: ffi::fi_addr_t = ffi::FI_ADDR_NOTAVAIL;
+        // SAFETY: av is open; `name` is a readable address of the provider's
+        // format (the peer's fi_getname); one address is inserted into `addr`.
+        let rc = unsafe { ffi::fi_av_insert(av.raw, name.as_ptr().cast(), 1, &mut addr, 0, ptr::null_mut()) };
+        if rc != 1 {
+            return Err(if rc < 0 {
+                Error::from_rc("fi_av_insert", rc.into())
+            } else {
+                Error::PeerMismatch(format!(
+                    "fi_av_insert accepted none of the peer's {}-byte address: is it from the same provider?",
+                    name.len()
+                ))
+            });
+        }
+        Ok(Peer {
+            endpoint: id,
+            addr,
+            agreement,
+        })
+    }
+}

@@ -1,0 +1,277 @@
+//! The event loop: one completion queue per domain, every endpoint bound to
+//! it, every operation handed back by its token.
+//!
+//! The shape is mio's: a reusable completion buffer, user-chosen tokens, and
+//! `poll` with an optional timeout. An [`EventLoop`] owns its domain, its CQ
+//! and AV, its endpoints and every operation in flight with that
+//! operation's buffer, so nothing the NIC may still touch can be freed.
+//!
+//! Promises:
+//! - Every posted operation yields exactly one [`Completion`], unless its
+//!   endpoint is closed first; then it yields none, and its buffer is freed
+//!   by the loop.
+//! - A token never comes back after its endpoint was closed.
+//! - When a post meets a full queue (`-FI_EAGAIN`) the loop progresses the
+//!   CQ and retries, for at most [`LoopConfig::post_timeout`]; completions
+//!   reaped meanwhile are kept for the next `poll`, never lost.
+//! - A message larger than the posted buffer completes with
+//!   [`CompletionError::Truncated`] naming both sizes; nothing overflows.
+//! - Buffers are owned by the loop while their operation is in flight, and
+//!   come back in the completion (or with a failed post's error).
+//!
+//! # Threads
+//!
+//! An `EventLoop` is `Send` but not `Sync`: every call takes `&mut self`,
+//! so one thread drives it at a time, which is all any libfabric threading
+//! level asks. [`Completion`], [`Buffer`] and [`Peer`] are `Send`, so
+//! completions can be consumed on another thread ([`EventLoop::forward`]).
+//!
+//! Bytes of a multi-receive piece are borrowed from the loop, so the loop
+//! cannot be polled (and the buffer cannot come back) while they are held:
+//!
+//! ```compile_fail
+//! # fn f(ev: &mut fabric_msg::EventLoop, c: &fabric_msg::Completion) {
+//! let bytes = ev.multi_recv_bytes(c).unwrap();
+//! let mut out = Vec::new();
+//! ev.poll(&mut out, None).unwrap(); // error: `ev` is borrowed by `bytes`
+//! println!("{bytes:?}");
+//! # }
+//! ```
+
+mod completions;
+mod deadlines;
+mod endpoint;
+mod frame;
+mod multi_recv;
+mod post;
+mod resources;
+mod slab;
+mod teardown;
+mod types;
+
+pub(crate) use frame::encode_notify;
+pub(crate) use post::Parts;
+pub(crate) use resources::{Cq, EndpointState};
+pub use types::{
+    Completion, CompletionError, EndpointId, LoopConfig, OpKind, Peer, PostError, RecvOpts, SendOpts, Token,
+    WaitMode,
+};
+
+use crate::discovery::info::EndpointType;
+use crate::discovery::profile::Profile;
+use crate::error::{check, Result};
+use crate::ffi;
+use crate::memory::buffer::{Buffer, HEADROOM};
+use crate::memory::domain::DomainInner;
+use crate::transport::eq::{Eq, Pep};
+use frame::{decode_header, encode_header, is_notify};
+use resources::{Av, CqEntries, CQ_BATCH};
+use slab::{Group, Slab, NO_GROUP};
+use std::fmt;
+use std::ptr;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// One completion queue and the endpoints, peers and operations that use it.
+pub struct EventLoop {
+    // Dropped explicitly in `Drop`: endpoints first, then operations (their
+    // buffers), then the AV, the CQ and the domain.
+    pub(crate) endpoints: Vec<Option<EndpointState>>,
+    slab: Slab,
+    /// Completions reaped and not yet handed out, oldest first.
+    pending: Vec<Completion>,
+    pub(crate) pep: Option<Pep>,
+    pub(crate) eq: Option<Eq>,
+    av: Option<Av>,
+    pub(crate) cq: Cq,
+    pub(crate) domain: Arc<DomainInner>,
+    pub(crate) cfg: LoopConfig,
+    scratch: Vec<u8>,
+    has_source: bool,
+    directed: bool,
+    /// Split transfers in flight, and free entries of `groups`.
+    groups: Vec<Group>,
+    free_groups: Vec<u32>,
+    /// Header-only buffers for write_data's follow-up messages, reused.
+    pub(crate) notify_bufs: Vec<Buffer>,
+    /// Registered operands and results of atomics, one entry per slot.
+    pub(crate) atomic_scratch: Option<crate::memory::mr::MemoryRegion>,
+    /// Raw keys mapped by `import`, unmapped when the loop closes.
+    pub(crate) mapped_keys: Vec<u64>,
+    /// Remote CQ data uses up a posted receive (`FI_RX_CQ_DATA` mode).
+    rx_cq_data: bool,
+    /// Taken while `read_cq` runs (it calls back into the loop).
+    cq_entries: Option<CqEntries>,
+    /// When `poll` next looks for overdue one-sided operations.
+    next_expiry_scan: Instant,
+}
+
+// SAFETY: an EventLoop is used through `&mut self` only, so by one thread at
+// a time; moving it between threads is allowed at every libfabric threading
+// level (FI_THREAD_DOMAIN and up require only that the application
+// serialises access, which `&mut` guarantees). It is not Sync.
+unsafe impl Send for EventLoop {}
+
+impl fmt::Debug for EventLoop {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EventLoop")
+            .field("provider", &self.domain.profile.provider)
+            .field("domain", &self.domain.profile.domain)
+            .field(
+                "endpoints",
+                &self.endpoints.iter().filter(|e| e.is_some()).count(),
+            )
+            .field("in_flight", &self.slab.in_flight)
+            .finish()
+    }
+}
+
+impl EventLoop {
+    /// Open the fabric, domain, completion queue and (for RDM) address
+    /// vector the profile describes.
+    pub fn new(profile: &Profile, cfg: LoopConfig) -> Result<EventLoop> {
+        let domain = DomainInner::open(profile)?;
+        let q = profile.queues;
+        let tagged = profile.caps_granted.iter().any(|c| c == "FI_TAGGED");
+        let format = if tagged {
+            ffi::FI_CQ_FORMAT_TAGGED
+        } else {
+            ffi::FI_CQ_FORMAT_DATA
+        };
+        let want_fd = cfg.wait == WaitMode::Block && profile.wait_fd;
+        let mut attr = ffi::fi_cq_attr {
+            size: cfg.cq_size.unwrap_or(q.cq * 2).max(1),
+            format,
+            wait_obj: if want_fd {
+                ffi::FI_WAIT_FD
+            } else {
+                ffi::FI_WAIT_NONE
+            },
+            ..Default::default()
+        };
+        if let Some(max) = profile.limits.max_cqe {
+            attr.size = attr.size.min(max as usize);
+        }
+        let mut raw = ptr::null_mut();
+        // SAFETY: the domain is open; attr lives for the call.
+        check("fi_cq_open", unsafe {
+            ffi::fi_cq_open(domain.raw, &mut attr, &mut raw, ptr::null_mut())
+        })?;
+        let mut cq = Cq {
+            raw,
+            tagged,
+            wait_fd: None,
+            capacity: attr.size,
+            _domain: domain.clone(),
+        };
+        if want_fd {
+            let mut fd: i32 = -1;
+            // SAFETY: FI_GETWAIT on a CQ opened with FI_WAIT_FD writes an int.
+            let rc = unsafe {
+                ffi::fi_control(
+                    &mut (*cq.raw).fid,
+                    ffi::FI_GETWAIT as i32,
+                    (&mut fd as *mut i32).cast(),
+                )
+            };
+            if rc == 0 && fd >= 0 {
+                cq.wait_fd = Some(fd);
+            }
+        }
+        let av = if profile.endpoint_type == EndpointType::Rdm {
+            let mut av_attr = ffi::fi_av_attr {
+                type_: ffi::FI_AV_UNSPEC,
+                count: q.av,
+                ..Default::default()
+            };
+            let mut raw = ptr::null_mut();
+            // SAFETY: the domain is open; av_attr lives for the call.
+            check("fi_av_open", unsafe {
+                ffi::fi_av_open(domain.raw, &mut av_attr, &mut raw, ptr::null_mut())
+            })?;
+            Some(Av {
+                raw,
+                _domain: domain.clone(),
+            })
+        } else {
+            None
+        };
+        let eq = if profile.endpoint_type == EndpointType::Msg {
+            Some(Eq::open(&domain)?)
+        } else {
+            None
+        };
+        let has = |c: &str| profile.caps_granted.iter().any(|g| g == c);
+        Ok(EventLoop {
+            endpoints: Vec::new(),
+            slab: Slab {
+                slots: Vec::new(),
+                free: Vec::new(),
+                in_flight: 0,
+                timed: 0,
+            },
+            pending: Vec::with_capacity(CQ_BATCH * 4),
+            pep: None,
+            eq,
+            av,
+            cq,
+            has_source: profile.source,
+            directed: has("FI_DIRECTED_RECV"),
+            groups: Vec::new(),
+            free_groups: Vec::new(),
+            notify_bufs: Vec::new(),
+            atomic_scratch: None,
+            mapped_keys: Vec::new(),
+            rx_cq_data: profile.mode.iter().any(|m| m == "FI_RX_CQ_DATA"),
+            cq_entries: Some(CqEntries::default()),
+            next_expiry_scan: Instant::now(),
+            scratch: vec![0; profile.inject_size + HEADROOM],
+            domain,
+            cfg,
+        })
+    }
+
+    /// The profile this loop was opened with.
+    pub fn profile(&self) -> &Profile {
+        &self.domain.profile
+    }
+
+    /// Whether this loop's endpoints frame messages.
+    pub fn framed(&self) -> bool {
+        self.cfg.force_framing || self.domain.profile.framed
+    }
+
+    /// What peers compare at connect time: the profile, with this loop's framing.
+    pub fn wire_profile(&self) -> crate::discovery::profile::WireProfile {
+        let mut w = self.domain.profile.wire();
+        w.framed = self.framed();
+        w
+    }
+
+    /// Most operations in flight at once: the completion queue's size.
+    pub fn cq_capacity(&self) -> usize {
+        self.cq.capacity
+    }
+
+    /// Operations posted and not yet completed.
+    pub fn in_flight(&self) -> usize {
+        self.slab.in_flight
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thread_bounds_are_what_the_docs_promise() {
+        fn send<T: Send>() {}
+        fn sync<T: Sync>() {}
+        send::<EventLoop>();
+        send::<Completion>();
+        send::<Buffer>();
+        sync::<Buffer>();
+        send::<Peer>();
+        sync::<Peer>();
+    }
+}

@@ -1,0 +1,525 @@
+//! Posting: send, receive, inject, borrowed memory and split one-sided
+//! transfers; a full queue (`FI_EAGAIN`) is progressed and retried for at
+//! most `LoopConfig::post_timeout`.
+
+use super::*;
+use crate::error::{check, Error, Result};
+use crate::ffi;
+use crate::memory::buffer::{Buffer, HEADROOM};
+use crate::memory::lease::Lease;
+use crate::memory::mr::RegionInner;
+use std::os::raw::c_void;
+use std::ptr;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// An endpoint ready for a post, from [`EventLoop::prepare`].
+pub(super) struct Prepared {
+    pub(super) raw: *mut ffi::fid_ep,
+    pub(super) framed: bool,
+    pub(super) desc: *mut c_void,
+}
+
+/// What is being posted: for [`EventLoop::post`].
+pub(super) struct Posting {
+    pub(super) endpoint: EndpointId,
+    pub(super) kind: OpKind,
+    pub(super) token: Token,
+    /// Bytes handed to libfabric (header included on framed endpoints).
+    pub(super) len: usize,
+    pub(super) framed: bool,
+    /// A multi-receive buffer.
+    pub(super) multi: bool,
+}
+
+/// A one-sided operation to post: for [`EventLoop::post_parts`].
+pub(crate) struct Parts<'a> {
+    pub(crate) endpoint: EndpointId,
+    pub(crate) kind: OpKind,
+    pub(crate) token: Token,
+    /// Posts it takes (at least 1).
+    pub(crate) count: usize,
+    /// Held by every part until its completion.
+    pub(crate) region: Option<&'a Arc<RegionInner>>,
+    pub(crate) lease: Option<&'a Arc<Lease>>,
+    pub(crate) atomic: bool,
+    /// Owned by the last part (write_data's follow-up message).
+    pub(crate) last_buffer: Option<Buffer>,
+}
+
+impl EventLoop {
+    /// Post a send of `buf` (its `len()` bytes) to `peer`.
+    pub fn send(&mut self, peer: &Peer, buf: Buffer, opts: SendOpts, token: Token) -> Result<(), PostError> {
+        let payload = buf.len();
+        let (Prepared { raw, framed, desc }, mut buf) = self.prepare(peer.endpoint, buf, |ep| {
+            self.check_len(peer, payload, if ep.framed { HEADROOM } else { 0 })
+        })?;
+        let len = payload + if framed { HEADROOM } else { 0 };
+        let mut data = opts.data;
+        if framed {
+            *buf.header_mut() = encode_header(payload, opts.data);
+            data = None;
+        }
+        let addr = peer.addr;
+        let what = Posting {
+            endpoint: peer.endpoint,
+            kind: OpKind::Send,
+            token,
+            len,
+            framed,
+            multi: false,
+        };
+        self.post(what, buf, |bufp, ctx| {
+            // SAFETY: raw is an enabled endpoint; bufp/len describe memory the
+            // loop owns until the completion; ctx is the slot's fi_context2.
+            unsafe { raw_send(raw, bufp, len, desc, addr, opts.tag, data, ctx) }
+        })
+    }
+
+    /// Post a receive into `buf` (its whole capacity).
+    pub fn recv(
+        &mut self,
+        id: EndpointId,
+        buf: Buffer,
+        opts: RecvOpts,
+        token: Token,
+    ) -> Result<(), PostError> {
+        let mut src = ffi::FI_ADDR_UNSPEC;
+        let (Prepared { raw, framed, desc }, buf) = self.prepare(id, buf, |_| {
+            src = self.source_addr(&opts)?;
+            Ok(())
+        })?;
+        let len = buf.capacity() + if framed { HEADROOM } else { 0 };
+        let what = Posting {
+            endpoint: id,
+            kind: OpKind::Recv,
+            token,
+            len,
+            framed,
+            multi: false,
+        };
+        self.post(what, buf, |bufp, ctx| {
+            // SAFETY: as in `send`; the buffer has `len` writable bytes at bufp.
+            unsafe { raw_recv(raw, bufp, len, desc, src, opts.tag, ctx) }
+        })
+    }
+
+    /// Send `len` bytes at `data` without handing over a [`Buffer`]. The
+    /// completion comes back with `buffer: None`.
+    ///
+    /// # Safety
+    /// The `len` bytes at `data` must stay allocated and must not be written
+    /// until the loop has returned this operation's completion from
+    /// [`EventLoop::poll`], or the endpoint was closed
+    /// ([`EventLoop::close_endpoint`]), or the loop was dropped — whichever
+    /// comes first. A failed post (an `Err`) does not use the memory.
+    pub unsafe fn send_borrowed(
+        &mut self,
+        peer: &Peer,
+        data: *const u8,
+        len: usize,
+        opts: SendOpts,
+        token: Token,
+    ) -> Result<()> {
+        let ep = self.ep(peer.endpoint)?;
+        let raw = ep.raw;
+        self.check_borrowable(ep.framed)?;
+        self.check_len(peer, len, 0)?;
+        let addr = peer.addr;
+        let what = Posting {
+            endpoint: peer.endpoint,
+            kind: OpKind::Send,
+            token,
+            len,
+            framed: false,
+            multi: false,
+        };
+        self.post_borrowed(what, data as *mut u8, move |bufp, desc, ctx| {
+            // SAFETY: raw is enabled; the caller keeps `len` bytes at bufp
+            // valid until the completion; ctx is the slot's fi_context2.
+            unsafe { raw_send(raw, bufp, len, desc, addr, opts.tag, opts.data, ctx) }
+        })
+    }
+
+    /// Receive into `len` bytes at `data` without handing over a
+    /// [`Buffer`]. The completion's `multi` field is `Some((0, received))`,
+    /// and `buffer` is `None`.
+    ///
+    /// # Safety
+    /// The `len` bytes at `data` must stay allocated, must not be read or
+    /// written by anyone else, until the loop has returned this operation's
+    /// completion from [`EventLoop::poll`], or the endpoint was closed, or
+    /// the loop was dropped — whichever comes first. A failed post (an
+    /// `Err`) does not use the memory.
+    pub unsafe fn recv_borrowed(
+        &mut self,
+        id: EndpointId,
+        data: *mut u8,
+        len: usize,
+        opts: RecvOpts,
+        token: Token,
+    ) -> Result<()> {
+        let ep = self.ep(id)?;
+        let raw = ep.raw;
+        self.check_borrowable(ep.framed)?;
+        let src = self.source_addr(&opts)?;
+        let what = Posting {
+            endpoint: id,
+            kind: OpKind::Recv,
+            token,
+            len,
+            framed: false,
+            multi: false,
+        };
+        self.post_borrowed(what, data, move |bufp, desc, ctx| {
+            // SAFETY: as in `send_borrowed`; `len` writable bytes at bufp.
+            unsafe { raw_recv(raw, bufp, len, desc, src, opts.tag, ctx) }
+        })
+    }
+
+    /// Refuse a message of `len` payload bytes (plus `overhead` of
+    /// fabric-msg's header) that the fabric or the peer cannot take.
+    pub(super) fn check_len(&self, peer: &Peer, len: usize, overhead: usize) -> Result<()> {
+        let max = self.domain.profile.max_msg_size.min(peer.agreement.max_msg_size);
+        if (len + overhead) as u64 > max {
+            let max = usize::try_from(max).unwrap_or(usize::MAX) - overhead;
+            return Err(Error::TooLarge {
+                what: "message",
+                len,
+                max,
+            });
+        }
+        Ok(())
+    }
+
+    /// The address a receive matches: one peer (needs FI_DIRECTED_RECV) or any.
+    pub(super) fn source_addr(&self, opts: &RecvOpts) -> Result<ffi::fi_addr_t> {
+        match opts.from {
+            None => Ok(ffi::FI_ADDR_UNSPEC),
+            Some(_) if !self.directed => Err(Error::Unsupported {
+                what: "receiving from one peer only (FI_DIRECTED_RECV)".into(),
+                provider: self.domain.profile.provider.clone(),
+            }),
+            Some(p) => Ok(p.addr),
+        }
+    }
+
+    pub(super) fn check_borrowable(&self, framed: bool) -> Result<()> {
+        if framed {
+            return Err(Error::Unsupported {
+                what: "borrowed memory on a framed endpoint (no room for fabric-msg's header): use Buffer"
+                    .into(),
+                provider: self.domain.profile.provider.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Post on borrowed memory, registering it for the operation where the
+    /// provider needs local descriptors.
+    pub(super) fn post_borrowed(
+        &mut self,
+        what: Posting,
+        data: *mut u8,
+        mut op: impl FnMut(*mut c_void, *mut c_void, *mut c_void) -> isize,
+    ) -> Result<()> {
+        let mr = if self.domain.mr_mode(ffi::FI_MR_LOCAL) {
+            Some(crate::memory::buffer::LocalMr::register(
+                &self.domain,
+                data,
+                what.len.max(1),
+            )?)
+        } else {
+            None
+        };
+        let desc = mr.as_ref().map_or(ptr::null_mut(), |m| m.desc());
+        self.wait_for_room()?;
+        let slot = self.slab.acquire(what.endpoint.0, what.kind, what.token);
+        // SAFETY: slot points into a live Box in the slab (see `post`).
+        let (index, ctx) = unsafe {
+            (*slot).posted_len = what.len;
+            (*slot).multi = false;
+            (*slot).borrowed_mr = mr;
+            (*slot).base = data as usize;
+            ((*slot).index, slot.cast::<c_void>())
+        };
+        let bufp = data.cast::<c_void>();
+        match self.retry(|| op(bufp, desc, ctx)) {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                self.slab.release(index);
+                Err(e)
+            }
+        }
+    }
+
+    /// Send a small message without a completion; `bytes` is copied before
+    /// this returns. At most the profile's `inject_size` (less fabric-msg's
+    /// header on framed endpoints).
+    pub fn inject(&mut self, peer: &Peer, bytes: &[u8], opts: SendOpts) -> Result<()> {
+        let ep = self.ep(peer.endpoint)?;
+        let (raw, framed) = (ep.raw, ep.framed);
+        let overhead = if framed { HEADROOM } else { 0 };
+        let room = self.domain.profile.inject_size.saturating_sub(overhead);
+        if bytes.len() > room {
+            return Err(Error::TooLarge {
+                what: "injected message",
+                len: bytes.len(),
+                max: room,
+            });
+        }
+        let len = bytes.len() + overhead;
+        let mut data = opts.data;
+        if framed {
+            self.scratch[..HEADROOM].copy_from_slice(&encode_header(bytes.len(), opts.data));
+            data = None;
+        }
+        self.scratch[overhead..len].copy_from_slice(bytes);
+        let (addr, p) = (peer.addr, self.scratch.as_ptr() as *const c_void);
+        self.retry(|| {
+            // SAFETY: raw is enabled; inject copies the `len` bytes at `p` before returning.
+            unsafe {
+                match (opts.tag, data) {
+                    (None, None) => ffi::fi_inject(raw, p, len, addr),
+                    (Some(t), None) => ffi::fi_tinject(raw, p, len, addr, t),
+                    (None, Some(d)) => ffi::fi_injectdata(raw, p, len, d, addr),
+                    (Some(t), Some(d)) => ffi::fi_tinjectdata(raw, p, len, d, addr, t),
+                }
+            }
+        })
+        .map(|_| ())
+    }
+
+    /// The checks every post of a `Buffer` makes: the endpoint is open, the
+    /// operation's own `check` passes, and the buffer has its local
+    /// descriptor. On failure the buffer comes back with the error.
+    pub(super) fn prepare(
+        &self,
+        id: EndpointId,
+        mut buf: Buffer,
+        check: impl FnOnce(&EndpointState) -> Result<()>,
+    ) -> Result<(Prepared, Buffer), PostError> {
+        let prepared = self.ep(id).and_then(|ep| {
+            check(ep)?;
+            let desc = self.local_desc(&mut buf)?;
+            Ok(Prepared {
+                raw: ep.raw,
+                framed: ep.framed,
+                desc,
+            })
+        });
+        match prepared {
+            Ok(p) => Ok((p, buf)),
+            Err(error) => Err(PostError {
+                error,
+                buffer: Some(buf),
+            }),
+        }
+    }
+
+    pub(crate) fn local_desc(&self, buf: &mut Buffer) -> Result<*mut c_void> {
+        if self.domain.mr_mode(ffi::FI_MR_LOCAL) {
+            buf.desc(&self.domain)
+        } else {
+            Ok(ptr::null_mut())
+        }
+    }
+
+    /// Take a slot, post, and retry on `-FI_EAGAIN` while progressing.
+    pub(super) fn post(
+        &mut self,
+        what: Posting,
+        mut buf: Buffer,
+        mut op: impl FnMut(*mut c_void, *mut c_void) -> isize,
+    ) -> Result<(), PostError> {
+        // Never more operations in flight than the CQ can hold.
+        if let Err(error) = self.wait_for_room() {
+            return Err(PostError {
+                error,
+                buffer: Some(buf),
+            });
+        }
+        let bufp = buf.ptr(what.framed);
+        let slot = self.slab.acquire(what.endpoint.0, what.kind, what.token);
+        // SAFETY: slot points into a live Box in the slab that is not moved or
+        // freed until released below or by its completion.
+        let (index, ctx) = unsafe {
+            (*slot).buffer = Some(buf);
+            (*slot).posted_len = what.len;
+            (*slot).multi = what.multi;
+            (*slot).base = bufp as usize;
+            ((*slot).index, slot.cast::<c_void>())
+        };
+        match self.retry(|| op(bufp, ctx)) {
+            Ok(_) => Ok(()),
+            Err(error) => Err(PostError {
+                error,
+                buffer: self.slab.release(index),
+            }),
+        }
+    }
+
+    /// Post a one-sided operation in `p.count` parts; `op(part, slot, ctx)`
+    /// posts one. Several parts complete once, as a group. If the first
+    /// part cannot be posted the error comes back and nothing is in
+    /// flight; if a later one cannot, the transfer completes (after the
+    /// posted parts) with [`CompletionError::PartlyPosted`].
+    pub(crate) fn post_parts(
+        &mut self,
+        mut p: Parts<'_>,
+        mut op: impl FnMut(usize, u32, *mut c_void) -> isize,
+    ) -> Result<()> {
+        let group = (p.count > 1).then(|| {
+            let g = Group {
+                endpoint: p.endpoint.0,
+                kind: p.kind,
+                token: p.token,
+                remaining: p.count,
+                error: None,
+            };
+            match self.free_groups.pop() {
+                Some(i) => {
+                    self.groups[i as usize] = g;
+                    i
+                }
+                None => {
+                    self.groups.push(g);
+                    self.groups.len() as u32 - 1
+                }
+            }
+        });
+        let timeout = self.cfg.rma_timeout;
+        for part in 0..p.count {
+            let posted = self.wait_for_room().and_then(|()| {
+                let slot = self.slab.acquire(p.endpoint.0, p.kind, p.token);
+                // SAFETY: slot points into a live Box in the slab (see `post`).
+                let (index, ctx) = unsafe {
+                    (*slot).region = p.region.cloned();
+                    (*slot).lease = p.lease.cloned();
+                    (*slot).group = group.unwrap_or(NO_GROUP);
+                    (*slot).atomic = p.atomic;
+                    (*slot).expires = timeout.map(|t| Instant::now() + t);
+                    if part + 1 == p.count {
+                        (*slot).buffer = p.last_buffer.take();
+                    }
+                    ((*slot).index, slot.cast::<c_void>())
+                };
+                if timeout.is_some() {
+                    self.slab.timed += 1;
+                }
+                self.retry(|| op(part, index, ctx)).map(|_| ()).inspect_err(|_| {
+                    if let Some(b) = self.slab.release(index) {
+                        self.notify_bufs.push(b);
+                    }
+                })
+            });
+            let Err(error) = posted else { continue };
+            let Some(g) = group else { return Err(error) };
+            if part == 0 {
+                self.groups[g as usize].remaining = 0;
+                self.free_groups.push(g);
+                return Err(error);
+            }
+            let entry = &mut self.groups[g as usize];
+            entry.error.get_or_insert(CompletionError::PartlyPosted {
+                posted: part,
+                parts: p.count,
+                error: error.to_string(),
+            });
+            entry.remaining -= p.count - part;
+            if entry.remaining == 0 {
+                self.end_group(g);
+            }
+            return Ok(());
+        }
+        Ok(())
+    }
+
+    /// Read the CQ until fewer operations than it holds are in flight.
+    pub(super) fn wait_for_room(&mut self) -> Result<()> {
+        if self.slab.in_flight < self.cq.capacity {
+            return Ok(());
+        }
+        let started = Instant::now();
+        while self.slab.in_flight >= self.cq.capacity {
+            if started.elapsed() >= self.cfg.post_timeout {
+                return Err(Error::QueueFull {
+                    waited: self.cfg.post_timeout,
+                    in_flight: self.slab.in_flight,
+                });
+            }
+            self.read_cq()?;
+        }
+        Ok(())
+    }
+
+    /// Call `op` until it does not return `-FI_EAGAIN`, reading the CQ in
+    /// between, for at most the configured time.
+    pub(super) fn retry(&mut self, mut op: impl FnMut() -> isize) -> Result<isize> {
+        let mut started: Option<Instant> = None;
+        loop {
+            let rc = op();
+            if rc != -(ffi::FI_EAGAIN as isize) {
+                return check("post", rc as i64).map(|v| v as isize);
+            }
+            let t0 = *started.get_or_insert_with(Instant::now);
+            if t0.elapsed() >= self.cfg.post_timeout {
+                return Err(Error::QueueFull {
+                    waited: self.cfg.post_timeout,
+                    in_flight: self.slab.in_flight,
+                });
+            }
+            self.read_cq()?;
+        }
+    }
+}
+
+/// Post a send in the form its options call for.
+///
+/// # Safety
+/// `raw` is an enabled endpoint; `bufp` and `len` describe memory that stays
+/// valid until the completion; `desc` is its local descriptor (or NULL where
+/// none is needed); `ctx` is an operation slot's context.
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn raw_send(
+    raw: *mut ffi::fid_ep,
+    bufp: *mut c_void,
+    len: usize,
+    desc: *mut c_void,
+    addr: ffi::fi_addr_t,
+    tag: Option<u64>,
+    data: Option<u64>,
+    ctx: *mut c_void,
+) -> isize {
+    // SAFETY: the caller's promises are exactly these calls' requirements.
+    unsafe {
+        match (tag, data) {
+            (None, None) => ffi::fi_send(raw, bufp, len, desc, addr, ctx),
+            (Some(t), None) => ffi::fi_tsend(raw, bufp, len, desc, addr, t, ctx),
+            (None, Some(d)) => ffi::fi_senddata(raw, bufp, len, desc, d, addr, ctx),
+            (Some(t), Some(d)) => ffi::fi_tsenddata(raw, bufp, len, desc, d, addr, t, ctx),
+        }
+    }
+}
+
+/// Post a receive, tagged (`(tag, ignore)`) or not.
+///
+/// # Safety
+/// As for [`raw_send`], with `len` writable bytes at `bufp`.
+pub(super) unsafe fn raw_recv(
+    raw: *mut ffi::fid_ep,
+    bufp: *mut c_void,
+    len: usize,
+    desc: *mut c_void,
+    src: ffi::fi_addr_t,
+    tag: Option<(u64, u64)>,
+    ctx: *mut c_void,
+) -> isize {
+    // SAFETY: the caller's promises are exactly these calls' requirements.
+    unsafe {
+        match tag {
+            None => ffi::fi_recv(raw, bufp, len, desc, src, ctx),
+            Some((t, ignore)) => ffi::fi_trecv(raw, bufp, len, desc, src, t, ignore, ctx),
+        }
+    }
+}

@@ -1,0 +1,165 @@
+//! The operation slab: one boxed slot per operation in flight, whose
+//! address is the `fi_context2` libfabric hands back, and the groups that
+//! make a split transfer complete once.
+
+use super::types::{CompletionError, OpKind, Token};
+use crate::ffi;
+use crate::memory::buffer::Buffer;
+use crate::memory::lease::Lease;
+use crate::memory::mr::RegionInner;
+use std::os::raw::c_void;
+use std::ptr;
+use std::sync::Arc;
+use std::time::Instant;
+
+// Per-operation state. `ctx` must be first: its address is the context
+// handed to libfabric (FI_CONTEXT / FI_CONTEXT2 give the provider this
+// storage until the completion is read), and the completion's op_context
+// is cast back to the slot.
+#[repr(C)]
+pub(super) struct OpSlot {
+    pub(super) ctx: ffi::fi_context2,
+    pub(super) index: u32,
+    pub(super) in_use: bool,
+    pub(super) endpoint: u32,
+    pub(super) kind: OpKind,
+    pub(super) token: Token,
+    pub(super) buffer: Option<Buffer>,
+    /// Bytes posted for a receive (to report truncation).
+    pub(super) posted_len: usize,
+    /// A multi-receive buffer: completes once per message, released by
+    /// the completion flagged FI_MULTI_RECV.
+    pub(super) multi: bool,
+    /// Address of the buffer's payload, for offsets of multi-receive pieces.
+    pub(super) base: usize,
+    /// Bytes of a multi-receive buffer filled so far.
+    pub(super) used: usize,
+    /// Bumped at every acquire, so a completion can tell its slot from a
+    /// later operation's use of it.
+    pub(super) generation: u64,
+    /// Registration of borrowed memory, dropped when the slot is released.
+    pub(super) borrowed_mr: Option<crate::memory::buffer::LocalMr>,
+    /// The region a one-sided operation uses, held until its completion.
+    pub(super) region: Option<Arc<RegionInner>>,
+    /// The pool slot it uses, returned to its pool after the completion.
+    pub(super) lease: Option<Arc<Lease>>,
+    /// Part of a split transfer: index into the loop's groups, or NO_GROUP.
+    pub(super) group: u32,
+    /// An atomic whose fetched value lies in the loop's atomic scratch.
+    pub(super) atomic: bool,
+    /// When a one-sided operation is reported as timed out.
+    pub(super) expires: Option<Instant>,
+    /// Reported as timed out; the provider still holds it, so the slot
+    /// (and the memory it keeps) waits for its late completion, which is
+    /// swallowed.
+    pub(super) abandoned: bool,
+}
+
+pub(super) const NO_GROUP: u32 = u32::MAX;
+
+/// A transfer split into parts: completes once, when the last part does.
+pub(super) struct Group {
+    pub(super) endpoint: u32,
+    pub(super) kind: OpKind,
+    pub(super) token: Token,
+    pub(super) remaining: usize,
+    pub(super) error: Option<CompletionError>,
+}
+
+/// Boxed slots, never moved while in use; freed slots are reused, so the
+/// steady state allocates nothing per operation.
+pub(super) struct Slab {
+    // Boxed on purpose: a slot's address is the context libfabric holds, so
+    // it must not move when the Vec grows.
+    #[allow(clippy::vec_box)]
+    pub(super) slots: Vec<Box<OpSlot>>,
+    pub(super) free: Vec<u32>,
+    pub(super) in_flight: usize,
+    /// Slots with a deadline (one-sided operations).
+    pub(super) timed: usize,
+}
+
+impl Slab {
+    pub(super) fn acquire(&mut self, endpoint: u32, kind: OpKind, token: Token) -> *mut OpSlot {
+        let index = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                let i = self.slots.len() as u32;
+                self.slots.push(Box::new(OpSlot {
+                    ctx: ffi::fi_context2::default(),
+                    index: i,
+                    in_use: false,
+                    endpoint: 0,
+                    kind,
+                    token,
+                    buffer: None,
+                    posted_len: 0,
+                    multi: false,
+                    base: 0,
+                    used: 0,
+                    generation: 0,
+                    borrowed_mr: None,
+                    region: None,
+                    lease: None,
+                    group: NO_GROUP,
+                    atomic: false,
+                    expires: None,
+                    abandoned: false,
+                }));
+                i
+            }
+        };
+        let slot = &mut self.slots[index as usize];
+        slot.in_use = true;
+        slot.endpoint = endpoint;
+        slot.kind = kind;
+        slot.token = token;
+        slot.buffer = None;
+        slot.posted_len = 0;
+        slot.multi = false;
+        slot.base = 0;
+        slot.used = 0;
+        slot.group = NO_GROUP;
+        slot.atomic = false;
+        slot.expires = None;
+        slot.abandoned = false;
+        slot.generation += 1;
+        self.in_flight += 1;
+        &mut **slot
+    }
+
+    pub(super) fn release(&mut self, index: u32) -> Option<Buffer> {
+        let slot = &mut self.slots[index as usize];
+        if !slot.in_use {
+            return None;
+        }
+        slot.in_use = false;
+        slot.borrowed_mr = None;
+        slot.region = None;
+        slot.lease = None;
+        if slot.expires.take().is_some() {
+            self.timed -= 1;
+        }
+        self.in_flight -= 1;
+        self.free.push(index);
+        slot.buffer.take()
+    }
+
+    /// The slot a completion's context points at, if it is one of ours and in use.
+    pub(super) fn index_of(&self, ctx: *mut c_void) -> Option<u32> {
+        if ctx.is_null() {
+            return None;
+        }
+        let candidate = ctx as *const OpSlot;
+        if (candidate as usize) % std::mem::align_of::<OpSlot>() != 0 {
+            return None;
+        }
+        // SAFETY: every context fabric-msg posts is the address of a boxed
+        // slot, and boxes are freed only when the slab is dropped (after
+        // every endpoint is closed), so the CQ can only hand back pointers
+        // to live slots. The identity check below guards the index anyway.
+        let index = unsafe { (*candidate).index };
+        let slot = self.slots.get(index as usize)?;
+        (ptr::eq(&**slot, candidate) && slot.in_use).then_some(index)
+    }
+}

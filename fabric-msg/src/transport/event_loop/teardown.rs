@@ -1,0 +1,95 @@
+//! Closing an endpoint, and dropping the loop: endpoints first, then the
+//! operations' memory, then the queues and the domain.
+
+use super::*;
+use crate::error::{check, Error, Result};
+use crate::ffi;
+use crate::memory::domain::close_fid;
+use std::sync::Arc;
+
+impl EventLoop {
+    /// Close an endpoint. Its operations still in flight produce no
+    /// completions; their buffers are freed by the loop. Completions of its
+    /// operations already reaped but not yet returned are dropped too.
+    pub fn close_endpoint(&mut self, id: EndpointId) -> Result<()> {
+        let Some(slot) = self.endpoints.get_mut(id.0 as usize) else {
+            return Err(Error::Closed {
+                what: format!("endpoint {}", id.0),
+            });
+        };
+        if let Some(state) = slot.as_ref() {
+            let bound = Arc::strong_count(&state.bound) - 1;
+            if bound > 0 {
+                return Err(Error::Busy {
+                    what: "endpoint with memory regions bound to it (FI_MR_ENDPOINT); drop them first",
+                    in_flight: bound,
+                });
+            }
+        }
+        let Some(state) = slot.take() else {
+            return Err(Error::Closed {
+                what: format!("endpoint {}", id.0),
+            });
+        };
+        if state.raw.is_null() {
+            return Ok(());
+        }
+        // SAFETY: the endpoint is open and removed from the table, so nothing
+        // posts to it again; closing it stops the provider using its buffers.
+        let rc = unsafe { ffi::fi_close(&mut (*state.raw).fid) };
+        // Entries already in the CQ for it are discarded by `complete`, which
+        // ignores closed endpoints; read them now so their slots are freed.
+        // Whatever that read says, the endpoint's operations are reclaimed
+        // and none of its tokens comes back; errors are reported after.
+        let drained = self.read_cq();
+        for i in 0..self.slab.slots.len() {
+            let s = &self.slab.slots[i];
+            if s.in_use && s.endpoint == id.0 {
+                self.slab.release(i as u32);
+            }
+        }
+        self.pending.retain(|c| c.endpoint != id);
+        for (i, g) in self.groups.iter_mut().enumerate() {
+            if g.remaining > 0 && g.endpoint == id.0 {
+                g.remaining = 0;
+                self.free_groups.push(i as u32);
+            }
+        }
+        check("fi_close(endpoint)", rc)?;
+        drained
+    }
+}
+
+impl Drop for EventLoop {
+    fn drop(&mut self) {
+        for state in self
+            .endpoints
+            .iter_mut()
+            .filter_map(Option::take)
+            .filter(|s| !s.raw.is_null())
+        {
+            // SAFETY: each endpoint is open and closed once, before the CQ,
+            // AV and EQ it is bound to (fields dropped after this body).
+            unsafe { close_fid("endpoint", &mut (*state.raw).fid) }
+        }
+        // The passive endpoint goes before the EQ it is bound to.
+        self.pep = None;
+        // With every endpoint closed the provider no longer touches buffers
+        // of operations in flight: free them (and their registrations)
+        // before the CQ, AV and domain go.
+        self.slab.slots.clear();
+        self.pending.clear();
+        self.atomic_scratch = None;
+        for key in self.mapped_keys.drain(..) {
+            // SAFETY: each key was mapped by fi_mr_map_raw on this domain,
+            // which is still open, and is unmapped once.
+            let rc = unsafe { ffi::fi_mr_unmap_key(self.domain.raw, key) };
+            if rc != 0 {
+                log::warn!(
+                    "unmapping a raw key: {}",
+                    Error::from_rc("fi_mr_unmap_key", rc.into())
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,308 @@
+//! The event loop's public vocabulary: tokens, endpoint ids, peers,
+//! operation kinds, options, completions and their errors, and the loop's
+//! configuration with its defaults.
+
+use crate::discovery::profile::Agreement;
+use crate::error::{Error, ErrorCode};
+use crate::ffi;
+use crate::memory::buffer::Buffer;
+use std::fmt;
+use std::time::Duration;
+
+/// A value chosen by the application to recognise an operation's completion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Token(pub u64);
+
+impl Token {
+    /// The token of a [`OpKind::RemoteWrite`] notice that used up no
+    /// receive of this side (the provider delivers remote CQ data on its own).
+    pub const REMOTE: Token = Token(u64::MAX);
+}
+
+/// An endpoint of an [`EventLoop`](super::EventLoop).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct EndpointId(pub(crate) u32);
+
+impl EndpointId {
+    pub(crate) fn new(index: u32) -> Self {
+        EndpointId(index)
+    }
+}
+
+/// A peer reachable from one endpoint, as connection bootstrap returns it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Peer {
+    pub(crate) endpoint: EndpointId,
+    pub(crate) addr: ffi::fi_addr_t,
+    /// Sizes both sides agreed on.
+    pub agreement: Agreement,
+}
+
+impl Peer {
+    /// A peer at the other end of a connected (MSG) endpoint.
+    pub(crate) fn connected(endpoint: EndpointId, agreement: Agreement) -> Peer {
+        Peer {
+            endpoint,
+            addr: ffi::FI_ADDR_UNSPEC,
+            agreement,
+        }
+    }
+
+    /// The local endpoint this peer is reached through.
+    pub fn endpoint(&self) -> EndpointId {
+        self.endpoint
+    }
+
+    /// The peer's libfabric address (`fi_addr_t`) in the endpoint's AV;
+    /// compare with [`Completion::source`].
+    pub fn fi_addr(&self) -> u64 {
+        self.addr
+    }
+}
+
+/// What kind of operation completed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum OpKind {
+    /// A send (tagged or not).
+    Send,
+    /// A receive (tagged or not).
+    Recv,
+    /// An RMA read into local memory.
+    Read,
+    /// An RMA write (with or without immediate data).
+    Write,
+    /// An atomic operation; a fetched value is in [`Completion::value`].
+    Atomic,
+    /// A peer's [`EventLoop::write_data`](super::EventLoop::write_data) landed here: its data is in place
+    /// and its immediate value is in [`Completion::data`]. Where the
+    /// fabric delivers that value through a receive (`FI_RX_CQ_DATA`, or
+    /// fabric-msg's follow-up message where there is no remote CQ data),
+    /// the receive's token and (empty) buffer come back with it; elsewhere
+    /// the token is [`Token::REMOTE`].
+    RemoteWrite,
+}
+
+/// How `poll` waits when nothing is ready.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitMode {
+    /// Spin on the CQ: lowest latency, one busy core.
+    Spin,
+    /// Sleep on the CQ's wait fd (after `fi_trywait`); spins where the
+    /// provider has no wait object.
+    Block,
+}
+
+/// Tuning for an [`EventLoop`](super::EventLoop).
+#[derive(Debug, Clone)]
+pub struct LoopConfig {
+    /// How long a post may retry on a full queue before giving up.
+    pub post_timeout: Duration,
+    /// How `poll` waits.
+    pub wait: WaitMode,
+    /// In [`WaitMode::Block`], how long `poll` spins on the CQ before it
+    /// sleeps on the wait fd. Waking a sleeping thread costs tens of
+    /// microseconds (more in VMs); a short spin catches replies that come
+    /// quickly at the price of that much CPU per wait. `Duration::ZERO`:
+    /// sleep at once.
+    pub spin_before_block: Duration,
+    /// Completion queue entries; `None`: room for two endpoints' queues
+    /// (capped by the device's `max_cqe`). At most this many operations are
+    /// in flight at once: a post beyond it waits as for a full queue.
+    pub cq_size: Option<usize>,
+    /// Frame every message with fabric-msg's 16-byte header (payload length
+    /// and immediate data) even where the profile does not ask for it. The
+    /// profile frames where the fabric has no remote CQ data (iWARP) and
+    /// where a provider truncates silently (`udp;ofi_rxd`). Peers compare it
+    /// at connect time.
+    pub force_framing: bool,
+    /// `FI_OPT_MIN_MULTI_RECV`: a multi-receive buffer is released once
+    /// less than this many bytes remain free. `None`: the provider's default.
+    pub min_multi_recv: Option<usize>,
+    /// Most bytes one RMA post carries; larger transfers are split (and
+    /// complete once, when every part has). `None`: the fabric's and the
+    /// peer's `max_msg_size`.
+    pub rma_chunk: Option<usize>,
+    /// A one-sided operation (RMA, atomic) not completed after this long
+    /// completes with [`CompletionError::TimedOut`]; some providers never
+    /// complete an access the target refused (a revoked key on `shm` and
+    /// `udp;ofi_rxd` in libfabric 1.17). `None`: wait for ever.
+    pub rma_timeout: Option<Duration>,
+}
+
+impl Default for LoopConfig {
+    fn default() -> Self {
+        LoopConfig {
+            post_timeout: Duration::from_secs(5),
+            wait: WaitMode::Spin,
+            spin_before_block: Duration::from_micros(50),
+            cq_size: None,
+            force_framing: false,
+            min_multi_recv: None,
+            rma_chunk: None,
+            rma_timeout: Some(Duration::from_secs(30)),
+        }
+    }
+}
+
+/// A completion error reported by the provider.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CompletionError {
+    /// The message was larger than the posted buffer.
+    #[error(
+        "message of {} truncated to the {buffer_len}-byte buffer posted for it (FI_ETRUNC); post a larger buffer",
+        .message_len.map_or("unreported size (the provider does not say)".to_string(), |l| format!("{l} bytes"))
+    )]
+    Truncated {
+        /// Size of the message that arrived, where the provider reports it
+        /// (`tcp;ofi_rxm` in libfabric 1.17 does not).
+        message_len: Option<usize>,
+        /// Capacity of the buffer posted.
+        buffer_len: usize,
+    },
+    /// A one-sided operation did not complete within
+    /// [`LoopConfig::rma_timeout`]. Its memory stays registered and held
+    /// until the provider lets go of it or the endpoint is closed.
+    #[error(
+        "no completion after {0:?}: the peer may have revoked the key, died, or stopped polling its loop \
+         (needed for progress on some providers); the operation's memory stays held until the provider \
+         releases it or the endpoint is closed"
+    )]
+    TimedOut(Duration),
+    /// The operation was cancelled.
+    #[error("operation cancelled (FI_ECANCELED)")]
+    Cancelled,
+    /// Any other error: libfabric's code, the provider's errno and its text
+    /// (`fi_cq_strerror`).
+    #[error("{code}: {text} (provider errno {prov_errno}: {prov_text})")]
+    Failed {
+        /// The `FI_E*` code.
+        code: ErrorCode,
+        /// libfabric's text for it.
+        text: String,
+        /// The provider's own error number.
+        prov_errno: i32,
+        /// The provider's text for it.
+        prov_text: String,
+    },
+    /// A split transfer of which only some parts could be posted; the
+    /// posted parts finished, the rest were never started.
+    #[error("only {posted} of {parts} parts of the transfer were posted: {error}")]
+    PartlyPosted {
+        /// Parts posted.
+        posted: usize,
+        /// Parts in all.
+        parts: usize,
+        /// Why the next part could not be posted.
+        error: String,
+    },
+    /// A message on a framed endpoint without a valid header: the peer does
+    /// not frame its messages.
+    #[error("received {0} bytes without a valid fabric-msg header: is the peer configured alike (framing)?")]
+    BadFrame(usize),
+}
+
+/// One finished operation.
+#[derive(Debug)]
+pub struct Completion {
+    /// The token given when posting.
+    pub token: Token,
+    /// The endpoint it was posted on.
+    pub endpoint: EndpointId,
+    /// Send or receive.
+    pub kind: OpKind,
+    /// The buffer, returned to its owner; for a receive its length is what
+    /// arrived.
+    pub buffer: Option<Buffer>,
+    /// The tag of a tagged receive.
+    pub tag: u64,
+    /// Immediate data that came with a receive.
+    pub data: Option<u64>,
+    /// The sender's address, where the provider reports it (`FI_SOURCE`).
+    pub source: Option<u64>,
+    /// Success, or what went wrong.
+    pub result: Result<(), CompletionError>,
+    /// The value an atomic fetched (the target's value before the operation).
+    pub value: Option<u64>,
+    /// For a multi-receive buffer: where this message lies in it (offset,
+    /// length). Read it with [`EventLoop::multi_recv_bytes`](super::EventLoop::multi_recv_bytes) while the
+    /// buffer is still posted, or from the buffer once it comes back.
+    pub multi: Option<(usize, usize)>,
+    /// The multi-receive slot (index, generation) this piece lies in.
+    pub(crate) slot: Option<(u32, u64)>,
+    /// The completion that ends a multi-receive buffer: `poll` releases
+    /// the slot and attaches the buffer when it hands this one out.
+    pub(crate) finishes: bool,
+}
+
+impl Completion {
+    /// A completion with no buffer, tag, data or source: of a one-sided
+    /// operation, a split transfer, or a remote write's notice.
+    pub(crate) fn outcome(
+        token: Token,
+        endpoint: u32,
+        kind: OpKind,
+        result: Result<(), CompletionError>,
+    ) -> Completion {
+        Completion {
+            token,
+            endpoint: EndpointId(endpoint),
+            kind,
+            buffer: None,
+            tag: 0,
+            data: None,
+            source: None,
+            result,
+            value: None,
+            multi: None,
+            slot: None,
+            finishes: false,
+        }
+    }
+}
+
+/// A post that failed; the buffer comes back with the error.
+#[derive(Debug)]
+pub struct PostError {
+    /// What went wrong.
+    pub error: Error,
+    /// The buffer that was to be used.
+    pub buffer: Option<Buffer>,
+}
+
+impl fmt::Display for PostError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.error, f)
+    }
+}
+
+impl std::error::Error for PostError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
+
+impl From<PostError> for Error {
+    fn from(e: PostError) -> Error {
+        e.error
+    }
+}
+
+/// Options of a send.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SendOpts {
+    /// Send tagged, with this tag.
+    pub tag: Option<u64>,
+    /// Immediate data delivered with the message.
+    pub data: Option<u64>,
+}
+
+/// Options of a receive.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RecvOpts {
+    /// Only from this peer (needs `FI_DIRECTED_RECV`); any peer otherwise.
+    pub from: Option<Peer>,
+    /// Receive tagged: `(tag, ignore)`; bits set in `ignore` are not compared.
+    pub tag: Option<(u64, u64)>,
+}

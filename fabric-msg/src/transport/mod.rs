@@ -1,0 +1,20 @@
+//! Transport: what moves bytes.
+//!
+//! Lives here: the [`EventLoop`](event_loop::EventLoop) — endpoints, one
+//! completion queue, posting, completions, deadlines and teardown, one file
+//! per part under [`event_loop`]; the event queue and passive endpoint that
+//! connected (MSG) endpoints need (`eq`); connection management for them
+//! (`cm`); one-sided reads, writes and atomics on the loop ([`rma`]); and
+//! the TCP bootstrap that exchanges endpoint names and profiles
+//! ([`bootstrap`]).
+//!
+//! May use: [`crate::memory`], [`crate::discovery`], [`crate::error`]. Must
+//! not use anything above it. The loop is the single owner of every
+//! endpoint, queue and in-flight operation; see `docs/architecture.md` for
+//! who closes what, and in which order.
+
+pub mod bootstrap;
+pub(crate) mod cm;
+pub(crate) mod eq;
+pub mod event_loop;
+pub mod rma;
