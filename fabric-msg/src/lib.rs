@@ -91,6 +91,7 @@ pub mod error;
 pub mod memory;
 pub mod transport;
 
+pub use discovery::atomic::AtomicOperation;
 pub use discovery::classify::{classify, Classification, FabricKind};
 pub use discovery::config::LadderConfig;
 pub use discovery::info::{EndpointType, FabricInfo};

@@ -14,6 +14,7 @@
 //! pure function of recorded `fi_info` output so it is tested on fixtures
 //! from real RDMA hosts.
 
+pub mod atomic;
 pub mod classify;
 pub mod config;
 pub(crate) mod filter;

@@ -2,6 +2,7 @@
 //! of fabric-msg obeys instead of reading `fi_info`, and the part of it two
 //! peers compare when they connect.
 
+use crate::discovery::atomic::AtomicOperation;
 use crate::discovery::classify::{Classification, FabricKind};
 use crate::discovery::info::{
     bit_names, EndpointType, FabricInfo, Progress, Threading, CAP_NAMES, MODE_NAMES, MR_MODE_NAMES,
@@ -147,6 +148,24 @@ pub struct DomainLimits {
 }
 
 impl Profile {
+    /// Whether the provider accepted this u64 atomic operation when it was
+    /// probed (`fi_atomicvalid`, `fi_fetch_atomicvalid` or
+    /// `fi_compare_atomicvalid`). Atomics are probed only when
+    /// [`Capability::Atomic`](crate::Capability::Atomic) was asked for, so
+    /// without it every answer is `false`.
+    pub fn supports(&self, op: AtomicOperation) -> bool {
+        let (_, name, form) = op.libfabric();
+        self.atomics.iter().any(|a| a.op == name && a.kind == form.name())
+    }
+
+    /// Every atomic operation [`supports`](Profile::supports) says yes to.
+    pub fn supported_atomics(&self) -> Vec<AtomicOperation> {
+        AtomicOperation::ALL
+            .into_iter()
+            .filter(|&op| self.supports(op))
+            .collect()
+    }
+
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         req: &Requirements,

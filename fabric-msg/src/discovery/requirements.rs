@@ -54,25 +54,40 @@ pub enum EndpointChoice {
 }
 
 /// What the application asks for.
+///
+/// `Requirements::default()` asks for what a messaging program needs
+/// everywhere:
+///
+/// | field | default |
+/// |---|---|
+/// | `caps` | `[Tagged, Msg]` |
+/// | `endpoint` | `Any` (the ladder's order decides) |
+/// | `same_host` | `false` (shared memory is not chosen) |
+/// | `max_peers` | 64 |
+/// | `queue_depth` | 256 |
+/// | `provider`, `domain` | `None` (any) |
+/// | `provider_layered` | `false` |
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Requirements {
-    /// Capabilities that must be granted.
+    /// Capabilities that must be granted. Default: tagged and untagged messages.
     pub caps: Vec<Capability>,
-    /// Endpoint types the application accepts.
+    /// Endpoint types the application accepts. Default: [`EndpointChoice::Any`].
     pub endpoint: EndpointChoice,
-    /// Every peer is on this host, and shared memory may be used.
+    /// Every peer is on this host, and shared memory may be used. Default: `false`.
     pub same_host: bool,
     /// Upper bound on the number of peers (sizes address vectors, and
-    /// `FI_UNIVERSE_SIZE` where fabric-msg sets it).
+    /// `FI_UNIVERSE_SIZE` where fabric-msg sets it). Default: 64.
     pub max_peers: usize,
-    /// Wanted depth of each transmit and receive queue.
+    /// Wanted depth of each transmit and receive queue. Default: 256.
     pub queue_depth: usize,
     /// Only this provider (`fabric_info -p`); `FI_PROVIDER` also restricts.
+    /// Default: `None`, any provider.
     pub provider: Option<String>,
     /// Let `provider` admit its layered forms, as libfabric's hints and
     /// fabtests' `-p` do (`tcp` admits `tcp;ofi_rxm`); otherwise it is exact.
+    /// Default: `false`.
     pub provider_layered: bool,
-    /// Only this domain (`-d`), e.g. `mlx5_0` or `lo`.
+    /// Only this domain (`-d`), e.g. `mlx5_0` or `lo`. Default: `None`, any.
     pub domain: Option<String>,
 }
 
@@ -134,3 +149,19 @@ pub const SUPPORTED_MR_MODE: u64 = (ffi::FI_MR_LOCAL
 /// Mode bits fabric-msg honours: per-operation `fi_context`/`fi_context2`
 /// storage it owns, and remote CQ data consuming a posted receive.
 pub const SUPPORTED_MODE: u64 = (ffi::FI_CONTEXT | ffi::FI_CONTEXT2 | ffi::FI_RX_CQ_DATA) as u64;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The table in `Requirements`' docs is what `default()` gives.
+    #[test]
+    fn defaults_are_the_documented_ones() {
+        let r = Requirements::default();
+        assert_eq!(r.caps, vec![Capability::Tagged, Capability::Msg]);
+        assert_eq!(r.endpoint, EndpointChoice::Any);
+        assert!(!r.same_host && !r.provider_layered);
+        assert_eq!((r.max_peers, r.queue_depth), (64, 256));
+        assert_eq!((r.provider, r.domain), (None, None));
+    }
+}

@@ -16,7 +16,9 @@ use std::fmt;
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Everything that can go wrong in fabric-msg.
-#[derive(Debug, thiserror::Error)]
+/// `Display` is one sentence; `Debug` (what `main` returning `Result` prints)
+/// adds the detail, such as every rung negotiation passed over, one per line.
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// A libfabric call failed with a code that has no variant of its own.
@@ -61,7 +63,8 @@ pub enum Error {
         message: String,
     },
     /// No rung of the ladder gave a usable fabric; `reasons` says why each
-    /// was passed over.
+    /// was passed over. Its text names each distinct reason once; every
+    /// rung's is in [`Error::rejections`] (and in `Debug`).
     #[error("no usable fabric for {wanted}: {}", summarize(.reasons))]
     NoFabric {
         /// The requirements, in words.
@@ -194,15 +197,55 @@ fn provider_hint(requested: &str, available: &[String]) -> String {
     }
 }
 
+/// The reasons in one sentence: each distinct reason once, with how many
+/// rungs it stopped. Reasons that only say a rung was absent, excluded or
+/// not needed are left out when others exist: they rarely explain a failure.
 fn summarize(reasons: &[Rejection]) -> String {
     if reasons.is_empty() {
         return "libfabric reported no candidates".into();
     }
-    reasons
-        .iter()
-        .map(|r| r.to_string())
-        .collect::<Vec<_>>()
-        .join("; ")
+    let telling = |r: &&Rejection| {
+        !matches!(
+            r.reason,
+            Reason::NotPresent { .. }
+                | Reason::NotNeeded
+                | Reason::ExcludedByProviderFilter { .. }
+                | Reason::DisabledInConfig { .. }
+                | Reason::EndpointTypeNotWanted
+        )
+    };
+    let shown: Vec<&Rejection> = if reasons.iter().any(|r| telling(&r)) {
+        reasons.iter().filter(telling).collect()
+    } else {
+        reasons.iter().collect()
+    };
+    let mut groups: Vec<(String, usize)> = Vec::new();
+    for r in shown {
+        let text = r.reason.to_string();
+        match groups.iter_mut().find(|(t, _)| *t == text) {
+            Some((_, n)) => *n += 1,
+            None => groups.push((text, 1)),
+        }
+    }
+    let parts: Vec<String> = groups
+        .into_iter()
+        .map(|(t, n)| if n > 1 { format!("{t} ({n} rungs)") } else { t })
+        .collect();
+    format!(
+        "{} (of {} rungs passed over; fabric_info, or the error's rejections(), lists each)",
+        parts.join("; "),
+        reasons.len()
+    )
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)?;
+        for r in self.rejections() {
+            write!(f, "\n  passed over {r}")?;
+        }
+        Ok(())
+    }
 }
 
 /// A libfabric error code, shown by name. libfabric's own codes (256 and up,
@@ -312,6 +355,15 @@ impl Error {
         }
     }
 
+    /// Why each rung of the ladder was passed over, for [`Error::NoFabric`];
+    /// empty for every other error.
+    pub fn rejections(&self) -> &[Rejection] {
+        match self {
+            Error::NoFabric { reasons, .. } => reasons,
+            _ => &[],
+        }
+    }
+
     /// The positive `FI_E*` code, if this error came from libfabric.
     pub fn fabric_code(&self) -> Option<u32> {
         match self {
@@ -363,5 +415,69 @@ mod tests {
     #[test]
     fn unknown_codes_are_shown_by_number() {
         assert_eq!(ErrorCode(9999).to_string(), "libfabric error 9999");
+    }
+
+    #[test]
+    fn no_fabric_is_one_sentence_and_debug_lists_every_rung() {
+        let rung = |name: &str, reason| Rejection {
+            rung: name.into(),
+            domain: None,
+            reason,
+        };
+        let lacks = || Reason::MissingCapabilities {
+            missing: vec!["FI_ATOMIC".into()],
+        };
+        let e = Error::NoFabric {
+            wanted: "[atomic] over msg endpoints".into(),
+            reasons: vec![
+                rung(
+                    "ib via verbs (msg)",
+                    Reason::NotPresent {
+                        detail: String::new(),
+                    },
+                ),
+                rung("tcp via tcp (msg)", lacks()),
+                rung("tcp via sockets (msg)", lacks()),
+                rung(
+                    "tcp via net (msg)",
+                    Reason::OpenFailed {
+                        error: "fi_atomicvalid: none".into(),
+                    },
+                ),
+            ],
+        };
+        let text = e.to_string();
+        assert!(!text.contains('\n'), "{text}");
+        assert_eq!(
+            text.matches("lacks required capabilities FI_ATOMIC").count(),
+            1,
+            "{text}"
+        );
+        assert!(
+            text.contains("(2 rungs)") && text.contains("fi_atomicvalid: none"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("not present"),
+            "absent rungs explain nothing: {text}"
+        );
+        assert!(text.contains("of 4 rungs passed over"), "{text}");
+        assert_eq!(e.rejections().len(), 4);
+        let debug = format!("{e:?}");
+        assert_eq!(debug.lines().count(), 5, "{debug}");
+        assert!(
+            debug.contains("passed over ib via verbs (msg): not present"),
+            "{debug}"
+        );
+        let only_absent = Error::NoFabric {
+            wanted: "x".into(),
+            reasons: vec![rung(
+                "ib",
+                Reason::NotPresent {
+                    detail: String::new(),
+                },
+            )],
+        };
+        assert!(only_absent.to_string().contains("not present"), "{only_absent}");
     }
 }

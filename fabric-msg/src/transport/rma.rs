@@ -13,6 +13,7 @@
 //! target's loop must be polled for a peer's one-sided operations to
 //! proceed, as with messages.
 
+use crate::discovery::atomic::{AtomicForm, AtomicOperation};
 use crate::error::{Error, Result};
 use crate::ffi;
 use crate::memory::access::Access;
@@ -49,25 +50,30 @@ pub enum Atomic {
     Read,
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum AtomicKind {
-    Plain,
-    Fetch,
-    Compare,
-}
-
 impl Atomic {
-    /// (libfabric op, its name, kind, operand, compare value).
-    fn parts(self) -> (ffi::fi_op, &'static str, AtomicKind, u64, u64) {
-        use AtomicKind::*;
+    /// The operation without its operands, as [`Profile::supports`](crate::Profile::supports) takes it.
+    pub fn operation(self) -> AtomicOperation {
         match self {
-            Atomic::Add(v) => (ffi::FI_SUM, "FI_SUM", Plain, v, 0),
-            Atomic::FetchAdd(v) => (ffi::FI_SUM, "FI_SUM", Fetch, v, 0),
-            Atomic::Swap(v) => (ffi::FI_ATOMIC_WRITE, "FI_ATOMIC_WRITE", Fetch, v, 0),
-            Atomic::CompareSwap { expected, new } => (ffi::FI_CSWAP, "FI_CSWAP", Compare, new, expected),
-            Atomic::FetchMin(v) => (ffi::FI_MIN, "FI_MIN", Fetch, v, 0),
-            Atomic::FetchMax(v) => (ffi::FI_MAX, "FI_MAX", Fetch, v, 0),
-            Atomic::Read => (ffi::FI_ATOMIC_READ, "FI_ATOMIC_READ", Fetch, 0, 0),
+            Atomic::Add(_) => AtomicOperation::Add,
+            Atomic::FetchAdd(_) => AtomicOperation::FetchAdd,
+            Atomic::Swap(_) => AtomicOperation::Swap,
+            Atomic::CompareSwap { .. } => AtomicOperation::CompareSwap,
+            Atomic::FetchMin(_) => AtomicOperation::FetchMin,
+            Atomic::FetchMax(_) => AtomicOperation::FetchMax,
+            Atomic::Read => AtomicOperation::Read,
+        }
+    }
+
+    /// (operand, compare value).
+    fn operands(self) -> (u64, u64) {
+        match self {
+            Atomic::Add(v)
+            | Atomic::FetchAdd(v)
+            | Atomic::Swap(v)
+            | Atomic::FetchMin(v)
+            | Atomic::FetchMax(v) => (v, 0),
+            Atomic::CompareSwap { expected, new } => (new, expected),
+            Atomic::Read => (0, 0),
         }
     }
 
@@ -378,12 +384,9 @@ impl EventLoop {
         offset: u64,
         token: Token,
     ) -> Result<()> {
-        let (fi_op, name, kind, operand, compare) = op.parts();
-        let kind_name = match kind {
-            AtomicKind::Plain => "atomic",
-            AtomicKind::Fetch => "fetch",
-            AtomicKind::Compare => "compare",
-        };
+        let operation = op.operation();
+        let (fi_op, _, kind) = operation.libfabric();
+        let (operand, compare) = op.operands();
         remote.check(offset, 8, op.needs(), "atomic")?;
         let (addr0, _) = remote.target(offset);
         if addr0 % 8 != 0 {
@@ -391,17 +394,15 @@ impl EventLoop {
                 "atomic at offset {offset}: the target must be 8-byte aligned"
             )));
         }
-        let offered = self
-            .domain
-            .profile
-            .atomics
-            .iter()
-            .any(|a| a.op == name && a.kind == kind_name);
-        if !offered {
+        if !self.domain.profile.supports(operation) {
             return Err(self.unsupported(&format!(
-                "u64 {name} ({kind_name}) atomics: fi_{}atomicvalid did not accept it (ask for \
+                "{operation} atomics: fi_{}atomicvalid did not accept it (ask for \
                  Capability::Atomic when negotiating, so a provider with atomics is chosen)",
-                if kind == AtomicKind::Plain { "" } else { kind_name }
+                if kind == AtomicForm::Plain {
+                    ""
+                } else {
+                    kind.name()
+                }
             )));
         }
         let ep = self.ep(peer.endpoint)?;
@@ -423,7 +424,7 @@ impl EventLoop {
             count: 1,
             region: None,
             lease: None,
-            atomic: kind != AtomicKind::Plain,
+            atomic: kind != AtomicForm::Plain,
             last_buffer: None,
         };
         self.post_parts(parts, |_, index, ctx| {
@@ -442,10 +443,10 @@ impl EventLoop {
                 ptr::write_unaligned(res, 0);
                 let (opnd, cmp, res) = (opnd.cast::<c_void>(), cmp.cast::<c_void>(), res.cast::<c_void>());
                 match kind {
-                    AtomicKind::Plain => {
+                    AtomicForm::Plain => {
                         ffi::fi_atomic(raw, opnd, 1, desc, addr, raddr, key, ffi::FI_UINT64, fi_op, ctx)
                     }
-                    AtomicKind::Fetch => ffi::fi_fetch_atomic(
+                    AtomicForm::Fetch => ffi::fi_fetch_atomic(
                         raw,
                         opnd,
                         1,
@@ -459,7 +460,7 @@ impl EventLoop {
                         fi_op,
                         ctx,
                     ),
-                    AtomicKind::Compare => ffi::fi_compare_atomic(
+                    AtomicForm::Compare => ffi::fi_compare_atomic(
                         raw,
                         opnd,
                         1,

@@ -274,4 +274,17 @@ mod tests {
         send::<Peer>();
         sync::<Peer>();
     }
+
+    /// The table in `LoopConfig`'s docs is what `default()` gives.
+    #[test]
+    fn loop_config_defaults_are_the_documented_ones() {
+        use std::time::Duration;
+        let c = LoopConfig::default();
+        assert_eq!(c.post_timeout, Duration::from_secs(5));
+        assert_eq!(c.wait, WaitMode::Spin);
+        assert_eq!(c.spin_before_block, Duration::from_micros(50));
+        assert_eq!(c.rma_timeout, Some(Duration::from_secs(30)));
+        assert!(c.cq_size.is_none() && c.min_multi_recv.is_none() && c.rma_chunk.is_none());
+        assert!(!c.force_framing);
+    }
 }

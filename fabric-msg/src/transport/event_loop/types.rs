@@ -94,17 +94,30 @@ pub enum WaitMode {
 }
 
 /// Tuning for an [`EventLoop`](super::EventLoop).
+///
+/// `LoopConfig::default()`:
+///
+/// | field | default |
+/// |---|---|
+/// | `post_timeout` | 5 s |
+/// | `wait` | [`WaitMode::Spin`] |
+/// | `spin_before_block` | 50 µs (used with [`WaitMode::Block`]) |
+/// | `cq_size` | `None`: two endpoints' queues, capped by the device |
+/// | `force_framing` | `false` |
+/// | `min_multi_recv` | `None`: the provider's default |
+/// | `rma_chunk` | `None`: the fabric's and the peer's `max_msg_size` |
+/// | `rma_timeout` | 30 s |
 #[derive(Debug, Clone)]
 pub struct LoopConfig {
-    /// How long a post may retry on a full queue before giving up.
+    /// How long a post may retry on a full queue before giving up. Default: 5 s.
     pub post_timeout: Duration,
-    /// How `poll` waits.
+    /// How `poll` waits. Default: [`WaitMode::Spin`].
     pub wait: WaitMode,
     /// In [`WaitMode::Block`], how long `poll` spins on the CQ before it
     /// sleeps on the wait fd. Waking a sleeping thread costs tens of
     /// microseconds (more in VMs); a short spin catches replies that come
     /// quickly at the price of that much CPU per wait. `Duration::ZERO`:
-    /// sleep at once.
+    /// sleep at once. Default: 50 µs.
     pub spin_before_block: Duration,
     /// Completion queue entries; `None`: room for two endpoints' queues
     /// (capped by the device's `max_cqe`). At most this many operations are
@@ -114,7 +127,7 @@ pub struct LoopConfig {
     /// and immediate data) even where the profile does not ask for it. The
     /// profile frames where the fabric has no remote CQ data (iWARP) and
     /// where a provider truncates silently (`udp;ofi_rxd`). Peers compare it
-    /// at connect time.
+    /// at connect time. Default: `false`.
     pub force_framing: bool,
     /// `FI_OPT_MIN_MULTI_RECV`: a multi-receive buffer is released once
     /// less than this many bytes remain free. `None`: the provider's default.
@@ -126,7 +139,7 @@ pub struct LoopConfig {
     /// A one-sided operation (RMA, atomic) not completed after this long
     /// completes with [`CompletionError::TimedOut`]; some providers never
     /// complete an access the target refused (a revoked key on `shm` and
-    /// `udp;ofi_rxd` in libfabric 1.17). `None`: wait for ever.
+    /// `udp;ofi_rxd` in libfabric 1.17). `None`: wait for ever. Default: 30 s.
     pub rma_timeout: Option<Duration>,
 }
 

@@ -1,0 +1,85 @@
+//! The u64 atomic operations fabric-msg offers, named without their
+//! operands, and how each maps to libfabric's `fi_op` and call form. A
+//! [`Profile`](crate::Profile) answers
+//! [`supports`](crate::Profile::supports) for each, from what
+//! `fi_*atomicvalid` accepted while negotiating.
+
+use crate::ffi;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// A u64 atomic operation, without its operands: what a [`Profile`] can be
+/// asked about (`profile.supports(AtomicOperation::FetchAdd)`).
+///
+/// [`Profile`]: crate::Profile
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum AtomicOperation {
+    /// Add, returning nothing (`FI_SUM`).
+    Add,
+    /// Add, returning the old value (`FI_SUM`, fetching).
+    FetchAdd,
+    /// Store, returning the old value (`FI_ATOMIC_WRITE`, fetching).
+    Swap,
+    /// Compare and swap (`FI_CSWAP`).
+    CompareSwap,
+    /// Store the minimum, returning the old value (`FI_MIN`, fetching).
+    FetchMin,
+    /// Store the maximum, returning the old value (`FI_MAX`, fetching).
+    FetchMax,
+    /// Read atomically (`FI_ATOMIC_READ`, fetching).
+    Read,
+}
+
+/// Which libfabric call carries an atomic: `fi_atomic`, `fi_fetch_atomic`
+/// or `fi_compare_atomic`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AtomicForm {
+    Plain,
+    Fetch,
+    Compare,
+}
+
+impl AtomicForm {
+    /// The name [`AtomicOp::kind`](crate::AtomicOp::kind) uses.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            AtomicForm::Plain => "atomic",
+            AtomicForm::Fetch => "fetch",
+            AtomicForm::Compare => "compare",
+        }
+    }
+}
+
+impl AtomicOperation {
+    /// Every operation, in declaration order.
+    pub const ALL: [AtomicOperation; 7] = [
+        AtomicOperation::Add,
+        AtomicOperation::FetchAdd,
+        AtomicOperation::Swap,
+        AtomicOperation::CompareSwap,
+        AtomicOperation::FetchMin,
+        AtomicOperation::FetchMax,
+        AtomicOperation::Read,
+    ];
+
+    /// libfabric's operation, its name, and the call form.
+    pub(crate) fn libfabric(self) -> (ffi::fi_op, &'static str, AtomicForm) {
+        use AtomicForm::*;
+        match self {
+            AtomicOperation::Add => (ffi::FI_SUM, "FI_SUM", Plain),
+            AtomicOperation::FetchAdd => (ffi::FI_SUM, "FI_SUM", Fetch),
+            AtomicOperation::Swap => (ffi::FI_ATOMIC_WRITE, "FI_ATOMIC_WRITE", Fetch),
+            AtomicOperation::CompareSwap => (ffi::FI_CSWAP, "FI_CSWAP", Compare),
+            AtomicOperation::FetchMin => (ffi::FI_MIN, "FI_MIN", Fetch),
+            AtomicOperation::FetchMax => (ffi::FI_MAX, "FI_MAX", Fetch),
+            AtomicOperation::Read => (ffi::FI_ATOMIC_READ, "FI_ATOMIC_READ", Fetch),
+        }
+    }
+}
+
+impl fmt::Display for AtomicOperation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (_, name, form) = self.libfabric();
+        write!(f, "u64 {name} ({})", form.name())
+    }
+}
