@@ -101,6 +101,7 @@ mod probe;
 pub mod profile;
 pub mod rma;
 pub mod verbs_limits;
+pub(crate) mod world;
 
 pub use bootstrap::{connect, connect_with, Listener};
 pub use buffer::Buffer;
