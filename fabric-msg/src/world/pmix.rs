@@ -362,12 +362,15 @@ static API: OnceLock<Result<Api, String>> = OnceLock::new();
 /// The library, loaded on first use. The error says what `dlopen` or
 /// `dlsym` reported.
 fn api() -> Result<&'static Api, String> {
-    API.get_or_init(load).as_ref().map_err(Clone::clone)
+    API.get_or_init(|| load(&LIBRARY_NAMES))
+        .as_ref()
+        .map_err(Clone::clone)
 }
 
-fn load() -> Result<Api, String> {
+/// Opens the first of `names` that loads and resolves every symbol.
+fn load(names: &[&'static CStr]) -> Result<Api, String> {
     let mut failures = Vec::new();
-    for name in LIBRARY_NAMES {
+    for &name in names {
         // SAFETY: name is NUL-terminated. The handle is never closed: PMIx
         // starts threads that must not outlive its code.
         let handle = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
@@ -375,11 +378,7 @@ fn load() -> Result<Api, String> {
             failures.push(dl_error());
             continue;
         }
-        let library = if name == c"libpmix.so.2" {
-            "libpmix.so.2"
-        } else {
-            "libpmix.so"
-        };
+        let library = name.to_str().unwrap_or("libpmix");
         // SAFETY: handle is a live dlopen handle, and each type below is the
         // exact signature pmix.h (PMIx 4.2) declares for the symbol named.
         return unsafe {
@@ -589,6 +588,12 @@ impl PmixError {
 /// What to do about `status` returned by `call`.
 fn advice(call: &str, status: Status) -> &'static str {
     match status {
+        _ if call == "PMIx_Init" => {
+            "could not connect to the launcher's PMIx server: check that the launcher is still \
+             running and that its PMIx is compatible with the library loaded here (PMIx 4 clients \
+             need a server of PMIx v2 or newer), or unset the PMIX_* variables to run without a \
+             launcher"
+        }
         sys::ERR_TIMEOUT => {
             "a rank did not get there in time: check that every rank makes the same calls \
              (put/commit before the fence, every rank in the fence), or give a longer timeout"
@@ -606,16 +611,7 @@ fn advice(call: &str, status: Status) -> &'static str {
              probably exited or is tearing the job down"
         }
         sys::ERR_INIT => "PMIx is not initialised in this process (was it finalized?)",
-        sys::ERR_BAD_PARAM if call == "PMIx_Init" => {
-            "the launcher's PMIx server rejected this client; check that its PMIx version \
-             is compatible with the library loaded here"
-        }
         sys::ERR_BAD_PARAM => "PMIx rejected the arguments: this is a fabric-msg bug, please report it",
-        _ if call == "PMIx_Init" => {
-            "could not connect to the launcher's PMIx server: check that the launcher is still \
-             running and that its PMIx is compatible with the library loaded here, or unset the \
-             PMIX_* variables to run without a launcher"
-        }
         _ => "see the launcher's output for the cause",
     }
 }
@@ -950,10 +946,11 @@ impl Pmix {
         key: &'static CStr,
         context: impl Fn() -> String,
     ) -> Result<T, PmixError> {
-        let number = match self.get_value(self.proc(rank), key, 0, INFO_TIMEOUT)? {
+        // Room for a wrongly typed string to be reported as one.
+        let number = match self.get_value(self.proc(rank), key, 64, INFO_TIMEOUT)? {
             Owned::Unsigned(n) => Some(n),
             Owned::Signed(n) => u64::try_from(n).ok(),
-            other => return Err(self.wrong_type(other, "an integer", &context(), 0)),
+            other => return Err(self.wrong_type(other, "an integer", &context(), 64)),
         };
         number
             .and_then(|n| T::try_from(n).ok())
@@ -1965,6 +1962,32 @@ mod tests {
     }
 
     #[test]
+    fn a_missing_library_is_reported_with_what_to_do() {
+        let problem = load(&[c"libpmix-fabric-msg-test-absent.so.9"])
+            .err()
+            .expect("no such library");
+        assert!(
+            problem.contains("libpmix-fabric-msg-test-absent.so.9"),
+            "{problem}"
+        );
+        let err = PmixError::Library {
+            namespace: "1234".into(),
+            problem,
+        };
+        let text = err.to_string();
+        for part in [
+            "PMIX_NAMESPACE=1234",
+            "libpmix-fabric-msg-test-absent.so.9",
+            "apt-get install libpmix2",
+        ] {
+            assert!(text.contains(part), "{part:?} missing from: {text}");
+        }
+        // libc has no PMIx_Init: the symbol check names what is missing.
+        let problem = load(&[c"libc.so.6"]).err().expect("libc is no PMIx");
+        assert!(problem.contains("no symbol PMIx_Init"), "{problem}");
+    }
+
+    #[test]
     fn server_timeouts_round_up_and_never_mean_forever() {
         assert_eq!(server_timeout(Duration::from_millis(1)), 1);
         assert_eq!(server_timeout(Duration::from_secs(2)), 2);
@@ -2249,6 +2272,15 @@ mod tests {
         }
     }
 
+    /// The connection of a child that mpirun started.
+    fn connect_child() -> Pmix {
+        match Pmix::connect() {
+            Ok(Some(pmix)) => pmix,
+            Ok(None) => panic!("mpirun set no PMIx variables"),
+            Err(e) => panic!("{e}"),
+        }
+    }
+
     /// Asserts mpirun succeeded and every rank printed its OK line once.
     fn assert_ranks_ok(out: &Output, child: &str, np: u32) {
         assert!(out.status.success(), "mpirun failed\n{}", describe(out));
@@ -2287,9 +2319,7 @@ mod tests {
         if !child_mode("child_exchange") {
             return; // a no-op unless mpirun_three_ranks_exchange started us
         }
-        let pmix = Pmix::connect()
-            .expect("connect")
-            .expect("mpirun set no PMIx variables");
+        let pmix = connect_child();
         let rank = pmix.rank();
         let size = pmix.job_size().expect("job size");
         assert_eq!(size, 3);
@@ -2370,9 +2400,7 @@ mod tests {
         if !child_mode("child_fence_timeout") {
             return; // a no-op unless mpirun_fence_and_get_time_out started us
         }
-        let pmix = Pmix::connect()
-            .expect("connect")
-            .expect("mpirun set no PMIx variables");
+        let pmix = connect_child();
         let rank = pmix.rank();
         if rank == 2 {
             // Never fences, never puts; outlives what the others do.
@@ -2399,6 +2427,10 @@ mod tests {
             std::thread::sleep(Duration::from_millis(20));
         }
         let late = ABANDONED_COMPLETIONS.load(Ordering::Relaxed);
+        assert!(
+            late >= 1,
+            "the server never answered the abandoned fence (PMIX_TIMEOUT 3 s)"
+        );
 
         let start = Instant::now();
         let err = pmix
@@ -2447,9 +2479,7 @@ mod tests {
         if !child_mode("child_abort") {
             return; // a no-op unless mpirun_abort_ends_the_job started us
         }
-        let pmix = Pmix::connect()
-            .expect("connect")
-            .expect("mpirun set no PMIx variables");
+        let pmix = connect_child();
         if pmix.rank() == 1 {
             assert!(matches!(
                 pmix.abort(7, "nul\0inside"),
