@@ -595,16 +595,18 @@ fn advice(call: &str, status: Status) -> &'static str {
              launcher"
         }
         sys::ERR_TIMEOUT => {
-            "a rank did not get there in time: check that every rank makes the same calls \
-             (put/commit before the fence, every rank in the fence), or give a longer timeout"
+            "a rank did not get there in time, or the launcher stopped answering: check that \
+             every rank makes the same calls (put/commit before the fence, every rank in the \
+             fence), or give a longer timeout"
         }
         sys::ERR_PARTIAL_SUCCESS | sys::ERR_PROC_ABORTED | sys::PROC_TERMINATED => {
             "a rank of the job terminated during the operation; the job cannot complete \
              collective steps any more and should abort"
         }
         sys::ERR_NOT_FOUND => {
-            "that rank has no such key: it must put() it and commit() before the fence that \
-             precedes this get()"
+            "PMIx has no such key for that rank: a rank must put() and commit() a key before \
+             the fence that precedes the get(); job information may not be provided by this \
+             launcher at all"
         }
         sys::ERR_UNREACH | sys::ERR_LOST_CONNECTION | sys::ERR_COMM_FAILURE => {
             "the PMIx server (mpirun, orted, slurmstepd, prted) is unreachable: the launcher has \
