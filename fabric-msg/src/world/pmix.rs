@@ -1790,10 +1790,18 @@ mod tests {
         }
         c += "    return 0;\n}\n";
 
-        let dir = std::env::temp_dir().join(format!("fabric-msg-pmix-layout-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("create a temporary directory");
-        let source = dir.join("layout.c");
-        let program = dir.join("layout");
+        /// Removed however the test ends.
+        struct TempDir(std::path::PathBuf);
+        impl Drop for TempDir {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_dir_all(&self.0);
+            }
+        }
+        let dir =
+            TempDir(std::env::temp_dir().join(format!("fabric-msg-pmix-layout-{}", std::process::id())));
+        std::fs::create_dir_all(&dir.0).expect("create a temporary directory");
+        let source = dir.0.join("layout.c");
+        let program = dir.0.join("layout");
         std::fs::write(&source, &c).expect("write the C program");
         let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_owned());
         let out = Command::new(&cc)
@@ -1811,7 +1819,6 @@ mod tests {
         );
         let out = Command::new(&program).output().expect("run the layout program");
         assert!(out.status.success());
-        let _ = std::fs::remove_dir_all(&dir);
 
         let stdout = String::from_utf8(out.stdout).expect("the layout program prints text");
         let printed: HashMap<&str, &str> = stdout.lines().filter_map(|line| line.split_once('\t')).collect();
