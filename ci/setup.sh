@@ -10,6 +10,8 @@ packages=(
   clang
   pkg-config
   gcc             # compiles bindgen's shims for libfabric's static inline functions
+  openmpi-bin     # mpirun: the World's tests launch ranks through its PMIx server
+  libpmix-dev     # pmix.h and pmix.pc: the PMIx layout test checks our ABI against them
 )
 
 missing=()

@@ -90,6 +90,7 @@ pub mod discovery;
 pub mod error;
 pub mod memory;
 pub mod transport;
+pub mod world;
 
 pub use discovery::atomic::AtomicOperation;
 pub use discovery::classify::{classify, Classification, FabricKind};
@@ -110,3 +111,4 @@ pub use transport::event_loop::{
     SendOpts, Token, WaitMode,
 };
 pub use transport::rma::Atomic;
+pub use world::{World, WorldConfig};

@@ -54,7 +54,7 @@ pub struct Attempt {
     pub class: Classification,
 }
 
-fn rung_label(r: &Rung) -> String {
+pub(crate) fn rung_label(r: &Rung) -> String {
     format!(
         "{} via {} ({})",
         r.kind.as_str(),

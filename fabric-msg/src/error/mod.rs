@@ -173,6 +173,24 @@ pub enum Error {
     /// Encoding or decoding a wire message failed.
     #[error("wire encoding: {0}")]
     Encoding(String),
+    /// Forming or leaving a [`World`](crate::World) failed: the launcher
+    /// (`pmix`, `rendezvous`) and what went wrong, naming the rank.
+    #[error("world ({launcher}): {message}")]
+    Launch {
+        /// How the world was launched.
+        launcher: &'static str,
+        /// What went wrong and what to do.
+        message: String,
+    },
+    /// A rank of the world is gone (its process exited or was killed
+    /// without finishing); the world cannot go on.
+    #[error("rank {rank} is lost: {why}")]
+    RankLost {
+        /// The rank.
+        rank: u32,
+        /// How it was noticed.
+        why: String,
+    },
     /// An operating-system error outside libfabric (sockets, files).
     #[error("{context}: {source}")]
     Io {

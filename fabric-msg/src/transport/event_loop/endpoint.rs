@@ -118,4 +118,68 @@ impl EventLoop {
             agreement,
         })
     }
+
+    /// Insert many peers' addresses in one `fi_av_insert` call, in order:
+    /// the `Peer` at index `i` is `names[i]`. Every name is checked before
+    /// libfabric sees it: it must be exactly as long as this endpoint's own
+    /// name (the provider's address length), so a short, empty or oversized
+    /// name from a peer is an error naming its index, not a read past its end.
+    pub fn insert_peers(
+        &mut self,
+        id: EndpointId,
+        names: &[Vec<u8>],
+        agreements: &[Agreement],
+    ) -> Result<Vec<Peer>> {
+        let own = self.name(id)?.len();
+        if names.len() != agreements.len() {
+            return Err(Error::Usage(format!(
+                "insert_peers: {} names but {} agreements",
+                names.len(),
+                agreements.len()
+            )));
+        }
+        if let Some((i, n)) = names.iter().enumerate().find(|(_, n)| n.len() != own) {
+            return Err(Error::PeerMismatch(format!(
+                "address {i} is {} bytes; this provider's addresses are {own}: it is not from the same \
+                 provider, or it was damaged on the way",
+                n.len()
+            )));
+        }
+        let av = self.av.as_ref().ok_or(Error::Closed {
+            what: "address vector".into(),
+        })?;
+        let packed: Vec<u8> = names.concat();
+        let mut addrs: Vec<ffi::fi_addr_t> = vec![ffi::FI_ADDR_NOTAVAIL; names.len()];
+        // SAFETY: av is open; `packed` holds names.len() addresses of the
+        // provider's length back to back (checked above), and `addrs` has
+        // room for one fi_addr_t each.
+        let rc = unsafe {
+            ffi::fi_av_insert(
+                av.raw,
+                packed.as_ptr().cast(),
+                names.len(),
+                addrs.as_mut_ptr(),
+                0,
+                ptr::null_mut(),
+            )
+        };
+        if rc < 0 {
+            return Err(Error::from_rc("fi_av_insert", rc.into()));
+        }
+        if let Some(i) = addrs.iter().position(|a| *a == ffi::FI_ADDR_NOTAVAIL) {
+            return Err(Error::PeerMismatch(format!(
+                "fi_av_insert took {rc} of {} addresses; address {i} was refused",
+                names.len()
+            )));
+        }
+        Ok(addrs
+            .into_iter()
+            .zip(agreements)
+            .map(|(addr, agreement)| Peer {
+                endpoint: id,
+                addr,
+                agreement: *agreement,
+            })
+            .collect())
+    }
 }

@@ -73,6 +73,7 @@ pub(crate) enum PmixError {
 impl PmixError {
     /// True for both kinds of timeout: the server's `PMIX_ERR_TIMEOUT` and
     /// our own deadline.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn is_timeout(&self) -> bool {
         matches!(
             self,
@@ -85,6 +86,7 @@ impl PmixError {
     }
 
     /// The PMIx function the error is about, if any.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn call(&self) -> Option<&'static str> {
         match self {
             PmixError::Call { call, .. }

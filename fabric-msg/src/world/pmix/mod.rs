@@ -53,8 +53,6 @@
 //! libpmix is thread-safe (every call is handed to its own progress
 //! thread), so [`Pmix`] is `Send` and `Sync`. One `Pmix` per process:
 //! `PMIx_Init` runs once, and `PMIx_Finalize` when it is dropped.
-// Nothing calls this yet: the bootstrap that will is being written.
-#![cfg_attr(not(test), allow(dead_code))]
 
 /// The parts of `pmix_common.h` (PMIx 4.2) this module uses, written out by
 /// hand. The `layout_matches_pmix_h` test compiles a C program against the
@@ -68,10 +66,7 @@ mod load;
 mod nb;
 mod value;
 
-// Unused until the bootstrap calls in, like the rest of the module.
-#[allow(unused_imports)]
 pub(crate) use client::Pmix;
-#[allow(unused_imports)]
 pub(crate) use error::PmixError;
 
 #[cfg(test)]

@@ -1,0 +1,462 @@
+//! The World as users start it: `spmd` launched by the rendezvous variables,
+//! by `mpirun` (PMIx), and alone; every byte of the ring checked by the
+//! program itself; ranks that exit early or are killed; ranks that disagree
+//! on the fabric. Every process has a deadline, so a hang fails the test.
+
+use std::io::Read;
+use std::net::TcpListener;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+const SPMD: &str = env!("CARGO_BIN_EXE_spmd");
+/// Longest any one launch may take.
+const DEADLINE: Duration = Duration::from_secs(90);
+/// How soon the survivors of a lost rank must have said so and exited:
+/// noticing takes milliseconds, but a send already retrying on a full
+/// queue to the dead rank gives up only after `LoopConfig::post_timeout`
+/// (5 s); the rest is start-up on a loaded 2-core machine.
+const LOSS_BOUND: Duration = Duration::from_secs(12);
+
+#[derive(Debug)]
+struct Exit {
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
+    /// When it ended, from the launch.
+    at: Duration,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+fn clean(cmd: &mut Command) -> &mut Command {
+    cmd.env_remove("FI_PROVIDER")
+        .env_remove("FABRIC_MSG_PROVIDERS")
+        .env_remove("FABRIC_MSG_RANK")
+        .env_remove("FABRIC_MSG_SIZE")
+        .env_remove("FABRIC_MSG_ROOT")
+        .env_remove("PMIX_RANK")
+        .env_remove("PMIX_NAMESPACE")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+}
+
+/// Start `n` ranks through the rendezvous; `env(rank)` adds variables.
+fn rendezvous(n: u32, args: &[&str], env: impl Fn(u32) -> Vec<(&'static str, String)>) -> Vec<Child> {
+    let root = format!("127.0.0.1:{}", free_port());
+    (0..n)
+        .map(|r| {
+            let mut cmd = Command::new(SPMD);
+            clean(&mut cmd)
+                .args(args)
+                .env("FABRIC_MSG_RANK", r.to_string())
+                .env("FABRIC_MSG_SIZE", n.to_string())
+                .env("FABRIC_MSG_ROOT", &root);
+            for (k, v) in env(r) {
+                cmd.env(k, v);
+            }
+            cmd.spawn().expect("starting spmd")
+        })
+        .collect()
+}
+
+/// Wait for every child, killing all of them at the deadline.
+fn wait_all(mut children: Vec<Child>, started: Instant) -> Vec<Exit> {
+    let pipes: Vec<_> = children
+        .iter_mut()
+        .map(|c| (drain(c.stdout.take()), drain(c.stderr.take())))
+        .collect();
+    let mut ends: Vec<Option<(ExitStatus, Duration)>> = children.iter().map(|_| None).collect();
+    while ends.iter().any(Option::is_none) {
+        for (c, end) in children.iter_mut().zip(ends.iter_mut()) {
+            if end.is_none() {
+                if let Some(s) = c.try_wait().expect("waiting") {
+                    *end = Some((s, started.elapsed()));
+                }
+            }
+        }
+        if started.elapsed() > DEADLINE {
+            for c in children.iter_mut() {
+                c.kill().ok();
+                c.wait().ok();
+            }
+            panic!("ranks still running after {DEADLINE:?}: a hang");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    ends.into_iter()
+        .zip(pipes)
+        .map(|(end, (o, e))| {
+            let (status, at) = end.expect("ended");
+            Exit {
+                status,
+                at,
+                stdout: o.join().expect("reader"),
+                stderr: e.join().expect("reader"),
+            }
+        })
+        .collect()
+}
+
+fn drain(pipe: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut s = String::new();
+        if let Some(mut p) = pipe {
+            p.read_to_string(&mut s).ok();
+        }
+        s
+    })
+}
+
+/// Rank 0's output holds one verified line per rank and the summary.
+fn assert_verified_ring(exits: &[Exit], n: u32, provider: &str, launcher: &str) {
+    for (r, e) in exits.iter().enumerate() {
+        assert!(e.status.success(), "rank {r} failed: {e:?}");
+    }
+    let out = &exits[0].stdout;
+    for r in 0..n {
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(&format!("rank {r}/{n}:")))
+            .unwrap_or_else(|| panic!("no line for rank {r}: {out}"));
+        assert!(
+            line.contains("0 bad, 0 out of order: every byte verified"),
+            "{line}"
+        );
+        assert!(line.contains(&format!("({provider} via {launcher})")), "{line}");
+    }
+    assert!(
+        out.contains(&format!(
+            "summary: ring of {n} rank(s) over {provider} ({launcher})"
+        )) && out.contains("every byte verified on every rank"),
+        "{out}"
+    );
+}
+
+fn ring(n: u32, messages: &str, shm: bool) -> Vec<Exit> {
+    let started = Instant::now();
+    let shm = if shm { "1" } else { "0" };
+    wait_all(
+        rendezvous(n, &["-n", messages, "-S", "4096"], |_| {
+            vec![("FABRIC_MSG_SHM", shm.to_string())]
+        }),
+        started,
+    )
+}
+
+#[test]
+fn alone_is_a_world_of_one() {
+    let started = Instant::now();
+    let mut cmd = Command::new(SPMD);
+    let child = clean(&mut cmd).args(["-n", "200"]).spawn().expect("spmd");
+    let exits = wait_all(vec![child], started);
+    assert_verified_ring(&exits, 1, "shm", "single");
+}
+
+#[test]
+fn rendezvous_rings_on_tcp_rxm() {
+    for n in [2, 3, 4] {
+        assert_verified_ring(&ring(n, "1000", false), n, "tcp;ofi_rxm", "rendezvous");
+    }
+}
+
+#[test]
+fn rendezvous_rings_on_shm() {
+    for n in [2, 3, 4] {
+        assert_verified_ring(&ring(n, "1000", true), n, "shm", "rendezvous");
+    }
+}
+
+/// 5000 messages per rank, a window of 64 sends in flight and no
+/// application-level credits: the sender may run far ahead of the
+/// receiver's posted receives.
+#[test]
+fn rendezvous_ring_of_5000_without_flow_control() {
+    assert_verified_ring(&ring(4, "5000", true), 4, "shm", "rendezvous");
+    assert_verified_ring(&ring(4, "5000", false), 4, "tcp;ofi_rxm", "rendezvous");
+}
+
+#[test]
+fn eight_ranks_on_two_cores() {
+    assert_verified_ring(&ring(8, "500", true), 8, "shm", "rendezvous");
+    assert_verified_ring(&ring(8, "500", false), 8, "tcp;ofi_rxm", "rendezvous");
+}
+
+fn assert_others_name(exits: &[Exit], lost: usize, started_loss: Duration) {
+    for (r, e) in exits.iter().enumerate() {
+        if r == lost {
+            continue;
+        }
+        assert!(!e.status.success(), "rank {r} should have failed: {e:?}");
+        assert!(
+            e.stderr.contains(&format!("rank {lost} is lost")),
+            "rank {r} does not name rank {lost}: {}",
+            e.stderr
+        );
+        let after = e.at.saturating_sub(started_loss);
+        assert!(after < LOSS_BOUND, "rank {r} took {after:?} to give up");
+    }
+}
+
+#[test]
+fn a_rank_that_exits_early_is_named_by_every_other() {
+    let started = Instant::now();
+    let exits = wait_all(
+        rendezvous(4, &["-n", "100000000", "--exit-early", "2"], |_| vec![]),
+        started,
+    );
+    assert_eq!(exits[2].status.code(), Some(3), "{:?}", exits[2]);
+    assert_others_name(&exits, 2, exits[2].at);
+}
+
+#[test]
+fn a_rank_killed_mid_ring_is_named_by_every_other() {
+    for shm in ["1", "0"] {
+        let started = Instant::now();
+        let mut children = rendezvous(4, &["-n", "100000000"], |_| {
+            vec![("FABRIC_MSG_SHM", shm.to_string())]
+        });
+        // Let the ring run, then kill rank 1 as a crash would.
+        std::thread::sleep(Duration::from_secs(2));
+        assert!(
+            children[1].try_wait().expect("rank 1").is_none(),
+            "rank 1 ended early"
+        );
+        children[1].kill().expect("SIGKILL rank 1");
+        let killed = started.elapsed();
+        let exits = wait_all(children, started);
+        assert_others_name(&exits, 1, killed);
+    }
+}
+
+/// Rank 1 is restricted to TCP: the world agrees on what every rank has,
+/// and says why on rank 0.
+#[test]
+fn ranks_that_prefer_different_fabrics_agree_on_one() {
+    let started = Instant::now();
+    let children = rendezvous(3, &["-n", "200"], |r| {
+        if r == 1 {
+            vec![("FI_PROVIDER", "tcp".to_string())]
+        } else {
+            vec![]
+        }
+    });
+    let exits = wait_all(children, started);
+    assert_verified_ring(&exits, 3, "tcp;ofi_rxm", "rendezvous");
+    let why = &exits[0].stderr;
+    assert!(
+        why.contains(
+            "rank 1 can reach nothing better than tcp via tcp;ofi_rxm (rdm): using it for all 3 ranks"
+        ) && why.contains("ranks 0, 2 preferred shm via shm (rdm)"),
+        "{why}"
+    );
+}
+
+/// Rank 0 can only use shm, rank 1 only tcp: no fabric is common. Both
+/// fail with the same reason; neither hangs.
+#[test]
+fn ranks_with_no_common_fabric_fail_alike() {
+    let started = Instant::now();
+    let children = rendezvous(2, &["-n", "10"], |r| {
+        vec![("FI_PROVIDER", if r == 0 { "shm" } else { "tcp" }.to_string())]
+    });
+    let exits = wait_all(children, started);
+    for (r, e) in exits.iter().enumerate() {
+        assert!(!e.status.success(), "rank {r}: {e:?}");
+        assert!(
+            e.stderr.contains("rank 0 cannot open tcp via tcp;ofi_rxm (rdm)"),
+            "rank {r}: {}",
+            e.stderr
+        );
+    }
+}
+
+#[test]
+fn a_rank_that_never_starts_is_an_error_not_a_hang() {
+    let started = Instant::now();
+    let root = format!("127.0.0.1:{}", free_port());
+    let children: Vec<Child> = [0, 1]
+        .into_iter()
+        .map(|r: u32| {
+            let mut cmd = Command::new(SPMD);
+            clean(&mut cmd)
+                .args(["-n", "10"])
+                .env("FABRIC_MSG_RANK", r.to_string())
+                .env("FABRIC_MSG_SIZE", "3")
+                .env("FABRIC_MSG_ROOT", &root)
+                .env("FABRIC_MSG_START_TIMEOUT", "2")
+                .spawn()
+                .expect("spmd")
+        })
+        .collect();
+    let exits = wait_all(children, started);
+    assert!(
+        exits[0].stderr.contains("rank(s) 2 did not join within 2s"),
+        "{:?}",
+        exits[0]
+    );
+    assert!(!exits[1].status.success(), "{:?}", exits[1]);
+    for e in &exits {
+        assert!(e.at < Duration::from_secs(15), "{e:?}");
+    }
+}
+
+#[test]
+fn a_partial_rendezvous_environment_says_what_is_missing() {
+    let started = Instant::now();
+    let mut cmd = Command::new(SPMD);
+    let child = clean(&mut cmd).env("FABRIC_MSG_RANK", "0").spawn().expect("spmd");
+    let e = &wait_all(vec![child], started)[0];
+    assert!(!e.status.success());
+    assert!(
+        e.stderr.contains("FABRIC_MSG_SIZE, FABRIC_MSG_ROOT not set"),
+        "{}",
+        e.stderr
+    );
+}
+
+/// `mpirun` as root on a 2-core machine: the flags it needs, and a clean
+/// environment (no rendezvous variables).
+fn mpirun(args: &[&str]) -> Command {
+    let mut cmd = Command::new("mpirun");
+    clean(&mut cmd)
+        .args(["--allow-run-as-root", "--oversubscribe"])
+        .args(args);
+    cmd
+}
+
+fn run_mpirun(args: &[&str]) -> Exit {
+    let started = Instant::now();
+    let child = mpirun(args)
+        .spawn()
+        .expect("mpirun (ci/setup.sh installs openmpi-bin)");
+    wait_all(vec![child], started).remove(0)
+}
+
+#[test]
+fn mpirun_rings_on_shm_and_tcp_rxm() {
+    for (n, shm, provider) in [
+        (1, "1", "shm"),
+        (2, "1", "shm"),
+        (3, "1", "shm"),
+        (4, "1", "shm"),
+        (8, "1", "shm"),
+        (2, "0", "tcp;ofi_rxm"),
+        (3, "0", "tcp;ofi_rxm"),
+        (4, "0", "tcp;ofi_rxm"),
+        (8, "0", "tcp;ofi_rxm"),
+    ] {
+        let np = n.to_string();
+        let shm_env = format!("FABRIC_MSG_SHM={shm}");
+        let e = run_mpirun(&["-x", &shm_env, "-np", &np, SPMD, "-n", "300"]);
+        assert_verified_ring(&[e], n, provider, "pmix");
+    }
+}
+
+#[test]
+fn mpirun_ring_of_5000_without_flow_control() {
+    let e = run_mpirun(&["-np", "4", SPMD, "-n", "5000"]);
+    assert_verified_ring(&[e], 4, "shm", "pmix");
+}
+
+/// Ranks 0 and 1 could use shm; rank 2 is held to TCP: every rank uses
+/// tcp;ofi_rxm and rank 0 says why.
+#[test]
+fn mpirun_ranks_that_prefer_different_fabrics_agree_on_one() {
+    let e = run_mpirun(&[
+        "-np",
+        "2",
+        SPMD,
+        "-n",
+        "100",
+        ":",
+        "-np",
+        "1",
+        "env",
+        "FI_PROVIDER=tcp",
+        SPMD,
+        "-n",
+        "100",
+    ]);
+    assert_verified_ring(std::slice::from_ref(&e), 3, "tcp;ofi_rxm", "pmix");
+    assert!(
+        e.stderr.contains(
+            "rank 2 can reach nothing better than tcp via tcp;ofi_rxm (rdm): using it for all 3 ranks"
+        ),
+        "{}",
+        e.stderr
+    );
+}
+
+/// A rank killed mid-ring under mpirun: the survivors say which rank is
+/// lost before the launcher ends them, mpirun fails, and no rank is left.
+#[test]
+fn mpirun_rank_killed_mid_ring_is_named() {
+    let started = Instant::now();
+    let child = mpirun(&["-np", "4", SPMD, "-n", "100000000"])
+        .spawn()
+        .expect("mpirun");
+    let mpirun_pid = child.id();
+    // Wait for the ring to run, then SIGKILL the rank mpirun started as rank 2.
+    std::thread::sleep(Duration::from_secs(3));
+    let ranks = children_of(mpirun_pid);
+    assert_eq!(ranks.len(), 4, "mpirun's children: {ranks:?}");
+    let rank2 = *ranks
+        .iter()
+        .find(|&&p| environ_has(p, "PMIX_RANK=2"))
+        .expect("rank 2's process");
+    // SAFETY: kill(2) with a pid we just found; at worst it is gone (ESRCH).
+    assert_eq!(unsafe { libc_kill(rank2 as i32, 9) }, 0, "SIGKILL rank 2");
+    let killed = started.elapsed();
+    let e = wait_all(vec![child], started).remove(0);
+    assert!(!e.status.success(), "{e:?}");
+    assert!(e.stderr.contains("rank 2 is lost"), "{}", e.stderr);
+    assert!(
+        e.at.saturating_sub(killed) < LOSS_BOUND,
+        "{:?} after the kill",
+        e.at - killed
+    );
+    // Every rank is gone (a zombie waiting for its reaper counts as gone).
+    let alive: Vec<u32> = ranks
+        .into_iter()
+        .filter(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/stat")).is_ok_and(|s| {
+                s.rsplit_once(')')
+                    .is_some_and(|(_, r)| !r.trim_start().starts_with('Z'))
+            })
+        })
+        .collect();
+    assert!(alive.is_empty(), "ranks outlived mpirun: {alive:?}");
+}
+
+extern "C" {
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, sig: i32) -> i32;
+}
+
+/// Processes whose parent is `pid` (mpirun's ranks are its children).
+fn children_of(pid: u32) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return vec![];
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/stat"))
+                .ok()
+                .and_then(|s| s.rsplit_once(')').map(|(_, rest)| rest.to_string()))
+                .and_then(|rest| rest.split_whitespace().nth(1)?.parse::<u32>().ok())
+                == Some(pid)
+        })
+        .collect()
+}
+
+fn environ_has(pid: u32, var: &str) -> bool {
+    std::fs::read(format!("/proc/{pid}/environ"))
+        .map(|env| env.split(|&b| b == 0).any(|v| v == var.as_bytes()))
+        .unwrap_or(false)
+}

@@ -1,0 +1,89 @@
+//! What a [`World`](super::World) asks for, and the environment variables
+//! that set it without recompiling.
+
+use crate::discovery::config::LadderConfig;
+use crate::discovery::negotiate::Requirements;
+use crate::error::{Error, Result};
+use crate::transport::event_loop::LoopConfig;
+use std::time::Duration;
+
+/// Settings of a [`World`](super::World). `WorldConfig::default()`:
+///
+/// | field | default | environment |
+/// |---|---|---|
+/// | `requirements` | `Requirements::default()` (tagged + untagged); the World always asks for RDM endpoints and sets `same_host` and `max_peers` itself | |
+/// | `ladder` | `None`: `providers.toml` as [`LadderConfig::load`] finds it | `FABRIC_MSG_PROVIDERS` |
+/// | `loop_config` | `LoopConfig::default()` | |
+/// | `domain` | `None`: on IP fabrics, the interface that reaches rank 0 | `FABRIC_MSG_DOMAIN` |
+/// | `shared_memory` | `true`: `shm` when every rank is on one host | `FABRIC_MSG_SHM=0` turns it off |
+/// | `start_timeout` | 30 s: for all ranks to arrive and agree | `FABRIC_MSG_START_TIMEOUT` (seconds) |
+/// | `finish_timeout` | 10 s: for all ranks to finish | `FABRIC_MSG_FINISH_TIMEOUT` (seconds) |
+#[derive(Debug, Clone)]
+pub struct WorldConfig {
+    /// What the application needs of the fabric.
+    pub requirements: Requirements,
+    /// The ladder; `None` loads `providers.toml` (or the built-in default).
+    pub ladder: Option<LadderConfig>,
+    /// Tuning of the rank's event loop.
+    pub loop_config: LoopConfig,
+    /// Only this domain (interface or device), overriding the choice of
+    /// the interface that reaches the other ranks.
+    pub domain: Option<String>,
+    /// Use shared memory when every rank is on this host.
+    pub shared_memory: bool,
+    /// Longest wait for every rank to arrive and agree on a fabric.
+    pub start_timeout: Duration,
+    /// Longest wait, when finishing, for the other ranks to finish.
+    pub finish_timeout: Duration,
+}
+
+impl Default for WorldConfig {
+    fn default() -> Self {
+        WorldConfig {
+            requirements: Requirements::default(),
+            ladder: None,
+            loop_config: LoopConfig::default(),
+            domain: None,
+            shared_memory: true,
+            start_timeout: Duration::from_secs(30),
+            finish_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+fn seconds(name: &str) -> Result<Option<Duration>> {
+    match std::env::var(name) {
+        Ok(v) if !v.is_empty() => v
+            .trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|s| s.is_finite() && *s > 0.0 && *s < 1e9)
+            .map(|s| Some(Duration::from_secs_f64(s)))
+            .ok_or_else(|| Error::Usage(format!("{name}={v:?}: give a number of seconds above 0"))),
+        _ => Ok(None),
+    }
+}
+
+impl WorldConfig {
+    /// The defaults, with what the environment variables in the table say.
+    pub fn from_env() -> Result<WorldConfig> {
+        let mut c = WorldConfig::default();
+        if let Ok(d) = std::env::var("FABRIC_MSG_DOMAIN") {
+            c.domain = Some(d).filter(|d| !d.is_empty());
+        }
+        match std::env::var("FABRIC_MSG_SHM").as_deref() {
+            Ok("0") | Ok("off") | Ok("no") | Ok("false") => c.shared_memory = false,
+            Ok("1") | Ok("on") | Ok("yes") | Ok("true") | Ok("") | Err(_) => {}
+            Ok(other) => {
+                return Err(Error::Usage(format!("FABRIC_MSG_SHM={other:?}: say 0 or 1")));
+            }
+        }
+        if let Some(t) = seconds("FABRIC_MSG_START_TIMEOUT")? {
+            c.start_timeout = t;
+        }
+        if let Some(t) = seconds("FABRIC_MSG_FINISH_TIMEOUT")? {
+            c.finish_timeout = t;
+        }
+        Ok(c)
+    }
+}

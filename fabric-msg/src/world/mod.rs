@@ -1,0 +1,505 @@
+//! World: one program started N times, N ranks wired on one fabric.
+//!
+//! ```no_run
+//! use fabric_msg::{Buffer, Token, World};
+//! use std::time::Duration;
+//!
+//! let mut world = World::init()?; // mpirun, srun --mpi=pmix, the rendezvous variables, or alone
+//! let (rank, size) = (world.rank(), world.size());
+//! world.recv(Some((rank + size - 1) % size), Some(7), Buffer::new(64), Token(1))?;
+//! world.send((rank + 1) % size, 7, Buffer::from_slice(b"hello"), Token(2))?;
+//! let mut done = Vec::new();
+//! while done.len() < 2 {
+//!     let mut batch = Vec::new();
+//!     world.poll(&mut batch, Some(Duration::from_secs(10)))?;
+//!     done.extend(batch);
+//! }
+//! world.finish()?;
+//! # Ok::<(), fabric_msg::Error>(())
+//! ```
+//!
+//! Lives here: the top layer, which may use every layer below (transport,
+//! memory, discovery, errors) and which nothing below uses. How the process
+//! was launched (`launch`: PMIx, the rendezvous, or alone), the exchanges
+//! each launcher offers (`pmix`, `rendezvous`), how the ranks agree on one
+//! fabric (`agree`), the tag layout that carries the sending rank (`tags`),
+//! and what is known of ranks that went away (`liveness`). See
+//! `docs/world.md`.
+
+mod agree;
+mod config;
+mod launch;
+mod liveness;
+mod placement;
+mod pmix;
+mod rendezvous;
+mod tags;
+
+pub use config::WorldConfig;
+pub use tags::MAX_RANKS;
+
+use crate::discovery::classify::FabricKind;
+use crate::discovery::config::LadderConfig;
+use crate::discovery::negotiate::{negotiate, EndpointChoice, Requirements};
+use crate::discovery::profile::{check_peer, Profile, WireProfile};
+use crate::error::{Error, Result};
+use crate::memory::buffer::Buffer;
+use crate::transport::event_loop::{
+    Completion, EndpointId, EventLoop, Peer, PostError, RecvOpts, SendOpts, Token,
+};
+use agree::{decide, Choice, ChosenRung};
+use launch::{Launcher, Placement};
+use liveness::Liveness;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long a failed completion waits for liveness to name a lost rank:
+/// the liveness thread looks every 50 ms, and rank 0 relays what it sees.
+const LOSS_GRACE: Duration = Duration::from_millis(300);
+
+/// This process's place in a world of ranks, wired on one fabric.
+#[derive(Debug)]
+pub struct World {
+    ev: EventLoop,
+    ep: EndpointId,
+    /// By rank; this rank's own address too (a message to oneself works).
+    peers: Vec<Peer>,
+    placement: Placement,
+    launcher: Launcher,
+    live: Arc<Liveness>,
+    report: Option<String>,
+    finish_timeout: Duration,
+    finished: bool,
+}
+
+impl World {
+    /// Join the world this process was launched into, with
+    /// [`WorldConfig::from_env`].
+    pub fn init() -> Result<World> {
+        World::init_with(WorldConfig::from_env()?)
+    }
+
+    /// Join the world with explicit settings.
+    pub fn init_with(cfg: WorldConfig) -> Result<World> {
+        let (mut launcher, placement) = Launcher::detect(cfg.start_timeout)?;
+        let size = placement.size;
+        let ladder = match cfg.ladder.clone() {
+            Some(l) => l,
+            None => LadderConfig::load(None)?,
+        };
+        let mut req = cfg.requirements.clone();
+        req.endpoint = EndpointChoice::Rdm;
+        req.same_host = cfg.shared_memory && placement.local_ranks.len() == size as usize;
+        req.max_peers = req.max_peers.max(size as usize);
+        let domain = cfg.domain.clone().or_else(|| interface_of(launcher.local_ip()));
+
+        // Round 1: every rank's first choice; the world takes the worst.
+        let mine = first_choice(&req, &ladder, domain.as_deref());
+        let choice = Choice {
+            host: hostname(),
+            rung: mine
+                .as_ref()
+                .map(|p| ChosenRung::of(p, &ladder))
+                .map_err(|e| e.to_string()),
+        };
+        let table = exchange(&mut launcher, "fabric-msg.choice", &choice, cfg.start_timeout)?;
+        let decision = decide(&table).map_err(|message| Error::Launch {
+            launcher: launcher.name(),
+            message,
+        })?;
+        let profile = match mine {
+            Ok(p) if p.rung == decision.rung.label => Ok(p),
+            _ => open_rung(&req, &ladder, domain.as_deref(), &decision.rung),
+        };
+
+        // Round 2: every rank's endpoint name and profile, or why it has none.
+        let opened = profile.and_then(|p| {
+            let mut ev = EventLoop::new(&p, cfg.loop_config.clone())?;
+            let ep = ev.endpoint()?;
+            let name = ev.name(ep)?;
+            Ok((ev, ep, name))
+        });
+        let mine: std::result::Result<(Vec<u8>, WireProfile), String> = match &opened {
+            Ok((ev, ep, name)) => {
+                let _ = ep;
+                Ok((name.clone(), ev.wire_profile()))
+            }
+            Err(e) => Err(format!("cannot open {}: {e}", decision.rung.label)),
+        };
+        let table = exchange(&mut launcher, "fabric-msg.address", &mine, cfg.start_timeout)?;
+        let launch_error = |message: String| Error::Launch {
+            launcher: launcher.name(),
+            message,
+        };
+        if let Some((r, why)) = table
+            .iter()
+            .enumerate()
+            .find_map(|(r, t)| t.as_ref().err().map(|w| (r, w)))
+        {
+            return Err(launch_error(format!("rank {r} {why}")));
+        }
+        let (mut ev, ep, _) = opened?;
+        let local = ev.wire_profile();
+        let mut names = Vec::with_capacity(table.len());
+        let mut agreements = Vec::with_capacity(table.len());
+        for (r, entry) in table.into_iter().enumerate() {
+            let (name, wire) = entry.map_err(&launch_error)?;
+            let agreement = check_peer(&local, &wire).map_err(|e| launch_error(format!("rank {r}: {e}")))?;
+            if agreement.tag_bits < 64 {
+                return Err(launch_error(format!(
+                    "rank {r}: the fabric honours {} tag bits; the world needs 64",
+                    agreement.tag_bits
+                )));
+            }
+            names.push(name);
+            agreements.push(agreement);
+        }
+        let peers = ev.insert_peers(ep, &names, &agreements)?;
+        let live = Arc::new(Liveness::default());
+        launcher.watch(live.clone())?;
+        Ok(World {
+            ev,
+            ep,
+            peers,
+            placement,
+            launcher,
+            live,
+            report: decision.why,
+            finish_timeout: cfg.finish_timeout,
+            finished: false,
+        })
+    }
+
+    /// This process's rank, from 0.
+    pub fn rank(&self) -> u32 {
+        self.placement.rank
+    }
+
+    /// How many ranks the world has.
+    pub fn size(&self) -> u32 {
+        self.placement.size
+    }
+
+    /// This rank's index among the ranks on its node.
+    pub fn local_rank(&self) -> u32 {
+        self.placement.local_rank
+    }
+
+    /// The ranks on this node, this one included, ascending.
+    pub fn local_ranks(&self) -> &[u32] {
+        &self.placement.local_ranks
+    }
+
+    /// How the world was launched: `"pmix"`, `"rendezvous"` or `"single"`.
+    pub fn launcher(&self) -> &'static str {
+        self.launcher.name()
+    }
+
+    /// The fabric every rank uses.
+    pub fn profile(&self) -> &Profile {
+        self.ev.profile()
+    }
+
+    /// Why the world uses a worse fabric than some rank's first choice
+    /// (the same sentence on every rank); `None` where all chose alike.
+    pub fn fabric_report(&self) -> Option<&str> {
+        self.report.as_deref()
+    }
+
+    /// The event loop, for everything the World does not wrap (RMA,
+    /// registration, atomics with [`World::peer`]).
+    pub fn event_loop(&mut self) -> &mut EventLoop {
+        &mut self.ev
+    }
+
+    /// The endpoint every rank's peer is reached through.
+    pub fn endpoint(&self) -> EndpointId {
+        self.ep
+    }
+
+    /// The peer for `rank`, for the event loop's own operations.
+    pub fn peer(&self, rank: u32) -> Result<&Peer> {
+        self.check_rank(rank)?;
+        Ok(&self.peers[rank as usize])
+    }
+
+    /// Ranks known to be gone, in the order they were noticed.
+    pub fn lost_ranks(&self) -> Vec<u32> {
+        self.live.all()
+    }
+
+    fn check_rank(&self, rank: u32) -> Result<()> {
+        if rank >= self.size() {
+            return Err(Error::Usage(format!(
+                "rank {rank} is not in this world of {} ranks",
+                self.size()
+            )));
+        }
+        if let Some(lost) = self.live.first_lost() {
+            return Err(self.lost(lost));
+        }
+        Ok(())
+    }
+
+    fn lost(&self, rank: u32) -> Error {
+        Error::RankLost {
+            rank,
+            why: self.live.why(rank).unwrap_or_default(),
+        }
+    }
+
+    /// Send `buf` to `to` with the application's `tag`.
+    pub fn send(&mut self, to: u32, tag: u32, buf: Buffer, token: Token) -> Result<(), PostError> {
+        if let Err(error) = self.check_rank(to) {
+            return Err(PostError {
+                error,
+                buffer: Some(buf),
+            });
+        }
+        let opts = SendOpts {
+            tag: Some(tags::encode(tags::CLASS_USER, self.rank(), tag)),
+            data: None,
+        };
+        let r = self.ev.send(&self.peers[to as usize], buf, opts, token);
+        r.map_err(|e| self.explain_post(e))
+    }
+
+    /// An operation that failed while a rank was being lost (a send to a
+    /// dead rank fills its queue first) fails as that rank's loss.
+    fn explain_post(&self, mut e: PostError) -> PostError {
+        if let Some(r) = self.live.first_lost() {
+            e.error = self.lost(r);
+        }
+        e
+    }
+
+    /// Receive into `buf` from `from` (`None`: any rank) with `tag`
+    /// (`None`: any tag). [`World::source`] and [`World::tag`] say what
+    /// arrived.
+    pub fn recv(
+        &mut self,
+        from: Option<u32>,
+        tag: Option<u32>,
+        buf: Buffer,
+        token: Token,
+    ) -> Result<(), PostError> {
+        let checked = match from {
+            Some(r) => self.check_rank(r),
+            None => self.live.first_lost().map_or(Ok(()), |r| Err(self.lost(r))),
+        };
+        if let Err(error) = checked {
+            return Err(PostError {
+                error,
+                buffer: Some(buf),
+            });
+        }
+        let opts = RecvOpts {
+            tag: Some(tags::matcher(tags::CLASS_USER, from, tag)),
+            from: None,
+        };
+        let r = self.ev.recv(self.ep, buf, opts, token);
+        r.map_err(|e| self.explain_post(e))
+    }
+
+    /// The rank a received message came from.
+    pub fn source(&self, c: &Completion) -> u32 {
+        tags::source_of(c.tag)
+    }
+
+    /// The application's tag of a received message.
+    pub fn tag(&self, c: &Completion) -> u32 {
+        tags::user_tag_of(c.tag)
+    }
+
+    /// [`EventLoop::poll`], failing with [`Error::RankLost`] once any rank
+    /// of the world is gone (noticed within milliseconds of its process
+    /// ending). A batch with a failed completion waits up to 300 ms for a
+    /// loss to be noticed, so a send that failed because its peer died is
+    /// reported as that rank's loss. A `None` timeout waits in slices, so a
+    /// lost rank still ends the wait.
+    pub fn poll(&mut self, out: &mut Vec<Completion>, timeout: Option<Duration>) -> Result<usize> {
+        const SLICE: Duration = Duration::from_millis(20);
+        let deadline = timeout.map(|t| Instant::now() + t);
+        loop {
+            if let Some(r) = self.live.first_lost() {
+                out.clear();
+                return Err(self.lost(r));
+            }
+            let slice = match deadline {
+                Some(d) => d.saturating_duration_since(Instant::now()).min(SLICE),
+                None => SLICE,
+            };
+            let n = match self.ev.poll(out, Some(slice)) {
+                Ok(n) => n,
+                Err(e) => return Err(self.live.first_lost().map_or(e, |r| self.lost(r))),
+            };
+            if n > 0 && out.iter().any(|c| c.result.is_err()) {
+                // A send to a rank that just died fails on the fabric (FI_ECONNRESET
+                // on tcp;ofi_rxm) a moment before its socket's end is seen:
+                // give liveness that moment, and report the loss, naming the rank.
+                if let Some(r) = self.wait_for_loss(LOSS_GRACE) {
+                    out.clear();
+                    return Err(self.lost(r));
+                }
+            }
+            if n > 0 || deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(n);
+            }
+        }
+    }
+
+    /// The first lost rank, waiting up to `grace` for one to be noticed.
+    fn wait_for_loss(&self, grace: Duration) -> Option<u32> {
+        let until = Instant::now() + grace;
+        loop {
+            if let Some(r) = self.live.first_lost() {
+                return Some(r);
+            }
+            if Instant::now() >= until {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// Leave the world in order: wait (at most the configured finish
+    /// timeout) until every rank has finished, so no rank's exit is taken
+    /// for a death.
+    pub fn finish(mut self) -> Result<()> {
+        self.finished = true;
+        self.launcher.finish(self.finish_timeout)
+    }
+
+    /// End the whole job now: through the launcher where it can (PMIx), by
+    /// exiting otherwise — the other ranks see this rank lost.
+    pub fn abort(&mut self, code: i32, message: &str) -> ! {
+        self.launcher.abort(code, message)
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        if !self.finished {
+            if let Err(e) = self.launcher.finish(self.finish_timeout) {
+                log::warn!("leaving the world: {e}");
+            }
+        }
+    }
+}
+
+/// One postcard-encoded value from every rank, decoded and checked.
+fn exchange<T>(launcher: &mut Launcher, round: &str, mine: &T, timeout: Duration) -> Result<Vec<T>>
+where
+    T: serde::Serialize + serde::de::DeserializeOwned,
+{
+    let bytes = postcard::to_stdvec(mine).map_err(|e| Error::Encoding(e.to_string()))?;
+    let table = launcher.allgather(round, &bytes, timeout)?;
+    table
+        .iter()
+        .enumerate()
+        .map(|(r, b)| {
+            postcard::from_bytes(b).map_err(|e| Error::Launch {
+                launcher: launcher.name(),
+                message: format!(
+                    "rank {r} sent a malformed {round} ({e}): is it the same fabric-msg release?"
+                ),
+            })
+        })
+        .collect()
+}
+
+/// This rank's own best fabric; on an IP fabric, on the interface that
+/// reaches the others where that is known.
+fn first_choice(req: &Requirements, ladder: &LadderConfig, domain: Option<&str>) -> Result<Profile> {
+    let found = negotiate(req, ladder)?.profile;
+    let ip = matches!(found.fabric_kind, FabricKind::Tcp | FabricKind::Udp);
+    match domain {
+        Some(d) if ip && found.domain != d => {
+            let on = Requirements {
+                domain: Some(d.to_string()),
+                ..req.clone()
+            };
+            Ok(negotiate(&on, ladder).map(|n| n.profile).unwrap_or(found))
+        }
+        _ => Ok(found),
+    }
+}
+
+/// Open exactly the rung the world decided on.
+fn open_rung(
+    req: &Requirements,
+    ladder: &LadderConfig,
+    domain: Option<&str>,
+    rung: &ChosenRung,
+) -> Result<Profile> {
+    let only = Requirements {
+        provider: Some(rung.provider.clone()),
+        provider_layered: false,
+        ..req.clone()
+    };
+    let p = first_choice(&only, ladder, domain)?;
+    if p.rung != rung.label {
+        return Err(Error::Usage(format!("opened {} instead", p.rung)));
+    }
+    Ok(p)
+}
+
+fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: buf is writable for its length; gethostname NUL-terminates
+    // within it (or truncates, which the lossy read below tolerates).
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return "unknown-host".into();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+/// The network interface that holds `ip`, e.g. `lo` for 127.0.0.1.
+fn interface_of(ip: Option<std::net::IpAddr>) -> Option<String> {
+    let ip = ip?;
+    if ip.is_loopback() {
+        return Some("lo".into());
+    }
+    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs allocates the list; it is freed below.
+    if unsafe { libc::getifaddrs(&mut list) } != 0 {
+        return None;
+    }
+    let mut found = None;
+    let mut cur = list;
+    while !cur.is_null() {
+        // SAFETY: cur is a node of the list getifaddrs returned.
+        let ifa = unsafe { &*cur };
+        cur = ifa.ifa_next;
+        if ifa.ifa_addr.is_null() || ifa.ifa_name.is_null() {
+            continue;
+        }
+        // SAFETY: ifa_addr points at a sockaddr whose family says its type.
+        let addr = unsafe {
+            match i32::from((*ifa.ifa_addr).sa_family) {
+                libc::AF_INET => {
+                    let a = &*(ifa.ifa_addr as *const libc::sockaddr_in);
+                    Some(std::net::IpAddr::from(
+                        u32::from_be(a.sin_addr.s_addr).to_be_bytes(),
+                    ))
+                }
+                libc::AF_INET6 => {
+                    let a = &*(ifa.ifa_addr as *const libc::sockaddr_in6);
+                    Some(std::net::IpAddr::from(a.sin6_addr.s6_addr))
+                }
+                _ => None,
+            }
+        };
+        if addr == Some(ip) {
+            // SAFETY: ifa_name is a NUL-terminated string owned by the list.
+            let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) };
+            found = Some(name.to_string_lossy().into_owned());
+            break;
+        }
+    }
+    // SAFETY: list came from getifaddrs and is freed once.
+    unsafe { libc::freeifaddrs(list) };
+    found
+}

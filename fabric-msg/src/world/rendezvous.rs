@@ -1,0 +1,588 @@
+//! The plain rendezvous: no launcher, just `FABRIC_MSG_RANK`,
+//! `FABRIC_MSG_SIZE` and `FABRIC_MSG_ROOT=host:port`.
+//!
+//! Rank 0 listens on the root address; every other rank connects (retrying
+//! until the start-up deadline, since the root may start last) and says
+//! `Join { rank, size }`. A connection that says anything else, a rank out of
+//! range or one already taken is refused with a reason and the root goes on
+//! waiting: one bad connection never stops a world from forming. An
+//! all-gather is then every rank sending its bytes to the root and the root
+//! sending the whole table back.
+//!
+//! The connections stay open for the life of the world as its liveness
+//! channel: a rank whose process ends closes its socket, the root sees it at
+//! once and tells every other rank (`Lost`); if the root goes, every rank
+//! sees its socket close. A rank that finishes says `Bye`; the root answers
+//! `Done` to all once every rank has, so a normal exit is never taken for a
+//! death. A stopped (not dead) process keeps its socket open and is not
+//! detected here.
+//!
+//! Frames: a little-endian `u32` length, then postcard, at most
+//! [`MAX_FRAME`] bytes, refused before any allocation; every read has a
+//! deadline.
+
+use super::liveness::Liveness;
+use crate::error::{Error, Result};
+use serde::{Deserialize, Serialize};
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// `FMSW`: the first field of every `Join`.
+const MAGIC: u32 = 0x464d_5357;
+/// Version of this exchange.
+const VERSION: u16 = 1;
+/// Largest frame accepted: a table of every rank's endpoint name and profile.
+pub(crate) const MAX_FRAME: usize = 4 << 20;
+
+#[derive(Debug, Serialize, Deserialize)]
+enum Frame {
+    Join {
+        magic: u32,
+        version: u16,
+        rank: u32,
+        size: u32,
+    },
+    Welcome,
+    Reject {
+        reason: String,
+    },
+    Data {
+        bytes: Vec<u8>,
+    },
+    Table {
+        entries: Vec<Vec<u8>>,
+    },
+    Abort {
+        reason: String,
+    },
+    Lost {
+        rank: u32,
+        why: String,
+    },
+    Bye,
+    Done,
+}
+
+/// This rank's side of the rendezvous.
+#[derive(Debug)]
+pub(crate) struct Rendezvous {
+    rank: u32,
+    size: u32,
+    /// Root: one connection per rank (index 0 unused). Others: the root's, at 0.
+    conns: Vec<Option<TcpStream>>,
+    /// The address this rank reached the root from (or the root's own).
+    local_ip: Option<std::net::IpAddr>,
+    watcher: Option<Watcher>,
+}
+
+#[derive(Debug)]
+struct Watcher {
+    stop: Arc<AtomicBool>,
+    finishing: Arc<AtomicBool>,
+    done: Arc<AtomicBool>,
+    thread: JoinHandle<()>,
+}
+
+fn io_err(context: String, source: std::io::Error) -> Error {
+    Error::Io { context, source }
+}
+
+fn launch_err(message: String) -> Error {
+    Error::Launch {
+        launcher: "rendezvous",
+        message,
+    }
+}
+
+fn write_frame(s: &mut TcpStream, f: &Frame) -> std::io::Result<()> {
+    let body = postcard::to_stdvec(f).map_err(|e| std::io::Error::new(ErrorKind::InvalidData, e))?;
+    let mut msg = Vec::with_capacity(4 + body.len());
+    msg.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    msg.extend_from_slice(&body);
+    s.write_all(&msg)
+}
+
+/// Read one frame before `deadline`. `Ok(None)`: the peer closed cleanly.
+fn read_frame(s: &mut TcpStream, deadline: Instant) -> std::io::Result<Option<Frame>> {
+    let mut len = [0u8; 4];
+    if !read_exact_by(s, &mut len, deadline)? {
+        return Ok(None);
+    }
+    let len = u32::from_le_bytes(len) as usize;
+    if len > MAX_FRAME {
+        return Err(std::io::Error::new(
+            ErrorKind::InvalidData,
+            format!("frame of {len} bytes, more than the {MAX_FRAME} allowed"),
+        ));
+    }
+    let mut body = vec![0u8; len];
+    if !read_exact_by(s, &mut body, deadline)? {
+        return Err(ErrorKind::UnexpectedEof.into());
+    }
+    postcard::from_bytes(&body)
+        .map(Some)
+        .map_err(|e| std::io::Error::new(ErrorKind::InvalidData, format!("malformed frame ({e})")))
+}
+
+/// Fill `buf` before `deadline` (the whole read, not each `read()`).
+/// `Ok(false)`: end of stream before the first byte.
+fn read_exact_by(s: &mut TcpStream, buf: &mut [u8], deadline: Instant) -> std::io::Result<bool> {
+    let mut got = 0;
+    while got < buf.len() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(ErrorKind::TimedOut.into());
+        }
+        s.set_read_timeout(Some(left))?;
+        match s.read(&mut buf[got..]) {
+            Ok(0) if got == 0 => return Ok(false),
+            Ok(0) => return Err(ErrorKind::UnexpectedEof.into()),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                return Err(ErrorKind::TimedOut.into())
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(true)
+}
+
+fn resolve(root: &str) -> Result<SocketAddr> {
+    root.to_socket_addrs()
+        .map_err(|e| io_err(format!("FABRIC_MSG_ROOT={root}: cannot resolve it"), e))?
+        .next()
+        .ok_or_else(|| launch_err(format!("FABRIC_MSG_ROOT={root} resolves to no address")))
+}
+
+impl Rendezvous {
+    fn new(rank: u32, size: u32) -> Rendezvous {
+        Rendezvous {
+            rank,
+            size,
+            conns: (0..size).map(|_| None).collect(),
+            local_ip: None,
+            watcher: None,
+        }
+    }
+
+    /// Form the world: the root waits for every rank, the others join it;
+    /// both within `timeout`.
+    pub(crate) fn start(rank: u32, size: u32, root: &str, timeout: Duration) -> Result<Rendezvous> {
+        let addr = resolve(root)?;
+        let deadline = Instant::now() + timeout;
+        let mut me = Rendezvous::new(rank, size);
+        if rank == 0 {
+            let listener = TcpListener::bind(addr).map_err(|e| {
+                io_err(
+                    format!(
+                        "rank 0 cannot listen on FABRIC_MSG_ROOT={addr} (is the port in use, or the address \
+                         not this host's?)"
+                    ),
+                    e,
+                )
+            })?;
+            me.serve(listener, addr, deadline, timeout)?;
+        } else {
+            me.join(addr, deadline, timeout)?;
+        }
+        Ok(me)
+    }
+
+    /// The same connections, for liveness only, in a world another
+    /// launcher formed: rank 0 listens on a free port of `bind_ip`, and
+    /// `publish` hands its `host:port` (rank 0 gives `Some`) to every rank
+    /// and returns rank 0's.
+    pub(crate) fn star(
+        rank: u32,
+        size: u32,
+        bind_ip: std::net::IpAddr,
+        host: &str,
+        publish: impl FnOnce(Option<String>) -> Result<String>,
+        timeout: Duration,
+    ) -> Result<Rendezvous> {
+        let deadline = Instant::now() + timeout;
+        let mut me = Rendezvous::new(rank, size);
+        if rank == 0 {
+            let listener = TcpListener::bind((bind_ip, 0))
+                .map_err(|e| io_err(format!("rank 0 cannot listen on {bind_ip}"), e))?;
+            let addr = listener
+                .local_addr()
+                .map_err(|e| io_err("the liveness listener's address".into(), e))?;
+            publish(Some(format!("{host}:{}", addr.port())))?;
+            me.serve(listener, addr, deadline, timeout)?;
+        } else {
+            let root = publish(None)?;
+            me.join(resolve(&root)?, deadline, timeout)?;
+        }
+        Ok(me)
+    }
+
+    fn serve(
+        &mut self,
+        listener: TcpListener,
+        addr: SocketAddr,
+        deadline: Instant,
+        timeout: Duration,
+    ) -> Result<()> {
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| io_err("rendezvous listener".into(), e))?;
+        self.local_ip = Some(addr.ip());
+        let mut joined = 1;
+        while joined < self.size {
+            let (mut s, from) = match listener.accept() {
+                Ok(c) => c,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    if Instant::now() >= deadline {
+                        let missing: Vec<String> = (1..self.size as usize)
+                            .filter(|&r| self.conns[r].is_none())
+                            .map(|r| r.to_string())
+                            .collect();
+                        let reason = format!(
+                            "rank(s) {} did not join within {timeout:?}: were they started, with \
+                             FABRIC_MSG_ROOT={addr} and FABRIC_MSG_SIZE={}?",
+                            missing.join(", "),
+                            self.size
+                        );
+                        self.abort_all(&reason);
+                        return Err(launch_err(reason));
+                    }
+                    std::thread::sleep(Duration::from_millis(2));
+                    continue;
+                }
+                Err(e) => return Err(io_err("rendezvous accept".into(), e)),
+            };
+            let _ = s.set_nonblocking(false);
+            let _ = s.set_nodelay(true);
+            // A silent or slow connection gets at most a second of the root's
+            // time, and never more than what is left.
+            let by = deadline.min(Instant::now() + Duration::from_secs(1));
+            let refuse = |s: &mut TcpStream, reason: String| {
+                log::warn!("rendezvous: refused {from}: {reason}");
+                let _ = write_frame(s, &Frame::Reject { reason });
+            };
+            match read_frame(&mut s, by) {
+                Ok(Some(Frame::Join {
+                    magic,
+                    version,
+                    rank,
+                    size,
+                })) => {
+                    if magic != MAGIC || version != VERSION {
+                        refuse(&mut s, format!("not a fabric-msg rendezvous {VERSION} join"));
+                    } else if size != self.size {
+                        refuse(
+                            &mut s,
+                            format!("FABRIC_MSG_SIZE={size} there, {} at rank 0", self.size),
+                        );
+                    } else if rank == 0 || rank >= self.size {
+                        refuse(
+                            &mut s,
+                            format!("rank {rank} is not a joining rank of a world of {}", self.size),
+                        );
+                    } else if self.conns[rank as usize].is_some() {
+                        refuse(&mut s, format!("rank {rank} has already joined"));
+                    } else {
+                        self.conns[rank as usize] = Some(s);
+                        joined += 1;
+                    }
+                }
+                Ok(Some(other)) => refuse(&mut s, format!("expected Join, got {}", frame_name(&other))),
+                Ok(None) => log::warn!("rendezvous: {from} connected and closed"),
+                Err(e) => log::warn!("rendezvous: ignored {from}: {e}"),
+            }
+        }
+        for r in 1..self.size as usize {
+            if let Some(s) = self.conns[r].as_mut() {
+                write_frame(s, &Frame::Welcome).map_err(|e| io_err(format!("welcoming rank {r}"), e))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn join(&mut self, addr: SocketAddr, deadline: Instant, timeout: Duration) -> Result<()> {
+        let mut s = loop {
+            match TcpStream::connect_timeout(&addr, Duration::from_secs(1)) {
+                Ok(s) => break s,
+                Err(e) if Instant::now() >= deadline => {
+                    return Err(io_err(
+                        format!(
+                            "rank {} could not reach rank 0 at FABRIC_MSG_ROOT={addr} within {timeout:?}: \
+                             is rank 0 running?",
+                            self.rank
+                        ),
+                        e,
+                    ))
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(20)),
+            }
+        };
+        let _ = s.set_nodelay(true);
+        self.local_ip = s.local_addr().ok().map(|a| a.ip());
+        let join = Frame::Join {
+            magic: MAGIC,
+            version: VERSION,
+            rank: self.rank,
+            size: self.size,
+        };
+        write_frame(&mut s, &join).map_err(|e| io_err("joining the rendezvous".into(), e))?;
+        match read_frame(&mut s, deadline) {
+            Ok(Some(Frame::Welcome)) => {}
+            Ok(Some(Frame::Reject { reason })) | Ok(Some(Frame::Abort { reason })) => {
+                return Err(launch_err(format!("rank 0 refused rank {}: {reason}", self.rank)))
+            }
+            Ok(Some(other)) => return Err(launch_err(format!("rank 0 sent {}", frame_name(&other)))),
+            Ok(None) => return Err(launch_err("rank 0 closed the rendezvous".into())),
+            Err(e) => {
+                return Err(io_err(
+                    format!("waiting for the other ranks to join (within {timeout:?})"),
+                    e,
+                ))
+            }
+        }
+        self.conns[0] = Some(s);
+        Ok(())
+    }
+
+    /// The address this rank reaches the others from.
+    pub(crate) fn local_ip(&self) -> Option<std::net::IpAddr> {
+        self.local_ip
+    }
+
+    /// Every rank's `mine`, by rank.
+    pub(crate) fn allgather(&mut self, mine: &[u8], timeout: Duration) -> Result<Vec<Vec<u8>>> {
+        let deadline = Instant::now() + timeout;
+        if self.rank != 0 {
+            let s = self.conns[0]
+                .as_mut()
+                .ok_or_else(|| launch_err("not joined".into()))?;
+            write_frame(s, &Frame::Data { bytes: mine.to_vec() })
+                .map_err(|e| io_err("sending to rank 0".into(), e))?;
+            return match read_frame(s, deadline) {
+                Ok(Some(Frame::Table { entries })) if entries.len() == self.size as usize => Ok(entries),
+                Ok(Some(Frame::Abort { reason })) => Err(launch_err(reason)),
+                Ok(Some(other)) => Err(launch_err(format!("rank 0 sent {}", frame_name(&other)))),
+                Ok(None) => Err(launch_err("rank 0 exited during start-up".into())),
+                Err(e) => Err(io_err(
+                    format!("waiting for rank 0's table (within {timeout:?})"),
+                    e,
+                )),
+            };
+        }
+        let mut entries = vec![mine.to_vec()];
+        for r in 1..self.size as usize {
+            let s = self.conns[r]
+                .as_mut()
+                .ok_or_else(|| launch_err(format!("rank {r} not joined")))?;
+            let got = match read_frame(s, deadline) {
+                Ok(Some(Frame::Data { bytes })) => Ok(bytes),
+                Ok(Some(other)) => Err(format!("rank {r} sent {}", frame_name(&other))),
+                Ok(None) => Err(format!("rank {r} exited during start-up")),
+                Err(e) if e.kind() == ErrorKind::TimedOut => {
+                    Err(format!("rank {r} did not answer within {timeout:?}"))
+                }
+                Err(e) => Err(format!("rank {r}: {e}")),
+            };
+            match got {
+                Ok(bytes) => entries.push(bytes),
+                Err(reason) => {
+                    self.abort_all(&reason);
+                    return Err(launch_err(reason));
+                }
+            }
+        }
+        for r in 1..self.size as usize {
+            if let Some(s) = self.conns[r].as_mut() {
+                write_frame(
+                    s,
+                    &Frame::Table {
+                        entries: entries.clone(),
+                    },
+                )
+                .map_err(|e| io_err(format!("sending the table to rank {r}"), e))?;
+            }
+        }
+        Ok(entries)
+    }
+
+    /// Tell every other rank the world will not form (root only).
+    pub(crate) fn abort_all(&mut self, reason: &str) {
+        for s in self.conns.iter_mut().flatten() {
+            let _ = write_frame(
+                s,
+                &Frame::Abort {
+                    reason: reason.to_string(),
+                },
+            );
+        }
+    }
+
+    /// From now on, watch the connections and record lost ranks in `live`.
+    pub(crate) fn watch(&mut self, live: Arc<Liveness>) -> Result<()> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let finishing = Arc::new(AtomicBool::new(false));
+        let done = Arc::new(AtomicBool::new(false));
+        let mut conns: Vec<(u32, TcpStream)> = Vec::new();
+        for (r, s) in self.conns.iter().enumerate() {
+            if let Some(s) = s {
+                let c = s
+                    .try_clone()
+                    .map_err(|e| io_err("watching the rendezvous".into(), e))?;
+                conns.push((r as u32, c));
+            }
+        }
+        let (st, fi, dn) = (stop.clone(), finishing.clone(), done.clone());
+        let root = self.rank == 0;
+        let thread = std::thread::Builder::new()
+            .name("fabric-msg-liveness".into())
+            .spawn(move || watch_loop(root, conns, live, st, fi, dn))
+            .map_err(|e| io_err("starting the liveness thread".into(), e))?;
+        self.watcher = Some(Watcher {
+            stop,
+            finishing,
+            done,
+            thread,
+        });
+        Ok(())
+    }
+
+    /// Leave the world: say `Bye` and wait (up to `timeout`) for the root's
+    /// `Done`, which it sends once every rank has said `Bye`.
+    pub(crate) fn finish(&mut self, timeout: Duration) -> Result<()> {
+        let Some(w) = self.watcher.take() else {
+            return Ok(());
+        };
+        w.finishing.store(true, Ordering::Release);
+        if self.rank != 0 {
+            if let Some(s) = self.conns[0].as_mut() {
+                let _ = write_frame(s, &Frame::Bye);
+            }
+        }
+        let deadline = Instant::now() + timeout;
+        while !w.done.load(Ordering::Acquire) && Instant::now() < deadline && !w.thread.is_finished() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let clean = w.done.load(Ordering::Acquire);
+        w.stop.store(true, Ordering::Release);
+        let _ = w.thread.join();
+        if clean {
+            Ok(())
+        } else {
+            Err(launch_err(format!(
+                "leaving the world: not every rank finished within {timeout:?}"
+            )))
+        }
+    }
+}
+
+impl Drop for Rendezvous {
+    fn drop(&mut self) {
+        if let Some(w) = self.watcher.take() {
+            w.stop.store(true, Ordering::Release);
+            let _ = w.thread.join();
+        }
+    }
+}
+
+fn frame_name(f: &Frame) -> &'static str {
+    match f {
+        Frame::Join { .. } => "Join",
+        Frame::Welcome => "Welcome",
+        Frame::Reject { .. } => "Reject",
+        Frame::Data { .. } => "Data",
+        Frame::Table { .. } => "Table",
+        Frame::Abort { .. } => "Abort",
+        Frame::Lost { .. } => "Lost",
+        Frame::Bye => "Bye",
+        Frame::Done => "Done",
+    }
+}
+
+/// The liveness thread: `poll(2)` on every connection, 50 ms at a time.
+fn watch_loop(
+    root: bool,
+    mut conns: Vec<(u32, TcpStream)>,
+    live: Arc<Liveness>,
+    stop: Arc<AtomicBool>,
+    finishing: Arc<AtomicBool>,
+    done: Arc<AtomicBool>,
+) {
+    let mut said_bye = vec![false; conns.len()];
+    let mut open = vec![true; conns.len()];
+    while !stop.load(Ordering::Acquire) {
+        if root && finishing.load(Ordering::Acquire) && said_bye.iter().zip(&open).all(|(b, o)| *b || !*o) {
+            for (_, s) in conns.iter_mut() {
+                let _ = write_frame(s, &Frame::Done);
+            }
+            done.store(true, Ordering::Release);
+            return;
+        }
+        let mut fds: Vec<libc::pollfd> = conns
+            .iter()
+            .map(|(_, s)| libc::pollfd {
+                fd: s.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        // SAFETY: `fds` is a valid array of pollfd for the call's duration;
+        // the sockets stay open (owned by `conns`).
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 50) };
+        if n <= 0 {
+            continue;
+        }
+        for (i, fd) in fds.iter().enumerate() {
+            if fd.revents == 0 || !open[i] {
+                continue;
+            }
+            let (rank, s) = &mut conns[i];
+            let rank = *rank;
+            let by = Instant::now() + Duration::from_secs(1);
+            match read_frame(s, by) {
+                Ok(Some(Frame::Bye)) if root => said_bye[i] = true,
+                Ok(Some(Frame::Done)) if !root => {
+                    done.store(true, Ordering::Release);
+                    return;
+                }
+                Ok(Some(Frame::Lost { rank: r, why })) if !root => live.lose(r, why),
+                Ok(Some(other)) => {
+                    log::warn!("rendezvous: unexpected {} from rank {rank}", frame_name(&other))
+                }
+                Ok(None) | Err(_) => {
+                    open[i] = false;
+                    if said_bye[i] {
+                        continue;
+                    }
+                    let why = if root {
+                        format!("rank {rank} closed its connection to rank 0 without finishing: its process exited or was killed")
+                    } else {
+                        "rank 0 closed its connection without finishing: its process exited or was killed"
+                            .to_string()
+                    };
+                    live.lose(rank, why.clone());
+                    if root {
+                        for (j, (_, other)) in conns.iter_mut().enumerate() {
+                            if j != i && open[j] {
+                                let _ = write_frame(
+                                    other,
+                                    &Frame::Lost {
+                                        rank,
+                                        why: why.clone(),
+                                    },
+                                );
+                            }
+                        }
+                    } else {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}
