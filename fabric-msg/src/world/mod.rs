@@ -120,10 +120,7 @@ impl World {
             Ok((ev, ep, name))
         });
         let mine: std::result::Result<(Vec<u8>, WireProfile), String> = match &opened {
-            Ok((ev, ep, name)) => {
-                let _ = ep;
-                Ok((name.clone(), ev.wire_profile()))
-            }
+            Ok((ev, _, name)) => Ok((name.clone(), ev.wire_profile())),
             Err(e) => Err(format!("cannot open {}: {e}", decision.rung.label)),
         };
         let table = exchange(&mut launcher, "fabric-msg.address", &mine, cfg.start_timeout)?;
