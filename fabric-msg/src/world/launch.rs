@@ -171,10 +171,9 @@ impl Launcher {
     /// Leave the world in order, waiting at most `timeout` for the others.
     pub(crate) fn finish(&mut self, timeout: Duration) -> Result<()> {
         match self {
-            Launcher::Pmix(p, star) => {
-                star.finish(timeout)?;
-                p.fence(false, timeout).map_err(pmix_error)
-            }
+            // The liveness connections' Bye/Done is already a barrier of
+            // every rank; PMIx_Finalize (on drop) needs no fence before it.
+            Launcher::Pmix(_, star) => star.finish(timeout),
             Launcher::Rendezvous(r) => r.finish(timeout),
             Launcher::Single => Ok(()),
         }
