@@ -17,8 +17,9 @@ use crate::discovery::info::EndpointType;
 use crate::discovery::profile::{check_peer, Agreement, WireProfile, PROTOCOL_VERSION};
 use crate::error::{Error, Result};
 use crate::transport::event_loop::{EndpointId, EventLoop, Peer};
+use crate::transport::framing::write_frame;
 use serde::{Deserialize, Serialize};
-use std::io::{Read, Write};
+use std::io::Read;
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
@@ -274,11 +275,7 @@ impl Stream {
     }
 
     fn write(&mut self, f: &Frame) -> Result<()> {
-        let body = postcard::to_stdvec(f).map_err(|e| Error::Encoding(e.to_string()))?;
-        let mut msg = Vec::with_capacity(4 + body.len());
-        msg.extend_from_slice(&(body.len() as u32).to_le_bytes());
-        msg.extend_from_slice(&body);
-        self.tcp.write_all(&msg).map_err(|e| self.io_fail("sending", e))
+        write_frame(&mut self.tcp, f).map_err(|e| self.io_fail("sending", e))
     }
 
     fn read(&mut self) -> Result<Frame> {

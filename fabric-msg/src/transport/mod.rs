@@ -17,4 +17,5 @@ pub mod bootstrap;
 pub(crate) mod cm;
 pub(crate) mod eq;
 pub mod event_loop;
+pub(crate) mod framing;
 pub mod rma;

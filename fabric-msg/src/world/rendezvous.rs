@@ -23,8 +23,9 @@
 
 use super::liveness::Liveness;
 use crate::error::{Error, Result};
+use crate::transport::framing::write_frame;
 use serde::{Deserialize, Serialize};
-use std::io::{ErrorKind, Read, Write};
+use std::io::{ErrorKind, Read};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -97,14 +98,6 @@ fn launch_err(message: String) -> Error {
         launcher: "rendezvous",
         message,
     }
-}
-
-fn write_frame(s: &mut TcpStream, f: &Frame) -> std::io::Result<()> {
-    let body = postcard::to_stdvec(f).map_err(|e| std::io::Error::new(ErrorKind::InvalidData, e))?;
-    let mut msg = Vec::with_capacity(4 + body.len());
-    msg.extend_from_slice(&(body.len() as u32).to_le_bytes());
-    msg.extend_from_slice(&body);
-    s.write_all(&msg)
 }
 
 /// Read one frame before `deadline`. `Ok(None)`: the peer closed cleanly.
