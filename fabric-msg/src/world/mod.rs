@@ -468,8 +468,13 @@ fn check_token(token: Token) -> Result<()> {
 }
 
 /// More ranks on this node than cores to run them: waits yield the core.
+/// The node's online cores, not this process's affinity mask: `mpirun`
+/// binds each of 2 ranks to its own core of 2, which is not oversubscribed.
 fn oversubscribed(local_ranks: usize) -> bool {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // SAFETY: sysconf only reads a system value.
+    let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    let cores = usize::try_from(online).ok().filter(|&c| c > 0);
+    let cores = cores.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     local_ranks > cores
 }
 

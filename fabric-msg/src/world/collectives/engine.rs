@@ -79,11 +79,19 @@ impl std::fmt::Debug for Engine {
 
 /// The rank a loss explains a failure with, waiting up to `grace`.
 fn lost(io: &Io<'_>, grace: Duration) -> Option<Error> {
+    let named = || {
+        io.live.first_lost().map(|rank| Error::RankLost {
+            rank,
+            why: io.live.why(rank).unwrap_or_default(),
+        })
+    };
+    if grace.is_zero() {
+        return named();
+    }
     let until = Instant::now() + grace;
     loop {
-        if let Some(rank) = io.live.first_lost() {
-            let why = io.live.why(rank).unwrap_or_default();
-            return Some(Error::RankLost { rank, why });
+        if let Some(e) = named() {
+            return Some(e);
         }
         if Instant::now() >= until {
             return None;
@@ -190,6 +198,9 @@ impl Engine {
 
     /// Post the notices still to go.
     fn flush_notices(&mut self, io: &mut Io<'_>) {
+        if self.notices_out.is_empty() {
+            return;
+        }
         let now = Instant::now();
         for (o, seq, until) in std::mem::take(&mut self.notices_out) {
             let peer = o.peer;
