@@ -75,6 +75,9 @@ pub struct World {
     finished: bool,
     /// The collectives: their numbering, runs in flight, and the
     /// application's completions that arrived while one was waited for.
+    /// Declared after `ev`, so dropped after it: runs that failed with
+    /// operations in flight keep their memory here until the event loop has
+    /// closed the endpoint those operations were posted on.
     coll: Engine,
 }
 

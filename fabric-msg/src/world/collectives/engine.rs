@@ -63,6 +63,9 @@ pub(crate) struct Engine {
     notices_out: Vec<(Outgoing, u32, Instant)>,
     notice_posted: bool,
     idle: Idle,
+    /// Runs that failed while the provider could still touch their working
+    /// arrays (see `Engine::retire`).
+    orphans: Vec<Box<dyn Progress>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -113,6 +116,7 @@ impl Engine {
             notices_out: Vec::new(),
             notice_posted: false,
             idle,
+            orphans: Vec::new(),
         }
     }
 
@@ -235,6 +239,17 @@ impl Engine {
             }
         };
         self.end(seq, run.alive().clone(), Err(error));
+        self.retire(run);
+    }
+
+    /// Drop a run that ended in failure, unless the provider may still
+    /// read or write its working array: then keep it (and its memory) until
+    /// its last operation completes or the engine is dropped, which is after
+    /// the World's event loop closed its endpoint.
+    fn retire(&mut self, run: Box<dyn Progress>) {
+        if run.busy() {
+            self.orphans.push(run);
+        }
     }
 
     fn end(&mut self, seq: u32, alive: Arc<()>, result: Result<Box<dyn Any + Send>>) {
@@ -268,6 +283,7 @@ impl Engine {
                         _ => Error::Usage(e.to_string()),
                     };
                     self.end(run.seq(), run.alive().clone(), Err(e));
+                    self.retire(run);
                 }
             }
         }
@@ -304,6 +320,7 @@ impl Engine {
                     message: n.text,
                 };
                 self.end(run.seq(), run.alive().clone(), Err(error));
+                self.retire(run);
             } else if n.seq.wrapping_sub(self.next_seq) & tags::SEQ_MASK < (tags::SEQ_MASK >> 1) {
                 self.notices.push(n);
             }
@@ -318,16 +335,42 @@ impl Engine {
         }
         let (kind, seq, index) = decode(c.token);
         let run = self.runs.iter().position(|r| r.seq() & tags::SEQ_MASK == seq);
+        let same = |r: &dyn Progress| r.seq() & tags::SEQ_MASK == seq;
+        if run.is_none() && (kind == Kind::Recv as u64 || kind == Kind::BorrowedSend as u64) {
+            // A run that failed already: an orphan's operation may release
+            // its memory; otherwise the completion is of no use.
+            if let Some(o) = self.orphans.iter_mut().find(|o| same(o.as_ref())) {
+                if kind == Kind::Recv as u64 {
+                    o.arrived(index, c, &mut self.sh).ok();
+                } else {
+                    o.borrowed_sent();
+                }
+                self.orphans.retain(|o| o.busy());
+            } else {
+                self.sh.pool.give_opt(c.buffer);
+            }
+            return None;
+        }
         match kind {
-            k if k == Kind::Recv as u64 => match run {
-                Some(i) => {
+            k if k == Kind::Recv as u64 => {
+                if let Some(i) = run {
                     if let Err(f) = self.runs[i].arrived(index, c, &mut self.sh) {
                         self.fail(io, i, f);
                     }
                 }
-                // A run that failed already: its receive is of no use.
-                None => self.sh.pool.give_opt(c.buffer),
-            },
+            }
+            k if k == Kind::BorrowedSend as u64 => {
+                if let Some(i) = run {
+                    self.runs[i].borrowed_sent();
+                    if let Err(e) = &c.result {
+                        let failure = Failure {
+                            message: format!("a send failed: {e}"),
+                            grace: LOSS_GRACE,
+                        };
+                        self.fail(io, i, failure);
+                    }
+                }
+            }
             k if k == Kind::NoticeRecv as u64 => {
                 if c.result.is_ok() {
                     let text = c

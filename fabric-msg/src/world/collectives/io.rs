@@ -41,6 +41,8 @@ pub(crate) enum Kind {
     Recv = 2,
     NoticeSend = 3,
     NoticeRecv = 4,
+    /// A send straight from a run's working array.
+    BorrowedSend = 5,
 }
 
 pub(crate) fn token(kind: Kind, seq: u32, index: u32) -> Token {

@@ -28,7 +28,7 @@ pub(crate) enum Algorithm {
 
 /// The algorithm for `n` elements of `bytes` over `size` ranks.
 pub(crate) fn choose(bytes: usize, n: usize, size: u32) -> Algorithm {
-    if bytes >= SCATTER_MIN_BYTES && n >= size as usize && size > 2 {
+    if bytes >= SCATTER_MIN_BYTES && n >= size as usize && size >= 2 {
         Algorithm::ScatterGather
     } else {
         Algorithm::Binomial
