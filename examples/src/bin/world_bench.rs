@@ -494,6 +494,8 @@ fn collective(
     iters: usize,
     tick: impl Fn(usize),
 ) -> fabric_msg::Result<Option<Row>> {
+    // The by-value forms (`i…` then `wait`): the vector moves into the
+    // collective and back, where the slice forms copy it in and out.
     let mut bcast = vec![0u8; bytes];
     let mut floats = vec![0f32; bytes / 4];
     let mut total = Duration::ZERO;
@@ -505,8 +507,14 @@ fn collective(
         let t = Instant::now();
         match bench {
             Bench::Barrier => world.barrier()?,
-            Bench::Bcast => world.broadcast(0, &mut bcast)?,
-            _ => world.allreduce(&mut floats, fabric_msg::Op::Sum)?,
+            Bench::Bcast => {
+                let r = world.ibroadcast(0, std::mem::take(&mut bcast))?;
+                bcast = world.wait(r)?;
+            }
+            _ => {
+                let r = world.iallreduce(std::mem::take(&mut floats), fabric_msg::Op::Sum)?;
+                floats = world.wait(r)?;
+            }
         }
         total += t.elapsed();
         if bench != Bench::Barrier {
