@@ -343,7 +343,7 @@ impl Engine {
                 if kind == Kind::Recv as u64 {
                     o.arrived(index, c, &mut self.sh).ok();
                 } else {
-                    o.borrowed_sent();
+                    o.borrowed_sent(index);
                 }
                 self.orphans.retain(|o| o.busy());
             } else {
@@ -361,7 +361,7 @@ impl Engine {
             }
             k if k == Kind::BorrowedSend as u64 => {
                 if let Some(i) = run {
-                    self.runs[i].borrowed_sent();
+                    self.runs[i].borrowed_sent(index);
                     if let Err(e) = &c.result {
                         let failure = Failure {
                             message: format!("a send failed: {e}"),

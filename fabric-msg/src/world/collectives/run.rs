@@ -9,9 +9,11 @@
 //! Messages of [`ZERO_COPY_BYTES`] and more go without those copies, where
 //! the endpoint carries no fabric-msg header: a send is posted straight
 //! from the working array, and a receive that only copies its block in is
-//! posted straight into it, when its round starts. Then a round is applied
-//! only once its sends from the array have completed (the provider may read
-//! the array until then), and the array outlives every such operation: a
+//! posted straight into it, when its round starts. Nothing writes a block
+//! while a send from it is in flight (the provider may read it until the
+//! send completes): a round's receives are applied, and a direct receive is
+//! posted, only once no such send reads their block. The array outlives
+//! every such operation: a
 //! run that ends with one in flight is kept by the engine until the World's
 //! event loop is closed (see [`Progress::busy`]).
 
@@ -71,8 +73,10 @@ pub(crate) struct Run<T: Element> {
     /// Sends not yet accepted by the provider (its queue was full):
     /// retried at every progress.
     outbox: VecDeque<Pending>,
-    /// Sends from, and receives into, the working array in flight.
-    borrowed_sends: usize,
+    /// Blocks (`at`, `len`) of the working array that sends in flight read,
+    /// by slot (the slot is the send's token index).
+    sending: Vec<Option<(usize, usize)>>,
+    /// Receives straight into the working array in flight.
     direct_recvs: usize,
     /// Large messages go without staging copies (decided at the start:
     /// not on framed endpoints).
@@ -94,8 +98,8 @@ pub(crate) trait Progress: Send {
     fn advance(&mut self, io: &mut Io<'_>, sh: &mut Shared) -> Result<bool, Failure>;
     /// Receive number `index` completed.
     fn arrived(&mut self, index: u32, c: Completion, sh: &mut Shared) -> Result<(), Failure>;
-    /// A send from the working array completed.
-    fn borrowed_sent(&mut self);
+    /// The send from the working array in `slot` completed.
+    fn borrowed_sent(&mut self, slot: u32);
     /// Whether the provider may still read or write the working array: a
     /// run that ends so must be kept until the World's event loop closes.
     fn busy(&self) -> bool;
@@ -130,7 +134,7 @@ impl<T: Element> Run<T> {
             round: 0,
             sent: false,
             outbox: VecDeque::new(),
-            borrowed_sends: 0,
+            sending: Vec::new(),
             direct_recvs: 0,
             zero_copy: None,
             work,
@@ -149,6 +153,17 @@ impl<T: Element> Run<T> {
         x.apply == Apply::Copy && self.large(x)
     }
 
+    /// Whether a send in flight, or waiting in the outbox, reads any of
+    /// `at..at + len`: then nothing may write there yet.
+    fn read_by_sends(&self, at: usize, len: usize) -> bool {
+        let hit = |a: usize, l: usize| len > 0 && l > 0 && a < at + len && at < a + l;
+        self.sending.iter().flatten().any(|&(a, l)| hit(a, l))
+            || self.outbox.iter().any(|p| match p {
+                Pending::Borrowed { at: a, len: l, .. } => hit(*a, *l),
+                Pending::Copied(_) => false,
+            })
+    }
+
     /// Post receives in order: pooled ones up to `AHEAD` beyond the current
     /// round, direct ones only once their round is the current one (the
     /// block may still be read by an earlier send or written by an earlier
@@ -157,6 +172,9 @@ impl<T: Element> Run<T> {
         while let Some(&(round, x)) = self.recvs.get(self.next_post) {
             let direct = self.direct(&x);
             if round > self.round && (direct || self.next_post - self.first[self.round] >= AHEAD) {
+                break;
+            }
+            if direct && self.read_by_sends(x.at, x.len) {
                 break;
             }
             let field = tags::world_field(self.seq, x.step);
@@ -171,10 +189,10 @@ impl<T: Element> Run<T> {
                 // reallocated and outlives the operation: the run ends only
                 // once this receive completed (its round must arrive), or is
                 // kept by the engine while busy until the World's event loop
-                // is closed. No send reads the block meanwhile (a round never
-                // sends a block it receives into, and earlier rounds' sends
-                // from the array completed before this round began). Any bit
-                // pattern is a valid element.
+                // is closed. No send reads the block meanwhile: none in
+                // flight does (checked just above), and a round never sends
+                // a block it receives into. Any bit pattern is a valid
+                // element.
                 let r = unsafe {
                     io.ev
                         .recv_borrowed(io.ep, region.as_mut_ptr().cast(), x.len * T::SIZE, opts, t)
@@ -258,23 +276,33 @@ impl<T: Element> Run<T> {
                         data: None,
                     };
                     let block = &self.work[at..at + len];
+                    let slot = self
+                        .sending
+                        .iter()
+                        .position(Option::is_none)
+                        .unwrap_or(self.sending.len());
                     // SAFETY: the block lies in the working array, which is
-                    // never reallocated and outlives the send: the round is
-                    // applied (and the array written) only once every send
-                    // from it completed, and a run that ends with one in
-                    // flight is kept by the engine until the World's event
-                    // loop is closed.
+                    // never reallocated and outlives the send: nothing writes
+                    // a block a send in flight reads (`read_by_sends` holds
+                    // back applies and direct receives), and a run that ends
+                    // with one in flight is kept by the engine until the
+                    // World's event loop is closed.
                     let r = unsafe {
                         io.ev.send_borrowed(
                             &io.peers[peer as usize],
                             block.as_ptr().cast(),
                             len * T::SIZE,
                             opts,
-                            token(Kind::BorrowedSend, self.seq, 0),
+                            token(Kind::BorrowedSend, self.seq, slot as u32),
                         )
                     };
                     match r {
-                        Ok(()) => self.borrowed_sends += 1,
+                        Ok(()) => {
+                            if slot == self.sending.len() {
+                                self.sending.push(None);
+                            }
+                            self.sending[slot] = Some((at, len));
+                        }
                         Err(Error::QueueFull { .. }) => {
                             self.outbox.push_front(Pending::Borrowed { peer, tag, at, len });
                             break;
@@ -338,10 +366,17 @@ impl<T: Element> Progress for Run<T> {
                 self.sent = true;
                 self.flush(io, sh)?;
             }
-            // The round's receives, and (when sends leave from the array)
-            // every send so far, before anything writes the array.
-            let sends_out = zero_copy && (self.borrowed_sends > 0 || !self.outbox.is_empty());
-            if self.missing[self.round] > 0 || sends_out {
+            // The round's receives, and no send still reading a block the
+            // round writes.
+            if self.missing[self.round] > 0 {
+                return Ok(false);
+            }
+            let range = self.first[self.round]..self.first[self.round + 1];
+            if zero_copy
+                && self.recvs[range]
+                    .iter()
+                    .any(|&(_, x)| self.read_by_sends(x.at, x.len))
+            {
                 return Ok(false);
             }
             self.apply_round(sh);
@@ -405,12 +440,14 @@ impl<T: Element> Progress for Run<T> {
         Ok(())
     }
 
-    fn borrowed_sent(&mut self) {
-        self.borrowed_sends = self.borrowed_sends.saturating_sub(1);
+    fn borrowed_sent(&mut self, slot: u32) {
+        if let Some(s) = self.sending.get_mut(slot as usize) {
+            *s = None;
+        }
     }
 
     fn busy(&self) -> bool {
-        self.borrowed_sends > 0 || self.direct_recvs > 0
+        self.sending.iter().any(Option::is_some) || self.direct_recvs > 0
     }
 
     fn into_work(self: Box<Self>) -> Box<dyn Any + Send> {
