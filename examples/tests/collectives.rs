@@ -65,6 +65,21 @@ fn mpirun_checks_every_collective_on_tcp_rxm() {
     mpirun_checks(false, "tcp;ofi_rxm");
 }
 
+/// 16 ranks on shm, the short cases and one long broadcast: the world
+/// size at which broadcasts scatter and allgather.
+#[test]
+fn mpirun_checks_sixteen_ranks_on_shm() {
+    let started = Instant::now();
+    let e = wait_all(
+        vec![mpirun(CHECK, 16, true, &["--quick", "--seed", "16"])],
+        started,
+        DEADLINE,
+    )
+    .remove(0);
+    assert!(e.status.success(), "16 ranks: {e:?}");
+    assert_all_checked(&e.stdout, 16, "shm", "pmix");
+}
+
 /// The same program through fabric-msg's own launcher (a different seed,
 /// the short cases only).
 #[test]

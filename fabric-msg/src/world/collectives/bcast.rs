@@ -9,7 +9,8 @@
 //!   (ranks renumbered so the root is 0) receives the whole message from
 //!   `v - lowbit(v)` and forwards it to `v + 2^k` for every `2^k < lowbit(v)`,
 //!   largest subtree first: ⌈log2 size⌉ rounds.
-//! - **scatter + ring allgather** (van de Geijn) for long messages: the root
+//! - **scatter + ring allgather** (van de Geijn) for long messages to 16
+//!   ranks or more: the root
 //!   cuts the message into one piece per rank and scatters the pieces down
 //!   the same binomial tree (each subtree gets only its pieces), then the
 //!   ranks pass pieces around a ring until each has all. The root sends
@@ -23,8 +24,11 @@ use crate::world::World;
 
 /// Bytes from which a broadcast scatters and allgathers.
 pub(crate) const SCATTER_MIN_BYTES: usize = 12 << 10;
-/// Ranks from which a broadcast scatters and allgathers.
-pub(crate) const SCATTER_MIN_RANKS: u32 = 3;
+/// Ranks from which a long broadcast scatters and allgathers. MPICH
+/// switches at 8 ranks; here, with 4 and 8 ranks on 2 cores, the binomial
+/// tree was faster at 1 MiB (shm 1.0-4x, tcp;ofi_rxm 1.3-3x): the ring's
+/// p - 1 extra rounds each wait for a neighbour to be scheduled.
+pub(crate) const SCATTER_MIN_RANKS: u32 = 16;
 /// Most ranks a short broadcast goes to straight from the root.
 pub(crate) const LINEAR_MAX_RANKS: u32 = 8;
 

@@ -16,8 +16,9 @@ use super::schedule::{
 use crate::error::Result;
 use crate::world::World;
 
-/// Bytes from which a reduce goes through a reduce-scatter.
-pub(crate) const SCATTER_MIN_BYTES: usize = 16 << 10;
+/// Bytes from which a reduce goes through a reduce-scatter: as allreduce's
+/// ring (not measured on its own).
+pub(crate) const SCATTER_MIN_BYTES: usize = 128 << 10;
 
 /// Which algorithm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
