@@ -15,7 +15,8 @@
 # each rank's mean; the ratio is ours / Open MPI of the slowest rank's mean
 # (max_us), taken per round (the two runs of a round are next to each other
 # in time) and then the median over rounds. Every run is under `timeout`.
-# Raw outputs and results.tsv go to $OUT (default target/bench/world_vs_mpi-<time>/).
+# Raw outputs, results.tsv and the load average at the start of each round
+# (loadavg.txt) go to $OUT (default target/bench/world_vs_mpi-<time>/).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -58,6 +59,8 @@ run() {
 }
 
 for round in $(seq 1 "$ROUNDS"); do
+  log "round $round: load average $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "round $round: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/loadavg.txt"
   for n in $RANKS; do
     for tr in $TRANSPORTS; do
       for c in "${CASES[@]}"; do
