@@ -97,13 +97,20 @@ impl EventLoop {
     /// Wait for the next connection request on the passive endpoint and
     /// accept it; `prepost` runs on the enabled endpoint before `fi_accept`.
     pub(crate) fn msg_accept(&mut self, timeout: Duration, prepost: Prepost<'_>) -> Result<EndpointId> {
-        let info = match self.eq()?.next(timeout)? {
-            CmEvent::ConnReq { info } => info,
-            _ => {
-                return Err(Error::Handshake {
-                    peer: "fabric".into(),
-                    message: "expected a connection request".into(),
-                })
+        // Events of earlier connections may come first: a connection the
+        // provider ended (tcp ends one over a refused one-sided access)
+        // reports its shutdown here, and a new request follows it.
+        let deadline = Instant::now() + timeout;
+        let info = loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.eq()?.next(left)? {
+                CmEvent::ConnReq { info } => break info,
+                CmEvent::Shutdown { fid } => {
+                    log::debug!("msg_accept: an earlier connection ({fid:?}) was shut down");
+                }
+                CmEvent::Connected { fid } => {
+                    log::debug!("msg_accept: a late connected event ({fid:?}) before the request");
+                }
             }
         };
         let ep = self.msg_endpoint(info);
