@@ -9,8 +9,8 @@ use crate::discovery::probe::{self, Hints, InfoList};
 use crate::discovery::profile::Profile;
 use crate::error::{check, Error, Result};
 use crate::ffi;
+use crate::memory::keys::KeySpace;
 use std::ptr;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// Close a fid, logging (never panicking) on failure.
@@ -53,7 +53,7 @@ pub(crate) struct DomainInner {
     pub(crate) info_index: usize,
     pub(crate) profile: Profile,
     /// Application-chosen keys for domains without `FI_MR_PROV_KEY`.
-    pub(crate) next_key: AtomicU64,
+    pub(crate) keys: KeySpace,
 }
 
 // SAFETY: all use of the domain from fabric-msg goes through the EventLoop
@@ -113,7 +113,7 @@ impl DomainInner {
             info,
             info_index,
             profile: profile.clone(),
-            next_key: AtomicU64::new(1),
+            keys: KeySpace::new(profile.mr_key_size),
         }))
     }
 
@@ -123,11 +123,6 @@ impl DomainInner {
 
     pub(crate) fn mr_mode(&self, bit: u32) -> bool {
         self.profile.mr_mode_bits & bit as u64 != 0
-    }
-
-    /// A key for a registration when the application chooses keys.
-    pub(crate) fn fresh_key(&self) -> u64 {
-        self.next_key.fetch_add(1, Ordering::Relaxed)
     }
 }
 
