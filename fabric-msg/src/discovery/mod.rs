@@ -5,7 +5,8 @@
 //! [`verbs_limits`]), the ladder in `providers.toml` ([`config`]), probing a
 //! candidate with `fi_getinfo` (`probe`), walking the ladder
 //! ([`negotiate`]) and the [`Profile`](profile::Profile) the rest of the
-//! framework obeys ([`profile`]).
+//! framework obeys ([`profile`]), with what guards a peer's one-sided access
+//! ([`protection`]).
 //!
 //! May use: [`crate::error`] and the raw bindings. Must not use: the memory
 //! and transport layers. Nothing here opens an endpoint or moves a byte;
@@ -22,5 +23,6 @@ pub mod info;
 pub mod negotiate;
 pub(crate) mod probe;
 pub mod profile;
+pub mod protection;
 pub(crate) mod requirements;
 pub mod verbs_limits;
