@@ -265,17 +265,6 @@ fn a_profile_mismatch_is_a_clear_error_on_both_sides() {
     );
 }
 
-/// The handshake frame as fabric-msg writes it, for crafting hostile ones.
-#[derive(serde::Serialize)]
-enum Frame {
-    Hello {
-        magic: u32,
-        version: u16,
-        profile: fabric_msg::WireProfile,
-        name: Vec<u8>,
-    },
-}
-
 fn hostile(bytes: &[u8], listener_timeout: Duration) -> String {
     let p = profile("tcp;ofi_rxm");
     let mut listener = Listener::bind("127.0.0.1:0").unwrap();
@@ -298,12 +287,6 @@ fn hostile(bytes: &[u8], listener_timeout: Duration) -> String {
     );
     attacker.join().unwrap();
     e
-}
-
-fn framed(body: &[u8]) -> Vec<u8> {
-    let mut v = (body.len() as u32).to_le_bytes().to_vec();
-    v.extend_from_slice(body);
-    v
 }
 
 #[test]

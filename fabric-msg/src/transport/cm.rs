@@ -133,6 +133,17 @@ impl EventLoop {
         timeout: Duration,
         prepost: Prepost<'_>,
     ) -> Result<EndpointId> {
+        // SAFETY: the domain keeps its info alive; src_addr, where set, has
+        // src_addrlen bytes.
+        let own = unsafe {
+            let i = self.domain.info_ptr();
+            if (*i).src_addr.is_null() {
+                Vec::new()
+            } else {
+                std::slice::from_raw_parts((*i).src_addr.cast::<u8>(), (*i).src_addrlen).to_vec()
+            }
+        };
+        self.check_peer_name(&own, name, "the listening peer's")?;
         // SAFETY: fi_dupinfo copies the live info; the copy is freed below.
         let info = unsafe { ffi::fi_dupinfo(self.domain.info_ptr()) };
         if info.is_null() {

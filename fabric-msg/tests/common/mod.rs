@@ -109,3 +109,42 @@ pub fn client(p: &Profile, addr: std::net::SocketAddr) -> Side {
     let peer = connect(&mut ev, ep, addr, TIMEOUT).expect("connect");
     Side { ev, ep, peer }
 }
+
+/// The handshake frames as fabric-msg writes them, for crafting hostile
+/// ones (postcard encodes the variant's index, so the order matters).
+#[derive(serde::Serialize, serde::Deserialize)]
+pub enum Frame {
+    Hello {
+        magic: u32,
+        version: u16,
+        profile: fabric_msg::WireProfile,
+        name: Vec<u8>,
+    },
+    Reject {
+        reason: String,
+    },
+    Ready,
+}
+
+/// The handshake's magic number.
+pub const MAGIC: u32 = 0x464d_5347;
+
+/// A frame's bytes with their length in front, as the bootstrap sends them.
+pub fn framed(body: &[u8]) -> Vec<u8> {
+    let mut v = (body.len() as u32).to_le_bytes().to_vec();
+    v.extend_from_slice(body);
+    v
+}
+
+/// A `Hello` from `profile`'s provider carrying `name` as its address.
+pub fn hello(profile: &Profile, name: Vec<u8>) -> Vec<u8> {
+    framed(
+        &postcard::to_stdvec(&Frame::Hello {
+            magic: MAGIC,
+            version: fabric_msg::PROTOCOL_VERSION,
+            profile: profile.wire(),
+            name,
+        })
+        .unwrap(),
+    )
+}
