@@ -207,6 +207,18 @@ impl EventLoop {
                         message: "the peer shut the connection down".into(),
                     })
                 }
+                CmEvent::ConnReq { info } => {
+                    // Nobody did a handshake for this one (ours is under
+                    // way): refuse it, and free its info.
+                    log::warn!("refusing a connection request that arrived without a handshake");
+                    if let Some(pep) = &self.pep {
+                        // SAFETY: info is the provider's request, live until
+                        // freed just below; the pep is listening.
+                        unsafe { ffi::fi_reject(pep.raw, (*info).handle, ptr::null(), 0) };
+                    }
+                    // SAFETY: the request's info is ours to free, once.
+                    unsafe { ffi::fi_freeinfo(info) };
+                }
                 _ => continue,
             }
         }
