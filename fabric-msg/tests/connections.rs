@@ -270,14 +270,16 @@ fn hostile(bytes: &[u8], listener_timeout: Duration) -> String {
     let mut listener = Listener::bind("127.0.0.1:0").unwrap();
     listener.set_timeout(listener_timeout);
     let addr = listener.local_addr().unwrap();
+    // The loop is ready before the attacker starts its clock: on a slow
+    // host, opening it could outlast the attacker's connection.
+    let mut ev = EventLoop::new(&p, LoopConfig::default()).unwrap();
+    let ep = ev.endpoint().unwrap();
     let bytes = bytes.to_vec();
     let attacker = std::thread::spawn(move || {
         let mut s = TcpStream::connect(addr).unwrap();
         s.write_all(&bytes).ok();
         std::thread::sleep(listener_timeout + Duration::from_millis(300));
     });
-    let mut ev = EventLoop::new(&p, LoopConfig::default()).unwrap();
-    let ep = ev.endpoint().unwrap();
     let t = Instant::now();
     let e = listener.accept(&mut ev, ep).unwrap_err().to_string();
     assert!(
