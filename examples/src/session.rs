@@ -624,10 +624,9 @@ fn run<B: Bench>(o: &Opts) -> AnyResult<()> {
                 std::process::exit(1);
             }
         });
-        client::<B>(o, &profile, addr, &monitor)
-            .and_then(|()| server.join().map_err(|_| "server thread panicked".into()))
+        client::<B>(o, &profile, addr, &monitor, Some(server))
     } else if let Some(host) = &o.address {
-        client::<B>(o, &profile, (host.as_str(), o.port), &monitor)
+        client::<B>(o, &profile, (host.as_str(), o.port), &monitor, None)
     } else {
         let listener = Listener::bind(("0.0.0.0", o.bind_port))?;
         eprintln!(
@@ -657,6 +656,7 @@ fn client<B: Bench>(
     profile: &Profile,
     addr: impl ToSocketAddrs,
     monitor: &Arc<Monitor>,
+    server: Option<std::thread::JoinHandle<()>>,
 ) -> AnyResult<()> {
     let plan = Plan::from_opts(o);
     let mut ev = EventLoop::new(profile, loop_config(o))?;
@@ -693,7 +693,14 @@ fn client<B: Bench>(
         let row = bench.client(&mut side, &plan, k)?;
         output::report(o, &row);
     }
-    side.finish()
+    side.finish()?;
+    // With --loopback the server thread ends before this side's loop
+    // closes: shm (1.17) gives an endpoint in the same process its peer's
+    // region by pointer, and closing it under a polling server crashes.
+    if let Some(server) = server {
+        server.join().map_err(|_| "server thread panicked")?;
+    }
+    Ok(())
 }
 
 fn serve<B: Bench>(

@@ -55,17 +55,32 @@ fn run(o: &Opts) -> AnyResult<()> {
             let mut s = Side::accept(&sp, &listener, &so)?;
             s.serve(&so)
         });
-        let result = Side::connect(&profile, addr, o).and_then(|mut c| c.drive(o));
+        // The client's loop outlives the server thread: shm (1.17) gives
+        // an endpoint in the same process its peer's region by pointer, so
+        // closing the client while the server still polls crashes it.
+        let (client, result) = match Side::connect(&profile, addr, o) {
+            Ok(mut c) => {
+                let r = c.drive(o);
+                (Some(c), r)
+            }
+            Err(e) => (None, Err(e)),
+        };
         if let Err(e) = result {
             std::thread::sleep(Duration::from_millis(200));
-            if server.is_finished() {
-                if let Ok(Err(s)) = server.join() {
-                    return Err(format!("{e}; server side: {s}").into());
-                }
+            if !server.is_finished() {
+                // The process exits with this error; never close the
+                // client under a server that still runs.
+                std::mem::forget(client);
+                return Err(e);
+            }
+            if let Ok(Err(s)) = server.join() {
+                return Err(format!("{e}; server side: {s}").into());
             }
             return Err(e);
         }
-        server.join().map_err(|_| "server thread panicked")?
+        let served = server.join().map_err(|_| "server thread panicked")?;
+        drop(client);
+        served
     } else if let Some(host) = &o.address {
         let addr = std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), o.port))?
             .next()
