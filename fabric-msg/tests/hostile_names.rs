@@ -8,7 +8,7 @@
 mod common;
 use common::*;
 use fabric_msg::discovery::negotiate::{negotiate, Capability, EndpointChoice, Requirements};
-use fabric_msg::{connect, EventLoop, LadderConfig, Listener, LoopConfig, Profile};
+use fabric_msg::{connect, EndpointId, EventLoop, LadderConfig, Listener, LoopConfig, Profile};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::Duration;
@@ -36,9 +36,9 @@ fn bad_socket_names() -> Vec<(&'static str, Vec<u8>, &'static str)> {
     ]
 }
 
-/// Hand `bytes` to a listener on `p` as a client would, and return its
-/// error and what the client was told.
-fn server_receives(p: &Profile, bytes: Vec<u8>) -> (String, String) {
+/// Hand `bytes` to a listener serving on `ev` as a client would, and
+/// return its error and what the client was told.
+fn server_receives(ev: &mut EventLoop, ep: EndpointId, bytes: Vec<u8>) -> (String, String) {
     let listener = Listener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     let client = std::thread::spawn(move || {
@@ -49,19 +49,19 @@ fn server_receives(p: &Profile, bytes: Vec<u8>) -> (String, String) {
         s.read_to_end(&mut answer).ok();
         String::from_utf8_lossy(&answer).into_owned()
     });
-    let mut ev = EventLoop::new(p, LoopConfig::default()).unwrap();
-    let ep = ev.endpoint().unwrap();
-    let e = listener.accept(&mut ev, ep).unwrap_err().to_string();
+    let e = listener.accept(ev, ep).unwrap_err().to_string();
     drop(listener);
-    drop(ev);
     (e, client.join().unwrap())
 }
 
 #[test]
 fn a_client_with_a_bad_address_gets_a_clear_error_not_a_crash() {
     let p = profile("tcp;ofi_rxm");
+    // One server loop takes every hostile client in turn.
+    let mut ev = EventLoop::new(&p, LoopConfig::default()).unwrap();
+    let ep = ev.endpoint().unwrap();
     for (what, name, why) in bad_socket_names() {
-        let (e, told) = server_receives(&p, hello(&p, name));
+        let (e, told) = server_receives(&mut ev, ep, hello(&p, name));
         assert!(
             e.contains("peer at 127.0.0.1:")
                 && e.contains("address is not one tcp;ofi_rxm can use")
@@ -73,19 +73,17 @@ fn a_client_with_a_bad_address_gets_a_clear_error_not_a_crash() {
             "{what}: told {told:?}"
         );
     }
-    // The listener's process survived all of them and still serves.
+    // The same server loop survived all of them and still serves.
     let listener = Listener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
-    let sp = p.clone();
-    let server = std::thread::spawn(move || {
-        let mut ev = EventLoop::new(&sp, LoopConfig::default()).unwrap();
+    let cp = p.clone();
+    let client = std::thread::spawn(move || {
+        let mut ev = EventLoop::new(&cp, LoopConfig::default()).unwrap();
         let ep = ev.endpoint().unwrap();
-        listener.accept(&mut ev, ep).map(|_| ())
+        connect(&mut ev, ep, addr, TIMEOUT).map(|_| ())
     });
-    let mut ev = EventLoop::new(&p, LoopConfig::default()).unwrap();
-    let ep = ev.endpoint().unwrap();
-    connect(&mut ev, ep, addr, TIMEOUT).unwrap();
-    server.join().unwrap().unwrap();
+    listener.accept(&mut ev, ep).unwrap();
+    client.join().unwrap().unwrap();
 }
 
 /// shm names are strings: one without its NUL would be read to whatever
@@ -93,10 +91,12 @@ fn a_client_with_a_bad_address_gets_a_clear_error_not_a_crash() {
 #[test]
 fn shm_refuses_unterminated_and_foreign_string_addresses() {
     let p = profile("shm");
+    // One loop throughout, as a real server has. (A fresh shm loop per
+    // case was once refused with FI_EBUSY by fi_enable in a loaded CI run;
+    // not understood yet, and not what this test is about.)
     let mut ev = EventLoop::new(&p, LoopConfig::default()).unwrap();
     let ep = ev.endpoint().unwrap();
     let own = ev.name(ep).unwrap();
-    drop(ev);
     assert_eq!(own.last(), Some(&0), "shm names are NUL-terminated: {own:?}");
     let mut unterminated = own.clone();
     unterminated.pop();
@@ -108,7 +108,7 @@ fn shm_refuses_unterminated_and_foreign_string_addresses() {
         ("a NUL inside", embedded, "byte 0x00"),
         ("another scheme", b"fi_sock://10.0.0.1:7\0".to_vec(), "fi_sock://"),
     ] {
-        let (e, told) = server_receives(&p, hello(&p, name));
+        let (e, told) = server_receives(&mut ev, ep, hello(&p, name));
         assert!(
             e.contains("address is not one shm can use") && e.contains(why),
             "{what}: {e}"
