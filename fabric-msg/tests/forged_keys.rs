@@ -277,14 +277,9 @@ fn rma_profile(provider: &str, endpoint: EndpointChoice) -> fabric_msg::Profile 
         .profile
 }
 
-fn forged_descriptors_reach_nothing(provider: &str, endpoint: EndpointChoice) {
-    let started = Instant::now();
-    let p = rma_profile(provider, endpoint);
-    assert!(
-        matches!(p.remote_protection, RemoteProtection::RandomKey { bits: 64 }),
-        "{provider}: {:?}",
-        p.remote_protection
-    );
+/// A serving thread, and a client (not yet connected) with the encoded
+/// descriptors of A and R.
+fn start(p: &fabric_msg::Profile, cfg: LoopConfig) -> (Client, [Vec<u8>; 2], std::thread::JoinHandle<()>) {
     let listener = Listener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     let (shared_tx, shared_rx) = crossbeam_channel::bounded(1);
@@ -292,11 +287,7 @@ fn forged_descriptors_reach_nothing(provider: &str, endpoint: EndpointChoice) {
     let (accepted_tx, accepted) = crossbeam_channel::unbounded();
     let sp = p.clone();
     let server = std::thread::spawn(move || serve(sp, listener, shared_tx, commands_rx, accepted_tx));
-    let cfg = LoopConfig {
-        rma_timeout: Some(Duration::from_millis(500)),
-        ..Default::default()
-    };
-    let mut client = Client {
+    let client = Client {
         p: p.clone(),
         cfg,
         addr,
@@ -305,7 +296,22 @@ fn forged_descriptors_reach_nothing(provider: &str, endpoint: EndpointChoice) {
         side: None,
         connections: 0,
     };
-    let [a, r] = shared_rx.recv().unwrap();
+    (client, shared_rx.recv().unwrap(), server)
+}
+
+fn forged_descriptors_reach_nothing(provider: &str, endpoint: EndpointChoice) {
+    let started = Instant::now();
+    let p = rma_profile(provider, endpoint);
+    assert!(
+        matches!(p.remote_protection, RemoteProtection::RandomKey { bits: 64 }),
+        "{provider}: {:?}",
+        p.remote_protection
+    );
+    let cfg = LoopConfig {
+        rma_timeout: Some(Duration::from_millis(500)),
+        ..Default::default()
+    };
+    let (mut client, [a, r], server) = start(&p, cfg);
     let real = client.side().ev.import(&a).unwrap();
     let read_only = client.side().ev.import(&r).unwrap();
 
@@ -413,23 +419,8 @@ fn forged_descriptors_reach_nothing_on_udp_rxd() {
 fn shm_is_unguarded_as_its_profile_says() {
     let p = rma_profile("shm", EndpointChoice::Rdm);
     assert!(!p.remote_protection.is_guarded(), "{:?}", p.remote_protection);
-    let listener = Listener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (shared_tx, shared_rx) = crossbeam_channel::bounded(1);
-    let (commands, commands_rx) = crossbeam_channel::unbounded();
-    let (accepted_tx, accepted) = crossbeam_channel::unbounded();
-    let sp = p.clone();
-    let server = std::thread::spawn(move || serve(sp, listener, shared_tx, commands_rx, accepted_tx));
-    let mut client = Client {
-        p: p.clone(),
-        cfg: LoopConfig::default(),
-        addr,
-        commands,
-        accepted,
-        side: None,
-        connections: 0,
-    };
-    let real = client.side().ev.import(&shared_rx.recv().unwrap()[0]).unwrap();
+    let (mut client, [a, _], server) = start(&p, LoopConfig::default());
+    let real = client.side().ev.import(&a).unwrap();
     let key = random_keys(1)[0];
     let b = forge(&real, field(&real, "addr") + PAGE as u64, real.len(), key);
     let (outcome, got) = client.read(&b, 0);

@@ -7,8 +7,7 @@
 
 mod common;
 use common::*;
-use fabric_msg::discovery::negotiate::{negotiate, Capability, EndpointChoice, Requirements};
-use fabric_msg::{connect, EndpointId, EventLoop, LadderConfig, Listener, LoopConfig, Profile};
+use fabric_msg::{connect, EndpointId, EventLoop, Listener, LoopConfig, Profile};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::Duration;
@@ -156,14 +155,7 @@ fn a_hostile_server_cannot_crash_an_rdm_client() {
 
 #[test]
 fn a_hostile_server_cannot_crash_a_msg_client() {
-    let req = Requirements {
-        caps: vec![Capability::Msg],
-        endpoint: EndpointChoice::Msg,
-        provider: Some("tcp".into()),
-        domain: Some("lo".into()),
-        ..Default::default()
-    };
-    let p = negotiate(&req, &LadderConfig::default()).unwrap().profile;
+    let p = msg_profile();
     for (what, name, why) in bad_socket_names() {
         let e = client_error(&p, name);
         assert!(

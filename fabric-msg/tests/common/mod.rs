@@ -148,3 +148,17 @@ pub fn hello(profile: &Profile, name: Vec<u8>) -> Vec<u8> {
         .unwrap(),
     )
 }
+
+/// tcp's connected (MSG) endpoints on loopback, untagged.
+pub fn msg_profile() -> Profile {
+    let req = Requirements {
+        caps: vec![Capability::Msg],
+        endpoint: EndpointChoice::Msg,
+        provider: Some("tcp".into()),
+        domain: Some("lo".into()),
+        ..Default::default()
+    };
+    let p = negotiate(&req, &LadderConfig::default()).unwrap().profile;
+    assert_eq!(p.endpoint_type, fabric_msg::EndpointType::Msg);
+    p
+}
