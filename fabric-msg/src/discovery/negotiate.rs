@@ -532,8 +532,17 @@ pub fn negotiate(req: &Requirements, cfg: &LadderConfig) -> Result<Negotiation> 
 /// Ask libfabric for exactly this candidate with the capabilities required
 /// and only the modes fabric-msg supports, then open it for real.
 fn open(req: &Requirements, cfg: &LadderConfig, attempt: &Attempt, prepared: &Prepared) -> Result<Profile> {
+    // Secondary capabilities fabric-msg uses where the entry lists them:
+    // libfabric 2.x grants only the secondary capabilities asked for
+    // (fi_getinfo(3)), where 1.x reported them unasked. FI_SOURCE gives
+    // receives their sender; a provider whose source is wrong is not asked.
+    let source = if cfg.trust_source(&attempt.info.provider) {
+        attempt.info.caps & ffi::FI_SOURCE
+    } else {
+        0
+    };
     let hints = Hints {
-        caps: req.cap_bits(),
+        caps: req.cap_bits() | source,
         mode: SUPPORTED_MODE,
         mr_mode: SUPPORTED_MR_MODE,
         endpoint_type: Some(attempt.info.endpoint_type),
