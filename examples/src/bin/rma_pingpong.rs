@@ -51,13 +51,15 @@ fn run(o: &Opts) -> AnyResult<()> {
         let listener = Listener::bind(("127.0.0.1", 0))?;
         let addr = listener.local_addr()?;
         let (sp, so) = (profile.clone(), o.clone());
-        let server = std::thread::spawn(move || -> AnyResult<()> {
+        // Each side returns its loop instead of closing it: in one process,
+        // shm reaches a peer's endpoint memory directly, so neither may close
+        // while the other still progresses (seen as SIGSEGV in fi_cq_readfrom
+        // on libfabric 1.17 and 2.1 when the client closed first).
+        let server = std::thread::spawn(move || -> AnyResult<Side> {
             let mut s = Side::accept(&sp, &listener, &so)?;
-            s.serve(&so)
+            s.serve(&so)?;
+            Ok(s)
         });
-        // The client's loop outlives the server thread: shm (1.17) gives
-        // an endpoint in the same process its peer's region by pointer, so
-        // closing the client while the server still polls crashes it.
         let (client, result) = match Side::connect(&profile, addr, o) {
             Ok(mut c) => {
                 let r = c.drive(o);
@@ -78,9 +80,10 @@ fn run(o: &Opts) -> AnyResult<()> {
             }
             return Err(e);
         }
-        let served = server.join().map_err(|_| "server thread panicked")?;
+        let server = server.join().map_err(|_| "server thread panicked")??;
         drop(client);
-        served
+        drop(server);
+        Ok(())
     } else if let Some(host) = &o.address {
         let addr = std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), o.port))?
             .next()

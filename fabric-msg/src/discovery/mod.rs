@@ -1,6 +1,7 @@
 //! Discovery: what libfabric reports on this host, and which fabric we choose.
 //!
-//! Lives here: reading `fi_info` ([`info`]), telling InfiniBand from RoCE,
+//! Lives here: reading `fi_info` ([`info`], with flag names per libfabric
+//! series in [`bits`]), telling InfiniBand from RoCE,
 //! iWARP and TCP ([`classify`], with verbs device limits from sysfs in
 //! [`verbs_limits`]), the ladder in `providers.toml` ([`config`]), probing a
 //! candidate with `fi_getinfo` (`probe`), walking the ladder
@@ -16,6 +17,7 @@
 //! from real RDMA hosts.
 
 pub mod atomic;
+pub mod bits;
 pub mod classify;
 pub mod config;
 pub(crate) mod filter;

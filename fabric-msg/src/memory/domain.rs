@@ -77,8 +77,12 @@ impl DomainInner {
                     .map(|(_, b)| *b)
             })
             .fold(0, |a, b| a | b);
+        // Negotiation asked for FI_SOURCE where it will be used; libfabric
+        // 2.x grants a secondary capability only when asked, and sizes the
+        // CQ's source table from the domain's.
+        let source = if profile.source { ffi::FI_SOURCE } else { 0 };
         let hints = Hints {
-            caps,
+            caps: caps | source,
             mode: SUPPORTED_MODE,
             mr_mode: SUPPORTED_MR_MODE,
             endpoint_type: Some(profile.endpoint_type),

@@ -11,6 +11,19 @@ use std::time::{Duration, Instant};
 
 pub const TIMEOUT: Duration = Duration::from_secs(20);
 
+/// Whether the running libfabric gives `tcp` RDM endpoints of its own:
+/// from 1.18, when the `net` provider was merged into `tcp` (and `net`
+/// stopped being listed).
+pub fn tcp_has_rdm() -> bool {
+    fabric_msg::ffi::runtime_version() >= (1, 18)
+}
+
+/// Say loudly that a test did not run, and why.
+pub fn skipped(test: &str, why: &str) {
+    let (major, minor) = fabric_msg::ffi::runtime_version();
+    eprintln!("SKIPPED {test} on libfabric {major}.{minor}: {why}");
+}
+
 /// Negotiate `provider` for tagged and untagged RDM messaging.
 pub fn profile(provider: &str) -> Profile {
     profile_with(provider, 256)

@@ -209,6 +209,7 @@ impl EventLoop {
             endpoints: Vec::new(),
             slab: Slab {
                 slots: Vec::new(),
+                by_addr: Vec::new(),
                 free: Vec::new(),
                 in_flight: 0,
                 timed: 0,
