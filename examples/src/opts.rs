@@ -223,11 +223,16 @@ pub fn parse(tool: Tool, args: impl IntoIterator<Item = String>) -> Result<Parse
             }
             "-I" => {
                 o.iters = number("-I", &val("-I")?)?;
-                if o.iters == 0 {
-                    return Err("-I 0: at least one iteration".into());
+                if !(1..=MAX_ITERS).contains(&o.iters) {
+                    return Err(format!("-I {}: 1 to {MAX_ITERS} iterations", o.iters));
                 }
             }
-            "-W" => o.warmup = number("-W", &val("-W")?)?,
+            "-W" => {
+                o.warmup = number("-W", &val("-W")?)?;
+                if o.warmup > MAX_ITERS {
+                    return Err(format!("-W {}: at most {MAX_ITERS} warm-up messages", o.warmup));
+                }
+            }
             "-w" if tool == Tool::Bandwidth => {
                 o.window = number("-w", &val("-w")?)?;
                 if !(1..=MAX_WINDOW).contains(&o.window) {
@@ -286,6 +291,10 @@ pub const MAX_RMA_SIZE: usize = 4 << 20;
 
 /// Largest `-w`: tags of messages in flight must stay distinct (16 bits).
 pub const MAX_WINDOW: usize = 4096;
+
+/// Most iterations (and warm-up messages) per size: counts and byte totals
+/// derived from them stay far from overflowing.
+pub const MAX_ITERS: usize = 1_000_000_000;
 
 fn number(name: &str, v: &str) -> Result<usize, String> {
     v.parse::<usize>()
@@ -376,7 +385,7 @@ mod tests {
         let err = |tool, a: &[&str]| run(tool, a).unwrap_err();
         assert!(err(Tool::PingPong, &["-S", "-1"]).contains("-S -1: not a non-negative number"));
         assert!(err(Tool::PingPong, &["-S", "8,x"]).contains("-S x: not"));
-        assert!(err(Tool::PingPong, &["-I", "0"]).contains("at least one"));
+        assert!(err(Tool::PingPong, &["-I", "0"]).contains("1 to 1000000000 iterations"));
         assert!(err(Tool::PingPong, &["-c", "sread"]).contains("expected spin or fd"));
         assert!(err(Tool::PingPong, &["-P", "70000"]).contains("not a port"));
         assert!(err(Tool::PingPong, &["-w", "8"]).contains("unknown option `-w`"));

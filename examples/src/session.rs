@@ -16,7 +16,7 @@
 //! where control and data share the untagged queue a side never has both
 //! kinds posted in an order that could match the wrong one.
 
-use crate::opts::{Opts, Parsed, Tool, MAX_SIZES, MAX_WINDOW};
+use crate::opts::{Opts, Parsed, Tool, MAX_ITERS, MAX_SIZES, MAX_WINDOW};
 use crate::output::{self, Monitor, Row};
 use fabric_msg::{
     connect_with, negotiate, Buffer, Completion, EndpointId, Error, EventLoop, LadderConfig, Listener,
@@ -104,10 +104,16 @@ impl Plan {
         if self.sizes.is_empty() || self.sizes.len() > MAX_SIZES {
             return Err(format!("1 to {MAX_SIZES} sizes, not {}", self.sizes.len()));
         }
-        if !(1..=MAX_WINDOW).contains(&self.window) || self.iters == 0 {
+        // The plan may come from a peer: every count is bounded before any
+        // arithmetic uses it.
+        if !(1..=MAX_WINDOW).contains(&self.window)
+            || !(1..=MAX_ITERS).contains(&self.iters)
+            || self.warmup > MAX_ITERS
+        {
             return Err(format!(
-                "window {} and {} iterations: out of range",
-                self.window, self.iters
+                "window {}, {} iterations and {} warm-up messages: out of range (window 1 to \
+                 {MAX_WINDOW}, iterations 1 to {MAX_ITERS}, warm-up at most {MAX_ITERS})",
+                self.window, self.iters, self.warmup
             ));
         }
         if self.tagged && !profile.caps_granted.iter().any(|c| c == "FI_TAGGED") {
@@ -618,10 +624,9 @@ fn run<B: Bench>(o: &Opts) -> AnyResult<()> {
                 std::process::exit(1);
             }
         });
-        client::<B>(o, &profile, addr, &monitor)
-            .and_then(|()| server.join().map_err(|_| "server thread panicked".into()))
+        client::<B>(o, &profile, addr, &monitor, Some(server))
     } else if let Some(host) = &o.address {
-        client::<B>(o, &profile, (host.as_str(), o.port), &monitor)
+        client::<B>(o, &profile, (host.as_str(), o.port), &monitor, None)
     } else {
         let listener = Listener::bind(("0.0.0.0", o.bind_port))?;
         eprintln!(
@@ -651,6 +656,7 @@ fn client<B: Bench>(
     profile: &Profile,
     addr: impl ToSocketAddrs,
     monitor: &Arc<Monitor>,
+    server: Option<std::thread::JoinHandle<()>>,
 ) -> AnyResult<()> {
     let plan = Plan::from_opts(o);
     let mut ev = EventLoop::new(profile, loop_config(o))?;
@@ -687,7 +693,14 @@ fn client<B: Bench>(
         let row = bench.client(&mut side, &plan, k)?;
         output::report(o, &row);
     }
-    side.finish()
+    side.finish()?;
+    // With --loopback the server thread ends before this side's loop
+    // closes: shm (1.17) gives an endpoint in the same process its peer's
+    // region by pointer, and closing it under a polling server crashes.
+    if let Some(server) = server {
+        server.join().map_err(|_| "server thread panicked")?;
+    }
+    Ok(())
 }
 
 fn serve<B: Bench>(
@@ -766,6 +779,44 @@ mod tests {
         assert!(Ctrl::decode(&b[..4]).unwrap_err().contains("cut short"));
         let n = Ctrl::Ready { index: 1 }.encode(&mut b);
         assert!(Ctrl::decode(&b[..n - 1]).is_err());
+    }
+
+    /// A plan is checked on the side that receives it: counts a peer sends
+    /// that would overflow `warmup + iters` (or the byte totals) are
+    /// refused before anything is run.
+    #[test]
+    fn a_plan_with_overflowing_counts_is_refused() {
+        let req = fabric_msg::Requirements {
+            provider: Some("tcp;ofi_rxm".into()),
+            ..Default::default()
+        };
+        let profile = fabric_msg::negotiate(&req, &fabric_msg::LadderConfig::default())
+            .unwrap()
+            .profile;
+        let good = Plan {
+            tool: Tool::PingPong,
+            sizes: vec![64],
+            iters: 10,
+            warmup: 1,
+            window: 1,
+            verify: false,
+            tagged: true,
+        };
+        assert_eq!(good.check(Tool::PingPong, &profile, 1 << 20), Ok(()));
+        for (iters, warmup) in [(usize::MAX, 1), (1, usize::MAX), (MAX_ITERS + 1, 0)] {
+            let plan = Plan {
+                iters,
+                warmup,
+                ..good.clone()
+            };
+            let e = plan.check(Tool::PingPong, &profile, 1 << 20).unwrap_err();
+            assert!(e.contains("out of range"), "{e}");
+        }
+        let e = crate::opts::parse(
+            Tool::PingPong,
+            ["-I", "18446744073709551615"].iter().map(|s| s.to_string()),
+        );
+        assert!(format!("{e:?}").contains("1 to 1000000000 iterations"), "{e:?}");
     }
 
     #[test]

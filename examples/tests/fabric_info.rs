@@ -57,6 +57,21 @@ fn json_output_has_the_profile_and_reasons() {
         .iter()
         .any(|c| c == "FI_RMA"));
     assert!(v["negotiation"]["rejections"].as_array().unwrap().len() > 3);
+    // tcp lets the application choose keys: fabric-msg's are random, 64 bits.
+    assert_eq!(p["remote_protection"]["kind"], "random_key", "{p}");
+    assert_eq!(p["remote_protection"]["bits"], 64, "{p}");
+}
+
+#[test]
+fn shm_says_remote_access_is_unguarded() {
+    let o = run(&["-c", "tagged,rma"], &[("FI_PROVIDER", "shm")]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    let row = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("remote access"))
+        .unwrap_or_else(|| panic!("no remote access row in\n{out}"));
+    assert!(row.contains("none: shm") && row.contains("same user"), "{row}");
 }
 
 #[test]

@@ -507,7 +507,7 @@ fn bad_arguments_fail_fast_and_clearly() {
             2,
             &["-S big: not a non-negative number", "usage:"],
         );
-        fails(tool, &["-I", "0"], 2, &["at least one iteration"]);
+        fails(tool, &["-I", "0"], 2, &["1 to 1000000000 iterations"]);
         fails(
             tool,
             &["--loopback", "-p", "tcp;ofi_rxm", "-S", "4000000000"],

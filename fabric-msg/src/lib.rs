@@ -99,6 +99,7 @@ pub use discovery::info::{EndpointType, FabricInfo};
 pub use discovery::negotiate::{negotiate, Capability, EndpointChoice, Negotiation, Requirements};
 pub use discovery::probe::AtomicOp;
 pub use discovery::profile::{check_peer, Agreement, Profile, WireProfile, PROTOCOL_VERSION};
+pub use discovery::protection::RemoteProtection;
 pub use error::{Error, Reason, Rejection, Result};
 pub use memory::access::Access;
 pub use memory::buffer::Buffer;

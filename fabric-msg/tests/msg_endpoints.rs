@@ -3,24 +3,7 @@
 
 mod common;
 use common::*;
-use fabric_msg::discovery::negotiate::{negotiate, Capability, EndpointChoice, Requirements};
-use fabric_msg::{
-    connect, Buffer, EndpointType, EventLoop, LadderConfig, Listener, LoopConfig, OpKind, RecvOpts, SendOpts,
-    Token,
-};
-
-fn msg_profile() -> fabric_msg::Profile {
-    let req = Requirements {
-        caps: vec![Capability::Msg],
-        endpoint: EndpointChoice::Msg,
-        provider: Some("tcp".into()),
-        domain: Some("lo".into()),
-        ..Default::default()
-    };
-    let p = negotiate(&req, &LadderConfig::default()).unwrap().profile;
-    assert_eq!(p.endpoint_type, EndpointType::Msg);
-    p
-}
+use fabric_msg::{connect, Buffer, EventLoop, Listener, LoopConfig, OpKind, RecvOpts, SendOpts, Token};
 
 #[test]
 fn two_clients_connect_to_one_listener_and_echo() {

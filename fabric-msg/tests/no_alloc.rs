@@ -212,14 +212,16 @@ struct RmaMem {
     remote: fabric_msg::RemoteMemory,
 }
 
-/// Register, and swap descriptors over a tagged message.
-fn rma_setup(ev: &mut EventLoop, peer: &Peer) -> RmaMem {
+/// Register, and swap descriptors over a tagged message. Completions that
+/// are not the swap's stay in `r.held`: the peer's first write may arrive
+/// before this side's swap has finished.
+fn rma_setup(ev: &mut EventLoop, peer: &Peer, r: &mut Reused) -> RmaMem {
     let local = ev.register(4096, Access::ReadWrite).unwrap();
     let tag = RecvOpts {
         tag: Some((77, 0)),
         from: None,
     };
-    let (mut out, mut held) = (Vec::new(), Vec::new());
+    let Reused { out, held, .. } = r;
     ev.recv(peer.endpoint(), Buffer::new(256), tag, Token(5)).unwrap();
     let send = SendOpts {
         tag: Some(77),
@@ -227,8 +229,8 @@ fn rma_setup(ev: &mut EventLoop, peer: &Peer) -> RmaMem {
     };
     ev.send(peer, Buffer::from_slice(&local.remote().encode()), send, Token(6))
         .unwrap();
-    next(ev, &mut out, &mut held, OpKind::Send);
-    let got = next(ev, &mut out, &mut held, OpKind::Recv).buffer.unwrap();
+    next(ev, out, held, OpKind::Send);
+    let got = next(ev, out, held, OpKind::Recv).buffer.unwrap();
     let remote = ev.import(got.as_slice()).unwrap();
     RmaMem { local, remote }
 }
@@ -240,12 +242,12 @@ fn warmed_up_rma_allocates_nothing_per_operation() {
     const MEASURED: u64 = 1000;
     let caps = vec![Capability::Tagged, Capability::Msg, Capability::Rma];
     let (mut ev, peer, server) = pair(caps, |ev, peer| {
-        let mem = rma_setup(ev, peer);
         let mut reused = Reused::new(1);
+        let mem = rma_setup(ev, peer, &mut reused);
         rma_rounds(ev, peer, &mut reused, &mem, 0..WARMUP + MEASURED, true);
     });
-    let mem = rma_setup(&mut ev, &peer);
     let mut reused = Reused::new(1);
+    let mem = rma_setup(&mut ev, &peer, &mut reused);
     rma_rounds(&mut ev, &peer, &mut reused, &mem, 0..WARMUP, false);
     let (n, sizes) = counted(|| {
         rma_rounds(

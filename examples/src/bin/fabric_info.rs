@@ -193,6 +193,7 @@ fn print_text(n: &fabric_msg::Negotiation) {
         "mr_mode",
         format!("[{}] key {} bytes", p.mr_mode.join(" "), p.mr_key_size),
     );
+    row("remote access", p.remote_protection.to_string());
     row("inject_size", p.inject_size.to_string());
     row("max_msg_size", p.max_msg_size.to_string());
     row("cq_data_size", p.cq_data_size.to_string());

@@ -51,21 +51,39 @@ fn run(o: &Opts) -> AnyResult<()> {
         let listener = Listener::bind(("127.0.0.1", 0))?;
         let addr = listener.local_addr()?;
         let (sp, so) = (profile.clone(), o.clone());
-        let server = std::thread::spawn(move || -> AnyResult<()> {
+        // Each side returns its loop instead of closing it: in one process,
+        // shm reaches a peer's endpoint memory directly, so neither may close
+        // while the other still progresses (seen as SIGSEGV in fi_cq_readfrom
+        // on libfabric 1.17 and 2.1 when the client closed first).
+        let server = std::thread::spawn(move || -> AnyResult<Side> {
             let mut s = Side::accept(&sp, &listener, &so)?;
-            s.serve(&so)
+            s.serve(&so)?;
+            Ok(s)
         });
-        let result = Side::connect(&profile, addr, o).and_then(|mut c| c.drive(o));
+        let (client, result) = match Side::connect(&profile, addr, o) {
+            Ok(mut c) => {
+                let r = c.drive(o);
+                (Some(c), r)
+            }
+            Err(e) => (None, Err(e)),
+        };
         if let Err(e) = result {
             std::thread::sleep(Duration::from_millis(200));
-            if server.is_finished() {
-                if let Ok(Err(s)) = server.join() {
-                    return Err(format!("{e}; server side: {s}").into());
-                }
+            if !server.is_finished() {
+                // The process exits with this error; never close the
+                // client under a server that still runs.
+                std::mem::forget(client);
+                return Err(e);
+            }
+            if let Ok(Err(s)) = server.join() {
+                return Err(format!("{e}; server side: {s}").into());
             }
             return Err(e);
         }
-        server.join().map_err(|_| "server thread panicked")?
+        let server = server.join().map_err(|_| "server thread panicked")??;
+        drop(client);
+        drop(server);
+        Ok(())
     } else if let Some(host) = &o.address {
         let addr = std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), o.port))?
             .next()

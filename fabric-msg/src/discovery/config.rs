@@ -17,6 +17,12 @@ pub const DEFAULT_PROVIDERS_TOML: &str = include_str!("../../../providers.toml")
 /// Environment variable naming a `providers.toml` to use instead of the default.
 pub const PROVIDERS_ENV: &str = "FABRIC_MSG_PROVIDERS";
 
+/// Largest ladder file read: the built-in one is a few KiB.
+pub const MAX_PROVIDERS_FILE: u64 = 1 << 20;
+
+/// Longest stretch of a line quoted back in an error.
+const QUOTE_MAX: usize = 120;
+
 /// One rung of the ladder.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -147,18 +153,17 @@ impl LadderConfig {
         match chosen {
             None => Ok(Self::default()),
             Some(p) => {
-                let text = std::fs::read_to_string(&p).map_err(|e| Error::Config {
-                    source_name: p.display().to_string(),
-                    message: format!(
-                        "cannot read it: {e}{}",
-                        if path.is_none() {
-                            format!(" (named by {PROVIDERS_ENV})")
-                        } else {
-                            String::new()
-                        }
-                    ),
+                let origin = p.display().to_string();
+                let named = if path.is_none() {
+                    format!(" (named by {PROVIDERS_ENV})")
+                } else {
+                    String::new()
+                };
+                let text = read_bounded(&p).map_err(|message| Error::Config {
+                    source_name: origin.clone(),
+                    message: format!("{message}{named}"),
                 })?;
-                Self::parse(&text, &p.display().to_string())
+                Self::parse(&text, &origin)
             }
         }
     }
@@ -193,9 +198,17 @@ impl LadderConfig {
                 }
             }
         }
-        for name in self.providers.keys() {
+        for (name, settings) in &self.providers {
             if name.trim().is_empty() {
                 return Err(err("a [provider.\"...\"] table has an empty name".into()));
+            }
+            for (key, value) in &settings.env {
+                if let Some(why) = env_problem(key, value) {
+                    return Err(err(format!(
+                        "[provider.\"{name}\".env] key {:?}: {why}",
+                        quote(key)
+                    )));
+                }
             }
         }
         Ok(())
@@ -229,15 +242,74 @@ impl LadderConfig {
 
 /// toml's errors carry a byte span; say the line, and quote it.
 fn describe_toml_error(text: &str, e: &toml::de::Error) -> String {
-    let msg = e.message().trim().to_string();
+    let msg = quote(e.message().trim());
     match e.span() {
         Some(span) => {
-            let line_no = text[..span.start.min(text.len())].matches('\n').count() + 1;
+            let start = (0..=span.start.min(text.len()))
+                .rev()
+                .find(|&i| text.is_char_boundary(i))
+                .unwrap_or(0);
+            let line_no = text[..start].matches('\n').count() + 1;
             let line = text.lines().nth(line_no - 1).unwrap_or("").trim();
-            format!("line {line_no} (`{line}`): {msg}")
+            format!("line {line_no} (`{}`): {msg}", quote(line))
         }
         None => msg,
     }
+}
+
+/// At most `QUOTE_MAX` characters of `s`, marked where cut.
+fn quote(s: &str) -> String {
+    match s.char_indices().nth(QUOTE_MAX) {
+        Some((cut, _)) => format!("{}... ({} bytes in all)", &s[..cut], s.len()),
+        None => s.to_string(),
+    }
+}
+
+/// Why an `env` entry cannot be set as an environment variable, if it
+/// cannot: `set_var` panics on an empty name, `=` in a name, or a NUL.
+fn env_problem(key: &str, value: &str) -> Option<&'static str> {
+    if key.is_empty() {
+        Some("an environment variable needs a name")
+    } else if !key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        || key.as_bytes()[0].is_ascii_digit()
+    {
+        Some("an environment variable name is letters, digits and `_`, not starting with a digit (e.g. FI_TCP_IFACE)")
+    } else if value.contains('\0') {
+        Some("the value contains a NUL byte, which no environment variable can hold")
+    } else {
+        None
+    }
+}
+
+/// The text of a ladder file: a regular file of at most
+/// [`MAX_PROVIDERS_FILE`] bytes, read no further than that (a FIFO, a
+/// device or `/dev/zero` is refused before reading).
+fn read_bounded(path: &Path) -> std::result::Result<String, String> {
+    use std::io::Read;
+    let meta = std::fs::metadata(path).map_err(|e| format!("cannot read it: {e}"))?;
+    if !meta.is_file() {
+        return Err(format!(
+            "not a regular file ({}): give the path of a providers.toml",
+            if meta.is_dir() {
+                "a directory"
+            } else {
+                "a device, FIFO or socket"
+            }
+        ));
+    }
+    let file = std::fs::File::open(path).map_err(|e| format!("cannot read it: {e}"))?;
+    let mut bytes = Vec::new();
+    file.take(MAX_PROVIDERS_FILE + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("cannot read it: {e}"))?;
+    if bytes.len() as u64 > MAX_PROVIDERS_FILE {
+        return Err(format!(
+            "larger than {MAX_PROVIDERS_FILE} bytes: this is not a ladder (the built-in one is {} bytes)",
+            DEFAULT_PROVIDERS_TOML.len()
+        ));
+    }
+    String::from_utf8(bytes)
+        .map_err(|e| format!("not UTF-8 text (byte {} is not)", e.utf8_error().valid_up_to()))
 }
 
 #[cfg(test)]
@@ -252,6 +324,61 @@ mod tests {
         let last = cfg.rungs.last().unwrap();
         assert_eq!(last.provider, "sockets", "sockets must be the last resort");
         assert_eq!(cfg.same_host.as_ref().unwrap().provider, "shm");
+    }
+
+    /// Each of these made `set_var` panic (exit 101) before they were
+    /// refused here.
+    #[test]
+    fn env_entries_that_cannot_be_set_are_refused_by_name() {
+        for (entry, why) in [
+            ("\"\" = \"1\"", "needs a name"),
+            ("\"A=B\" = \"1\"", "letters, digits and `_`"),
+            ("\"FI_X\" = \"a\\u0000b\"", "NUL"),
+            ("\"9X\" = \"1\"", "not starting with a digit"),
+        ] {
+            let text = format!(
+                "version = 1\n[[rung]]\nkind = \"tcp\"\nprovider = \"tcp\"\nendpoint = \"rdm\"\n\
+                 [provider.tcp.env]\n{entry}\n"
+            );
+            let e = LadderConfig::parse(&text, "my.toml").unwrap_err().to_string();
+            assert!(
+                e.contains("[provider.\"tcp\".env]") && e.contains(why),
+                "{entry}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn files_that_are_not_ladders_are_refused_before_reading_them_whole() {
+        let e = LadderConfig::load(Some(Path::new("/dev/zero")))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not a regular file"), "{e}");
+        let e = LadderConfig::load(Some(Path::new("/"))).unwrap_err().to_string();
+        assert!(e.contains("a directory"), "{e}");
+        let dir = std::env::temp_dir().join(format!("ladder-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: mkfifo with a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let e = LadderConfig::load(Some(&fifo)).unwrap_err().to_string();
+        assert!(e.contains("FIFO"), "a FIFO is refused, not waited on: {e}");
+        let big = dir.join("big.toml");
+        std::fs::write(&big, vec![b'#'; MAX_PROVIDERS_FILE as usize + 1]).unwrap();
+        let e = LadderConfig::load(Some(&big)).unwrap_err().to_string();
+        assert!(e.contains("larger than"), "{e}");
+        // A long bad line is quoted in part, not whole.
+        let long = dir.join("long.toml");
+        std::fs::write(&long, format!("version = 1\nx = {}\n", "y".repeat(500_000))).unwrap();
+        let e = LadderConfig::load(Some(&long)).unwrap_err().to_string();
+        assert!(
+            e.len() < 1000 && e.contains("line 2"),
+            "{} bytes: {}",
+            e.len(),
+            &e[..200.min(e.len())]
+        );
+        std::fs::remove_dir_all(&dir).ok();
     }
 
     #[test]

@@ -6,6 +6,9 @@
 //! classifier and the ladder are pure functions that can be tested on dumps
 //! recorded on real InfiniBand, RoCE and iWARP hosts.
 
+pub use crate::discovery::bits::{bit_names, CAP_NAMES, MODE_NAMES, MR_MODE_NAMES};
+
+use crate::discovery::bits::bits_from_names;
 use crate::ffi;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -74,6 +77,11 @@ pub enum Progress {
     Auto,
     /// The application must drive progress by reading the CQ.
     Manual,
+    /// Manual progress, and the application also serialises control
+    /// operations with data progress (`FI_PROGRESS_CONTROL_UNIFIED`,
+    /// libfabric 2.x; only granted when asked for, which fabric-msg does not).
+    #[serde(rename = "control_unified")]
+    ControlUnified,
     /// Not reported.
     Unspec,
 }
@@ -83,6 +91,8 @@ impl Progress {
         match p {
             ffi::FI_PROGRESS_AUTO => Self::Auto,
             ffi::FI_PROGRESS_MANUAL => Self::Manual,
+            #[cfg(libfabric_v2)]
+            ffi::FI_PROGRESS_CONTROL_UNIFIED => Self::ControlUnified,
             _ => Self::Unspec,
         }
     }
@@ -90,6 +100,7 @@ impl Progress {
         match s {
             "FI_PROGRESS_AUTO" => Self::Auto,
             "FI_PROGRESS_MANUAL" => Self::Manual,
+            "FI_PROGRESS_CONTROL_UNIFIED" => Self::ControlUnified,
             _ => Self::Unspec,
         }
     }
@@ -136,88 +147,6 @@ impl Threading {
     }
 }
 
-/// Names of the capability bits fabric-msg reports (`fi_info.caps`).
-pub const CAP_NAMES: &[(&str, u64)] = &[
-    ("FI_MSG", ffi::FI_MSG as u64),
-    ("FI_RMA", ffi::FI_RMA as u64),
-    ("FI_TAGGED", ffi::FI_TAGGED as u64),
-    ("FI_ATOMIC", ffi::FI_ATOMIC as u64),
-    ("FI_MULTICAST", ffi::FI_MULTICAST as u64),
-    ("FI_COLLECTIVE", ffi::FI_COLLECTIVE as u64),
-    ("FI_READ", ffi::FI_READ as u64),
-    ("FI_WRITE", ffi::FI_WRITE as u64),
-    ("FI_RECV", ffi::FI_RECV as u64),
-    ("FI_SEND", ffi::FI_SEND as u64),
-    ("FI_REMOTE_READ", ffi::FI_REMOTE_READ as u64),
-    ("FI_REMOTE_WRITE", ffi::FI_REMOTE_WRITE as u64),
-    ("FI_MULTI_RECV", ffi::FI_MULTI_RECV as u64),
-    ("FI_REMOTE_CQ_DATA", ffi::FI_REMOTE_CQ_DATA as u64),
-    ("FI_TRIGGER", ffi::FI_TRIGGER as u64),
-    ("FI_FENCE", ffi::FI_FENCE as u64),
-    ("FI_HMEM", ffi::FI_HMEM as u64),
-    ("FI_RMA_PMEM", ffi::FI_RMA_PMEM as u64),
-    ("FI_SOURCE_ERR", ffi::FI_SOURCE_ERR as u64),
-    ("FI_LOCAL_COMM", ffi::FI_LOCAL_COMM as u64),
-    ("FI_REMOTE_COMM", ffi::FI_REMOTE_COMM as u64),
-    ("FI_SHARED_AV", ffi::FI_SHARED_AV as u64),
-    ("FI_RMA_EVENT", ffi::FI_RMA_EVENT as u64),
-    ("FI_SOURCE", ffi::FI_SOURCE as u64),
-    ("FI_NAMED_RX_CTX", ffi::FI_NAMED_RX_CTX as u64),
-    ("FI_DIRECTED_RECV", ffi::FI_DIRECTED_RECV as u64),
-];
-
-/// Names of the memory-registration mode bits (`domain_attr.mr_mode`).
-pub const MR_MODE_NAMES: &[(&str, u64)] = &[
-    ("FI_MR_LOCAL", ffi::FI_MR_LOCAL as u64),
-    ("FI_MR_RAW", ffi::FI_MR_RAW as u64),
-    ("FI_MR_VIRT_ADDR", ffi::FI_MR_VIRT_ADDR as u64),
-    ("FI_MR_ALLOCATED", ffi::FI_MR_ALLOCATED as u64),
-    ("FI_MR_PROV_KEY", ffi::FI_MR_PROV_KEY as u64),
-    ("FI_MR_MMU_NOTIFY", ffi::FI_MR_MMU_NOTIFY as u64),
-    ("FI_MR_RMA_EVENT", ffi::FI_MR_RMA_EVENT as u64),
-    ("FI_MR_ENDPOINT", ffi::FI_MR_ENDPOINT as u64),
-    ("FI_MR_HMEM", ffi::FI_MR_HMEM as u64),
-    ("FI_MR_COLLECTIVE", ffi::FI_MR_COLLECTIVE as u64),
-];
-
-/// Names of the mode bits (`fi_info.mode`) fabric-msg knows.
-pub const MODE_NAMES: &[(&str, u64)] = &[
-    ("FI_CONTEXT", ffi::FI_CONTEXT as u64),
-    ("FI_MSG_PREFIX", ffi::FI_MSG_PREFIX as u64),
-    ("FI_ASYNC_IOV", ffi::FI_ASYNC_IOV as u64),
-    ("FI_RX_CQ_DATA", ffi::FI_RX_CQ_DATA as u64),
-    ("FI_LOCAL_MR", ffi::FI_LOCAL_MR as u64),
-    ("FI_NOTIFY_FLAGS_ONLY", ffi::FI_NOTIFY_FLAGS_ONLY as u64),
-    ("FI_RESTRICTED_COMP", ffi::FI_RESTRICTED_COMP as u64),
-    ("FI_CONTEXT2", ffi::FI_CONTEXT2 as u64),
-    ("FI_BUFFERED_RECV", ffi::FI_BUFFERED_RECV as u64),
-];
-
-/// The names of the bits of `bits` according to `table`; unknown bits are
-/// shown in hex.
-pub fn bit_names(bits: u64, table: &[(&str, u64)]) -> Vec<String> {
-    let mut rest = bits;
-    let mut out = Vec::new();
-    for (name, bit) in table {
-        if bits & bit != 0 {
-            out.push((*name).to_string());
-            rest &= !bit;
-        }
-    }
-    if rest != 0 {
-        out.push(format!("{rest:#x}"));
-    }
-    out
-}
-
-fn bits_from_names(list: &str, table: &[(&str, u64)]) -> u64 {
-    list.trim_matches(|c| c == '[' || c == ']' || c == ' ')
-        .split(',')
-        .map(str::trim)
-        .filter_map(|n| table.iter().find(|(name, _)| *name == n).map(|(_, b)| *b))
-        .fold(0, |acc, b| acc | b)
-}
-
 /// An owned snapshot of one `fi_info` entry: the parts fabric-msg decides on.
 /// Fields a recorded dump does not show are zero or empty.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -258,9 +187,12 @@ pub struct FabricInfo {
     pub tx_size: usize,
     /// Receive queue depth.
     pub rx_size: usize,
-    /// Data progress model.
+    /// Data progress model: `data_progress` in libfabric 1.x, `progress`
+    /// in 2.x (one field for data and control operations).
     pub data_progress: Progress,
-    /// Control progress model.
+    /// Control progress model: `control_progress` in libfabric 1.x; in 2.x,
+    /// where `progress` covers control operations too, the same as
+    /// `data_progress`.
     pub control_progress: Progress,
     /// Threading level.
     pub threading: Threading,
@@ -371,8 +303,23 @@ impl FabricInfo {
             out.mr_mode = d.mr_mode as u64;
             out.mr_key_size = d.mr_key_size;
             out.cq_data_size = d.cq_data_size;
-            out.data_progress = Progress::from_raw(d.data_progress);
-            out.control_progress = Progress::from_raw(d.control_progress);
+            #[cfg(not(libfabric_v2))]
+            {
+                out.data_progress = Progress::from_raw(d.data_progress);
+                out.control_progress = Progress::from_raw(d.control_progress);
+            }
+            // 2.0 made `data_progress` a second name of `progress`, which
+            // covers control operations as well; `control_progress` stays in
+            // the struct for the ABI only.
+            #[cfg(libfabric_v2)]
+            {
+                // SAFETY: both members of this anonymous union are
+                // `enum fi_progress` (data_progress, progress): reading
+                // either reads the value libfabric wrote.
+                let progress = Progress::from_raw(unsafe { d.__bindgen_anon_1.progress });
+                out.data_progress = progress;
+                out.control_progress = progress;
+            }
             out.threading = Threading::from_raw(d.threading);
             out.cq_cnt = d.cq_cnt;
             out.ep_cnt = d.ep_cnt;
@@ -593,8 +540,17 @@ fn from_fields(f: &HashMap<String, String>) -> FabricInfo {
     e.rma_iov_limit = us("fi_tx_attr.rma_iov_limit");
     e.tx_size = us("fi_tx_attr.size");
     e.rx_size = us("fi_rx_attr.size");
-    e.data_progress = Progress::from_name(&s("fi_domain_attr.data_progress"));
-    e.control_progress = Progress::from_name(&s("fi_domain_attr.control_progress"));
+    match f.get("fi_domain_attr.progress") {
+        // libfabric 2.x prints one `progress` for data and control.
+        Some(p) => {
+            e.data_progress = Progress::from_name(p);
+            e.control_progress = e.data_progress;
+        }
+        None => {
+            e.data_progress = Progress::from_name(&s("fi_domain_attr.data_progress"));
+            e.control_progress = Progress::from_name(&s("fi_domain_attr.control_progress"));
+        }
+    }
     e.threading = Threading::from_name(&s("fi_domain_attr.threading"));
     e.cq_cnt = us("fi_domain_attr.cq_cnt");
     e.ep_cnt = us("fi_domain_attr.ep_cnt");
@@ -670,6 +626,26 @@ fi_info:
     }
 
     #[test]
+    fn libfabric_2_prints_one_progress_for_data_and_control() {
+        let v2 = "fi_info:\n    mode: [  ]\n    fi_domain_attr:\n        name: lo\n        \
+                  progress: FI_PROGRESS_MANUAL\n    fi_fabric_attr:\n        prov_name: tcp\n";
+        let e = &parse_fi_info_text(v2)[0];
+        assert_eq!(
+            (e.data_progress, e.control_progress),
+            (Progress::Manual, Progress::Manual)
+        );
+        let v1 = VERBOSE.replace(
+            "data_progress: FI_PROGRESS_MANUAL",
+            "control_progress: FI_PROGRESS_AUTO\n        data_progress: FI_PROGRESS_MANUAL",
+        );
+        let e = &parse_fi_info_text(&v1)[0];
+        assert_eq!(
+            (e.data_progress, e.control_progress),
+            (Progress::Manual, Progress::Auto)
+        );
+    }
+
+    #[test]
     fn short_forms_old_and_new_with_prompts() {
         let text = "$ ./fi_info -p verbs\nprovider: verbs\n    fabric: IB-0xfe80000000000000\n    \
                     domain: mlx5_0-dgram\n    version: 116.0\n    type: FI_EP_DGRAM\n    \
@@ -684,11 +660,5 @@ fi_info:
         assert_eq!(v[1].fabric, "IB-0x80fe");
         assert_eq!(v[1].protocol, "FI_PROTO_RDMA_CM_IB_RC");
         assert_eq!(v[1].domain, "");
-    }
-
-    #[test]
-    fn bit_names_show_unknown_bits_in_hex() {
-        let names = bit_names(ffi::FI_MSG as u64 | (1 << 63), CAP_NAMES);
-        assert_eq!(names, ["FI_MSG", "0x8000000000000000"]);
     }
 }

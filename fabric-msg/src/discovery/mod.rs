@@ -1,11 +1,13 @@
 //! Discovery: what libfabric reports on this host, and which fabric we choose.
 //!
-//! Lives here: reading `fi_info` ([`info`]), telling InfiniBand from RoCE,
+//! Lives here: reading `fi_info` ([`info`], with flag names per libfabric
+//! series in [`bits`]), telling InfiniBand from RoCE,
 //! iWARP and TCP ([`classify`], with verbs device limits from sysfs in
 //! [`verbs_limits`]), the ladder in `providers.toml` ([`config`]), probing a
 //! candidate with `fi_getinfo` (`probe`), walking the ladder
 //! ([`negotiate`]) and the [`Profile`](profile::Profile) the rest of the
-//! framework obeys ([`profile`]).
+//! framework obeys ([`profile`]), with what guards a peer's one-sided access
+//! ([`protection`]).
 //!
 //! May use: [`crate::error`] and the raw bindings. Must not use: the memory
 //! and transport layers. Nothing here opens an endpoint or moves a byte;
@@ -15,6 +17,7 @@
 //! from real RDMA hosts.
 
 pub mod atomic;
+pub mod bits;
 pub mod classify;
 pub mod config;
 pub(crate) mod filter;
@@ -22,5 +25,6 @@ pub mod info;
 pub mod negotiate;
 pub(crate) mod probe;
 pub mod profile;
+pub mod protection;
 pub(crate) mod requirements;
 pub mod verbs_limits;

@@ -15,6 +15,7 @@ pub use crate::discovery::requirements::{
 };
 pub use crate::error::{Reason, Rejection};
 
+use crate::discovery::bits::{all_mode, ALL_MR_MODE};
 use crate::discovery::info::{bit_names, EndpointType, FabricInfo, CAP_NAMES, MODE_NAMES, MR_MODE_NAMES};
 use crate::discovery::probe::{self, Hints, ProbeSizes};
 use crate::discovery::profile::{Profile, QueueSizes, Universe};
@@ -24,14 +25,6 @@ use crate::ffi;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::sync::OnceLock;
-
-/// Every `mr_mode` and mode bit libfabric defines, used only to list what is
-/// present so the reasons can name a bit fabric-msg does not handle.
-const ALL_MR_MODE: u64 = SUPPORTED_MR_MODE
-    | (ffi::FI_MR_MMU_NOTIFY | ffi::FI_MR_RMA_EVENT | ffi::FI_MR_HMEM | ffi::FI_MR_COLLECTIVE) as u64;
-const ALL_MODE: u64 = SUPPORTED_MODE
-    | (ffi::FI_MSG_PREFIX | ffi::FI_ASYNC_IOV | ffi::FI_NOTIFY_FLAGS_ONLY | ffi::FI_RESTRICTED_COMP) as u64
-    | ffi::FI_BUFFERED_RECV as u64;
 
 /// The decision before anything is opened: candidates to try in order, and
 /// the rungs already ruled out.
@@ -416,7 +409,7 @@ pub fn negotiate(req: &Requirements, cfg: &LadderConfig) -> Result<Negotiation> 
     };
     let listed = list_all(SUPPORTED_MODE, SUPPORTED_MR_MODE)?;
     let key = |i: &FabricInfo| (i.provider.clone(), i.endpoint_type, i.domain.clone());
-    let hidden: Vec<FabricInfo> = list_all(ALL_MODE, ALL_MR_MODE)?
+    let hidden: Vec<FabricInfo> = list_all(all_mode(ffi::runtime_version()), ALL_MR_MODE)?
         .into_iter()
         .filter(|w| !listed.iter().any(|l| key(l) == key(w)))
         .collect();
@@ -539,8 +532,17 @@ pub fn negotiate(req: &Requirements, cfg: &LadderConfig) -> Result<Negotiation> 
 /// Ask libfabric for exactly this candidate with the capabilities required
 /// and only the modes fabric-msg supports, then open it for real.
 fn open(req: &Requirements, cfg: &LadderConfig, attempt: &Attempt, prepared: &Prepared) -> Result<Profile> {
+    // Secondary capabilities fabric-msg uses where the entry lists them:
+    // libfabric 2.x grants only the secondary capabilities asked for
+    // (fi_getinfo(3)), where 1.x reported them unasked. FI_SOURCE gives
+    // receives their sender; a provider whose source is wrong is not asked.
+    let source = if cfg.trust_source(&attempt.info.provider) {
+        attempt.info.caps & ffi::FI_SOURCE
+    } else {
+        0
+    };
     let hints = Hints {
-        caps: req.cap_bits(),
+        caps: req.cap_bits() | source,
         mode: SUPPORTED_MODE,
         mr_mode: SUPPORTED_MR_MODE,
         endpoint_type: Some(attempt.info.endpoint_type),

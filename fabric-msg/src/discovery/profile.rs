@@ -8,6 +8,7 @@ use crate::discovery::info::{
     bit_names, EndpointType, FabricInfo, Progress, Threading, CAP_NAMES, MODE_NAMES, MR_MODE_NAMES,
 };
 use crate::discovery::probe::{AtomicOp, ProbeResult};
+use crate::discovery::protection::RemoteProtection;
 use crate::discovery::requirements::Requirements;
 use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
@@ -91,6 +92,10 @@ pub struct Profile {
     pub mr_mode: Vec<String>,
     /// Memory key size in bytes.
     pub mr_key_size: usize,
+    /// What guards a peer's one-sided access to registered memory: a random
+    /// key of ours, the provider's key, or nothing (shm). See
+    /// [`RemoteProtection`].
+    pub remote_protection: RemoteProtection,
     /// Largest injectable message.
     pub inject_size: usize,
     /// Largest message.
@@ -194,6 +199,7 @@ impl Profile {
             mr_mode_bits: info.mr_mode,
             mr_mode: bit_names(info.mr_mode, MR_MODE_NAMES),
             mr_key_size: info.mr_key_size,
+            remote_protection: RemoteProtection::of(&info.provider, info.mr_mode, info.mr_key_size),
             inject_size: info.inject_size,
             max_msg_size: info.max_msg_size,
             cq_data_size: info.cq_data_size,

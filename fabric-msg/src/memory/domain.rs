@@ -9,8 +9,8 @@ use crate::discovery::probe::{self, Hints, InfoList};
 use crate::discovery::profile::Profile;
 use crate::error::{check, Error, Result};
 use crate::ffi;
+use crate::memory::keys::KeySpace;
 use std::ptr;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// Close a fid, logging (never panicking) on failure.
@@ -53,7 +53,7 @@ pub(crate) struct DomainInner {
     pub(crate) info_index: usize,
     pub(crate) profile: Profile,
     /// Application-chosen keys for domains without `FI_MR_PROV_KEY`.
-    pub(crate) next_key: AtomicU64,
+    pub(crate) keys: KeySpace,
 }
 
 // SAFETY: all use of the domain from fabric-msg goes through the EventLoop
@@ -77,8 +77,12 @@ impl DomainInner {
                     .map(|(_, b)| *b)
             })
             .fold(0, |a, b| a | b);
+        // Negotiation asked for FI_SOURCE where it will be used; libfabric
+        // 2.x grants a secondary capability only when asked, and sizes the
+        // CQ's source table from the domain's.
+        let source = if profile.source { ffi::FI_SOURCE } else { 0 };
         let hints = Hints {
-            caps,
+            caps: caps | source,
             mode: SUPPORTED_MODE,
             mr_mode: SUPPORTED_MR_MODE,
             endpoint_type: Some(profile.endpoint_type),
@@ -113,7 +117,7 @@ impl DomainInner {
             info,
             info_index,
             profile: profile.clone(),
-            next_key: AtomicU64::new(1),
+            keys: KeySpace::new(profile.mr_key_size),
         }))
     }
 
@@ -123,11 +127,6 @@ impl DomainInner {
 
     pub(crate) fn mr_mode(&self, bit: u32) -> bool {
         self.profile.mr_mode_bits & bit as u64 != 0
-    }
-
-    /// A key for a registration when the application chooses keys.
-    pub(crate) fn fresh_key(&self) -> u64 {
-        self.next_key.fetch_add(1, Ordering::Relaxed)
     }
 }
 

@@ -3,7 +3,8 @@
 //! Lives here: the domain every other object is opened under and registers
 //! into (`domain` — libfabric's protection domain; `close_fid`), the
 //! message [`Buffer`](crate::Buffer) with its lazily registered local
-//! descriptor (`buffer`), and registered regions, remote descriptors and
+//! descriptor (`buffer`), the remote keys fabric-msg draws where the
+//! provider lets it (`keys`), and registered regions, remote descriptors and
 //! pools ([`mr`]): how each `mr_mode` bit is honoured, and what a peer may
 //! reach.
 //!
@@ -16,6 +17,7 @@
 pub mod access;
 pub(crate) mod buffer;
 pub(crate) mod domain;
+pub(crate) mod keys;
 pub(crate) mod lease;
 pub mod mr;
 pub mod pool;

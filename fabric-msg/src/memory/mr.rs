@@ -10,9 +10,10 @@
 //! - `FI_MR_VIRT_ADDR`: peers address the region by virtual address;
 //!   otherwise by offset from 0. [`RemoteMemory`] carries the right base, so
 //!   peers only ever give offsets.
-//! - `FI_MR_PROV_KEY`: the provider picks keys; otherwise fabric-msg does,
-//!   from a counter that never hands out a key twice in a domain, so a
-//!   revoked key can never open a newer region.
+//! - `FI_MR_PROV_KEY`: the provider picks keys; otherwise fabric-msg draws
+//!   them at random over the whole key width and never hands out a key
+//!   twice in a domain, so no key can be guessed from another and a revoked
+//!   key can never open a newer region (`keys`).
 //! - `FI_MR_ENDPOINT`: the region is bound to an endpoint and enabled.
 //! - `FI_MR_ALLOCATED`: owned regions are allocated (and zeroed) before
 //!   registration.
@@ -253,9 +254,14 @@ pub(crate) unsafe fn register(
     Ok(inner)
 }
 
+/// Attempts at an application key before giving up: only a provider that
+/// refuses fresh random keys with `FI_ENOKEY` again and again gets there.
+const KEY_ATTEMPTS: usize = 8;
+
 /// `fi_mr_reg` of `len` bytes at `ptr` with access `flags`: the key is the
-/// provider's under `FI_MR_PROV_KEY`, otherwise a fresh one of ours, and
-/// running out of lockable memory is [`Error::MemoryLimit`].
+/// provider's under `FI_MR_PROV_KEY`, otherwise a fresh random one of ours
+/// (drawn again if the provider says it is taken), and running out of
+/// lockable memory is [`Error::MemoryLimit`].
 ///
 /// # Safety
 /// `ptr..ptr+len` stays allocated until the registration is closed.
@@ -265,35 +271,44 @@ pub(crate) unsafe fn mr_reg(
     len: usize,
     flags: u64,
 ) -> Result<*mut ffi::fid_mr> {
-    let requested_key = if domain.mr_mode(ffi::FI_MR_PROV_KEY) {
-        0
-    } else {
-        app_key(domain)?
-    };
-    let mut raw = ptr::null_mut();
-    // SAFETY: the caller keeps the memory allocated for the registration's
-    // life; the out-pointer is valid.
-    let rc = unsafe {
-        ffi::fi_mr_reg(
-            domain.raw,
-            ptr.cast(),
-            len,
-            flags,
-            0,
-            requested_key,
-            0,
-            &mut raw,
-            ptr::null_mut(),
-        )
-    };
-    if rc == -(ffi::FI_ENOMEM as i32) {
-        return Err(Error::MemoryLimit {
-            len,
-            memlock: memlock_limit(),
-        });
+    let provider_keys = domain.mr_mode(ffi::FI_MR_PROV_KEY);
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let requested_key = if provider_keys {
+            0
+        } else {
+            domain.keys.draw(&domain.profile.provider)?
+        };
+        let mut raw = ptr::null_mut();
+        // SAFETY: the caller keeps the memory allocated for the
+        // registration's life; the out-pointer is valid.
+        let rc = unsafe {
+            ffi::fi_mr_reg(
+                domain.raw,
+                ptr.cast(),
+                len,
+                flags,
+                0,
+                requested_key,
+                0,
+                &mut raw,
+                ptr::null_mut(),
+            )
+        };
+        if rc == -(ffi::FI_ENOMEM as i32) {
+            return Err(Error::MemoryLimit {
+                len,
+                memlock: memlock_limit(),
+            });
+        }
+        if rc == -(ffi::FI_ENOKEY as i32) && !provider_keys && attempt < KEY_ATTEMPTS {
+            log::debug!("fi_mr_reg: key {requested_key:#x} taken (FI_ENOKEY); drawing another");
+            continue;
+        }
+        check("fi_mr_reg", rc)?;
+        return Ok(raw);
     }
-    check("fi_mr_reg", rc)?;
-    Ok(raw)
 }
 
 /// The soft `RLIMIT_MEMLOCK`, in words.
@@ -311,23 +326,6 @@ fn memlock_limit() -> String {
     } else {
         format!("{} KiB", lim.rlim_cur / 1024)
     }
-}
-
-/// An application-chosen key that fits the domain's key size and was never
-/// handed out before in this domain.
-fn app_key(domain: &DomainInner) -> Result<u64> {
-    let key = domain.fresh_key();
-    let bits = 8 * domain.profile.mr_key_size.clamp(1, 8) as u32;
-    if bits < 64 && key >> bits != 0 {
-        return Err(Error::Unsupported {
-            what: format!(
-                "more than {} registrations in one domain ({bits}-bit keys)",
-                (1u64 << bits) - 1
-            ),
-            provider: domain.profile.provider.clone(),
-        });
-    }
-    Ok(key)
 }
 
 /// Allocate `len` zeroed, page-aligned bytes (at least one).

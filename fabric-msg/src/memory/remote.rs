@@ -14,6 +14,44 @@ pub const MAX_REMOTE_MEMORY: usize = 128;
 /// ([`RemoteMemory::encode`]) and bring it in with
 /// [`EventLoop::import`](crate::EventLoop::import), which checks it and maps
 /// raw keys. It also serialises with serde, inside your own messages.
+///
+/// # What a descriptor protects
+///
+/// Handing a peer a descriptor gives it the registration behind it. What
+/// keeps it from the rest of your memory is the provider, and depends on
+/// it ([`Profile::remote_protection`](crate::Profile::remote_protection)
+/// says which applies; `docs/reliability.md` has the details and the tests):
+///
+/// - **tcp, tcp;ofi_rxm, sockets, udp;ofi_rxd**: fabric-msg chooses the
+///   keys, at random over 64 bits, never reusing one in a domain. The
+///   provider checks the key, the bounds of the registration and its
+///   access; a descriptor forged with another key, a shifted address, a
+///   widened length or widened access reaches nothing (tested). The peer
+///   sees the operation fail: `FI_EACCES` on sockets; on tcp and
+///   tcp;ofi_rxm the connection ends (`FI_ECANCELED`, then `FI_ENOTCONN`);
+///   on udp;ofi_rxd it never completes
+///   ([`CompletionError::TimedOut`](crate::CompletionError::TimedOut)).
+/// - **verbs** (InfiniBand, RoCE, iWARP): the NIC chooses 32-bit keys
+///   (`FI_MR_PROV_KEY`). On common NICs the upper 24 bits index the NIC's
+///   table and only the low 8 bits vary, so a peer on the fabric that can
+///   post RDMA can find a live key by trying; the fabric itself (partitions,
+///   VLANs, who is cabled in) is the boundary, as for every verbs program.
+/// - **shm**: keys are not checked. The provider copies with the target's
+///   virtual addresses, so any process of the same user on the host can read
+///   and write the target's memory, registered or not, as it could through
+///   `/proc/PID/mem`.
+///
+/// Revoking: closing or dropping the [`MemoryRegion`](crate::MemoryRegion)
+/// deregisters it, and its key is never handed out again by that loop, so an
+/// old descriptor cannot open a newer region.
+///
+/// To give a peer less: register less (the provider enforces the
+/// registration, not a [`window`](RemoteMemory::window): a peer can forge a
+/// window back to the whole registration), grant [`Access::Read`] where
+/// writing is not needed (enforced by the provider), and close regions when
+/// done. `FI_MR_ENDPOINT` binding, used only where a provider requires it,
+/// chooses the local endpoint that serves a region, not which peer may use
+/// it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RemoteMemory {
     addr: u64,
@@ -103,6 +141,15 @@ impl RemoteMemory {
 
     /// Check an operation of `len` bytes at `offset` needing `needs`.
     pub(crate) fn check(&self, offset: u64, len: u64, needs: Access, operation: &'static str) -> Result<()> {
+        // A descriptor deserialised by the application's own serde has not
+        // passed `decode`: its base plus its length may wrap.
+        if self.addr.checked_add(self.len).is_none() {
+            return Err(Error::Encoding(format!(
+                "remote memory descriptor wraps the address space ({:#x} + {}): it was not made by \
+                 a peer's fabric-msg; refuse it",
+                self.addr, self.len
+            )));
+        }
         match offset.checked_add(len) {
             Some(end) if end <= self.len => {}
             _ => {
@@ -195,6 +242,20 @@ mod tests {
             m.window(0, 1, Access::ReadWrite).is_err(),
             "a window cannot widen access"
         );
+    }
+
+    /// A descriptor that skipped `decode` (the application's own serde)
+    /// with a base near the top of the address space is refused, not
+    /// added up into a panic or a wrapped address.
+    #[test]
+    fn a_wrapping_descriptor_from_serde_is_refused() {
+        let mut m = remote(4096, Access::ReadWrite);
+        m.addr = u64::MAX - 100;
+        for (offset, len) in [(0, 1), (200, 8), (4000, 96)] {
+            let e = m.check(offset, len, Access::Read, "read").unwrap_err();
+            assert!(e.to_string().contains("wraps the address space"), "{e}");
+        }
+        assert!(m.window(200, 8, Access::Read).is_err());
     }
 
     #[test]

@@ -105,7 +105,9 @@ impl Listener {
             let conn = ev.msg_accept(self.timeout, &mut prepost)?;
             Peer::connected(conn, agreement)
         } else {
-            let peer = ev.insert_peer(ep, &name, agreement)?;
+            let peer = ev
+                .insert_peer(ep, &name, agreement)
+                .map_err(|e| s.refuse_name(e))?;
             prepost(ev, ep)?;
             s.hello(local, ev.name(ep)?)?;
             peer
@@ -163,10 +165,14 @@ pub fn connect_with(
     let (profile, name) = s.read_hello()?;
     let agreement = s.agree(&local, &profile)?;
     let peer = if msg {
-        let conn = ev.msg_connect(&name, timeout, &mut prepost)?;
+        let conn = ev
+            .msg_connect(&name, timeout, &mut prepost)
+            .map_err(|e| s.refuse_name(e))?;
         Peer::connected(conn, agreement)
     } else {
-        let peer = ev.insert_peer(ep, &name, agreement)?;
+        let peer = ev
+            .insert_peer(ep, &name, agreement)
+            .map_err(|e| s.refuse_name(e))?;
         prepost(ev, ep)?;
         peer
     };
@@ -268,6 +274,17 @@ impl Stream {
             })
             .ok();
         })
+    }
+
+    /// The peer's endpoint name could not be used: tell it why, and name
+    /// it in the error (a mismatch stays a mismatch).
+    fn refuse_name(&mut self, e: Error) -> Error {
+        let Error::PeerMismatch(m) = e else { return e };
+        self.write(&Frame::Reject {
+            reason: format!("your endpoint address was refused: {m}"),
+        })
+        .ok();
+        Error::PeerMismatch(format!("peer at {}: {m}", self.peer))
     }
 
     fn refused(&self, reason: String) -> Error {

@@ -97,13 +97,20 @@ impl EventLoop {
     /// Wait for the next connection request on the passive endpoint and
     /// accept it; `prepost` runs on the enabled endpoint before `fi_accept`.
     pub(crate) fn msg_accept(&mut self, timeout: Duration, prepost: Prepost<'_>) -> Result<EndpointId> {
-        let info = match self.eq()?.next(timeout)? {
-            CmEvent::ConnReq { info } => info,
-            _ => {
-                return Err(Error::Handshake {
-                    peer: "fabric".into(),
-                    message: "expected a connection request".into(),
-                })
+        // Events of earlier connections may come first: a connection the
+        // provider ended (tcp ends one over a refused one-sided access)
+        // reports its shutdown here, and a new request follows it.
+        let deadline = Instant::now() + timeout;
+        let info = loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.eq()?.next(left)? {
+                CmEvent::ConnReq { info } => break info,
+                CmEvent::Shutdown { fid } => {
+                    log::debug!("msg_accept: an earlier connection ({fid:?}) was shut down");
+                }
+                CmEvent::Connected { fid } => {
+                    log::debug!("msg_accept: a late connected event ({fid:?}) before the request");
+                }
             }
         };
         let ep = self.msg_endpoint(info);
@@ -126,6 +133,17 @@ impl EventLoop {
         timeout: Duration,
         prepost: Prepost<'_>,
     ) -> Result<EndpointId> {
+        // SAFETY: the domain keeps its info alive; src_addr, where set, has
+        // src_addrlen bytes.
+        let own = unsafe {
+            let i = self.domain.info_ptr();
+            if (*i).src_addr.is_null() {
+                Vec::new()
+            } else {
+                std::slice::from_raw_parts((*i).src_addr.cast::<u8>(), (*i).src_addrlen).to_vec()
+            }
+        };
+        self.check_peer_name(&own, name, "the listening peer's")?;
         // SAFETY: fi_dupinfo copies the live info; the copy is freed below.
         let info = unsafe { ffi::fi_dupinfo(self.domain.info_ptr()) };
         if info.is_null() {
@@ -188,6 +206,18 @@ impl EventLoop {
                         peer: "fabric".into(),
                         message: "the peer shut the connection down".into(),
                     })
+                }
+                CmEvent::ConnReq { info } => {
+                    // Nobody did a handshake for this one (ours is under
+                    // way): refuse it, and free its info.
+                    log::warn!("refusing a connection request that arrived without a handshake");
+                    if let Some(pep) = &self.pep {
+                        // SAFETY: info is the provider's request, live until
+                        // freed just below; the pep is listening.
+                        unsafe { ffi::fi_reject(pep.raw, (*info).handle, ptr::null(), 0) };
+                    }
+                    // SAFETY: the request's info is ours to free, once.
+                    unsafe { ffi::fi_freeinfo(info) };
                 }
                 _ => continue,
             }

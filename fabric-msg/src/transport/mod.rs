@@ -6,13 +6,15 @@
 //! connected (MSG) endpoints need (`eq`); connection management for them
 //! (`cm`); one-sided reads, writes and atomics on the loop ([`rma`]); and
 //! the TCP bootstrap that exchanges endpoint names and profiles
-//! ([`bootstrap`]).
+//! ([`bootstrap`]), with the check every name from a peer passes before
+//! libfabric reads it (`address`).
 //!
 //! May use: [`crate::memory`], [`crate::discovery`], [`crate::error`]. Must
 //! not use anything above it. The loop is the single owner of every
 //! endpoint, queue and in-flight operation; see `docs/architecture.md` for
 //! who closes what, and in which order.
 
+pub(crate) mod address;
 pub mod bootstrap;
 pub(crate) mod cm;
 pub(crate) mod eq;

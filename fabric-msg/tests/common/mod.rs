@@ -11,6 +11,19 @@ use std::time::{Duration, Instant};
 
 pub const TIMEOUT: Duration = Duration::from_secs(20);
 
+/// Whether the running libfabric gives `tcp` RDM endpoints of its own:
+/// from 1.18, when the `net` provider was merged into `tcp` (and `net`
+/// stopped being listed).
+pub fn tcp_has_rdm() -> bool {
+    fabric_msg::ffi::runtime_version() >= (1, 18)
+}
+
+/// Say loudly that a test did not run, and why.
+pub fn skipped(test: &str, why: &str) {
+    let (major, minor) = fabric_msg::ffi::runtime_version();
+    eprintln!("SKIPPED {test} on libfabric {major}.{minor}: {why}");
+}
+
 /// Negotiate `provider` for tagged and untagged RDM messaging.
 pub fn profile(provider: &str) -> Profile {
     profile_with(provider, 256)
@@ -108,4 +121,57 @@ pub fn client(p: &Profile, addr: std::net::SocketAddr) -> Side {
     let ep = ev.endpoint().expect("client endpoint");
     let peer = connect(&mut ev, ep, addr, TIMEOUT).expect("connect");
     Side { ev, ep, peer }
+}
+
+/// The handshake frames as fabric-msg writes them, for crafting hostile
+/// ones (postcard encodes the variant's index, so the order matters).
+#[derive(serde::Serialize, serde::Deserialize)]
+pub enum Frame {
+    Hello {
+        magic: u32,
+        version: u16,
+        profile: fabric_msg::WireProfile,
+        name: Vec<u8>,
+    },
+    Reject {
+        reason: String,
+    },
+    Ready,
+}
+
+/// The handshake's magic number.
+pub const MAGIC: u32 = 0x464d_5347;
+
+/// A frame's bytes with their length in front, as the bootstrap sends them.
+pub fn framed(body: &[u8]) -> Vec<u8> {
+    let mut v = (body.len() as u32).to_le_bytes().to_vec();
+    v.extend_from_slice(body);
+    v
+}
+
+/// A `Hello` from `profile`'s provider carrying `name` as its address.
+pub fn hello(profile: &Profile, name: Vec<u8>) -> Vec<u8> {
+    framed(
+        &postcard::to_stdvec(&Frame::Hello {
+            magic: MAGIC,
+            version: fabric_msg::PROTOCOL_VERSION,
+            profile: profile.wire(),
+            name,
+        })
+        .unwrap(),
+    )
+}
+
+/// tcp's connected (MSG) endpoints on loopback, untagged.
+pub fn msg_profile() -> Profile {
+    let req = Requirements {
+        caps: vec![Capability::Msg],
+        endpoint: EndpointChoice::Msg,
+        provider: Some("tcp".into()),
+        domain: Some("lo".into()),
+        ..Default::default()
+    };
+    let p = negotiate(&req, &LadderConfig::default()).unwrap().profile;
+    assert_eq!(p.endpoint_type, fabric_msg::EndpointType::Msg);
+    p
 }

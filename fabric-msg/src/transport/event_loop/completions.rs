@@ -202,11 +202,17 @@ impl EventLoop {
     }
 
     pub(super) fn complete(&mut self, e: &ffi::fi_cq_tagged_entry, source: Option<u64>) {
-        let remote_write = e.flags & (ffi::FI_REMOTE_WRITE as u64) != 0;
+        let with_data = e.flags & u64::from(ffi::FI_REMOTE_CQ_DATA) != 0;
+        // fi_cq(3): a peer's write with data completes with FI_REMOTE_WRITE
+        // and FI_REMOTE_CQ_DATA. libfabric 2.x's shm sets FI_REMOTE_CQ_DATA
+        // alone (and 2.1 an internal id as the context), so remote data on a
+        // completion that is none of our operations is such a write too.
+        let remote_write = e.flags & (ffi::FI_REMOTE_WRITE as u64) != 0
+            || (with_data && !self.rx_cq_data && self.slab.index_of(e.op_context).is_none());
         if remote_write && !self.rx_cq_data {
             // A peer's write with immediate data: the entry carries no
             // context of ours (fi_cq(3)), so it is not looked up.
-            if e.flags & u64::from(ffi::FI_REMOTE_CQ_DATA) != 0 {
+            if with_data {
                 self.remote_write_arrived(e.data, source);
             }
             return;

@@ -21,7 +21,12 @@ impl EventLoop {
                 continue;
             }
             s.abandoned = true;
+            // Reported once: no deadline left to wake up for, so an
+            // operation the provider never completes does not make every
+            // later poll tick.
+            s.expires = None;
             let (endpoint, kind, token, group) = (s.endpoint, s.kind, s.token, s.group);
+            self.slab.timed -= 1;
             if group != NO_GROUP {
                 let g = &mut self.groups[group as usize];
                 g.error.get_or_insert(CompletionError::TimedOut(after));

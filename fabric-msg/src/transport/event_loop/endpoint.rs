@@ -6,6 +6,7 @@ use crate::discovery::profile::Agreement;
 use crate::error::{check, Error, Result};
 use crate::ffi;
 use crate::memory::domain::close_fid;
+use crate::transport::address::check_name;
 use std::ptr;
 
 impl EventLoop {
@@ -126,9 +127,26 @@ impl EventLoop {
         }
     }
 
-    /// Insert a peer's address (from its [`EventLoop::name`]).
+    /// Refuse a peer's endpoint name that libfabric could not read safely:
+    /// empty, of the wrong length or family for the provider's address
+    /// format, or an unterminated string ([`check_name`]).
+    pub(crate) fn check_peer_name(&self, own: &[u8], name: &[u8], whose: &str) -> Result<()> {
+        // SAFETY: the domain keeps its fi_info alive.
+        let format = unsafe { (*self.domain.info_ptr()).addr_format };
+        check_name(format, own, name).map_err(|why| {
+            Error::PeerMismatch(format!(
+                "{whose} address is not one {} can use: {why}; it is not from the same provider, or it \
+                 was damaged or forged on the way",
+                self.domain.profile.provider
+            ))
+        })
+    }
+
+    /// Insert a peer's address (from its [`EventLoop::name`]). The name is
+    /// checked before libfabric sees it.
     pub fn insert_peer(&mut self, id: EndpointId, name: &[u8], agreement: Agreement) -> Result<Peer> {
-        self.ep(id)?;
+        let own = self.name(id)?;
+        self.check_peer_name(&own, name, "the peer's")?;
         let av = self.av.as_ref().ok_or(Error::Closed {
             what: "address vector".into(),
         })?;
@@ -155,16 +173,17 @@ impl EventLoop {
 
     /// Insert many peers' addresses in one `fi_av_insert` call, in order:
     /// the `Peer` at index `i` is `names[i]`. Every name is checked before
-    /// libfabric sees it: it must be exactly as long as this endpoint's own
-    /// name (the provider's address length), so a short, empty or oversized
-    /// name from a peer is an error naming its index, not a read past its end.
+    /// libfabric sees it (length and family for socket addresses, a
+    /// terminated printable string for string addresses), so a short, empty
+    /// or unterminated name from a peer is an error naming its index, not a
+    /// read past its end.
     pub fn insert_peers(
         &mut self,
         id: EndpointId,
         names: &[Vec<u8>],
         agreements: &[Agreement],
     ) -> Result<Vec<Peer>> {
-        let own = self.name(id)?.len();
+        let own = self.name(id)?;
         if names.len() != agreements.len() {
             return Err(Error::Usage(format!(
                 "insert_peers: {} names but {} agreements",
@@ -172,21 +191,18 @@ impl EventLoop {
                 agreements.len()
             )));
         }
-        if let Some((i, n)) = names.iter().enumerate().find(|(_, n)| n.len() != own) {
-            return Err(Error::PeerMismatch(format!(
-                "address {i} is {} bytes; this provider's addresses are {own}: it is not from the same \
-                 provider, or it was damaged on the way",
-                n.len()
-            )));
+        for (i, n) in names.iter().enumerate() {
+            self.check_peer_name(&own, n, &format!("address {i}:"))?;
         }
         let av = self.av.as_ref().ok_or(Error::Closed {
             what: "address vector".into(),
         })?;
         let packed: Vec<u8> = names.concat();
         let mut addrs: Vec<ffi::fi_addr_t> = vec![ffi::FI_ADDR_NOTAVAIL; names.len()];
-        // SAFETY: av is open; `packed` holds names.len() addresses of the
-        // provider's length back to back (checked above), and `addrs` has
-        // room for one fi_addr_t each.
+        // SAFETY: av is open; `packed` holds names.len() well-formed
+        // addresses of the provider's format back to back (checked above:
+        // each is read to its own length or NUL), and `addrs` has room for
+        // one fi_addr_t each.
         let rc = unsafe {
             ffi::fi_av_insert(
                 av.raw,

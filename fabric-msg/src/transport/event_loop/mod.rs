@@ -104,6 +104,9 @@ pub struct EventLoop {
     cq_entries: Option<CqEntries>,
     /// When `poll` next looks for overdue one-sided operations.
     next_expiry_scan: Instant,
+    /// An endpoint failed to close: its operations' slots are kept for
+    /// good, and leaked when the loop drops.
+    close_failed: bool,
 }
 
 // SAFETY: an EventLoop is used through `&mut self` only, so by one thread at
@@ -206,6 +209,7 @@ impl EventLoop {
             endpoints: Vec::new(),
             slab: Slab {
                 slots: Vec::new(),
+                by_addr: Vec::new(),
                 free: Vec::new(),
                 in_flight: 0,
                 timed: 0,
@@ -225,6 +229,7 @@ impl EventLoop {
             rx_cq_data: profile.mode.iter().any(|m| m == "FI_RX_CQ_DATA"),
             cq_entries: Some(CqEntries::default()),
             next_expiry_scan: Instant::now(),
+            close_failed: false,
             scratch: vec![0; profile.inject_size + HEADROOM],
             domain,
             cfg,

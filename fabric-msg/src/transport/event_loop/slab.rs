@@ -8,7 +8,6 @@ use crate::memory::buffer::Buffer;
 use crate::memory::lease::Lease;
 use crate::memory::mr::RegionInner;
 use std::os::raw::c_void;
-use std::ptr;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -73,6 +72,11 @@ pub(super) struct Slab {
     // it must not move when the Vec grows.
     #[allow(clippy::vec_box)]
     pub(super) slots: Vec<Box<OpSlot>>,
+    /// Every slot's address with its index, sorted by address: a
+    /// completion's context is looked up here, never dereferenced, because
+    /// a provider may hand back a context that is not ours (libfabric 2.1's
+    /// shm puts an internal id there for a peer's write with data).
+    pub(super) by_addr: Vec<(usize, u32)>,
     pub(super) free: Vec<u32>,
     pub(super) in_flight: usize,
     /// Slots with a deadline (one-sided operations).
@@ -106,6 +110,9 @@ impl Slab {
                     expires: None,
                     abandoned: false,
                 }));
+                let addr = &*self.slots[i as usize] as *const OpSlot as usize;
+                let at = self.by_addr.partition_point(|&(a, _)| a < addr);
+                self.by_addr.insert(at, (addr, i));
                 i
             }
         };
@@ -147,19 +154,43 @@ impl Slab {
 
     /// The slot a completion's context points at, if it is one of ours and in use.
     pub(super) fn index_of(&self, ctx: *mut c_void) -> Option<u32> {
-        if ctx.is_null() {
-            return None;
+        let at = self
+            .by_addr
+            .binary_search_by_key(&(ctx as usize), |&(a, _)| a)
+            .ok()?;
+        let index = self.by_addr[at].1;
+        self.slots[index as usize].in_use.then_some(index)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn contexts_that_are_not_slots_are_not_followed() {
+        let mut slab = Slab {
+            slots: Vec::new(),
+            by_addr: Vec::new(),
+            free: Vec::new(),
+            in_flight: 0,
+            timed: 0,
+        };
+        let slots: Vec<*mut OpSlot> = (0..5).map(|i| slab.acquire(0, OpKind::Send, Token(i))).collect();
+        for (i, s) in slots.iter().enumerate() {
+            assert_eq!(slab.index_of(s.cast()), Some(i as u32));
         }
-        let candidate = ctx as *const OpSlot;
-        if (candidate as usize) % std::mem::align_of::<OpSlot>() != 0 {
-            return None;
+        // Small integers and addresses inside a slot are not slots; none is
+        // dereferenced (an internal id such as 8 would fault if it were).
+        for bogus in [8usize, 16, 4096, slots[2] as usize + 8] {
+            assert_eq!(slab.index_of(bogus as *mut c_void), None, "{bogus:#x}");
         }
-        // SAFETY: every context fabric-msg posts is the address of a boxed
-        // slot, and boxes are freed only when the slab is dropped (after
-        // every endpoint is closed), so the CQ can only hand back pointers
-        // to live slots. The identity check below guards the index anyway.
-        let index = unsafe { (*candidate).index };
-        let slot = self.slots.get(index as usize)?;
-        (ptr::eq(&**slot, candidate) && slot.in_use).then_some(index)
+        assert_eq!(slab.index_of(std::ptr::null_mut()), None);
+        slab.release(3);
+        assert_eq!(
+            slab.index_of(slots[3].cast()),
+            None,
+            "a released slot is not in use"
+        );
     }
 }

@@ -4,13 +4,15 @@
 use super::*;
 use crate::error::{check, Error, Result};
 use crate::ffi;
-use crate::memory::domain::close_fid;
 use std::sync::Arc;
 
 impl EventLoop {
     /// Close an endpoint. Its operations still in flight produce no
     /// completions; their buffers are freed by the loop. Completions of its
-    /// operations already reaped but not yet returned are dropped too.
+    /// operations already reaped but not yet returned are dropped too. If
+    /// `fi_close` fails, the error is returned and the operations' memory
+    /// is kept for good (leaked when the loop drops): the provider may
+    /// still write into it.
     pub fn close_endpoint(&mut self, id: EndpointId) -> Result<()> {
         let Some(slot) = self.endpoints.get_mut(id.0 as usize) else {
             return Err(Error::Closed {
@@ -43,8 +45,16 @@ impl EventLoop {
         // and none of its tokens comes back; errors are reported after.
         let drained = self.read_cq();
         for i in 0..self.slab.slots.len() {
-            let s = &self.slab.slots[i];
+            let s = &mut self.slab.slots[i];
             if s.in_use && s.endpoint == id.0 {
+                if rc != 0 {
+                    // The endpoint may still be open and write into this
+                    // slot and its memory: keep both for good (never
+                    // reused, never freed under the NIC).
+                    s.abandoned = true;
+                    self.close_failed = true;
+                    continue;
+                }
                 self.slab.release(i as u32);
             }
         }
@@ -62,6 +72,7 @@ impl EventLoop {
 
 impl Drop for EventLoop {
     fn drop(&mut self) {
+        let mut all_closed = true;
         for state in self
             .endpoints
             .iter_mut()
@@ -70,7 +81,18 @@ impl Drop for EventLoop {
         {
             // SAFETY: each endpoint is open and closed once, before the CQ,
             // AV and EQ it is bound to (fields dropped after this body).
-            unsafe { close_fid("endpoint", &mut (*state.raw).fid) }
+            let rc = unsafe { ffi::fi_close(&mut (*state.raw).fid) };
+            if rc != 0 {
+                all_closed = false;
+                log::warn!("closing endpoint: {}", Error::from_rc("fi_close", rc.into()));
+            }
+        }
+        if !all_closed || self.close_failed {
+            // An endpoint that did not close may still write into its
+            // operations' contexts and memory: leak them, never free them
+            // under the NIC.
+            log::warn!("leaking the operation slots of endpoints that did not close");
+            std::mem::forget(std::mem::take(&mut self.slab.slots));
         }
         // The passive endpoint goes before the EQ it is bound to.
         self.pep = None;

@@ -178,13 +178,21 @@ pub enum CompletionError {
     /// [`LoopConfig::rma_timeout`]. Its memory stays registered and held
     /// until the provider lets go of it or the endpoint is closed.
     #[error(
-        "no completion after {0:?}: the peer may have revoked the key, died, or stopped polling its loop \
-         (needed for progress on some providers); the operation's memory stays held until the provider \
-         releases it or the endpoint is closed"
+        "no completion after {0:?}: the peer may have refused the access (a wrong or revoked key, or an \
+         address outside the region: shm and udp;ofi_rxd never complete a refused operation), died, or \
+         stopped polling its loop (needed for progress on some providers); the operation's memory stays \
+         held until the provider releases it or the endpoint is closed"
     )]
     TimedOut(Duration),
-    /// The operation was cancelled.
-    #[error("operation cancelled (FI_ECANCELED)")]
+    /// The provider cancelled the operation: fabric-msg cancels none of
+    /// its own, so the provider flushed it, because the endpoint closed or
+    /// its connection to the peer ended.
+    #[error(
+        "operation cancelled (FI_ECANCELED): the endpoint closed, or the provider's connection to the \
+         peer ended (tcp and tcp;ofi_rxm end it when the peer refuses a one-sided access: a wrong or \
+         revoked key, or memory outside the region); later operations to that peer fail too \
+         (FI_ENOTCONN): connect to it again from a new endpoint"
+    )]
     Cancelled,
     /// Any other error: libfabric's code, the provider's errno and its text
     /// (`fi_cq_strerror`).

@@ -1,0 +1,191 @@
+#!/usr/bin/env bash
+# Build and test the whole workspace against libfabric 2.x: Debian trixie's
+# libfabric 2.1, in a trixie root made with debootstrap, run with chroot.
+#
+#   ci/libfabric2.sh                 # build, clippy, test (tests and tools), fabric_info
+#   ci/libfabric2.sh -- CMD [ARG...] # any command in the trixie root, from the repository
+#   ci/libfabric2.sh --shell         # an interactive shell there
+#
+# The root lives in ${FABRIC_MSG_TRIXIE_CACHE:-$HOME/.cache/fabric-msg-trixie}/root
+# (about 1.4 GB), never in the repository. It is built once (about a minute
+# here, downloads included) and rebuilt only when the package list or this
+# script's set-up part changes; otherwise the check takes well under a second.
+#
+# Rust: the host's rustup toolchain (RUSTUP_HOME, CARGO_HOME) is bind-mounted
+# into the root at the same paths, so the 2.1 run uses exactly the compiler,
+# clippy and crate cache of the 1.17 run and any difference between the two
+# is libfabric's. (trixie's own rustc 1.85 would meet the workspace's
+# rust-version, but its clippy would judge the code by other lints.) Build output goes to target/libfabric-2/ (ignored).
+# Mounts are made in a private mount namespace (unshare -m): they vanish
+# with the run, whatever happens to it.
+#
+# Needs root (debootstrap, chroot, mounts) and the Debian mirror the host's
+# apt uses (FABRIC_MSG_TRIXIE_MIRROR overrides it).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$(pwd)
+
+cache=${FABRIC_MSG_TRIXIE_CACHE:-$HOME/.cache/fabric-msg-trixie}
+root=$cache/root
+suite=trixie
+# What the root needs: ci/setup.sh's list, plus what a minbase root lacks.
+packages=(libfabric-dev libfabric-bin libclang-dev clang pkg-config gcc libc6-dev
+    openmpi-bin libpmix-dev ca-certificates
+    iperf3 jq python3 iproute2)  # ci/bench/ab.sh
+
+log() { echo "libfabric2.sh: $*" >&2; }
+die() { echo "libfabric2.sh: error: $*" >&2; exit 1; }
+
+[ "$(id -u)" = 0 ] || die "needs root (debootstrap, chroot and bind mounts); run it with sudo"
+
+mode=test
+cmd=()
+case ${1:-} in
+"") ;;
+--shell) mode=shell ;;
+--) shift; mode=cmd; cmd=("$@"); [ ${#cmd[@]} -gt 0 ] || die "nothing after --" ;;
+-h | --help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
+*) die "unknown argument $1 (see --help)" ;;
+esac
+
+# --- the Rust toolchain to lend the root --------------------------------------
+cargo_bin=$(command -v cargo || true)
+[ -n "$cargo_bin" ] || { [ -x "$HOME/.cargo/bin/cargo" ] && cargo_bin=$HOME/.cargo/bin/cargo; }
+[ -n "$cargo_bin" ] || die "no cargo on the host: install Rust with rustup (https://rustup.rs)"
+cargo_home=${CARGO_HOME:-$HOME/.cargo}
+rustup_home=${RUSTUP_HOME:-$HOME/.rustup}
+[ -d "$rustup_home/toolchains" ] ||
+    die "no rustup toolchain in $rustup_home: the trixie root borrows the host's rustup toolchain"
+
+# --- the root -----------------------------------------------------------------
+mirror=${FABRIC_MSG_TRIXIE_MIRROR:-}
+if [ -z "$mirror" ]; then
+    # The first Debian archive the host's apt uses (deb822 or one-line format).
+    mirror=$(cat /etc/apt/sources.list.d/*.sources 2>/dev/null |
+        sed -n 's|^URIs: *\(https\{0,1\}://[^ ]*/debian\)/\{0,1\} *$|\1|p' | head -n1)
+    [ -n "$mirror" ] || mirror=$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null |
+        sed -n 's|^deb  *\(\[[^]]*\] *\)\{0,1\}\(https\{0,1\}://[^ ]*/debian\)/\{0,1\} .*|\2|p' | head -n1)
+    [ -n "$mirror" ] || mirror=http://deb.debian.org/debian
+fi
+
+# The stamp covers what the root is made of: the suite, the packages and the
+# set-up code below (from here to the end of build_root).
+stamp=$( { echo "$suite ${packages[*]}"; sed -n '/^# --- the root/,/^} # build_root/p' "$0"; } |
+    sha256sum | cut -d' ' -f1)
+
+build_root() {
+    command -v debootstrap >/dev/null || {
+        log "installing debootstrap"
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+            -o DPkg::Lock::Timeout=900 debootstrap >/dev/null ||
+            die "could not install debootstrap (apt-get install debootstrap)"
+    }
+    local new=$cache/root.new start=$SECONDS
+    rm -rf "$new"
+    mkdir -p "$new"
+    log "debootstrap $suite from $mirror into $new (a few minutes)"
+    # minbase only: debootstrap's own resolver does not follow virtual
+    # packages (libltdl-dev needs automake-1.17, which automake provides);
+    # apt inside the root installs the rest.
+    if ! debootstrap --variant=minbase "$suite" "$new" "$mirror" >"$cache/debootstrap.log" 2>&1; then
+        tail -n 20 "$cache/debootstrap.log" >&2
+        [ -f "$new/debootstrap/debootstrap.log" ] && tail -n 20 "$new/debootstrap/debootstrap.log" >&2
+        die "debootstrap failed (log: $cache/debootstrap.log)"
+    fi
+    cp /etc/resolv.conf "$new/etc/resolv.conf"
+    log "installing ${packages[*]} in the root"
+    if ! unshare --mount --propagation private bash -c '
+        r=$1; shift
+        mount -t proc proc "$r/proc" && chroot "$r" apt-get -qq update &&
+        DEBIAN_FRONTEND=noninteractive chroot "$r" apt-get -qq -y --no-install-recommends install "$@"
+        ' _ "$new" "${packages[@]}" >"$cache/apt.log" 2>&1; then
+        tail -n 20 "$cache/apt.log" >&2
+        die "apt-get install in the root failed (log: $cache/apt.log)"
+    fi
+    # The host name, for the tests.
+    cp /etc/hosts "$new/etc/hosts"
+    chroot "$new" apt-get clean
+    {
+        echo "suite: $suite from $mirror"
+        chroot "$new" dpkg-query -W -f='${Package} ${Version}\n' "${packages[@]}"
+    } >"$new/fabric-msg-root.txt"
+    echo "$stamp" >"$new/fabric-msg-stamp"
+    rm -rf "$root"
+    mv "$new" "$root"
+    log "root ready in $((SECONDS - start)) s: $root"
+} # build_root
+
+mkdir -p "$cache"
+exec 9>"$cache/lock"
+flock 9  # builds exclusively; runs share the root (below)
+if [ ! -f "$root/fabric-msg-stamp" ] || [ "$(cat "$root/fabric-msg-stamp")" != "$stamp" ]; then
+    build_root
+fi
+flock -s 9
+
+# --- the run ------------------------------------------------------------------
+target_dir=target/libfabric-2
+mkdir -p "$target_dir"
+toolchain_path=$(dirname "$cargo_bin")
+
+# What runs inside the root, after the mounts.
+inner=$(mktemp "$cache/inner.XXXXXX")
+trap 'rm -f "$inner"' EXIT
+{
+    echo 'set -euo pipefail'
+    printf 'export PATH=%q:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n' "$toolchain_path"
+    printf 'export HOME=%q CARGO_HOME=%q RUSTUP_HOME=%q CARGO_TARGET_DIR=%q\n' \
+        "$HOME" "$cargo_home" "$rustup_home" "$repo/$target_dir"
+    # Nothing from the host's libfabric set-up leaks in.
+    echo 'unset LIBFABRIC_DIR LIBFABRIC_INCLUDE_DIR LIBFABRIC_LIB_DIR PKG_CONFIG_PATH LD_LIBRARY_PATH'
+    printf 'cd %q\n' "$repo"
+    case $mode in
+    shell) echo 'exec bash -i' ;;
+    cmd) printf 'exec'; printf ' %q' "${cmd[@]}"; echo ;;
+    test)
+        cat <<'EOF'
+step() { printf '\n==> [trixie] %s\n' "$*" >&2; }
+export RUSTFLAGS="${RUSTFLAGS:-} -D warnings" RUSTDOCFLAGS="${RUSTDOCFLAGS:-} -D warnings"
+step "libfabric in the root: $(fi_info --version | tr '\n' ' ')"
+fi_info --version | grep -q '^libfabric: 2\.' || { echo "not libfabric 2.x" >&2; exit 1; }
+step "cargo clippy (libfabric 2.x)"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+step "cargo test (libfabric 2.x)"
+timeout 1500 cargo test --workspace --locked
+step "fabric_info (libfabric 2.x)"
+"$CARGO_TARGET_DIR/debug/fabric_info"
+EOF
+        ;;
+    esac
+} >"$inner"
+
+# The mounts and the chroot, run by unshare -m in a private mount namespace:
+# every mount disappears with it.
+outer=$(mktemp "$cache/outer.XXXXXX")
+trap 'rm -f "$inner" "$outer"' EXIT
+cat >"$outer" <<'OUTER'
+set -euo pipefail
+root=$1 repo=$2 cargo_home=$3 rustup_home=$4 inner=$5 mode=$6
+bind() { # SRC [ro]: mount SRC at the same path inside the root
+    mkdir -p "$root$1"
+    mount --rbind "$1" "$root$1"
+    [ "${2:-}" = ro ] && mount -o remount,bind,ro "$root$1"
+    return 0
+}
+mount -t proc proc "$root/proc"
+mount --rbind /sys "$root/sys"
+mount --rbind /dev "$root/dev"
+# shm's segments go to /dev/shm: give the root its own, empty one.
+mount -t tmpfs -o mode=1777 tmpfs "$root/dev/shm"
+mount -t tmpfs tmpfs "$root/tmp"
+bind "$repo"
+bind "$cargo_home"
+bind "$rustup_home" ro
+cp "$inner" "$root/tmp/fabric-msg-run.sh"
+if [ "$mode" = shell ]; then
+    exec chroot "$root" bash /tmp/fabric-msg-run.sh
+fi
+exec chroot "$root" bash /tmp/fabric-msg-run.sh </dev/null
+OUTER
+unshare --mount --propagation private bash "$outer" "$root" "$repo" "$cargo_home" \
+    "$rustup_home" "$inner" "$mode"
