@@ -11,6 +11,7 @@ packages=(
   pkg-config
   gcc             # compiles bindgen's shims for libfabric's static inline functions
   openmpi-bin     # mpirun: the World's tests launch ranks through its PMIx server
+  libopenmpi-dev  # mpicc: ci/bench/world_vs_mpi.sh builds the Open MPI side of the comparison
   libpmix-dev     # pmix.h and pmix.pc: the PMIx layout test checks our ABI against them
 )
 

@@ -172,8 +172,13 @@ impl Monitor {
     /// Start the watching thread. The progress line is drawn only when
     /// stderr is a terminal and `show` is set.
     pub fn start(tool: Tool, show: bool) -> Arc<Monitor> {
+        Monitor::start_named(tool.name(), show)
+    }
+
+    /// [`Monitor::start`] for a tool outside [`Tool`], by its name.
+    pub fn start_named(tool: &'static str, show: bool) -> Arc<Monitor> {
         let m = Arc::new(Monitor {
-            tool: tool.name(),
+            tool,
             done: AtomicU64::new(0),
             total: AtomicU64::new(0),
             size: AtomicU64::new(0),

@@ -112,4 +112,5 @@ pub use transport::event_loop::{
     SendOpts, Token, WaitMode,
 };
 pub use transport::rma::Atomic;
+pub use world::collectives::{CombineFn, Element, Op, Reduction, Request};
 pub use world::{World, WorldConfig};

@@ -253,13 +253,56 @@ pub(crate) fn open_candidate(
             fids.0.push(&mut (*ep).fid);
             check("fi_ep_bind(cq)", ffi::fi_ep_bind(ep, &mut (*cq).fid, bind_flags))?;
             check("fi_ep_bind(av)", ffi::fi_ep_bind(ep, &mut (*av).fid, 0))?;
-            check("fi_enable", ffi::fi_enable(ep))?;
+            let mut rc = ffi::fi_enable(ep);
+            if rc == -(ffi::FI_EBUSY as i32) {
+                // A region of this endpoint's name exists: stale, if shm
+                // named it for our pid (see `remove_stale_shm_region`).
+                let mut name = [0u8; 256];
+                let mut len = name.len();
+                if ffi::fi_getname(&mut (*ep).fid, name.as_mut_ptr().cast(), &mut len) == 0
+                    && remove_stale_shm_region(&name[..len.min(name.len())])
+                {
+                    rc = ffi::fi_enable(ep);
+                }
+            }
+            check("fi_enable", rc)?;
             if want_atomics {
                 result.atomics = valid_atomics(ep);
             }
         }
     }
     Ok(result)
+}
+
+/// After shm refused to enable an endpoint with FI_EBUSY: whether trying
+/// again can work, because the region of the endpoint's name, left by a
+/// dead process, is gone. shm names regions `/dev/shm/<pid>:<n>:<n>` from
+/// this process's pid and its own counters, so a region with this
+/// endpoint's name was left by a dead process that had our pid (a SIGKILLed
+/// process cannot unlink its region); libfabric 1.17 unlinks such a region
+/// itself when it meets it, and fails anyway. Anything it left is removed
+/// here. Names of other processes' regions are never touched.
+pub(crate) fn remove_stale_shm_region(name: &[u8]) -> bool {
+    let text = String::from_utf8_lossy(name);
+    let Some(region) = text
+        .trim_end_matches('\0')
+        .strip_prefix("fi_shm://")
+        .map(str::to_owned)
+    else {
+        return false;
+    };
+    let ours = format!("{}:", std::process::id());
+    if !region.starts_with(&ours) || region.contains('/') {
+        return false;
+    }
+    let path = std::path::Path::new("/dev/shm").join(&region);
+    if std::fs::remove_file(&path).is_ok() {
+        log::warn!(
+            "removed {}, left by a dead process that had this pid",
+            path.display()
+        );
+    }
+    !path.exists()
 }
 
 const ATOMIC_OPS: &[(&str, ffi::fi_op)] = &[
@@ -306,4 +349,35 @@ unsafe fn valid_atomics(ep: *mut ffi::fid_ep) -> Vec<AtomicOp> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_region_named_for_this_pid_is_taken_for_stale() {
+        let pid = std::process::id();
+        let mine = format!("/dev/shm/{pid}:77:77");
+        std::fs::write(&mine, b"stale").unwrap();
+        assert!(remove_stale_shm_region(
+            format!("fi_shm://{pid}:77:77\0").as_bytes()
+        ));
+        assert!(!std::path::Path::new(&mine).exists());
+        assert!(
+            remove_stale_shm_region(format!("fi_shm://{pid}:77:77").as_bytes()),
+            "already gone (libfabric unlinks it itself): worth another try"
+        );
+        let other = format!("/dev/shm/{}:77:77", pid + 1);
+        std::fs::write(&other, b"someone else's").unwrap();
+        assert!(!remove_stale_shm_region(
+            format!("fi_shm://{}:77:77", pid + 1).as_bytes()
+        ));
+        assert!(std::path::Path::new(&other).exists());
+        std::fs::remove_file(&other).unwrap();
+        assert!(!remove_stale_shm_region(b"fi_sockets://127.0.0.1:4"));
+        assert!(!remove_stale_shm_region(
+            format!("fi_shm://{pid}:../x").as_bytes()
+        ));
+    }
 }

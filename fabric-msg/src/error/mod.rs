@@ -191,6 +191,23 @@ pub enum Error {
         /// How it was noticed.
         why: String,
     },
+    /// A collective of the World failed for a reason its messages showed
+    /// (ranks passed different lengths, a receive failed on the fabric) or
+    /// that the rank which saw it told every other rank of. `rank` is the
+    /// rank that saw it; the others fail with the same message rather than
+    /// wait for messages that will not come.
+    #[error("{operation} (collective #{seq}) failed on rank {rank}: {message}")]
+    Collective {
+        /// The collective: `barrier`, `allreduce`, ...
+        operation: &'static str,
+        /// Its number: the world's collectives are numbered from 0 in the
+        /// order every rank calls them (modulo 2^20).
+        seq: u32,
+        /// The rank that saw the failure.
+        rank: u32,
+        /// What it saw and what to do.
+        message: String,
+    },
     /// An operating-system error outside libfabric (sockets, files).
     #[error("{context}: {source}")]
     Io {

@@ -23,10 +23,11 @@
 //! was launched (`launch`: PMIx, the rendezvous, or alone), the exchanges
 //! each launcher offers (`pmix`, `rendezvous`), how the ranks agree on one
 //! fabric (`agree`), the tag layout that carries the sending rank (`tags`),
-//! and what is known of ranks that went away (`liveness`). See
-//! `docs/world.md`.
+//! what is known of ranks that went away (`liveness`), and the collectives
+//! (`collectives/`). See `docs/world.md` and `docs/collectives.md`.
 
 mod agree;
+pub mod collectives;
 mod config;
 mod launch;
 mod liveness;
@@ -45,9 +46,11 @@ use crate::discovery::profile::{check_peer, Profile, WireProfile};
 use crate::error::{Error, Result};
 use crate::memory::buffer::Buffer;
 use crate::transport::event_loop::{
-    Completion, EndpointId, EventLoop, Peer, PostError, RecvOpts, SendOpts, Token,
+    Completion, EndpointId, EventLoop, Peer, PostError, RecvOpts, SendOpts, Token, WaitMode,
 };
 use agree::{decide, Choice, ChosenRung};
+use collectives::engine::Engine;
+use collectives::io::{is_reserved, Idle, Io};
 use launch::{Launcher, Placement};
 use liveness::Liveness;
 use std::sync::Arc;
@@ -70,6 +73,12 @@ pub struct World {
     report: Option<String>,
     finish_timeout: Duration,
     finished: bool,
+    /// The collectives: their numbering, runs in flight, and the
+    /// application's completions that arrived while one was waited for.
+    /// Declared after `ev`, so dropped after it: runs that failed with
+    /// operations in flight keep their memory here until the event loop has
+    /// closed the endpoint those operations were posted on.
+    coll: Engine,
 }
 
 impl World {
@@ -154,7 +163,14 @@ impl World {
         let peers = ev.insert_peers(ep, &names, &agreements)?;
         let live = Arc::new(Liveness::default());
         launcher.watch(live.clone())?;
-        Ok(World {
+        let idle = if ev.cfg.wait == WaitMode::Block {
+            Idle::Block
+        } else if oversubscribed(placement.local_ranks.len()) {
+            Idle::Yield
+        } else {
+            Idle::Spin
+        };
+        let mut world = World {
             ev,
             ep,
             peers,
@@ -164,7 +180,11 @@ impl World {
             report: decision.why,
             finish_timeout: cfg.finish_timeout,
             finished: false,
-        })
+            coll: Engine::new(idle),
+        };
+        let (engine, mut io) = world.engine_io();
+        engine.listen(&mut io)?;
+        Ok(world)
     }
 
     /// This process's rank, from 0.
@@ -246,8 +266,11 @@ impl World {
     }
 
     /// Send `buf` to `to` with the application's `tag`.
+    ///
+    /// Tokens whose top byte is `0xFE` are the collectives' own and are
+    /// refused.
     pub fn send(&mut self, to: u32, tag: u32, buf: Buffer, token: Token) -> Result<(), PostError> {
-        if let Err(error) = self.check_rank(to) {
+        if let Err(error) = self.check_rank(to).and_then(|()| check_token(token)) {
             return Err(PostError {
                 error,
                 buffer: Some(buf),
@@ -272,7 +295,8 @@ impl World {
 
     /// Receive into `buf` from `from` (`None`: any rank) with `tag`
     /// (`None`: any tag). [`World::source`] and [`World::tag`] say what
-    /// arrived.
+    /// arrived. Tokens whose top byte is `0xFE` are refused, as for
+    /// [`World::send`].
     pub fn recv(
         &mut self,
         from: Option<u32>,
@@ -283,7 +307,8 @@ impl World {
         let checked = match from {
             Some(r) => self.check_rank(r),
             None => self.live.first_lost().map_or(Ok(()), |r| Err(self.lost(r))),
-        };
+        }
+        .and_then(|()| check_token(token));
         if let Err(error) = checked {
             return Err(PostError {
                 error,
@@ -314,6 +339,11 @@ impl World {
     /// loss to be noticed, so a send that failed because its peer died is
     /// reported as that rank's loss. A `None` timeout waits in slices, so a
     /// lost rank still ends the wait.
+    ///
+    /// Collectives started with the `i…` methods progress here too; their
+    /// completions are never handed out. Completions of the application's
+    /// operations that arrived while a collective was waited for come
+    /// first.
     pub fn poll(&mut self, out: &mut Vec<Completion>, timeout: Option<Duration>) -> Result<usize> {
         const SLICE: Duration = Duration::from_millis(20);
         let deadline = timeout.map(|t| Instant::now() + t);
@@ -322,6 +352,10 @@ impl World {
                 out.clear();
                 return Err(self.lost(r));
             }
+            out.clear();
+            if self.coll.take_kept(out) > 0 {
+                return Ok(out.len());
+            }
             let slice = match deadline {
                 Some(d) => d.saturating_duration_since(Instant::now()).min(SLICE),
                 None => SLICE,
@@ -329,6 +363,13 @@ impl World {
             let n = match self.ev.poll(out, Some(slice)) {
                 Ok(n) => n,
                 Err(e) => return Err(self.live.first_lost().map_or(e, |r| self.lost(r))),
+            };
+            let n = if self.coll.in_flight() > 0 || out.iter().any(|c| is_reserved(c.token)) {
+                let (engine, mut io) = self.engine_io();
+                engine.filter(&mut io, out);
+                out.len()
+            } else {
+                n
             };
             if n > 0 && out.iter().any(|c| c.result.is_err()) {
                 // A send to a rank that just died fails on the fabric (FI_ECONNRESET
@@ -359,12 +400,46 @@ impl World {
         }
     }
 
-    /// Leave the world in order: wait (at most the configured finish
-    /// timeout) until every rank has finished, so no rank's exit is taken
-    /// for a death.
+    /// The World's parts the collectives' engine works with.
+    pub(crate) fn engine_io(&mut self) -> (&mut Engine, Io<'_>) {
+        let io = Io {
+            ev: &mut self.ev,
+            ep: self.ep,
+            peers: &self.peers,
+            rank: self.placement.rank,
+            live: &self.live,
+        };
+        (&mut self.coll, io)
+    }
+
+    /// Leave the world in order: finish the collectives still in flight
+    /// (other ranks may need this rank's part), then wait — at most the
+    /// configured finish timeout in all — until every rank has finished, so
+    /// no rank's exit is taken for a death.
     pub fn finish(mut self) -> Result<()> {
         self.finished = true;
-        self.launcher.finish(self.finish_timeout)
+        let until = Instant::now() + self.finish_timeout;
+        let mut drained = Ok(());
+        while self.coll.in_flight() > 0 && Instant::now() < until {
+            let (engine, mut io) = self.engine_io();
+            match engine.poll_once(&mut io) {
+                Ok(true) => {}
+                Ok(false) => engine.idle(),
+                Err(e) => {
+                    drained = Err(e);
+                    break;
+                }
+            }
+        }
+        if self.coll.in_flight() > 0 {
+            log::warn!(
+                "leaving the world with {} collective(s) unfinished after {:?}",
+                self.coll.in_flight(),
+                self.finish_timeout
+            );
+        }
+        let left = self.launcher.finish(self.finish_timeout);
+        drained.and(left)
     }
 
     /// End the whole job now: through the launcher where it can (PMIx), by
@@ -382,6 +457,28 @@ impl Drop for World {
             }
         }
     }
+}
+
+/// Refuse the tokens the collectives use.
+fn check_token(token: Token) -> Result<()> {
+    if is_reserved(token) {
+        return Err(Error::Usage(format!(
+            "token {:#x} is in the range the collectives use (top byte 0xFE): choose another",
+            token.0
+        )));
+    }
+    Ok(())
+}
+
+/// More ranks on this node than cores to run them: waits yield the core.
+/// The node's online cores, not this process's affinity mask: `mpirun`
+/// binds each of 2 ranks to its own core of 2, which is not oversubscribed.
+fn oversubscribed(local_ranks: usize) -> bool {
+    // SAFETY: sysconf only reads a system value.
+    let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    let cores = usize::try_from(online).ok().filter(|&c| c > 0);
+    let cores = cores.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    local_ranks > cores
 }
 
 /// One postcard-encoded value from every rank, decoded and checked.

@@ -10,12 +10,24 @@
 //! ```
 //!
 //! The class keeps the application's messages apart from the World's own
-//! (and, later, the collectives'): an application cannot name another class.
+//! collectives: an application cannot name another class. In the World's
+//! class the 32-bit field is the collective's number (low 20 bits, wrapping)
+//! and the step within it (12 bits), so consecutive collectives never match
+//! each other's messages:
+//!
+//! ```text
+//!  31                              12 11          0
+//! ┌──────────────────────────────────┬─────────────┐
+//! │     collective number (mod 2^20) │    step     │
+//! └──────────────────────────────────┴─────────────┘
+//! ```
+//!
+//! Step 4095 is reserved for failure notices (see `collectives/engine.rs`);
+//! steps of an algorithm wrap below it.
 
 /// Messages the application sends with [`World::send`](super::World::send).
 pub(crate) const CLASS_USER: u64 = 0;
-/// The World's own messages (reserved for collectives and control).
-#[allow(dead_code)]
+/// The World's own messages: collectives and their failure notices.
 pub(crate) const CLASS_WORLD: u64 = 1;
 
 const CLASS_SHIFT: u32 = 56;
@@ -42,6 +54,34 @@ pub(crate) fn matcher(class: u64, source: Option<u32>, tag: Option<u32>) -> (u64
         ignore |= TAG_MASK;
     }
     (encode(class, source.unwrap_or(0), tag.unwrap_or(0)), ignore)
+}
+
+const STEP_BITS: u32 = 12;
+/// The collective-number part of a World-class tag.
+pub(crate) const SEQ_MASK: u32 = (1 << 20) - 1;
+/// The step of failure notices; an algorithm's steps wrap below it.
+pub(crate) const NOTICE_STEP: u32 = (1 << STEP_BITS) - 1;
+
+/// The 32-bit field of a collective's message: its number and step.
+pub(crate) fn world_field(seq: u32, step: u32) -> u32 {
+    ((seq & SEQ_MASK) << STEP_BITS) | (step % NOTICE_STEP)
+}
+
+/// The 32-bit field of a failure notice about collective `seq`.
+pub(crate) fn notice_field(seq: u32) -> u32 {
+    ((seq & SEQ_MASK) << STEP_BITS) | NOTICE_STEP
+}
+
+/// The collective number (mod 2^20) of a World-class tag.
+pub(crate) fn seq_of(tag: u64) -> u32 {
+    (user_tag_of(tag) >> STEP_BITS) & SEQ_MASK
+}
+
+/// `(tag, ignore)` matching every failure notice, from any rank, about any
+/// collective.
+pub(crate) fn notice_matcher() -> (u64, u64) {
+    let ignore = (RANK_MASK << RANK_SHIFT) | (u64::from(SEQ_MASK) << STEP_BITS);
+    (encode(CLASS_WORLD, 0, NOTICE_STEP), ignore)
 }
 
 /// The sending rank carried in a received tag.
@@ -76,5 +116,25 @@ mod tests {
         let top = encode(CLASS_USER, MAX_RANKS - 1, u32::MAX);
         assert_eq!((source_of(top), user_tag_of(top)), (MAX_RANKS - 1, u32::MAX));
         assert_eq!(top >> 56, CLASS_USER, "the rank never spills into the class");
+    }
+
+    #[test]
+    fn collective_fields_keep_number_step_and_notices_apart() {
+        let t = encode(CLASS_WORLD, 5, world_field(SEQ_MASK + 8, 4096));
+        assert_eq!((source_of(t), seq_of(t), user_tag_of(t) & 0xfff), (5, 7, 1));
+        assert!(matches(t, matcher(CLASS_WORLD, Some(5), Some(world_field(7, 1)))));
+        assert!(
+            !matches(t, matcher(CLASS_WORLD, Some(5), Some(world_field(8, 1)))),
+            "other collective"
+        );
+        assert!(
+            !matches(t, matcher(CLASS_USER, None, None)),
+            "applications never see it"
+        );
+        assert!(!matches(t, notice_matcher()), "a step is never a notice");
+        let n = encode(CLASS_WORLD, 9, notice_field(123));
+        assert!(matches(n, notice_matcher()));
+        assert_eq!((source_of(n), seq_of(n)), (9, 123));
+        assert!(!matches(encode(CLASS_USER, 9, notice_field(1)), notice_matcher()));
     }
 }

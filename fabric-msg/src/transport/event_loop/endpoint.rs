@@ -1,6 +1,7 @@
 //! Opening endpoints, naming them, and inserting peers' addresses.
 
 use super::*;
+use crate::discovery::probe::remove_stale_shm_region;
 use crate::discovery::profile::Agreement;
 use crate::error::{check, Error, Result};
 use crate::ffi;
@@ -19,19 +20,48 @@ impl EventLoop {
                 .push(Some(EndpointState::new(ptr::null_mut(), self.framed())));
             return Ok(EndpointId(self.endpoints.len() as u32 - 1));
         };
+        let av_raw = av.raw;
+        // libfabric 1.17's shm names its region /dev/shm/<pid>:<n>:<n> and
+        // cannot unlink it when the process is SIGKILLed; a later process
+        // with the same pid then fails here with FI_EBUSY. Such a region is
+        // garbage: unlink it and try again (the next try has the next name).
+        let mut tries = 0;
+        let raw = loop {
+            match self.open_rdm(av_raw) {
+                Err((Error::Fabric { code, .. }, Some(name)))
+                    if code == ffi::FI_EBUSY && tries < 8 && remove_stale_shm_region(&name) =>
+                {
+                    tries += 1;
+                }
+                r => break r.map_err(|(e, _)| e)?,
+            }
+        };
+        let state = EndpointState::new(raw, self.framed());
+        self.endpoints.push(Some(state));
+        Ok(EndpointId(self.endpoints.len() as u32 - 1))
+    }
+
+    /// Open, bind and enable an RDM endpoint. On failure the endpoint is
+    /// closed, and its name (what `fi_getname` said before enabling) comes
+    /// back with the error.
+    fn open_rdm(
+        &mut self,
+        av: *mut ffi::fid_av,
+    ) -> std::result::Result<*mut ffi::fid_ep, (Error, Option<Vec<u8>>)> {
         let mut raw = ptr::null_mut();
         // SAFETY: the domain and its fi_info are alive (self.domain).
         check("fi_endpoint", unsafe {
             ffi::fi_endpoint(self.domain.raw, self.domain.info_ptr(), &mut raw, ptr::null_mut())
-        })?;
-        let state = EndpointState::new(raw, self.framed());
+        })
+        .map_err(|e| (e, None))?;
         let bind_flags = u64::from(ffi::FI_TRANSMIT | ffi::FI_RECV);
+        let mut name = None;
         // SAFETY: raw is a fresh endpoint; the CQ and AV outlive it (the loop
         // closes endpoints first). On error the endpoint is closed here.
         let rc = unsafe {
             let mut rc = ffi::fi_ep_bind(raw, &mut (*self.cq.raw).fid, bind_flags);
             if rc == 0 {
-                rc = ffi::fi_ep_bind(raw, &mut (*av.raw).fid, 0);
+                rc = ffi::fi_ep_bind(raw, &mut (*av).fid, 0);
             }
             if rc == 0 {
                 rc = ffi::fi_enable(raw);
@@ -48,13 +78,17 @@ impl EventLoop {
                 );
             }
             if rc != 0 {
+                let mut buf = [0u8; 256];
+                let mut len = buf.len();
+                if ffi::fi_getname(&mut (*raw).fid, buf.as_mut_ptr().cast(), &mut len) == 0 {
+                    name = Some(buf[..len.min(buf.len())].to_vec());
+                }
                 close_fid("endpoint", &mut (*raw).fid);
             }
             rc
         };
-        check("fi_ep_bind/fi_enable", rc)?;
-        self.endpoints.push(Some(state));
-        Ok(EndpointId(self.endpoints.len() as u32 - 1))
+        check("fi_ep_bind/fi_enable", rc).map_err(|e| (e, name))?;
+        Ok(raw)
     }
 
     pub(crate) fn ep(&self, id: EndpointId) -> Result<&EndpointState> {

@@ -1,0 +1,144 @@
+/*
+ * world_vs_mpi: the Open MPI side of ci/bench/world_vs_mpi.sh.
+ *
+ * Times MPI_Barrier, MPI_Bcast (root 0, bytes) and MPI_Allreduce (MPI_FLOAT,
+ * MPI_SUM, separate send and receive buffers) exactly as world_bench times
+ * the World's collectives, which is how the OSU micro-benchmarks time them:
+ * every call timed on its own, an untimed MPI_Barrier between calls (none
+ * for barrier), WARMUP calls first; each rank's mean time per call is
+ * gathered on rank 0, which prints one JSON object per size with the mean
+ * over ranks (avg_us), the fastest (min_us) and the slowest rank's mean
+ * (max_us), as `world_bench --json` does.
+ *
+ *   mpicc -O2 -o target/bench/world_vs_mpi ci/bench/world_vs_mpi.c
+ *   mpirun -np 4 target/bench/world_vs_mpi allreduce -S 8,65536 [-I 1000] [-W 100]
+ *
+ * Defaults as world_bench: 1000 iterations and 100 warm-up calls, 100 and
+ * 10 above 8 KiB.
+ */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_SIZES 64
+#define LARGE 8192
+
+static int fail(int rank, const char *what)
+{
+    if (rank == 0)
+        fprintf(stderr, "world_vs_mpi: %s\n"
+                        "usage: world_vs_mpi barrier|bcast|allreduce [-S SIZES] [-I ITERATIONS] [-W WARMUP]\n",
+                what);
+    MPI_Finalize();
+    return 2;
+}
+
+/* Parse a non-negative decimal number; -1 if it is not one. */
+static long number(const char *s)
+{
+    char *end;
+    long v;
+    if (*s == '\0')
+        return -1;
+    v = strtol(s, &end, 10);
+    return (*end != '\0' || v < 0) ? -1 : v;
+}
+
+int main(int argc, char **argv)
+{
+    int rank, size, i, k, nsizes = 0;
+    long sizes[MAX_SIZES], iters_opt = -1, warm_opt = -1;
+    const char *bench;
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (argc < 2)
+        return fail(rank, "name a benchmark");
+    bench = argv[1];
+    if (strcmp(bench, "barrier") && strcmp(bench, "bcast") && strcmp(bench, "allreduce"))
+        return fail(rank, "unknown benchmark");
+    for (i = 2; i < argc; i++) {
+        if (i + 1 >= argc)
+            return fail(rank, "an option needs a value");
+        if (!strcmp(argv[i], "-S")) {
+            char *list = argv[++i], *tok;
+            for (tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
+                if (nsizes == MAX_SIZES || (sizes[nsizes] = number(tok)) < 0)
+                    return fail(rank, "-S: sizes in bytes, comma-separated, at most 64");
+                nsizes++;
+            }
+        } else if (!strcmp(argv[i], "-I")) {
+            if ((iters_opt = number(argv[++i])) < 1)
+                return fail(rank, "-I: at least one iteration");
+        } else if (!strcmp(argv[i], "-W")) {
+            if ((warm_opt = number(argv[++i])) < 0)
+                return fail(rank, "-W: a number of warm-up calls");
+        } else {
+            return fail(rank, "unknown option");
+        }
+    }
+    if (!strcmp(bench, "barrier") || nsizes == 0) {
+        nsizes = 1;
+        sizes[0] = strcmp(bench, "barrier") ? 8 : 0;
+    }
+    if (rank == 0) {
+        char version[MPI_MAX_LIBRARY_VERSION_STRING];
+        int len, n;
+        MPI_Get_library_version(version, &len);
+        for (n = 0; n < len && version[n] != ',' && version[n] != '\n'; n++)
+            ;
+        printf("{\"tool\":\"world_vs_mpi\",\"benchmark\":\"%s\",\"ranks\":%d,\"mpi\":\"%.*s\"}\n", bench, size,
+               n, version);
+        fflush(stdout);
+    }
+    for (k = 0; k < nsizes; k++) {
+        long bytes = sizes[k];
+        long iters = iters_opt > 0 ? iters_opt : (bytes > LARGE ? 100 : 1000);
+        long warm = warm_opt >= 0 ? warm_opt : (bytes > LARGE ? 10 : 100);
+        int count = (int)(bytes / (long)sizeof(float));
+        char *buf = calloc((size_t)bytes + 1, 1);
+        float *in = calloc((size_t)count + 1, sizeof(float));
+        float *out = calloc((size_t)count + 1, sizeof(float));
+        double total = 0.0, mine, *all = NULL;
+        if (!buf || !in || !out) {
+            fprintf(stderr, "world_vs_mpi: out of memory for %ld bytes\n", bytes);
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+        MPI_Barrier(MPI_COMM_WORLD);
+        for (i = 0; i < warm + iters; i++) {
+            double t0 = MPI_Wtime();
+            if (bench[0] == 'b' && bench[1] == 'a')
+                MPI_Barrier(MPI_COMM_WORLD);
+            else if (bench[0] == 'b')
+                MPI_Bcast(buf, (int)bytes, MPI_CHAR, 0, MPI_COMM_WORLD);
+            else
+                MPI_Allreduce(in, out, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+            if (i >= warm)
+                total += MPI_Wtime() - t0;
+            if (strcmp(bench, "barrier"))
+                MPI_Barrier(MPI_COMM_WORLD);
+        }
+        mine = total * 1e6 / (double)iters;
+        if (rank == 0)
+            all = malloc(sizeof(double) * (size_t)size);
+        MPI_Gather(&mine, 1, MPI_DOUBLE, all, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+        if (rank == 0) {
+            double sum = 0.0, lo = all[0], hi = all[0];
+            for (i = 0; i < size; i++) {
+                sum += all[i];
+                lo = all[i] < lo ? all[i] : lo;
+                hi = all[i] > hi ? all[i] : hi;
+            }
+            printf("{\"bytes\":%ld,\"avg_us\":%.3f,\"min_us\":%.3f,\"max_us\":%.3f,\"iterations\":%ld}\n", bytes,
+                   sum / size, lo, hi, iters);
+            fflush(stdout);
+            free(all);
+        }
+        free(buf);
+        free(in);
+        free(out);
+    }
+    MPI_Finalize();
+    return 0;
+}

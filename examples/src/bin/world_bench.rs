@@ -1,0 +1,541 @@
+//! `world_bench`: the OSU micro-benchmarks' measurements on the World, one
+//! subcommand each, run under any of the World's launchers.
+//!
+//! ```text
+//! mpirun -np 2 target/release/world_bench latency       # osu_latency
+//! mpirun -np 2 target/release/world_bench bw            # osu_bw
+//! mpirun -np 8 target/release/world_bench barrier       # osu_barrier
+//! mpirun -np 8 target/release/world_bench bcast         # osu_bcast
+//! mpirun -np 8 target/release/world_bench allreduce     # osu_allreduce
+//! ```
+//!
+//! What is timed is what OSU times. `latency`: ranks 0 and 1 ping-pong,
+//! half the round trip. `bw`: rank 0 sends windows of 64 messages, rank 1
+//! answers each window with a small ack; bytes per second. `barrier`,
+//! `bcast` (from rank 0), `allreduce` (f32 sum, OSU's `MPI_FLOAT`): each
+//! rank times each call, with an untimed barrier between calls (none for
+//! `barrier`); each rank's mean is gathered on rank 0, which prints the mean
+//! over ranks (OSU's "Avg Latency"), the fastest and the slowest rank's
+//! mean. Rank 0 prints; a progress line goes to stderr on a terminal.
+
+use fabric_msg::{Buffer, Completion, Token, World};
+use fabric_msg_examples::output::Monitor;
+use fabric_msg_examples::say;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+const USAGE: &str = "\
+usage: world_bench latency|bw|barrier|bcast|allreduce [options]
+OSU-style measurements between the ranks of a World (mpirun, srun --mpi=pmix,
+the FABRIC_MSG_RANK/SIZE/ROOT rendezvous, or alone).
+
+  -S SIZES|all    message sizes in bytes, a comma list, or all: powers of two
+                  (latency 0 and 1 B to 4 MiB; bw 1 B to 4 MiB; bcast 1 B to
+                  1 MiB; allreduce 4 B to 1 MiB, as OSU's defaults)
+  -I ITERATIONS   timed iterations per size (default 1000; 100 above 8 KiB)
+  -W WARMUP       untimed iterations first (default 100; 10 above 8 KiB)
+  -w WINDOW       bw: messages in flight per window (default 64)
+  --json          one JSON object per size: bytes, avg_us, min_us, max_us,
+                  iterations (and mb_per_sec for bw); a header object first
+  -h, --help      this text
+
+Columns (as OSU's): Size, Avg Latency(us), Min Latency(us), Max Latency(us),
+Iterations. For the collectives Avg is the mean over ranks of each rank's
+mean time per call, Min and Max the fastest and the slowest rank's mean.
+For latency they are the mean, fastest and slowest round trip / 2.";
+
+/// Above this many bytes a size uses the large iteration counts.
+const LARGE: usize = 8192;
+const MAX_SIZE: usize = 64 << 20;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Bench {
+    Latency,
+    Bw,
+    Barrier,
+    Bcast,
+    Allreduce,
+}
+
+impl Bench {
+    fn name(self) -> &'static str {
+        match self {
+            Bench::Latency => "latency",
+            Bench::Bw => "bw",
+            Bench::Barrier => "barrier",
+            Bench::Bcast => "bcast",
+            Bench::Allreduce => "allreduce",
+        }
+    }
+
+    fn default_sizes(self) -> Vec<usize> {
+        let pow = |from: u32, to: u32| (from..=to).map(|p| 1usize << p).collect::<Vec<_>>();
+        match self {
+            Bench::Latency => [vec![0], pow(0, 22)].concat(),
+            Bench::Bw => pow(0, 22),
+            Bench::Barrier => vec![0],
+            Bench::Bcast => pow(0, 20),
+            Bench::Allreduce => pow(2, 20),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Opts {
+    bench: Bench,
+    sizes: Vec<usize>,
+    iters: Option<usize>,
+    warmup: Option<usize>,
+    window: usize,
+    json: bool,
+}
+
+fn number(name: &str, v: &str) -> Result<usize, String> {
+    v.parse::<usize>()
+        .map_err(|_| format!("{name} {v}: not a non-negative number"))
+}
+
+fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Opts>, String> {
+    let mut it = args.into_iter();
+    let bench = match it.next().as_deref() {
+        Some("latency") => Bench::Latency,
+        Some("bw") => Bench::Bw,
+        Some("barrier") => Bench::Barrier,
+        Some("bcast") => Bench::Bcast,
+        Some("allreduce") => Bench::Allreduce,
+        Some("-h" | "--help") => return Ok(None),
+        Some(other) => {
+            return Err(format!(
+                "unknown benchmark `{other}`: latency, bw, barrier, bcast or allreduce"
+            ))
+        }
+        None => return Err("name a benchmark: latency, bw, barrier, bcast or allreduce".into()),
+    };
+    let mut o = Opts {
+        bench,
+        sizes: bench.default_sizes(),
+        iters: None,
+        warmup: None,
+        window: 64,
+        json: false,
+    };
+    while let Some(a) = it.next() {
+        let mut val = |n: &str| it.next().ok_or_else(|| format!("{n} needs a value"));
+        match a.as_str() {
+            "-S" => {
+                let v = val("-S")?;
+                o.sizes = if v == "all" {
+                    bench.default_sizes()
+                } else {
+                    v.split(',').map(|s| number("-S", s)).collect::<Result<_, _>>()?
+                };
+                if let Some(s) = o.sizes.iter().find(|&&s| s > MAX_SIZE) {
+                    return Err(format!("-S {s}: at most {MAX_SIZE} bytes (64 MiB)"));
+                }
+                if bench == Bench::Allreduce && o.sizes.iter().any(|s| s % 4 != 0) {
+                    return Err("-S: allreduce sizes are whole f32s (multiples of 4 bytes)".into());
+                }
+            }
+            "-I" => {
+                let n = number("-I", &val("-I")?)?;
+                if n == 0 {
+                    return Err("-I 0: at least one iteration".into());
+                }
+                o.iters = Some(n);
+            }
+            "-W" => o.warmup = Some(number("-W", &val("-W")?)?),
+            "-w" if bench == Bench::Bw => {
+                o.window = number("-w", &val("-w")?)?;
+                if !(1..=4096).contains(&o.window) {
+                    return Err(format!("-w {}: the window is 1 to 4096 messages", o.window));
+                }
+            }
+            "--json" => o.json = true,
+            "-h" | "--help" => return Ok(None),
+            other => return Err(format!("unknown option `{other}`; try --help")),
+        }
+    }
+    if bench == Bench::Barrier {
+        o.sizes = vec![0];
+    }
+    Ok(Some(o))
+}
+
+impl Opts {
+    fn iters(&self, size: usize) -> usize {
+        self.iters.unwrap_or(if size > LARGE { 100 } else { 1000 })
+    }
+    fn warmup(&self, size: usize) -> usize {
+        self.warmup.unwrap_or(if size > LARGE { 10 } else { 100 })
+    }
+}
+
+/// One row: microseconds and iterations (and MB/s for bw).
+#[derive(Debug)]
+struct Row {
+    bytes: usize,
+    avg: f64,
+    min: f64,
+    max: f64,
+    iters: usize,
+    mb_per_sec: Option<f64>,
+}
+
+fn main() -> ExitCode {
+    let o = match parse(std::env::args().skip(1)) {
+        Ok(Some(o)) => o,
+        Ok(None) => {
+            say!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("world_bench: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut world = match World::init() {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!("world_bench: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match run(&mut world, &o) {
+        Ok(()) => match world.finish() {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("world_bench: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        Err(e) => {
+            eprintln!("world_bench: rank {}: {e}", world.rank());
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(world: &mut World, o: &Opts) -> fabric_msg::Result<()> {
+    let (rank, size) = (world.rank(), world.size());
+    if matches!(o.bench, Bench::Latency | Bench::Bw) && size < 2 {
+        return Err(fabric_msg::Error::Usage(format!(
+            "{} needs two ranks (ranks 0 and 1 measure; others wait)",
+            o.bench.name()
+        )));
+    }
+    let monitor = (rank == 0).then(|| Monitor::start_named("world_bench", !o.json));
+    if rank == 0 {
+        header(world, o);
+    }
+    if let Some(m) = &monitor {
+        m.arm();
+    }
+    for &bytes in &o.sizes {
+        let (iters, warmup) = (o.iters(bytes), o.warmup(bytes));
+        if let Some(m) = &monitor {
+            m.begin(bytes, warmup + iters);
+        }
+        let tick = |i: usize| {
+            if let Some(m) = &monitor {
+                m.tick(i);
+            }
+        };
+        let row = match o.bench {
+            Bench::Latency => latency(world, bytes, warmup, iters, tick)?,
+            Bench::Bw => bandwidth(world, bytes, warmup, iters, o.window, tick)?,
+            Bench::Barrier | Bench::Bcast | Bench::Allreduce => {
+                collective(world, o.bench, bytes, warmup, iters, tick)?
+            }
+        };
+        if let (0, Some(row)) = (rank, row) {
+            report(o, &row);
+        }
+        world.barrier()?;
+    }
+    if let Some(m) = &monitor {
+        m.finish();
+    }
+    Ok(())
+}
+
+fn header(world: &World, o: &Opts) {
+    let p = world.profile();
+    let what = match o.bench {
+        Bench::Allreduce => ", f32 sum",
+        Bench::Bcast => ", root 0",
+        Bench::Bw => ", window",
+        _ => "",
+    };
+    if o.json {
+        say!(
+            "{}",
+            serde_json::json!({"tool": "world_bench", "benchmark": o.bench.name(), "ranks": world.size(),
+                "launcher": world.launcher(), "provider": p.provider, "fabric_kind": p.fabric_kind,
+                "domain": p.domain, "window": (o.bench == Bench::Bw).then_some(o.window)})
+        );
+        return;
+    }
+    let window = if o.bench == Bench::Bw {
+        format!(" {}", o.window)
+    } else {
+        String::new()
+    };
+    say!(
+        "# world_bench {}: {} ranks ({}), {} ({}) domain {}{what}{window}",
+        o.bench.name(),
+        world.size(),
+        world.launcher(),
+        p.provider,
+        p.fabric_kind,
+        p.domain
+    );
+    match o.bench {
+        Bench::Bw => say!("{:<10}{:>20}{:>12}", "# Size", "Bandwidth (MB/s)", "Iterations"),
+        Bench::Barrier => say!(
+            "{:>17}{:>18}{:>18}{:>12}",
+            "# Avg Latency(us)",
+            "Min Latency(us)",
+            "Max Latency(us)",
+            "Iterations"
+        ),
+        _ => say!(
+            "{:<10}{:>18}{:>18}{:>18}{:>12}",
+            "# Size",
+            "Avg Latency(us)",
+            "Min Latency(us)",
+            "Max Latency(us)",
+            "Iterations"
+        ),
+    }
+}
+
+fn report(o: &Opts, r: &Row) {
+    if o.json {
+        let mut v = serde_json::json!({"bytes": r.bytes, "avg_us": r.avg, "min_us": r.min, "max_us": r.max,
+            "iterations": r.iters});
+        if let Some(mb) = r.mb_per_sec {
+            v["mb_per_sec"] = mb.into();
+        }
+        say!("{v}");
+        return;
+    }
+    match (o.bench, r.mb_per_sec) {
+        (Bench::Bw, Some(mb)) => say!("{:<10}{:>20.2}{:>12}", r.bytes, mb, r.iters),
+        (Bench::Barrier, _) => say!("{:>17.2}{:>18.2}{:>18.2}{:>12}", r.avg, r.min, r.max, r.iters),
+        _ => say!(
+            "{:<10}{:>18.2}{:>18.2}{:>18.2}{:>12}",
+            r.bytes,
+            r.avg,
+            r.min,
+            r.max,
+            r.iters
+        ),
+    }
+}
+
+/// Wait for the completion with `token`, keeping others in `done`.
+fn wait_for(world: &mut World, done: &mut Vec<Completion>, token: Token) -> fabric_msg::Result<Completion> {
+    loop {
+        if let Some(i) = done.iter().position(|c| c.token == token) {
+            let c = done.swap_remove(i);
+            if let Err(e) = &c.result {
+                return Err(fabric_msg::Error::Usage(format!("{:?} failed: {e}", c.kind)));
+            }
+            return Ok(c);
+        }
+        let mut batch = Vec::new();
+        world.poll(&mut batch, Some(Duration::from_secs(60)))?;
+        if batch.is_empty() {
+            return Err(fabric_msg::Error::Usage(
+                "no completion for 60 s: is the peer alive?".into(),
+            ));
+        }
+        done.append(&mut batch);
+    }
+}
+
+const PING: u32 = 1;
+const ACK: u32 = 2;
+
+/// osu_latency: ranks 0 and 1; the next receive is posted before each send.
+fn latency(
+    world: &mut World,
+    bytes: usize,
+    warmup: usize,
+    iters: usize,
+    tick: impl Fn(usize),
+) -> fabric_msg::Result<Option<Row>> {
+    let rank = world.rank();
+    if rank > 1 {
+        return Ok(None);
+    }
+    let peer = 1 - rank;
+    let mut done = Vec::new();
+    let mut send_buf = Some(Buffer::new(bytes));
+    let mut recv_buf = Some(Buffer::new(bytes));
+    let (mut sum, mut min, mut max) = (0.0f64, f64::MAX, 0.0f64);
+    for i in 0..warmup + iters {
+        let t = Instant::now();
+        world.recv(
+            Some(peer),
+            Some(PING),
+            recv_buf.take().unwrap_or_else(|| Buffer::new(bytes)),
+            Token(1),
+        )?;
+        if rank == 0 {
+            world.send(
+                peer,
+                PING,
+                send_buf.take().unwrap_or_else(|| Buffer::new(bytes)),
+                Token(2),
+            )?;
+            recv_buf = wait_for(world, &mut done, Token(1))?.buffer;
+        } else {
+            recv_buf = wait_for(world, &mut done, Token(1))?.buffer;
+            world.send(
+                peer,
+                PING,
+                send_buf.take().unwrap_or_else(|| Buffer::new(bytes)),
+                Token(2),
+            )?;
+        }
+        send_buf = wait_for(world, &mut done, Token(2))?.buffer;
+        if let Some(b) = recv_buf.as_mut() {
+            b.set_len(bytes.min(b.capacity()));
+        }
+        if i >= warmup {
+            let us = t.elapsed().as_secs_f64() * 1e6 / 2.0;
+            sum += us;
+            min = min.min(us);
+            max = max.max(us);
+        }
+        tick(i + 1);
+    }
+    Ok((rank == 0).then_some(Row {
+        bytes,
+        avg: sum / iters as f64,
+        min,
+        max,
+        iters,
+        mb_per_sec: None,
+    }))
+}
+
+/// osu_bw: rank 0 sends windows of `window` messages; rank 1 has them
+/// posted and acks each window.
+fn bandwidth(
+    world: &mut World,
+    bytes: usize,
+    warmup: usize,
+    iters: usize,
+    window: usize,
+    tick: impl Fn(usize),
+) -> fabric_msg::Result<Option<Row>> {
+    let rank = world.rank();
+    if rank > 1 {
+        return Ok(None);
+    }
+    let mut bufs: Vec<Buffer> = (0..window).map(|_| Buffer::new(bytes)).collect();
+    let mut ack = Some(Buffer::new(4));
+    let mut done: Vec<Completion> = Vec::new();
+    let mut start = Instant::now();
+    for i in 0..warmup + iters {
+        if i == warmup {
+            start = Instant::now();
+        }
+        if rank == 0 {
+            world.recv(
+                Some(1),
+                Some(ACK),
+                ack.take().unwrap_or_else(|| Buffer::new(4)),
+                Token(9),
+            )?;
+            for (k, b) in bufs.drain(..).enumerate() {
+                world.send(1, PING, b, Token(100 + k as u64))?;
+            }
+            ack = wait_for(world, &mut done, Token(9))?.buffer;
+            for k in 0..window {
+                let c = wait_for(world, &mut done, Token(100 + k as u64))?;
+                bufs.push(c.buffer.unwrap_or_else(|| Buffer::new(bytes)));
+            }
+        } else {
+            for (k, b) in bufs.drain(..).enumerate() {
+                world.recv(Some(0), Some(PING), b, Token(100 + k as u64))?;
+            }
+            for k in 0..window {
+                let c = wait_for(world, &mut done, Token(100 + k as u64))?;
+                let mut b = c.buffer.unwrap_or_else(|| Buffer::new(bytes));
+                b.set_len(bytes.min(b.capacity()));
+                bufs.push(b);
+            }
+            world.send(0, ACK, ack.take().unwrap_or_else(|| Buffer::new(4)), Token(9))?;
+            ack = wait_for(world, &mut done, Token(9))?.buffer;
+        }
+        tick(i + 1);
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let messages = (iters * window) as f64;
+    Ok((rank == 0).then(|| Row {
+        bytes,
+        avg: secs * 1e6 / messages,
+        min: secs * 1e6 / messages,
+        max: secs * 1e6 / messages,
+        iters,
+        mb_per_sec: Some(bytes as f64 * messages / secs / 1e6),
+    }))
+}
+
+/// osu_barrier, osu_bcast, osu_allreduce: every rank times every call.
+fn collective(
+    world: &mut World,
+    bench: Bench,
+    bytes: usize,
+    warmup: usize,
+    iters: usize,
+    tick: impl Fn(usize),
+) -> fabric_msg::Result<Option<Row>> {
+    // The by-value forms (`i…` then `wait`): the vector moves into the
+    // collective and back, where the slice forms copy it in and out.
+    let mut bcast = vec![0u8; bytes];
+    let mut floats = vec![0f32; bytes / 4];
+    let mut total = Duration::ZERO;
+    world.barrier()?;
+    for i in 0..warmup + iters {
+        if i == warmup {
+            total = Duration::ZERO;
+        }
+        let t = Instant::now();
+        match bench {
+            Bench::Barrier => world.barrier()?,
+            Bench::Bcast => {
+                let r = world.ibroadcast(0, std::mem::take(&mut bcast))?;
+                bcast = world.wait(r)?;
+            }
+            _ => {
+                let r = world.iallreduce(std::mem::take(&mut floats), fabric_msg::Op::Sum)?;
+                floats = world.wait(r)?;
+            }
+        }
+        total += t.elapsed();
+        if bench != Bench::Barrier {
+            world.barrier()?;
+        }
+        tick(i + 1);
+    }
+    let mine = total.as_secs_f64() * 1e6 / iters as f64;
+    let all = world.gather(0, &[mine])?;
+    if world.rank() != 0 {
+        return Ok(None);
+    }
+    let (min, max) = all
+        .iter()
+        .fold((f64::MAX, 0.0f64), |(lo, hi), &x| (lo.min(x), hi.max(x)));
+    Ok(Some(Row {
+        bytes,
+        avg: all.iter().sum::<f64>() / all.len() as f64,
+        min,
+        max,
+        iters,
+        mb_per_sec: None,
+    }))
+}

@@ -1,0 +1,232 @@
+//! The World's collectives between real processes: `collectives_check`
+//! (every collective, element type and op against a sequential reference
+//! on each rank, zero-length and uneven contributions included) under
+//! `mpirun` at 1, 2, 3, 5 and 8 ranks on shm and tcp;ofi_rxm; a rank killed
+//! inside a collective; ranks that pass different lengths or a bad op.
+//! Every process has a deadline, so a hang fails the test.
+
+mod support;
+
+use std::time::{Duration, Instant};
+use support::{
+    children_of, environ_has, mpirun, remove_shm_regions, rendezvous, sigkill, wait_all, Exit, Watch,
+};
+
+const CHECK: &str = env!("CARGO_BIN_EXE_collectives_check");
+/// Longest any one launch may take (8 ranks on 2 cores take a few seconds).
+const DEADLINE: Duration = Duration::from_secs(120);
+/// How soon the survivors of a killed rank must have said so, as in
+/// `world.rs`: noticing takes milliseconds; the rest is a loaded machine.
+const LOSS_BOUND: Duration = Duration::from_secs(12);
+/// How soon every rank must fail when one passes a bad argument or length.
+const MISUSE_BOUND: Duration = Duration::from_secs(20);
+
+/// One line per rank, each with the same number of checks (hundreds), on
+/// the expected provider.
+fn assert_all_checked(out: &str, n: u32, provider: &str, launcher: &str) {
+    let mut counts = Vec::new();
+    for r in 0..n {
+        let prefix = format!("rank {r}/{n}: ");
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(&prefix) && l.contains("checks passed"))
+            .unwrap_or_else(|| panic!("no verdict from rank {r}:\n{out}"));
+        assert!(line.ends_with(&format!("({provider} via {launcher})")), "{line}");
+        let checks: usize = line[prefix.len()..]
+            .split_whitespace()
+            .next()
+            .and_then(|c| c.parse().ok())
+            .unwrap_or_else(|| panic!("{line}"));
+        counts.push(checks);
+    }
+    assert!(
+        counts.iter().all(|&c| c == counts[0] && c >= 500),
+        "{counts:?}\n{out}"
+    );
+    assert!(!out.contains("FAILED"), "{out}");
+}
+
+fn mpirun_checks(shm: bool, provider: &str) {
+    for n in [1, 2, 3, 5, 8] {
+        let started = Instant::now();
+        let e = wait_all(vec![mpirun(CHECK, n, shm, &[])], started, DEADLINE).remove(0);
+        assert!(e.status.success(), "{n} ranks on {provider}: {e:?}");
+        assert_all_checked(&e.stdout, n, provider, "pmix");
+    }
+}
+
+#[test]
+fn mpirun_checks_every_collective_on_shm() {
+    mpirun_checks(true, "shm");
+}
+
+#[test]
+fn mpirun_checks_every_collective_on_tcp_rxm() {
+    mpirun_checks(false, "tcp;ofi_rxm");
+}
+
+/// 16 ranks on shm, the short cases and one long broadcast: the world
+/// size at which broadcasts scatter and allgather.
+#[test]
+fn mpirun_checks_sixteen_ranks_on_shm() {
+    let started = Instant::now();
+    let e = wait_all(
+        vec![mpirun(CHECK, 16, true, &["--quick", "--seed", "16"])],
+        started,
+        DEADLINE,
+    )
+    .remove(0);
+    assert!(e.status.success(), "16 ranks: {e:?}");
+    assert_all_checked(&e.stdout, 16, "shm", "pmix");
+}
+
+/// The same program through fabric-msg's own launcher (a different seed,
+/// the short cases only).
+#[test]
+fn rendezvous_checks_every_collective() {
+    for (n, shm, provider) in [(4, true, "shm"), (3, false, "tcp;ofi_rxm")] {
+        let started = Instant::now();
+        let exits = wait_all(
+            rendezvous(CHECK, n, shm, &["--seed", "7", "--quick"]),
+            started,
+            DEADLINE,
+        );
+        let out: String = exits.iter().map(|e| e.stdout.as_str()).collect();
+        for (r, e) in exits.iter().enumerate() {
+            assert!(e.status.success(), "rank {r}: {e:?}");
+        }
+        assert_all_checked(&out, n, provider, "rendezvous");
+    }
+}
+
+/// Every survivor names the killed rank, soon after the kill.
+fn assert_named(stderr: &[&str], lost: u32, after: &[Duration]) {
+    for (s, at) in stderr.iter().zip(after) {
+        assert!(
+            s.contains(&format!("rank {lost} is lost")),
+            "a survivor does not name rank {lost}: {s}"
+        );
+        assert!(*at < LOSS_BOUND, "a survivor took {at:?} to give up: {s}");
+    }
+}
+
+/// How long the ranks may take to start looping on a loaded machine.
+const START: Duration = Duration::from_secs(60);
+
+/// Ranks allreduce 1 MiB over and over; once every rank has finished one,
+/// rank 2 is killed among them.
+#[test]
+fn a_rank_killed_inside_a_collective_is_named_by_every_other() {
+    for shm in [true, false] {
+        let started = Instant::now();
+        let mut children = rendezvous(CHECK, 4, shm, &["--loop", "1048576"]);
+        let watches: Vec<Watch> = children.iter_mut().map(Watch::stdout).collect();
+        if let Some(r) = (0..4).find(|&r| !watches[r].wait_for("looping", 1, START)) {
+            let exits = wait_all(children, started, Duration::ZERO);
+            panic!("rank {r} never looped; the ranks said: {exits:#?}");
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(
+            children[2].try_wait().expect("rank 2").is_none(),
+            "rank 2 ended early"
+        );
+        let pid2 = children[2].id();
+        children[2].kill().expect("SIGKILL rank 2");
+        let killed = started.elapsed();
+        let exits = wait_all(children, started, DEADLINE);
+        remove_shm_regions(pid2);
+        let survivors: Vec<&Exit> = [0, 1, 3].iter().map(|&r| &exits[r]).collect();
+        for e in &survivors {
+            assert!(!e.status.success(), "{e:?}");
+        }
+        let stderr: Vec<&str> = survivors.iter().map(|e| e.stderr.as_str()).collect();
+        let after: Vec<Duration> = survivors.iter().map(|e| e.at.saturating_sub(killed)).collect();
+        assert_named(&stderr, 2, &after);
+    }
+}
+
+/// The same under mpirun: the survivors say which rank was lost before
+/// mpirun ends the job.
+#[test]
+fn mpirun_rank_killed_inside_a_collective_is_named() {
+    let started = Instant::now();
+    let mut child = mpirun(CHECK, 4, false, &["--loop", "1048576"]);
+    let pid = child.id();
+    let out = Watch::stdout(&mut child);
+    if !out.wait_for("looping", 4, START) {
+        let e = wait_all(vec![child], started, Duration::ZERO);
+        panic!("the ranks never looped: {:?}; {e:#?}", out.text());
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let ranks = children_of(pid);
+    let rank2 = *ranks
+        .iter()
+        .find(|&&p| environ_has(p, "PMIX_RANK=2"))
+        .unwrap_or_else(|| panic!("no rank 2 among mpirun's children {ranks:?}"));
+    assert!(sigkill(rank2), "SIGKILL rank 2");
+    let killed = started.elapsed();
+    let e = wait_all(vec![child], started, DEADLINE).remove(0);
+    remove_shm_regions(rank2);
+    assert!(!e.status.success(), "{e:?}");
+    for r in [0, 1, 3] {
+        assert!(
+            e.stderr
+                .contains(&format!("collectives_check: rank {r}: rank 2 is lost")),
+            "rank {r} did not name rank 2: {}",
+            e.stderr
+        );
+    }
+    assert!(
+        e.at.saturating_sub(killed) < LOSS_BOUND,
+        "{:?} after the kill",
+        e.at - killed
+    );
+}
+
+/// Every rank fails, promptly, with `reason`; none hangs.
+fn assert_every_rank_fails(e: &Exit, n: u32, reason: &str) {
+    assert!(!e.status.success(), "{e:?}");
+    for r in 0..n {
+        let line = e
+            .stderr
+            .lines()
+            .find(|l| l.starts_with(&format!("collectives_check: rank {r}: ")))
+            .unwrap_or_else(|| panic!("rank {r} said nothing:\n{}", e.stderr));
+        assert!(line.contains(reason), "rank {r}: {line}");
+    }
+    assert!(e.at < MISUSE_BOUND, "took {:?}", e.at);
+}
+
+/// The last rank passes one element more to an allreduce: the ranks that
+/// receive from it see the length, and every other rank is told.
+#[test]
+fn ranks_that_pass_different_lengths_all_fail_with_the_reason() {
+    for shm in [true, false] {
+        let started = Instant::now();
+        let e = wait_all(vec![mpirun(CHECK, 4, shm, &["--mismatch"])], started, DEADLINE).remove(0);
+        assert_every_rank_fails(&e, 4, "every rank must pass matching lengths");
+        assert!(
+            e.stderr.contains("this rank expected 4000 (1000 × i32)")
+                || e.stderr.contains("this rank expected 4004 (1001 × i32)")
+                || e.stderr
+                    .contains("more than the 4000 bytes this rank expected (1000 × i32)"),
+            "{}",
+            e.stderr
+        );
+    }
+}
+
+/// The last rank asks for a bitwise allreduce of floats: it is refused
+/// there before anything is sent, and every other rank, which needs that
+/// rank's vector, is told instead of waiting for it.
+#[test]
+fn a_bad_argument_on_one_rank_fails_every_rank_with_the_reason() {
+    let started = Instant::now();
+    let e = wait_all(vec![mpirun(CHECK, 4, true, &["--bad-op"])], started, DEADLINE).remove(0);
+    assert_every_rank_fails(
+        &e,
+        4,
+        "BitXor is a bitwise op, for integers only; f64 is a float type",
+    );
+    assert_eq!(e.stderr.matches("failed on rank 3").count(), 3, "{}", e.stderr);
+}

@@ -1,0 +1,229 @@
+//! Launching ranks for the integration tests: through `mpirun` or the
+//! rendezvous variables, each process with a deadline, its output captured.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read};
+use std::net::TcpListener;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How one process ended.
+#[derive(Debug)]
+pub struct Exit {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+    /// When it ended, from the launch.
+    pub at: Duration,
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// No launcher or provider variables from the test's own environment.
+pub fn clean(cmd: &mut Command) -> &mut Command {
+    for v in [
+        "FI_PROVIDER",
+        "FABRIC_MSG_PROVIDERS",
+        "FABRIC_MSG_RANK",
+        "FABRIC_MSG_SIZE",
+        "FABRIC_MSG_ROOT",
+        "FABRIC_MSG_SHM",
+        "PMIX_RANK",
+        "PMIX_NAMESPACE",
+    ] {
+        cmd.env_remove(v);
+    }
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+}
+
+/// `n` ranks of `program` through the rendezvous, with `FABRIC_MSG_SHM`.
+pub fn rendezvous(program: &str, n: u32, shm: bool, args: &[&str]) -> Vec<Child> {
+    let root = format!("127.0.0.1:{}", free_port());
+    (0..n)
+        .map(|r| {
+            let mut cmd = Command::new(program);
+            clean(&mut cmd)
+                .args(args)
+                .env("FABRIC_MSG_RANK", r.to_string())
+                .env("FABRIC_MSG_SIZE", n.to_string())
+                .env("FABRIC_MSG_ROOT", &root)
+                .env("FABRIC_MSG_SHM", if shm { "1" } else { "0" });
+            cmd.spawn().expect("starting a rank")
+        })
+        .collect()
+}
+
+/// `mpirun` as root on a 2-core machine, `n` ranks of `program`.
+pub fn mpirun(program: &str, n: u32, shm: bool, args: &[&str]) -> Child {
+    let mut cmd = Command::new("mpirun");
+    let shm = format!("FABRIC_MSG_SHM={}", if shm { 1 } else { 0 });
+    clean(&mut cmd)
+        .args([
+            "--allow-run-as-root",
+            "--oversubscribe",
+            "-x",
+            &shm,
+            "-np",
+            &n.to_string(),
+            program,
+        ])
+        .args(args);
+    cmd.spawn().expect("mpirun (ci/setup.sh installs openmpi-bin)")
+}
+
+/// Wait for every child, killing all of them after `deadline`.
+pub fn wait_all(mut children: Vec<Child>, started: Instant, deadline: Duration) -> Vec<Exit> {
+    let pipes: Vec<_> = children
+        .iter_mut()
+        .map(|c| (drain(c.stdout.take()), drain(c.stderr.take())))
+        .collect();
+    let mut ends: Vec<Option<(ExitStatus, Duration)>> = children.iter().map(|_| None).collect();
+    while ends.iter().any(Option::is_none) {
+        for (c, end) in children.iter_mut().zip(ends.iter_mut()) {
+            if end.is_none() {
+                if let Some(s) = c.try_wait().expect("waiting") {
+                    *end = Some((s, started.elapsed()));
+                }
+            }
+        }
+        if started.elapsed() > deadline {
+            let running: Vec<usize> = (0..ends.len()).filter(|&i| ends[i].is_none()).collect();
+            for c in children.iter_mut() {
+                c.kill().ok();
+                c.wait().ok();
+            }
+            let said: Vec<String> = pipes
+                .into_iter()
+                .enumerate()
+                .map(|(i, (o, e))| {
+                    let (o, e) = (o.join().unwrap_or_default(), e.join().unwrap_or_default());
+                    format!("process {i}: stdout:\n{o}\nstderr:\n{e}")
+                })
+                .collect();
+            panic!(
+                "processes {running:?} still running after {deadline:?}: a hang\n{}",
+                said.join("\n")
+            );
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    ends.into_iter()
+        .zip(pipes)
+        .map(|(end, (o, e))| {
+            let (status, at) = end.expect("ended");
+            Exit {
+                status,
+                at,
+                stdout: o.join().expect("reader"),
+                stderr: e.join().expect("reader"),
+            }
+        })
+        .collect()
+}
+
+fn drain(pipe: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut s = String::new();
+        if let Some(mut p) = pipe {
+            p.read_to_string(&mut s).ok();
+        }
+        s
+    })
+}
+
+/// Processes whose parent is `pid` (mpirun's ranks are its children).
+pub fn children_of(pid: u32) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return vec![];
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/stat"))
+                .ok()
+                .and_then(|s| s.rsplit_once(')').map(|(_, rest)| rest.to_string()))
+                .and_then(|rest| rest.split_whitespace().nth(1)?.parse::<u32>().ok())
+                == Some(pid)
+        })
+        .collect()
+}
+
+/// Whether process `pid` has `var` (`NAME=value`) in its environment.
+pub fn environ_has(pid: u32, var: &str) -> bool {
+    std::fs::read(format!("/proc/{pid}/environ"))
+        .map(|env| env.split(|&b| b == 0).any(|v| v == var.as_bytes()))
+        .unwrap_or(false)
+}
+
+extern "C" {
+    fn kill(pid: i32, sig: i32) -> i32;
+}
+
+/// SIGKILL `pid`, as a crash would end it.
+pub fn sigkill(pid: u32) -> bool {
+    // SAFETY: kill(2) with a pid we found; at worst it is gone (ESRCH).
+    unsafe { kill(pid as i32, 9) == 0 }
+}
+
+/// What a child has printed so far, read line by line as it comes.
+#[derive(Debug, Clone, Default)]
+pub struct Watch(Arc<Mutex<String>>);
+
+impl Watch {
+    /// Start reading `child`'s stdout (which `wait_all` then finds taken).
+    pub fn stdout(child: &mut Child) -> Watch {
+        let w = Watch::default();
+        let (pipe, into) = (child.stdout.take(), w.0.clone());
+        std::thread::spawn(move || {
+            let Some(pipe) = pipe else { return };
+            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                let mut s = into.lock().unwrap_or_else(|p| p.into_inner());
+                s.push_str(&line);
+                s.push('\n');
+            }
+        });
+        w
+    }
+
+    /// Everything read so far.
+    pub fn text(&self) -> String {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Wait until `what` has appeared `count` times, at most `limit`.
+    pub fn wait_for(&self, what: &str, count: usize, limit: Duration) -> bool {
+        let until = Instant::now() + limit;
+        while Instant::now() < until {
+            if self.text().matches(what).count() >= count {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+}
+
+/// Remove the shared-memory regions of `pid`, a process that is gone.
+/// libfabric 1.17's shm names a rank's region `/dev/shm/<pid>:<n>:<n>` and
+/// unlinks it on exit or on a catchable signal, not on SIGKILL; a later
+/// process that gets the same pid (pid_max is 32768 here) would then fail
+/// to open its endpoint with FI_EBUSY.
+pub fn remove_shm_regions(pid: u32) {
+    let Ok(dir) = std::fs::read_dir("/dev/shm") else {
+        return;
+    };
+    let prefix = format!("{pid}:");
+    for e in dir.flatten() {
+        if e.file_name().to_string_lossy().starts_with(&prefix) {
+            std::fs::remove_file(e.path()).ok();
+        }
+    }
+}

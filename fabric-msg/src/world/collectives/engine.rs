@@ -1,0 +1,480 @@
+//! Runs schedules on the World's endpoint, through its event loop.
+//!
+//! Every collective is a [`Run`]: its schedule, its working array and where
+//! it stands. Runs live in the [`Engine`] (one per World) until they finish,
+//! so several may be in flight, and they progress whenever the World polls:
+//! in `World::wait`, `World::test` and the application's own `World::poll`.
+//! Operations of a run carry tokens from a reserved range ([`is_reserved`]):
+//! the engine takes their completions before the application sees any, and
+//! keeps the application's completions that arrive during a wait for its
+//! next `World::poll`.
+//!
+//! Failure: a lost rank fails every run with `Error::RankLost` (the World's
+//! liveness, one atomic load per poll). A failure only this rank can see
+//! (a message of the wrong length, a failed receive, a bad argument) fails
+//! the run here and sends a notice to every other rank, whose run of the
+//! same collective then fails too, naming this rank, instead of waiting for
+//! messages that will never come. Every rank keeps one receive posted for
+//! notices.
+//!
+//! Nothing here knows the `World` type: the World hands the engine an [`Io`]
+//! of its parts.
+
+use super::io::{decode, is_reserved, post_outgoing, token, Failure, Idle, Io, Kind, Outgoing, Shared};
+use super::io::{LOSS_GRACE, NOTICE_MAX, NOTICE_PATIENCE};
+use super::ops::{Element, Reduction};
+use super::run::{Progress, Run};
+use super::schedule::Schedule;
+use crate::error::{Error, Result};
+use crate::memory::buffer::Buffer;
+use crate::transport::event_loop::{Completion, RecvOpts};
+use crate::world::tags;
+use std::any::Any;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A failure another rank told of.
+#[derive(Debug)]
+struct Notice {
+    seq: u32,
+    rank: u32,
+    text: String,
+}
+
+/// A run that ended, kept until its request collects it.
+struct Finished {
+    seq: u32,
+    alive: Arc<()>,
+    result: Result<Box<dyn Any + Send>>,
+}
+
+/// Every collective of one World: its numbering, the runs in flight, the
+/// finished ones and the application's completions kept during waits.
+pub(crate) struct Engine {
+    next_seq: u32,
+    runs: Vec<Box<dyn Progress>>,
+    finished: Vec<Finished>,
+    sh: Shared,
+    stash: Vec<Completion>,
+    batch: Vec<Completion>,
+    notices: Vec<Notice>,
+    /// Notices of this rank's failures not yet posted, with their collective
+    /// and when to give up.
+    notices_out: Vec<(Outgoing, u32, Instant)>,
+    notice_posted: bool,
+    idle: Idle,
+    /// Runs that failed while the provider could still touch their working
+    /// arrays (see `Engine::retire`).
+    orphans: Vec<Box<dyn Progress>>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("next_seq", &self.next_seq)
+            .field("runs", &self.runs.len())
+            .field("finished", &self.finished.len())
+            .field("kept_completions", &self.stash.len())
+            .field("idle", &self.idle)
+            .finish()
+    }
+}
+
+/// The rank a loss explains a failure with, waiting up to `grace`.
+fn lost(io: &Io<'_>, grace: Duration) -> Option<Error> {
+    let named = || {
+        io.live.first_lost().map(|rank| Error::RankLost {
+            rank,
+            why: io.live.why(rank).unwrap_or_default(),
+        })
+    };
+    if grace.is_zero() {
+        return named();
+    }
+    let until = Instant::now() + grace;
+    loop {
+        if let Some(e) = named() {
+            return Some(e);
+        }
+        if Instant::now() >= until {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+impl Engine {
+    pub(crate) fn new(idle: Idle) -> Engine {
+        Engine {
+            next_seq: 0,
+            runs: Vec::new(),
+            finished: Vec::new(),
+            sh: Shared::default(),
+            stash: Vec::new(),
+            batch: Vec::new(),
+            notices: Vec::new(),
+            notices_out: Vec::new(),
+            notice_posted: false,
+            idle,
+            orphans: Vec::new(),
+        }
+    }
+
+    /// Post the receive for failure notices (once; not in a world of one).
+    pub(crate) fn listen(&mut self, io: &mut Io<'_>) -> Result<()> {
+        if self.notice_posted || io.peers.len() < 2 {
+            return Ok(());
+        }
+        self.post_notice_recv(io, Buffer::new(NOTICE_MAX))
+    }
+
+    fn post_notice_recv(&mut self, io: &mut Io<'_>, buf: Buffer) -> Result<()> {
+        let opts = RecvOpts {
+            tag: Some(tags::notice_matcher()),
+            from: None,
+        };
+        io.ev.recv(io.ep, buf, opts, token(Kind::NoticeRecv, 0, 0))?;
+        self.notice_posted = true;
+        Ok(())
+    }
+
+    /// Start a run; returns its number and the handle whose drop abandons
+    /// its result.
+    pub(crate) fn start<T: Element>(
+        &mut self,
+        io: &mut Io<'_>,
+        what: &'static str,
+        sched: Schedule,
+        work: Vec<T>,
+        reduction: Option<Reduction<T>>,
+    ) -> (u32, Arc<()>) {
+        let seq = self.next_seq;
+        self.next_seq = self.next_seq.wrapping_add(1);
+        let run = Run::new(what, seq, sched, work, reduction);
+        let alive = run.alive.clone();
+        self.runs.push(Box::new(run));
+        if let Err(e) = self.listen(io) {
+            log::warn!("cannot listen for other ranks' collective failures: {e}");
+        }
+        self.progress(io);
+        (seq, alive)
+    }
+
+    /// A collective refused for bad arguments: it still takes its number,
+    /// and the other ranks hear of it, so no rank waits for this one.
+    pub(crate) fn refuse(&mut self, io: &mut Io<'_>, what: &'static str, message: String) -> Error {
+        let seq = self.next_seq;
+        self.next_seq = self.next_seq.wrapping_add(1);
+        self.notify(io, seq, &message);
+        self.progress(io);
+        Error::Usage(format!(
+            "{what} (collective #{seq}) on rank {}: {message}",
+            io.rank
+        ))
+    }
+
+    /// Tell every other rank that collective `seq` failed here. The
+    /// notices go out from [`Engine::progress`], best effort, for at most
+    /// `NOTICE_PATIENCE`.
+    fn notify(&mut self, io: &mut Io<'_>, seq: u32, message: &str) {
+        let mut text = message.to_string();
+        if text.len() > NOTICE_MAX {
+            let mut cut = NOTICE_MAX;
+            while !text.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            text.truncate(cut);
+        }
+        let tag = tags::encode(tags::CLASS_WORLD, io.rank, tags::notice_field(seq));
+        let until = Instant::now() + NOTICE_PATIENCE;
+        for peer in (0..io.peers.len() as u32).filter(|&r| r != io.rank) {
+            let mut buf = self.sh.pool.take(text.len());
+            buf.as_mut_slice().copy_from_slice(text.as_bytes());
+            let o = Outgoing {
+                peer,
+                tag,
+                buf,
+                inject: false,
+            };
+            self.notices_out.push((o, seq, until));
+        }
+    }
+
+    /// Post the notices still to go.
+    fn flush_notices(&mut self, io: &mut Io<'_>) {
+        if self.notices_out.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        for (o, seq, until) in std::mem::take(&mut self.notices_out) {
+            let peer = o.peer;
+            match post_outgoing(io, &mut self.sh, o, token(Kind::NoticeSend, seq, 0)) {
+                Ok(None) => {}
+                Ok(Some(o)) if now < until => self.notices_out.push((o, seq, until)),
+                Ok(Some(_)) => log::warn!("rank {peer} took no notice of collective #{seq}'s failure"),
+                Err(f) => log::warn!(
+                    "cannot tell rank {peer} of collective #{seq}'s failure: {}",
+                    f.message
+                ),
+            }
+        }
+    }
+
+    /// End run `i` with `failure`: a lost rank if liveness names one
+    /// (within the failure's grace), otherwise a failure seen here, which
+    /// every other rank is told of.
+    fn fail(&mut self, io: &mut Io<'_>, i: usize, failure: Failure) {
+        let run = self.runs.remove(i);
+        let (seq, what) = (run.seq(), run.what());
+        let error = match lost(io, failure.grace) {
+            Some(e) => e,
+            None => {
+                self.notify(io, seq, &failure.message);
+                Error::Collective {
+                    operation: what,
+                    seq: seq & tags::SEQ_MASK,
+                    rank: io.rank,
+                    message: failure.message,
+                }
+            }
+        };
+        self.end(seq, run.alive().clone(), Err(error));
+        self.retire(run);
+    }
+
+    /// Drop a run that ended in failure, unless the provider may still
+    /// read or write its working array: then keep it (and its memory) until
+    /// its last operation completes or the engine is dropped, which is after
+    /// the World's event loop closed its endpoint.
+    fn retire(&mut self, run: Box<dyn Progress>) {
+        if run.busy() {
+            self.orphans.push(run);
+        }
+    }
+
+    fn end(&mut self, seq: u32, alive: Arc<()>, result: Result<Box<dyn Any + Send>>) {
+        // Nobody holds the request any more: nobody will collect it.
+        if Arc::strong_count(&alive) > 1 {
+            self.finished.push(Finished { seq, alive, result });
+        }
+    }
+
+    /// Move runs on: losses, notices, finished rounds, posts that found the
+    /// provider's queue full. Posts made here give up at once on a full
+    /// queue instead of the loop's blocking retry (`LoopConfig::post_timeout`):
+    /// what could not be posted is kept and tried again at the next
+    /// progress, where losses and other ranks' notices are seen.
+    pub(crate) fn progress(&mut self, io: &mut Io<'_>) {
+        let saved = std::mem::replace(&mut io.ev.cfg.post_timeout, Duration::ZERO);
+        self.progress_runs(io);
+        self.flush_notices(io);
+        io.ev.cfg.post_timeout = saved;
+    }
+
+    fn progress_runs(&mut self, io: &mut Io<'_>) {
+        if !self.runs.is_empty() {
+            if let Some(e) = lost(io, Duration::ZERO) {
+                for run in std::mem::take(&mut self.runs) {
+                    let e = match &e {
+                        Error::RankLost { rank, why } => Error::RankLost {
+                            rank: *rank,
+                            why: why.clone(),
+                        },
+                        _ => Error::Usage(e.to_string()),
+                    };
+                    self.end(run.seq(), run.alive().clone(), Err(e));
+                    self.retire(run);
+                }
+            }
+        }
+        self.apply_notices();
+        let mut i = 0;
+        while i < self.runs.len() {
+            match self.runs[i].advance(io, &mut self.sh) {
+                Ok(false) => i += 1,
+                Ok(true) => {
+                    let run = self.runs.remove(i);
+                    let (seq, alive) = (run.seq(), run.alive().clone());
+                    self.end(seq, alive, Ok(run.into_work()));
+                }
+                Err(f) => self.fail(io, i, f),
+            }
+        }
+        // Requests dropped after their run ended.
+        self.finished.retain(|f| Arc::strong_count(&f.alive) > 1);
+    }
+
+    /// Fail the runs other ranks said failed; keep notices of collectives
+    /// this rank has not reached; forget those it finished.
+    fn apply_notices(&mut self) {
+        if self.notices.is_empty() {
+            return;
+        }
+        for n in std::mem::take(&mut self.notices) {
+            if let Some(i) = self.runs.iter().position(|r| r.seq() & tags::SEQ_MASK == n.seq) {
+                let run = self.runs.remove(i);
+                let error = Error::Collective {
+                    operation: run.what(),
+                    seq: n.seq,
+                    rank: n.rank,
+                    message: n.text,
+                };
+                self.end(run.seq(), run.alive().clone(), Err(error));
+                self.retire(run);
+            } else if n.seq.wrapping_sub(self.next_seq) & tags::SEQ_MASK < (tags::SEQ_MASK >> 1) {
+                self.notices.push(n);
+            }
+        }
+    }
+
+    /// Take one of the collectives' completions; `false` if it is the
+    /// application's.
+    fn absorb(&mut self, io: &mut Io<'_>, c: Completion) -> Option<Completion> {
+        if !is_reserved(c.token) {
+            return Some(c);
+        }
+        let (kind, seq, index) = decode(c.token);
+        let run = self.runs.iter().position(|r| r.seq() & tags::SEQ_MASK == seq);
+        let same = |r: &dyn Progress| r.seq() & tags::SEQ_MASK == seq;
+        if run.is_none() && (kind == Kind::Recv as u64 || kind == Kind::BorrowedSend as u64) {
+            // A run that failed already: an orphan's operation may release
+            // its memory; otherwise the completion is of no use.
+            if let Some(o) = self.orphans.iter_mut().find(|o| same(o.as_ref())) {
+                if kind == Kind::Recv as u64 {
+                    o.arrived(index, c, &mut self.sh).ok();
+                } else {
+                    o.borrowed_sent(index);
+                }
+                self.orphans.retain(|o| o.busy());
+            } else {
+                self.sh.pool.give_opt(c.buffer);
+            }
+            return None;
+        }
+        match kind {
+            k if k == Kind::Recv as u64 => {
+                if let Some(i) = run {
+                    if let Err(f) = self.runs[i].arrived(index, c, &mut self.sh) {
+                        self.fail(io, i, f);
+                    }
+                }
+            }
+            k if k == Kind::BorrowedSend as u64 => {
+                if let Some(i) = run {
+                    self.runs[i].borrowed_sent(index);
+                    if let Err(e) = &c.result {
+                        let failure = Failure {
+                            message: format!("a send failed: {e}"),
+                            grace: LOSS_GRACE,
+                        };
+                        self.fail(io, i, failure);
+                    }
+                }
+            }
+            k if k == Kind::NoticeRecv as u64 => {
+                if c.result.is_ok() {
+                    let text = c
+                        .buffer
+                        .as_ref()
+                        .map(|b| String::from_utf8_lossy(b.as_slice()).into_owned());
+                    self.notices.push(Notice {
+                        seq: tags::seq_of(c.tag),
+                        rank: tags::source_of(c.tag),
+                        text: text.unwrap_or_default(),
+                    });
+                }
+                self.notice_posted = false;
+                let buf = c.buffer.unwrap_or_else(|| Buffer::new(NOTICE_MAX));
+                if let Err(e) = self.post_notice_recv(io, buf) {
+                    log::warn!("cannot listen for other ranks' collective failures: {e}");
+                }
+            }
+            _ => {
+                let failed = c.result.as_ref().err().map(|e| e.to_string());
+                self.sh.pool.give_opt(c.buffer);
+                if let (Some(e), Some(i), true) = (failed, run, kind == Kind::Send as u64) {
+                    let failure = Failure {
+                        message: format!("a send failed: {e}"),
+                        grace: LOSS_GRACE,
+                    };
+                    self.fail(io, i, failure);
+                }
+            }
+        }
+        None
+    }
+
+    /// Take the collectives' completions out of `out` (the application's
+    /// stay, in order) and move the runs on.
+    pub(crate) fn filter(&mut self, io: &mut Io<'_>, out: &mut Vec<Completion>) {
+        if !out.iter().any(|c| is_reserved(c.token)) {
+            if !self.runs.is_empty() || !self.notices_out.is_empty() {
+                self.progress(io);
+            }
+            return;
+        }
+        let mut keep = Vec::with_capacity(out.len());
+        for c in out.drain(..) {
+            keep.extend(self.absorb(io, c));
+        }
+        *out = keep;
+        self.progress(io);
+    }
+
+    /// One look at the completion queue (or one wait, when idling
+    /// blocks); the application's completions are kept for its next poll.
+    /// `Ok(true)` if anything completed.
+    pub(crate) fn poll_once(&mut self, io: &mut Io<'_>) -> Result<bool> {
+        let timeout = match self.idle {
+            Idle::Block => Duration::from_millis(20),
+            Idle::Spin | Idle::Yield => Duration::ZERO,
+        };
+        let mut batch = std::mem::take(&mut self.batch);
+        let polled = io.ev.poll(&mut batch, Some(timeout));
+        let n = batch.len();
+        for c in batch.drain(..) {
+            if let Some(app) = self.absorb(io, c) {
+                self.stash.push(app);
+            }
+        }
+        self.batch = batch;
+        self.progress(io);
+        match polled {
+            Ok(_) => Ok(n > 0),
+            Err(e) => Err(lost(io, Duration::ZERO).unwrap_or(e)),
+        }
+    }
+
+    /// Pass the time between polls that found nothing.
+    pub(crate) fn idle(&self) {
+        match self.idle {
+            Idle::Yield => std::thread::yield_now(),
+            Idle::Spin => std::hint::spin_loop(),
+            Idle::Block => {}
+        }
+    }
+
+    /// The result of run `seq`, if it ended.
+    pub(crate) fn take(&mut self, seq: u32) -> Option<Result<Box<dyn Any + Send>>> {
+        let i = self.finished.iter().position(|f| f.seq == seq)?;
+        Some(self.finished.swap_remove(i).result)
+    }
+
+    /// Whether run `seq` is still in flight.
+    pub(crate) fn running(&self, seq: u32) -> bool {
+        self.runs.iter().any(|r| r.seq() == seq)
+    }
+
+    /// Runs in flight, and failure notices not yet posted.
+    pub(crate) fn in_flight(&self) -> usize {
+        self.runs.len() + self.notices_out.len()
+    }
+
+    /// The application's completions kept during waits, oldest first,
+    /// appended to `out`.
+    pub(crate) fn take_kept(&mut self, out: &mut Vec<Completion>) -> usize {
+        let n = self.stash.len();
+        out.append(&mut self.stash);
+        n
+    }
+}

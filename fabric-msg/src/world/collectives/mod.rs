@@ -1,0 +1,54 @@
+//! Collectives on the [`World`](crate::World): barrier, broadcast, gather,
+//! allgather, reduce, allreduce and reduce-scatter over slices of the
+//! primitive numeric types ([`Element`]), with the built-in [`Op`]s or the
+//! application's own function ([`Reduction::custom`]).
+//!
+//! ```no_run
+//! use fabric_msg::{Op, World};
+//! let mut world = World::init()?;
+//! let mut grad = vec![1.0f32; 1 << 20];
+//! world.allreduce(&mut grad, Op::Sum)?;                 // blocking
+//! let pending = world.iallreduce(vec![world.rank() as u64], Op::Max)?;
+//! // ... compute while it runs; any World::poll moves it on ...
+//! let highest = world.wait(pending)?;                   // non-blocking, then wait
+//! world.barrier()?;
+//! # Ok::<(), fabric_msg::Error>(())
+//! ```
+//!
+//! Every rank calls the same collectives in the same order (as in MPI); the
+//! collectives are numbered in that order, and the number travels in every
+//! message's tag, in a tag class applications cannot send in, so
+//! consecutive collectives never take each other's messages and the
+//! application's own messages are never touched.
+//!
+//! Each collective is a schedule of rounds (`schedule.rs`) built by the file
+//! of its algorithm, and run by the engine (`engine.rs`) through the World's
+//! event loop: a blocking call starts it and waits; an `i…` call returns a
+//! [`Request`] that progresses whenever the World is polled. The algorithms
+//! and how they are chosen: `docs/collectives.md`.
+//!
+//! Failure: any lost rank fails every collective with
+//! [`Error::RankLost`](crate::Error::RankLost) within the World's bound.
+//! A rank that sees a collective go wrong (a length that differs from its
+//! own, a bad argument) fails it and tells the others, which fail with
+//! [`Error::Collective`](crate::Error::Collective) naming it, instead of
+//! waiting.
+
+mod allgather;
+mod allreduce;
+mod barrier;
+mod bcast;
+pub(crate) mod engine;
+mod gather;
+pub(crate) mod io;
+pub(crate) mod ops;
+mod reduce;
+mod reduce_scatter;
+mod request;
+mod run;
+pub(crate) mod schedule;
+#[cfg(test)]
+mod tests_sim;
+
+pub use ops::{CombineFn, Element, Op, Reduction};
+pub use request::Request;

@@ -1,0 +1,456 @@
+//! One collective in flight ([`Run`]): its schedule, its working array of
+//! elements, and where it stands.
+//!
+//! Small messages are copied: a send lays its block out in a pooled buffer
+//! (or injects it) when its round starts, and a receive lands in a pooled
+//! buffer posted up to `AHEAD` receives early, then is copied or combined
+//! into the working array when its round ends.
+//!
+//! Messages of [`ZERO_COPY_BYTES`] and more go without those copies, where
+//! the endpoint carries no fabric-msg header: a send is posted straight
+//! from the working array, and a receive that only copies its block in is
+//! posted straight into it, when its round starts. Nothing writes a block
+//! while a send from it is in flight (the provider may read it until the
+//! send completes): a round's receives are applied, and a direct receive is
+//! posted, only once no such send reads their block. The array outlives
+//! every such operation: a
+//! run that ends with one in flight is kept by the engine until the World's
+//! event loop is closed (see [`Progress::busy`]).
+
+use super::io::{post_failed, post_outgoing, token, Failure, Io, Kind, Outgoing, Shared, AHEAD, LOSS_GRACE};
+use super::ops::{Element, Reduction};
+use super::schedule::{Apply, Round, Schedule, Xfer};
+use crate::error::Error;
+use crate::memory::buffer::Buffer;
+use crate::transport::event_loop::{Completion, CompletionError, PostError, RecvOpts, SendOpts};
+use crate::world::tags;
+use std::any::Any;
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+/// Messages from this many bytes are sent from, and copied into, the
+/// working array without a staging copy.
+pub(crate) const ZERO_COPY_BYTES: usize = 16 << 10;
+
+/// How one receive arrived.
+enum Arrival {
+    /// In a pooled buffer, to be applied with its round.
+    Pooled(Buffer),
+    /// In place, in the working array.
+    Direct,
+}
+
+/// A send waiting for room in the provider's queue.
+enum Pending {
+    /// Laid out in a buffer of its own.
+    Copied(Outgoing),
+    /// From the working array: `at..at + len` elements.
+    Borrowed {
+        peer: u32,
+        tag: u64,
+        at: usize,
+        len: usize,
+    },
+}
+
+/// One collective in flight: its schedule over a working array of `T`.
+pub(crate) struct Run<T: Element> {
+    what: &'static str,
+    seq: u32,
+    rounds: Vec<Round>,
+    /// Every receive of the schedule in order, with its round.
+    recvs: Vec<(usize, Xfer)>,
+    /// Index in `recvs` of each round's first receive (and the total).
+    first: Vec<usize>,
+    arrived: Vec<Option<Arrival>>,
+    /// Receives of each round still to arrive.
+    missing: Vec<usize>,
+    /// Next receive to post.
+    next_post: usize,
+    round: usize,
+    /// The current round's sends are laid out (in `outbox` or posted).
+    sent: bool,
+    /// Sends not yet accepted by the provider (its queue was full):
+    /// retried at every progress.
+    outbox: VecDeque<Pending>,
+    /// Blocks (`at`, `len`) of the working array that sends in flight read,
+    /// by slot (the slot is the send's token index).
+    sending: Vec<Option<(usize, usize)>>,
+    /// Receives straight into the working array in flight.
+    direct_recvs: usize,
+    /// Large messages go without staging copies (decided at the start:
+    /// not on framed endpoints).
+    zero_copy: Option<bool>,
+    /// Never reallocated while the run lives: operations in flight point
+    /// into it.
+    work: Vec<T>,
+    reduction: Option<Reduction<T>>,
+    scratch: Vec<T>,
+    pub(crate) alive: Arc<()>,
+}
+
+/// A run with its element type erased, as the engine holds it.
+pub(crate) trait Progress: Send {
+    fn seq(&self) -> u32;
+    fn what(&self) -> &'static str;
+    fn alive(&self) -> &Arc<()>;
+    /// Post what can be posted and apply finished rounds; `true` once done.
+    fn advance(&mut self, io: &mut Io<'_>, sh: &mut Shared) -> Result<bool, Failure>;
+    /// Receive number `index` completed.
+    fn arrived(&mut self, index: u32, c: Completion, sh: &mut Shared) -> Result<(), Failure>;
+    /// The send from the working array in `slot` completed.
+    fn borrowed_sent(&mut self, slot: u32);
+    /// Whether the provider may still read or write the working array: a
+    /// run that ends so must be kept until the World's event loop closes.
+    fn busy(&self) -> bool;
+    /// The working array, as `Box<Vec<T>>`.
+    fn into_work(self: Box<Self>) -> Box<dyn Any + Send>;
+}
+
+impl<T: Element> Run<T> {
+    pub(crate) fn new(
+        what: &'static str,
+        seq: u32,
+        sched: Schedule,
+        work: Vec<T>,
+        reduction: Option<Reduction<T>>,
+    ) -> Self {
+        let mut recvs = Vec::new();
+        let mut first = Vec::with_capacity(sched.rounds.len() + 1);
+        for (k, r) in sched.rounds.iter().enumerate() {
+            first.push(recvs.len());
+            recvs.extend(r.recvs.iter().map(|x| (k, *x)));
+        }
+        first.push(recvs.len());
+        Run {
+            what,
+            seq,
+            missing: sched.rounds.iter().map(|r| r.recvs.len()).collect(),
+            arrived: recvs.iter().map(|_| None).collect(),
+            rounds: sched.rounds,
+            recvs,
+            first,
+            next_post: 0,
+            round: 0,
+            sent: false,
+            outbox: VecDeque::new(),
+            sending: Vec::new(),
+            direct_recvs: 0,
+            zero_copy: None,
+            work,
+            reduction,
+            scratch: Vec::new(),
+            alive: Arc::new(()),
+        }
+    }
+
+    fn large(&self, x: &Xfer) -> bool {
+        self.zero_copy == Some(true) && x.len * T::SIZE >= ZERO_COPY_BYTES
+    }
+
+    /// A receive that lands straight in the working array.
+    fn direct(&self, x: &Xfer) -> bool {
+        x.apply == Apply::Copy && self.large(x)
+    }
+
+    /// Whether a send in flight, or waiting in the outbox, reads any of
+    /// `at..at + len`: then nothing may write there yet.
+    fn read_by_sends(&self, at: usize, len: usize) -> bool {
+        let hit = |a: usize, l: usize| len > 0 && l > 0 && a < at + len && at < a + l;
+        self.sending.iter().flatten().any(|&(a, l)| hit(a, l))
+            || self.outbox.iter().any(|p| match p {
+                Pending::Borrowed { at: a, len: l, .. } => hit(*a, *l),
+                Pending::Copied(_) => false,
+            })
+    }
+
+    /// Post receives in order: pooled ones up to `AHEAD` beyond the current
+    /// round, direct ones only once their round is the current one (the
+    /// block may still be read by an earlier send or written by an earlier
+    /// round until then).
+    fn post_recvs(&mut self, io: &mut Io<'_>, sh: &mut Shared) -> Result<(), Failure> {
+        while let Some(&(round, x)) = self.recvs.get(self.next_post) {
+            let direct = self.direct(&x);
+            if round > self.round && (direct || self.next_post - self.first[self.round] >= AHEAD) {
+                break;
+            }
+            if direct && self.read_by_sends(x.at, x.len) {
+                break;
+            }
+            let field = tags::world_field(self.seq, x.step);
+            let opts = RecvOpts {
+                tag: Some(tags::matcher(tags::CLASS_WORLD, Some(x.peer), Some(field))),
+                from: None,
+            };
+            let t = token(Kind::Recv, self.seq, self.next_post as u32);
+            let posted = if direct {
+                let region = &mut self.work[x.at..x.at + x.len];
+                // SAFETY: the block lies in the working array, which is never
+                // reallocated and outlives the operation: the run ends only
+                // once this receive completed (its round must arrive), or is
+                // kept by the engine while busy until the World's event loop
+                // is closed. No send reads the block meanwhile: none in
+                // flight does (checked just above), and a round never sends
+                // a block it receives into. Any bit pattern is a valid
+                // element.
+                let r = unsafe {
+                    io.ev
+                        .recv_borrowed(io.ep, region.as_mut_ptr().cast(), x.len * T::SIZE, opts, t)
+                };
+                match r {
+                    Ok(()) => {
+                        self.direct_recvs += 1;
+                        Ok(())
+                    }
+                    Err(Error::QueueFull { .. }) => break,
+                    Err(e) => Err(Failure::seen(format!(
+                        "posting a receive from rank {} failed: {e}",
+                        x.peer
+                    ))),
+                }
+            } else {
+                match io.ev.recv(io.ep, sh.pool.take(x.len * T::SIZE), opts, t) {
+                    Ok(()) => Ok(()),
+                    Err(PostError {
+                        error: Error::QueueFull { .. },
+                        buffer,
+                    }) => {
+                        sh.pool.give_opt(buffer);
+                        break;
+                    }
+                    Err(e) => Err(post_failed(sh, e, &format!("a receive from rank {}", x.peer))),
+                }
+            };
+            posted?;
+            self.next_post += 1;
+        }
+        Ok(())
+    }
+
+    /// Lay out the current round's sends: small ones copy their block now,
+    /// so the round's receives may be applied before the provider takes
+    /// them; large ones are sent from the array.
+    fn stage_sends(&mut self, io: &mut Io<'_>, sh: &mut Shared) {
+        let inject_max = io
+            .ev
+            .profile()
+            .inject_size
+            .saturating_sub(if io.ev.framed() { 16 } else { 0 });
+        for x in &self.rounds[self.round].sends {
+            let tag = tags::encode(tags::CLASS_WORLD, io.rank, tags::world_field(self.seq, x.step));
+            if self.large(x) {
+                self.outbox.push_back(Pending::Borrowed {
+                    peer: x.peer,
+                    tag,
+                    at: x.at,
+                    len: x.len,
+                });
+                continue;
+            }
+            let len = x.len * T::SIZE;
+            let mut buf = sh.pool.take(len);
+            T::write(&self.work[x.at..x.at + x.len], buf.as_mut_slice());
+            self.outbox.push_back(Pending::Copied(Outgoing {
+                peer: x.peer,
+                tag,
+                buf,
+                inject: len <= inject_max,
+            }));
+        }
+    }
+
+    /// Post what the outbox holds, in order, until the provider's queue is
+    /// full.
+    fn flush(&mut self, io: &mut Io<'_>, sh: &mut Shared) -> Result<(), Failure> {
+        while let Some(p) = self.outbox.pop_front() {
+            match p {
+                Pending::Copied(o) => {
+                    if let Some(o) = post_outgoing(io, sh, o, token(Kind::Send, self.seq, 0))? {
+                        self.outbox.push_front(Pending::Copied(o));
+                        break;
+                    }
+                }
+                Pending::Borrowed { peer, tag, at, len } => {
+                    let opts = SendOpts {
+                        tag: Some(tag),
+                        data: None,
+                    };
+                    let block = &self.work[at..at + len];
+                    let slot = self
+                        .sending
+                        .iter()
+                        .position(Option::is_none)
+                        .unwrap_or(self.sending.len());
+                    // SAFETY: the block lies in the working array, which is
+                    // never reallocated and outlives the send: nothing writes
+                    // a block a send in flight reads (`read_by_sends` holds
+                    // back applies and direct receives), and a run that ends
+                    // with one in flight is kept by the engine until the
+                    // World's event loop is closed.
+                    let r = unsafe {
+                        io.ev.send_borrowed(
+                            &io.peers[peer as usize],
+                            block.as_ptr().cast(),
+                            len * T::SIZE,
+                            opts,
+                            token(Kind::BorrowedSend, self.seq, slot as u32),
+                        )
+                    };
+                    match r {
+                        Ok(()) => {
+                            if slot == self.sending.len() {
+                                self.sending.push(None);
+                            }
+                            self.sending[slot] = Some((at, len));
+                        }
+                        Err(Error::QueueFull { .. }) => {
+                            self.outbox.push_front(Pending::Borrowed { peer, tag, at, len });
+                            break;
+                        }
+                        Err(e) => {
+                            return Err(Failure::seen(format!(
+                                "posting a send to rank {peer} failed: {e}"
+                            )));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn apply_round(&mut self, sh: &mut Shared) {
+        for g in self.first[self.round]..self.first[self.round + 1] {
+            let (_, x) = self.recvs[g];
+            let Some(Arrival::Pooled(buf)) = self.arrived[g].take() else {
+                continue;
+            };
+            let region = &mut self.work[x.at..x.at + x.len];
+            match (x.apply, &self.reduction) {
+                (Apply::Copy, _) | (_, None) => T::read(buf.as_slice(), region),
+                (Apply::Combine, Some(r)) => {
+                    r.combine_bytes(region, buf.as_slice(), false, &mut self.scratch)
+                }
+                (Apply::CombineOtherFirst, Some(r)) => {
+                    r.combine_bytes(region, buf.as_slice(), true, &mut self.scratch)
+                }
+            }
+            sh.pool.give(buf);
+        }
+    }
+}
+
+impl<T: Element> Progress for Run<T> {
+    fn seq(&self) -> u32 {
+        self.seq
+    }
+
+    fn what(&self) -> &'static str {
+        self.what
+    }
+
+    fn alive(&self) -> &Arc<()> {
+        &self.alive
+    }
+
+    fn advance(&mut self, io: &mut Io<'_>, sh: &mut Shared) -> Result<bool, Failure> {
+        let zero_copy = *self.zero_copy.get_or_insert_with(|| !io.ev.framed());
+        loop {
+            self.flush(io, sh)?;
+            self.post_recvs(io, sh)?;
+            if self.round == self.rounds.len() {
+                return Ok(self.outbox.is_empty() && !self.busy());
+            }
+            if !self.sent {
+                self.stage_sends(io, sh);
+                self.sent = true;
+                self.flush(io, sh)?;
+            }
+            // The round's receives, and no send still reading a block the
+            // round writes.
+            if self.missing[self.round] > 0 {
+                return Ok(false);
+            }
+            let range = self.first[self.round]..self.first[self.round + 1];
+            if zero_copy
+                && self.recvs[range]
+                    .iter()
+                    .any(|&(_, x)| self.read_by_sends(x.at, x.len))
+            {
+                return Ok(false);
+            }
+            self.apply_round(sh);
+            self.round += 1;
+            self.sent = false;
+        }
+    }
+
+    fn arrived(&mut self, index: u32, c: Completion, sh: &mut Shared) -> Result<(), Failure> {
+        let g = index as usize;
+        let Some(&(round, x)) = self.recvs.get(g) else {
+            return Ok(());
+        };
+        let direct = self.direct(&x);
+        if direct {
+            self.direct_recvs -= 1;
+        }
+        let expect = x.len * T::SIZE;
+        let what = self.what;
+        let mismatch = |got: Option<usize>| {
+            let what_came = match got {
+                Some(g) => format!("{g} bytes where this rank expected {expect}"),
+                None => format!("more than the {expect} bytes this rank expected"),
+            };
+            Failure::seen(format!(
+                "rank {} sent {what_came} ({} × {}) at step {} of the {what}: \
+                 every rank must pass matching lengths (and the same root)",
+                x.peer,
+                x.len,
+                T::NAME,
+                x.step
+            ))
+        };
+        let arrival = match (c.result, c.buffer) {
+            (Ok(()), None) if direct => match c.multi {
+                Some((_, got)) if got == expect => Arrival::Direct,
+                other => return Err(mismatch(other.map(|m| m.1))),
+            },
+            (Ok(()), Some(b)) if b.len() == expect => Arrival::Pooled(b),
+            (Ok(()), Some(b)) => {
+                let got = b.len();
+                sh.pool.give(b);
+                return Err(mismatch(Some(got)));
+            }
+            (Ok(()), None) => return Err(Failure::seen("a receive came back without its buffer".into())),
+            (Err(CompletionError::Truncated { message_len, .. }), b) => {
+                sh.pool.give_opt(b);
+                return Err(mismatch(message_len));
+            }
+            (Err(e), b) => {
+                sh.pool.give_opt(b);
+                return Err(Failure {
+                    message: format!("the receive from rank {} failed: {e}", x.peer),
+                    grace: LOSS_GRACE,
+                });
+            }
+        };
+        if self.arrived[g].replace(arrival).is_none() {
+            self.missing[round] -= 1;
+        }
+        Ok(())
+    }
+
+    fn borrowed_sent(&mut self, slot: u32) {
+        if let Some(s) = self.sending.get_mut(slot as usize) {
+            *s = None;
+        }
+    }
+
+    fn busy(&self) -> bool {
+        self.sending.iter().any(Option::is_some) || self.direct_recvs > 0
+    }
+
+    fn into_work(self: Box<Self>) -> Box<dyn Any + Send> {
+        Box::new(self.work)
+    }
+}
