@@ -618,8 +618,17 @@ fn run<B: Bench>(o: &Opts) -> AnyResult<()> {
                 std::process::exit(1);
             }
         });
-        client::<B>(o, &profile, addr, &monitor)
-            .and_then(|()| server.join().map_err(|_| "server thread panicked".into()))
+        let r = client::<B>(o, &profile, addr, &monitor);
+        if r.is_err() {
+            // The server's failure is usually the cause of the client's
+            // (it closed the connection): give it a moment to print its
+            // reason and end the process before the client's is reported.
+            let deadline = std::time::Instant::now() + Duration::from_secs(1);
+            while !server.is_finished() && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        r.and_then(|()| server.join().map_err(|_| "server thread panicked".into()))
     } else if let Some(host) = &o.address {
         client::<B>(o, &profile, (host.as_str(), o.port), &monitor)
     } else {
