@@ -138,7 +138,7 @@ fn ladder_prefers_roce_over_iwarp_and_says_why_infiniband_was_passed() {
     assert_eq!(first.rung, "roce via verbs;ofi_rxm (rdm)");
     assert_eq!(first.info.domain, "rxe0");
     assert_eq!(p.attempts.len(), 1, "{:?}", p.attempts);
-    // rxm over iWARP is off by default, and says why.
+    // rxm over iWARP waits for libfabric 2.1, and says why.
     let iw = p
         .rejections
         .iter()
@@ -146,8 +146,22 @@ fn ladder_prefers_roce_over_iwarp_and_says_why_infiniband_was_passed() {
         .unwrap();
     assert!(
         iw.to_string()
-            .contains("excluded by configuration (enabled = false): rxm over iWARP"),
+            .contains("needs libfabric 2.1, this is 1.17: rxm over iWARP"),
         "{iw}"
+    );
+    // With 2.1 it is the second choice: RoCE first, then iWARP through rxm.
+    let p21 = plan(&req, &LadderConfig::default(), &entries, &[], &sysfs, &[], (2, 1));
+    let rungs: Vec<(&str, &str)> = p21
+        .attempts
+        .iter()
+        .map(|a| (a.rung.as_str(), a.info.domain.as_str()))
+        .collect();
+    assert_eq!(
+        rungs,
+        [
+            ("roce via verbs;ofi_rxm (rdm)", "rxe0"),
+            ("iwarp via verbs;ofi_rxm (rdm)", "siw0")
+        ]
     );
     let ib = p
         .rejections
@@ -461,5 +475,50 @@ fn the_ladder_on_each_host_picks_what_its_libfabric_does_best() {
     ] {
         let p = on(dump, version, true);
         assert_eq!(p.attempts[0].info.provider, "shm", "{dump}");
+    }
+}
+
+#[test]
+fn soft_roce_and_soft_iwarp_are_told_apart_on_libfabric_2_1_too() {
+    for (suffix, version) in [("", (1, 17)), ("-libfabric-2.1", (2, 1))] {
+        let (rxe, rxe_sysfs) = fixture(&format!("softroce-rxe0-qemu{suffix}"));
+        let (siw, siw_sysfs) = fixture(&format!("softiwarp-siw0-qemu{suffix}"));
+        assert_eq!((rxe.len(), siw.len()), (14, 8), "{suffix}");
+        // With sysfs and without it (a dump alone), on both versions.
+        for sysfs in [rxe_sysfs.clone(), SysfsSnapshot::new()] {
+            let k = kinds(&rxe, &sysfs, "verbs");
+            assert!(k.iter().all(|k| *k == FabricKind::Roce), "{suffix}: {k:?}");
+        }
+        for sysfs in [siw_sysfs.clone(), SysfsSnapshot::new()] {
+            let k = kinds(&siw, &sysfs, "verbs");
+            assert!(k.iter().all(|k| *k == FabricKind::Iwarp), "{suffix}: {k:?}");
+        }
+        // Both dumps, as the VM has both devices: RoCE first; iWARP's rxm
+        // rung only from 2.1.
+        let (mut all, mut sysfs) = (rxe, rxe_sysfs);
+        all.extend(siw);
+        sysfs.extend(siw_sysfs);
+        let p = plan(
+            &Requirements::default(),
+            &LadderConfig::default(),
+            &all,
+            &[],
+            &sysfs,
+            &[],
+            version,
+        );
+        let chosen: Vec<&str> = p.attempts.iter().map(|a| a.info.domain.as_str()).collect();
+        let want: &[&str] = if version >= (2, 1) {
+            &["rxe0", "siw0"]
+        } else {
+            &["rxe0"]
+        };
+        assert_eq!(chosen, want, "{suffix}");
+        // iWARP stays without remote CQ data on 2.1.
+        let msg = all
+            .iter()
+            .find(|e| e.domain == "siw0" && e.endpoint_type == EndpointType::Msg)
+            .unwrap();
+        assert_eq!((msg.protocol.as_str(), msg.cq_data_size), ("FI_PROTO_IWARP", 0));
     }
 }
