@@ -22,6 +22,9 @@
 # Needs root (debootstrap, chroot, mounts) and the Debian mirror the host's
 # apt uses (FABRIC_MSG_TRIXIE_MIRROR overrides it).
 set -euo pipefail
+# Braces: bash reads the whole script before running it, so an edit while
+# it runs (a long test) cannot change what the running copy does.
+{
 cd "$(dirname "$0")/.."
 repo=$(pwd)
 
@@ -138,6 +141,10 @@ trap 'rm -f "$inner"' EXIT
         "$HOME" "$cargo_home" "$rustup_home" "$repo/$target_dir"
     # Nothing from the host's libfabric set-up leaks in.
     echo 'unset LIBFABRIC_DIR LIBFABRIC_INCLUDE_DIR LIBFABRIC_LIB_DIR PKG_CONFIG_PATH LD_LIBRARY_PATH'
+    # Warnings are errors, as in ci/test.sh; the same flags in every mode, so
+    # a build for the VM reuses the test run's (cargo rebuilds on new flags).
+    echo 'case " ${RUSTFLAGS:-} " in *" -D warnings "*) ;; *) export RUSTFLAGS="${RUSTFLAGS:-} -D warnings" ;; esac'
+    echo 'case " ${RUSTDOCFLAGS:-} " in *" -D warnings "*) ;; *) export RUSTDOCFLAGS="${RUSTDOCFLAGS:-} -D warnings" ;; esac'
     printf 'cd %q\n' "$repo"
     case $mode in
     shell) echo 'exec bash -i' ;;
@@ -145,13 +152,14 @@ trap 'rm -f "$inner"' EXIT
     test)
         cat <<'EOF'
 step() { printf '\n==> [trixie] %s\n' "$*" >&2; }
-export RUSTFLAGS="${RUSTFLAGS:-} -D warnings" RUSTDOCFLAGS="${RUSTDOCFLAGS:-} -D warnings"
 step "libfabric in the root: $(fi_info --version | tr '\n' ' ')"
 fi_info --version | grep -q '^libfabric: 2\.' || { echo "not libfabric 2.x" >&2; exit 1; }
 step "cargo clippy (libfabric 2.x)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 step "cargo test (libfabric 2.x)"
 timeout 1500 cargo test --workspace --locked
+step "cargo doc (libfabric 2.x)"
+cargo doc --workspace --no-deps --locked
 step "fabric_info (libfabric 2.x)"
 "$CARGO_TARGET_DIR/debug/fabric_info"
 EOF
@@ -189,3 +197,5 @@ exec chroot "$root" bash /tmp/fabric-msg-run.sh </dev/null
 OUTER
 unshare --mount --propagation private bash "$outer" "$root" "$repo" "$cargo_home" \
     "$rustup_home" "$inner" "$mode"
+exit
+}

@@ -25,5 +25,19 @@ timeout 1200 cargo test --workspace --locked
 step "cargo doc"
 cargo doc --workspace --no-deps --locked
 
-step "fabric matrix (soft-RoCE and soft-iWARP in a QEMU guest)"
+step "libfabric 2.1: clippy, tests and tools in a Debian trixie root"
+if [ "${FABRIC_MSG_SKIP_LIBFABRIC2:-0}" = 1 ]; then
+  echo "ci/test.sh: SKIPPED (FABRIC_MSG_SKIP_LIBFABRIC2=1): libfabric 2.x NOT tested" >&2
+else
+  bash ci/libfabric2.sh
+fi
+
+step "fabric matrix (soft-RoCE and soft-iWARP in a QEMU guest), libfabric 1.17"
 bash ci/fabric-matrix.sh
+
+step "fabric matrix, libfabric 2.1 (trixie's packages in the guest)"
+if [ "${FABRIC_MSG_SKIP_LIBFABRIC2:-0}" = 1 ]; then
+  echo "ci/test.sh: SKIPPED (FABRIC_MSG_SKIP_LIBFABRIC2=1): RoCE and iWARP on libfabric 2.x NOT tested" >&2
+else
+  bash ci/fabric-matrix.sh trixie
+fi

@@ -4,6 +4,15 @@
 #   ci/bench/ab.sh                 # 5 rounds, every provider and size
 #   ROUNDS=3 PROVIDERS="shm" SIZES="8 4096" ci/bench/ab.sh
 #   MODES="msg tagged" ci/bench/ab.sh     # untagged (default) and tagged
+#   PROVIDERS="tcp/rdm tcp;ofi_rxm" ci/bench/ab.sh  # tcp's own RDM endpoints (libfabric >= 1.18)
+#   SECTIONS=pp ci/bench/ab.sh     # only part 1 (default: "pp bw wait")
+#
+# Provider tokens: `tcp` is tcp's connected (MSG) endpoints, `tcp/rdm` its
+# own RDM endpoints (libfabric 1.18 and newer; our tool is held to exactly
+# that provider with a one-rung ladder), `shm`, and any other name is used
+# with `-e rdm`. It runs against whatever libfabric the tools find: the
+# host's, or trixie's 2.1 with `ci/libfabric2.sh -- ci/bench/ab.sh`
+# (build output then goes to $CARGO_TARGET_DIR).
 #
 # Rounds alternate A B A B (ours, then the C tool, then ours ...) so load
 # from other processes falls on both; compare ratios, not absolute numbers.
@@ -24,6 +33,7 @@ ROUNDS=${ROUNDS:-5}
 SIZES=${SIZES:-"8 64 4096 65536 1048576"}
 PROVIDERS=${PROVIDERS:-"tcp tcp;ofi_rxm shm"}
 MODES=${MODES:-msg}
+SECTIONS=${SECTIONS:-"pp bw wait"}
 LIMIT=${LIMIT:-60}     # seconds any one process may run
 OUT=${OUT:-target/bench/$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$OUT"
@@ -45,8 +55,10 @@ if ((${#need[@]})); then
   $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 cargo build --release --locked -q -p fabric-msg-examples --bin pingpong --bin bandwidth
-PP=target/release/pingpong
-BW=target/release/bandwidth
+PP=${CARGO_TARGET_DIR:-target}/release/pingpong
+BW=${CARGO_TARGET_DIR:-target}/release/bandwidth
+# Our tool's ladder for `tcp/rdm`: tcp's own RDM endpoints and nothing else.
+printf 'version = 1\n[[rung]]\nkind = "tcp"\nprovider = "tcp"\nendpoint = "rdm"\n' >"$OUT/tcp-rdm.toml"
 
 # --- processes ------------------------------------------------------------
 servers=()
@@ -127,13 +139,20 @@ results=$OUT/results.tsv
 : >"$results"
 record() { local IFS=$'\t'; printf '%s\n' "$*" >>"$results"; }
 
-log "ab.sh: $(nproc) CPUs; load before: $(cut -d' ' -f1-3 /proc/loadavg); raw output in $OUT"
+log "ab.sh: $(nproc) CPUs; $(fi_info --version | grep '^libfabric:'); load before: $(cut -d' ' -f1-3 /proc/loadavg); raw output in $OUT"
+
+section() { [[ " $SECTIONS " == *" $1 "* ]]; }
 
 # --- 1. pingpong vs fi_pingpong ----------------------------------------------
-for round in $(seq "$ROUNDS"); do
+section pp && for round in $(seq "$ROUNDS"); do
   for prov in $PROVIDERS; do
+    ladder=()
     case $prov in
       tcp) ours=(-p tcp -e msg -d lo) theirs=(-p tcp -e msg -d lo) ;;
+      tcp/rdm)
+        ours=(-p tcp -e rdm -d lo) theirs=(-p tcp -e rdm -d lo)
+        ladder=(env FABRIC_MSG_PROVIDERS="$OUT/tcp-rdm.toml")
+        ;;
       shm) ours=(-p shm --same-host) theirs=(-p shm -e rdm) ;;
       *) ours=(-p "$prov" -e rdm -d lo) theirs=(-p "$prov" -e rdm -d lo) ;;
     esac
@@ -147,12 +166,16 @@ for round in $(seq "$ROUNDS"); do
       for size in $SIZES; do
         n=$(iters "$prov" "$size")
         key="$prov|$mode|$size"
-        tag="${prov//;/+}-$mode-$size-r$round"
+        tag="${prov//[;\/]/+}-$mode-$size-r$round"
         p=$(free_port)
         if pair "ours-$tag" "$p" \
-          "$PP" "${ours[@]}" "${om[@]}" -S "$size" -I "$n" -W 0 -B "$p" -- \
-          "$PP" "${ours[@]}" "${om[@]}" -S "$size" -I "$n" -W 0 -P "$p" 127.0.0.1; then
-          if read -r mb us < <(row_of "$OUT/ours-$tag.out"); then
+          "${ladder[@]}" "$PP" "${ours[@]}" "${om[@]}" -S "$size" -I "$n" -W 0 -B "$p" -- \
+          "${ladder[@]}" "$PP" "${ours[@]}" "${om[@]}" -S "$size" -I "$n" -W 0 -P "$p" 127.0.0.1; then
+          # The header names the provider our tool negotiated.
+          used=$(sed -n 's/^# \([^ ]*\) .*/\1/p' "$OUT/ours-$tag.out" | head -n1)
+          if [ "$used" != "${prov%/rdm}" ]; then
+            log "ab.sh: $tag: our tool used $used, not ${prov%/rdm}; row not recorded"
+          elif read -r mb us < <(row_of "$OUT/ours-$tag.out"); then
             record pp "$key" "$round" ours "$us" "$mb"
           else
             log "ab.sh: cannot read pingpong's row in $OUT/ours-$tag.out"
@@ -175,7 +198,7 @@ for round in $(seq "$ROUNDS"); do
 done
 
 # --- 2. bandwidth vs iperf3 at 1 MiB ----------------------------------------
-for round in $(seq "$ROUNDS"); do
+section bw && for round in $(seq "$ROUNDS"); do
   for prov in "tcp;ofi_rxm" tcp; do
     case $prov in
       tcp) ours=(-p tcp -e msg -d lo) ;;
@@ -200,7 +223,7 @@ for round in $(seq "$ROUNDS"); do
 done
 
 # --- 3. blocking vs spinning ----------------------------------------------------
-for round in $(seq "$ROUNDS"); do
+section wait && for round in $(seq "$ROUNDS"); do
   for wait in spin fd fd0; do
     tag="wait-$wait-r$round"
     p=$(free_port)
@@ -244,6 +267,7 @@ while IFS='|' read -r prov mode size; do
     "$(med pp "$key" ours 6)" "$(med pp "$key" c 6)" "$(ratio pp "$key" ours c 6)"
 done < <(keys pp)
 
+section bw || exit 0
 echo
 echo "bandwidth at 1 MiB vs iperf3 (MB/sec = 10^6 B/s one way), median of $ROUNDS rounds"
 printf '| %-12s | %10s | %10s | %15s |\n' provider "MB/s ours" "MB/s iperf3" "ratio ours/iperf3"
@@ -254,6 +278,7 @@ for prov in "tcp;ofi_rxm" tcp; do
     "$(ratio bw "$key" ours c 6)"
 done
 
+section wait || exit 0
 echo
 echo "pingpong tcp;ofi_rxm 8 bytes: blocking (-c fd: 50 us spin, then the fd; --spin-us 0: the fd at once)"
 echo "vs spinning, median of $ROUNDS rounds"

@@ -3,8 +3,15 @@
 # what fabric-msg negotiates on real RDMA devices. Each check prints PASS or
 # FAIL with the output it judged.
 set -uo pipefail
-bin=target/debug/fabric_info
+# Binaries built for the guest's libfabric: target/ (bookworm, 1.17) or
+# target/libfabric-2/ (trixie, 2.1), as ci/fabric-matrix.sh passes it.
+tdir=${FABRIC_MSG_TARGET_DIR:-target}
+bin=$tdir/debug/fabric_info
 failures=0
+libfabric=$(fi_info --version | sed -n 's/^libfabric: //p')
+echo "negotiate-guest: libfabric $libfabric, binaries from $tdir/debug"
+# rxm over iWARP is a rung from libfabric 2.1 on (providers.toml).
+iwarp_rdm=$(awk -v v="$libfabric" 'BEGIN { split(v, a, "."); print (a[1] > 2 || (a[1] == 2 && a[2] >= 1)) }')
 
 check() { # name, expected text, command...
   local name=$1 want=$2; shift 2
@@ -23,9 +30,20 @@ check universe-sized "FI_UNIVERSE_SIZE=64  (fabric-msg: min(max_peers 64, 127 so
 check roce-classified "RoCE (sysfs rxe0 node_type 1: CA, port 1 link_layer Ethernet)" $bin
 # With libfabric's default universe forced by the user, rxe0 fails to open and the ladder moves on.
 check user-universe-fails "roce via verbs;ofi_rxm (rdm) on rxe0: failed to open: fi_enable failed" env FI_UNIVERSE_SIZE=256 $bin
-check user-universe-next "chosen  tcp via" env FI_UNIVERSE_SIZE=256 $bin
-# iWARP through plain verbs MSG endpoints; rxm over iWARP is off, with the reason.
-check iwarp-rxm-off "iwarp via verbs;ofi_rxm (rdm): excluded by configuration (enabled = false): rxm over iWARP" $bin -d siw0
+# (siw0's max_cqe is large: with 2.1 its rxm rung comes next.)
+if [ "$iwarp_rdm" = 1 ]; then
+  check user-universe-next "chosen  iwarp via verbs;ofi_rxm (rdm) on siw0" env FI_UNIVERSE_SIZE=256 $bin
+else
+  check user-universe-next "chosen  tcp via" env FI_UNIVERSE_SIZE=256 $bin
+fi
+# iWARP: RDM through rxm from libfabric 2.1 (the ladder chooses it, and its
+# data path checks every byte); before, the rung says why it waits.
+if [ "$iwarp_rdm" = 1 ]; then
+  check iwarp-rdm-chosen "chosen  iwarp via verbs;ofi_rxm (rdm) on siw0" $bin -d siw0
+else
+  check iwarp-rdm-waits "iwarp via verbs;ofi_rxm (rdm): needs libfabric 2.1, this is 1.17: rxm over iWARP" $bin -d siw0
+fi
+# iWARP through plain verbs MSG endpoints when connected endpoints are asked for.
 check iwarp-msg "chosen  iwarp via verbs (msg) on siw0" $bin -e msg -c msg,rma -d siw0
 check iwarp-no-cq-data "cq_data_size       0" $bin -e msg -c msg,rma -d siw0
 check roce-msg "chosen  roce via verbs (msg) on rxe0" $bin -e msg -c msg,rma -d rxe0
@@ -34,7 +52,7 @@ check roce-cq-data "cq_data_size       4" $bin -e msg -c msg,rma -d rxe0
 check verbs-no-atomics "roce via verbs;ofi_rxm (rdm) on rxe0: lacks required capabilities FI_ATOMIC" $bin -c tagged,atomic
 
 # The data path on real RDMA devices, every byte checked.
-pp="target/debug/pingpong --loopback --verify"
+pp="$tdir/debug/pingpong --loopback --verify"
 check roce-rdm-1B "1              20       20" $pp -p "verbs;ofi_rxm" -d rxe0 -I 20 -W 2 -S 1
 check roce-rdm-64K "65536          10       10" $pp -p "verbs;ofi_rxm" -d rxe0 -I 10 -W 1 -S 65536
 check roce-msg-1B "1              20       20" $pp -e msg -p verbs -d rxe0 -I 20 -W 2 -S 1
@@ -43,6 +61,12 @@ check roce-borrowed-4K "4096           10       10" $pp --borrowed -p "verbs;ofi
 check iwarp-msg-64K "65536          10       10" $pp -e msg -p verbs -d siw0 -I 10 -W 1 -S 65536
 
 check iwarp-msg-4M "4194304         2        2" $pp -e msg -p verbs -d siw0 -I 2 -W 0 -S 4194304
+if [ "$iwarp_rdm" = 1 ]; then
+  # Through the ladder's own choice on siw0: verbs;ofi_rxm.
+  check iwarp-rdm-1B "1              20       20" $pp -d siw0 -I 20 -W 2 -S 1
+  check iwarp-rdm-64K "65536          10       10" $pp -d siw0 -I 10 -W 1 -S 65536
+  check iwarp-rdm-untagged-4K "4096           10       10" $pp --msg -d siw0 -I 10 -W 1 -S 4096
+fi
 # Pinned memory counts against RLIMIT_MEMLOCK: a low limit is a clear error.
 check memlock-error "locked-memory limit, which is 1024 KiB" \
   bash -c "ulimit -l 1024; $pp -e msg -p verbs -d siw0 -I 1 -W 0 -S 4194304"
@@ -50,11 +74,14 @@ check memlock-error "locked-memory limit, which is 1024 KiB" \
 # One-sided operations on real RDMA devices: RMA writes with immediate data
 # (natively on rxe0; on siw0, which has no remote CQ data, through
 # fabric-msg's follow-up message), every byte checked.
-rp="target/debug/rma_pingpong --loopback --verify"
+rp="$tdir/debug/rma_pingpong --loopback --verify"
 check roce-rdm-rma-4K "4096           20       20" $rp -p "verbs;ofi_rxm" -d rxe0 -I 20 -W 2 -S 4096
 check roce-msg-rma-64K "65536          10       10" $rp -e msg -p verbs -d rxe0 -I 10 -W 1 -S 65536
 check iwarp-msg-rma-64K "65536          10       10" $rp -e msg -p verbs -d siw0 -I 10 -W 1 -S 65536
 check roce-rdm-rma-regeach "1048576         5        5" $rp --mr each -p "verbs;ofi_rxm" -d rxe0 -I 5 -W 1 -S 1048576
+if [ "$iwarp_rdm" = 1 ]; then
+  check iwarp-rdm-rma-4K "4096           20       20" $rp -d siw0 -I 20 -W 2 -S 4096
+fi
 
 echo "negotiate-guest: $failures failed"
 exit $((failures > 0))

@@ -1,14 +1,18 @@
 #!/bin/bash
 # Build (or check) the test VM used by ci/vm/run.sh: a Debian bookworm kernel
 # with soft-RoCE (rdma_rxe, shipped) and soft-iWARP (siw, built here out of
-# tree), and a small initramfs with libfabric, rdma-core and busybox.
+# tree), and a small initramfs with libfabric, rdma-core and busybox from
+# bookworm (libfabric 1.17) or, with FABRIC_MSG_VM_USERLAND=trixie, from
+# trixie (libfabric 2.1) on the same kernel.
 #
 # Everything lands in the cache directory, never in the repository:
 #   ${FABRIC_MSG_VM_CACHE:-$HOME/.cache/fabric-msg-vm}
 #     debs/        downloaded .deb files (kernel pieces and guest packages)
 #     apt/         private apt state (empty dpkg status, package cache)
+#     apt-trixie/  private apt lists and sources for the trixie user space
 #     work/        scratch trees of the last build
 #     image/       vmlinuz, initrd.img, siw.ko, info.txt, stamp  <- run.sh
+#     image-trixie/  the same with the trixie user space
 #
 # Idempotent: when image/stamp matches the inputs (kernel version, package
 # list, this script, init.sh) it returns at once.
@@ -17,10 +21,18 @@
 #   FABRIC_MSG_VM_CACHE           cache directory (see above)
 #   FABRIC_MSG_VM_KERNEL_VERSION  Debian version of linux-image-amd64 to use
 #                                 (default: apt's candidate, e.g. 6.1.192-2)
+#   FABRIC_MSG_VM_USERLAND        bookworm (default) or trixie: where the
+#                                 guest's packages come from
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 cache=${FABRIC_MSG_VM_CACHE:-$HOME/.cache/fabric-msg-vm}
+userland=${FABRIC_MSG_VM_USERLAND:-bookworm}
+case $userland in
+bookworm) image=$cache/image ;;
+trixie) image=$cache/image-trixie ;;
+*) echo "build.sh: error: FABRIC_MSG_VM_USERLAND is bookworm or trixie, not $userland" >&2; exit 1 ;;
+esac
 
 # Guest user space: the closure of these packages is unpacked into the
 # initramfs. bash runs job scripts; libgcc-s1 is needed by Rust binaries.
@@ -100,6 +112,27 @@ deb_file() {  # name version arch
     echo "$cache/debs/$1_${2//:/%3a}_$3.deb"
 }
 
+# apt options for the guest's packages: the host's own lists for bookworm;
+# for trixie, private lists from the Debian archive the host uses (the
+# host's keyring has trixie's keys), refreshed once a day.
+guest_apt=()
+guest_sources() {
+    [ "$userland" = trixie ] || return 0
+    local d=$cache/apt-trixie mirror
+    mirror=$(cat /etc/apt/sources.list.d/*.sources 2>/dev/null |
+        sed -n 's|^URIs: *\(https\{0,1\}://[^ ]*/debian\)/\{0,1\} *$|\1|p' | head -n1)
+    mirror=${mirror:-http://deb.debian.org/debian}
+    mkdir -p "$d/lists/partial" "$d/cache" "$d/parts"
+    echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $mirror trixie main" >"$d/sources.list"
+    guest_apt=(-o Dir::Etc::SourceList="$d/sources.list" -o Dir::Etc::SourceParts="$d/parts"
+        -o Dir::State::Lists="$d/lists" -o Dir::Cache="$d/cache")
+    if [ -z "$(find "$d/lists" -maxdepth 1 -name '*_Packages*' -mmin -1440 2>/dev/null)" ]; then
+        log "apt-get update for the trixie user space ($mirror)"
+        apt_private "${guest_apt[@]}" update >"$d/update.log" 2>&1 ||
+            { cat "$d/update.log" >&2; die "apt-get update for trixie failed"; }
+    fi
+}
+
 # --- main --------------------------------------------------------------------
 
 install_host_tools
@@ -125,24 +158,26 @@ kver=${image_pkg#linux-image-}          # e.g. 6.1.0-56-amd64
 kabi=${kver%-amd64}                     # e.g. 6.1.0-56
 kseries=${kver%%.0-*}                   # e.g. 6.1
 
+guest_sources
 stamp=$(
     {
+        echo "userland $userland ${guest_apt[*]}"
         echo "kernel $kver $kver_deb"
         echo "packages ${guest_packages[*]}"
         echo "modules ${guest_modules[*]}"
         cat "$here/build.sh" "$here/init.sh"
     } | sha256sum | cut -d' ' -f1
 )
-if [ -f "$cache/image/stamp" ] && [ "$(cat "$cache/image/stamp")" = "$stamp" ]; then
-    log "up to date: $cache/image ($kver)"
+if [ -f "$image/stamp" ] && [ "$(cat "$image/stamp")" = "$stamp" ]; then
+    log "up to date: $image ($kver, $userland user space)"
     exit 0
 fi
 
 start=$SECONDS
-log "building the VM image for kernel $kver ($kver_deb) in $cache"
+log "building the VM image for kernel $kver ($kver_deb), $userland user space, in $image"
 work=$cache/work
-rm -rf "$work" "$cache/image.new"
-mkdir -p "$work" "$cache/image.new"
+rm -rf "$work" "$image.new"
+mkdir -p "$work" "$image.new"
 
 # 1. Kernel pieces: image, headers, kbuild and source, all of the same version.
 kernel_pkgs=("$image_pkg" "linux-headers-$kver" "linux-headers-$kabi-common"
@@ -161,7 +196,7 @@ fi
 kdeb() { ls "$cache/debs/$1_${kver_deb//:/%3a}_"*.deb; }
 
 # 2. Guest packages: resolve the closure (simulate), then download it.
-apt_private -s install "${guest_packages[@]}" >"$work/closure.txt" ||
+apt_private "${guest_apt[@]}" -s install "${guest_packages[@]}" >"$work/closure.txt" ||
     die "apt cannot resolve the guest packages: ${guest_packages[*]}"
 # "Inst libc6 (2.36-9+deb12u14 Debian:12.15/oldstable [amd64]) []"
 sed -n 's/^Inst \([^ ]*\) (\([^ ]*\) [^[]*\[\([a-z0-9]*\)\].*/\1 \2 \3/p' \
@@ -176,7 +211,7 @@ while read -r name ver arch; do
 done <"$work/closure.list"
 if [ "$download" = 1 ]; then
     log "downloading ${#guest_debs[@]} guest packages"
-    apt_private -y --download-only install "${guest_packages[@]}" >"$work/apt-guest.log" 2>&1 ||
+    apt_private "${guest_apt[@]}" -y --download-only install "${guest_packages[@]}" >"$work/apt-guest.log" 2>&1 ||
         { cat "$work/apt-guest.log" >&2; die "download of the guest packages failed"; }
 fi
 for f in "${guest_debs[@]}"; do [ -f "$f" ] || die "download failed: $f"; done
@@ -210,7 +245,7 @@ make -s -C "$kbuild_dir" M="$work/siw" -j"$(nproc)" modules >"$work/siw-build.lo
 strip --strip-debug "$work/siw/siw.ko"
 mkdir -p "$ktree/lib/modules/$kver/extra"
 cp "$work/siw/siw.ko" "$ktree/lib/modules/$kver/extra/siw.ko"
-cp "$work/siw/siw.ko" "$cache/image.new/siw.ko"
+cp "$work/siw/siw.ko" "$image.new/siw.ko"
 
 # 5. Module closure: depmod the unpacked tree, then ask modprobe which files
 #    each wanted module needs ("insmod /path/to/x.ko" lines).
@@ -261,9 +296,12 @@ ln -s bash "$root/usr/bin/sh"
     done
     mkdir -p "$dir" && ln -s /usr/bin/busybox "$dir/$name"
 done
-# What maintainer scripts would have done.
-ln -sf /usr/lib/libpsm1/libpsm_infinipath.so.1.16 \
-    "$root/usr/lib/x86_64-linux-gnu/libpsm_infinipath.so.1"
+# What maintainer scripts would have done (bookworm's libfabric1 needs
+# libpsm1, whose library update-alternatives links).
+if [ -e "$root/usr/lib/libpsm1/libpsm_infinipath.so.1.16" ]; then
+    ln -sf /usr/lib/libpsm1/libpsm_infinipath.so.1.16 \
+        "$root/usr/lib/x86_64-linux-gnu/libpsm_infinipath.so.1"
+fi
 mkdir -p "$root/etc" "$root/root" "$root/tmp" "$root/proc" "$root/sys" "$root/dev" "$root/host"
 echo 'include /etc/ld.so.conf.d/*.conf' >"$root/etc/ld.so.conf"
 echo 'root:x:0:0:root:/root:/bin/bash' >"$root/etc/passwd"
@@ -277,18 +315,18 @@ install -m 0755 "$here/init.sh" "$root/init"
 
 # 7. Pack: newc cpio, zstd (the Debian kernel has CONFIG_RD_ZSTD=y).
 (cd "$root" && find . -print0 | LC_ALL=C sort -z |
-    cpio --null -o -H newc --quiet) | zstd -q -T0 -9 >"$cache/image.new/initrd.img"
-cp "$ktree/boot/vmlinuz-$kver" "$cache/image.new/vmlinuz"
+    cpio --null -o -H newc --quiet) | zstd -q -T0 -9 >"$image.new/initrd.img"
+cp "$ktree/boot/vmlinuz-$kver" "$image.new/vmlinuz"
 {
     echo "kernel: $kver (Debian linux-image-amd64 $kver_deb)"
     echo "siw.ko: built out of tree from linux-source-$kseries $kver_deb"
-    echo "guest packages:"
+    echo "guest packages ($userland):"
     sed 's/^/  /' "$work/closure.list"
-} >"$cache/image.new/info.txt"
-echo "$stamp" >"$cache/image.new/stamp"
+} >"$image.new/info.txt"
+echo "$stamp" >"$image.new/stamp"
 
-rm -rf "$cache/image"
-mv "$cache/image.new" "$cache/image"
+rm -rf "$image"
+mv "$image.new" "$image"
 rm -rf "$work"
-log "done in $((SECONDS - start)) s: $cache/image" \
-    "(initrd $(du -h "$cache/image/initrd.img" | cut -f1), $(wc -l <"$cache/image/info.txt") lines in info.txt)"
+log "done in $((SECONDS - start)) s: $image" \
+    "(initrd $(du -h "$image/initrd.img" | cut -f1), $(wc -l <"$image/info.txt") lines in info.txt)"

@@ -7,17 +7,31 @@
 # fi_info -v), sysfs.txt and ibv_devinfo.txt there (ORIGIN.md is written by
 # hand) and prints the extra checks of record-fixtures-guest.sh.
 #
-# usage: ci/vm/record-fixtures.sh [--keep]   (--keep: keep the raw output)
+# With --userland trixie the guest has trixie's libfabric 2.1 and the
+# fixtures go to softroce-rxe0-qemu-libfabric-2.1/ and
+# softiwarp-siw0-qemu-libfabric-2.1/ instead.
+#
+# usage: ci/vm/record-fixtures.sh [--keep] [--userland bookworm|trixie]
+#        (--keep: keep the raw output)
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 fixtures=$(cd "$here/../.." && pwd)/fabric-msg/tests/fixtures/hosts
 keep=0
-[ "${1:-}" = --keep ] && keep=1
+userland=bookworm
+while [ $# -gt 0 ]; do
+    case $1 in
+    --keep) keep=1; shift ;;
+    --userland) userland=${2:?--userland needs bookworm or trixie}; shift 2 ;;
+    *) echo "record-fixtures.sh: unknown argument $1" >&2; exit 2 ;;
+    esac
+done
+suffix=
+[ "$userland" = trixie ] && suffix=-libfabric-2.1
 
 raw_dir=$(mktemp -d "${TMPDIR:-/tmp}/fabric-msg-fixtures.XXXXXX")
 [ "$keep" = 1 ] || trap 'rm -rf "$raw_dir"' EXIT
-"$here/run.sh" --timeout 900 --share "$raw_dir" "$here/record-fixtures-guest.sh"
+"$here/run.sh" --userland "$userland" --timeout 900 --share "$raw_dir" "$here/record-fixtures-guest.sh"
 raw=$raw_dir/raw
 
 # fi_info -v entries (each starts with a "---" line) whose domain is DEV or
@@ -49,7 +63,7 @@ for f in fi_info-v.txt fi_info-v-p-verbs.txt fi_info-v-p-verbs_ofi_rxm.txt; do
     [ "$(cat "$raw/$f.rc")" = 0 ] || echo "record-fixtures.sh: warning: $f: exit status $(cat "$raw/$f.rc")" >&2
 done
 
-declare -A dirs=([rxe0]=softroce-rxe0-qemu [siw0]=softiwarp-siw0-qemu)
+declare -A dirs=([rxe0]=softroce-rxe0-qemu$suffix [siw0]=softiwarp-siw0-qemu$suffix)
 for dev in rxe0 siw0; do
     dir=$fixtures/${dirs[$dev]}
     mkdir -p "$dir"

@@ -12,6 +12,10 @@
 #   --env NAME=VAL   set a variable in the guest (repeatable). FI_*, RUST_LOG
 #                    and RUST_BACKTRACE are passed through from the host;
 #                    nothing else is set (FI_UNIVERSE_SIZE included).
+#   --userland NAME  bookworm (default: libfabric 1.17) or trixie (libfabric
+#                    2.1) packages in the guest; same kernel. Also
+#                    FABRIC_MSG_VM_USERLAND. Binaries for the trixie guest
+#                    are built in ci/libfabric2.sh's root (target/libfabric-2/).
 #   --console        also stream the guest's serial console to stderr
 #   --keep           keep the temporary share directory (log, rc, console.log)
 #
@@ -44,6 +48,7 @@ while [ $# -gt 0 ]; do
     --share) share_dir=$(cd "${2:?--share needs a directory}" && pwd) || die "no such directory: $2"; shift 2 ;;
     --no-share) share_dir=; shift ;;
     --env) [[ ${2:-} == [A-Za-z_]*=* ]] || die "--env needs NAME=VALUE"; envs+=("$2"); shift 2 ;;
+    --userland) export FABRIC_MSG_VM_USERLAND=${2:?--userland needs bookworm or trixie}; shift 2 ;;
     --console) console=1; shift ;;
     --keep) keep=1; shift ;;
     -h | --help) usage 0 ;;
@@ -59,8 +64,10 @@ done
 
 # Make sure the image is there and current (quick when it is).
 "$here/build.sh" || die "ci/vm/build.sh failed"
+image=$cache/image
+[ "${FABRIC_MSG_VM_USERLAND:-bookworm}" = trixie ] && image=$cache/image-trixie
 for f in vmlinuz initrd.img; do
-    [ -f "$cache/image/$f" ] || die "missing $cache/image/$f (run ci/vm/build.sh)"
+    [ -f "$image/$f" ] || die "missing $image/$f (run ci/vm/build.sh)"
 done
 
 share=$(mktemp -d "${TMPDIR:-/tmp}/fabric-msg-vm.XXXXXX")
@@ -115,7 +122,7 @@ cpu=max
 qemu=(qemu-system-x86_64 -machine "q35,accel=$accel" -cpu "$cpu"
     -m "${FABRIC_MSG_VM_MEM:-2G}" -smp "${FABRIC_MSG_VM_CPUS:-2}"
     -nographic -nic none -no-reboot
-    -kernel "$cache/image/vmlinuz" -initrd "$cache/image/initrd.img"
+    -kernel "$image/vmlinuz" -initrd "$image/initrd.img"
     -append "console=ttyS0 quiet loglevel=3 panic=-1"
     "${virtfs[@]}")
 

@@ -664,19 +664,56 @@ fn client<B: Bench>(
     let mut ctrl = ctrl_buffers();
     // Ready for size 0 may come as soon as the plan is out.
     let posted = B::CLIENT_CTRL_DEPTH.max(1);
-    let peer = connect_with(&mut ev, ep, addr, BOOTSTRAP_TIMEOUT, |ev, e| {
+    let peer = match connect_with(&mut ev, ep, addr, BOOTSTRAP_TIMEOUT, |ev, e| {
         (0..posted).try_for_each(|_| post_ctrl(ev, e, &mut ctrl))
-    })
-    .map_err(|e| match e {
+    }) {
+        Ok(peer) => peer,
+        Err(e) => return settle(server, Err(connect_failed(o, e))),
+    };
+    let mut side = Side::new(ev, peer, ctrl, B::CLIENT_CTRL_DEPTH, plan.tagged);
+    let r = client_plan::<B>(o, profile, &plan, &mut side, monitor);
+    // With --loopback the server thread ends before this side's loop
+    // closes: shm (1.17) gives an endpoint in the same process its peer's
+    // region by pointer, and closing it under a polling server crashes.
+    let r = settle(server, r);
+    drop(side);
+    r
+}
+
+/// After the client side of `--loopback` is done: on success the server
+/// thread must end too; on failure its own reason (usually the cause: it
+/// closed the connection) gets a moment to be printed first.
+fn settle(server: Option<std::thread::JoinHandle<()>>, r: AnyResult<()>) -> AnyResult<()> {
+    let Some(server) = server else { return r };
+    if r.is_ok() {
+        return server.join().map_err(|_| "server thread panicked".into());
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(1);
+    while !server.is_finished() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    r
+}
+
+fn connect_failed(o: &Opts, e: Error) -> AnyError {
+    match e {
         Error::Io { .. } => format!(
             "{e}: is a {0} server listening there? Start one with `{0} -B PORT` and connect with -P PORT",
             o.tool.name()
         )
         .into(),
         e => AnyError::from(e),
-    })?;
-    plan.check(o.tool, profile, peer.agreement.max_msg_size)?;
-    let mut side = Side::new(ev, peer, ctrl, B::CLIENT_CTRL_DEPTH, plan.tagged);
+    }
+}
+
+fn client_plan<B: Bench>(
+    o: &Opts,
+    profile: &Profile,
+    plan: &Plan,
+    side: &mut Side,
+    monitor: &Arc<Monitor>,
+) -> AnyResult<()> {
+    plan.check(o.tool, profile, side.peer.agreement.max_msg_size)?;
     side.monitor = Some(monitor.clone());
     monitor.arm();
     side.send_ctrl(&Ctrl::Plan(plan.clone()), false)?;
@@ -689,18 +726,11 @@ fn client<B: Bench>(
         if k == 0 {
             output::header(o, profile);
         }
-        monitor.begin(size, B::messages(&plan));
-        let row = bench.client(&mut side, &plan, k)?;
+        monitor.begin(size, B::messages(plan));
+        let row = bench.client(side, plan, k)?;
         output::report(o, &row);
     }
-    side.finish()?;
-    // With --loopback the server thread ends before this side's loop
-    // closes: shm (1.17) gives an endpoint in the same process its peer's
-    // region by pointer, and closing it under a polling server crashes.
-    if let Some(server) = server {
-        server.join().map_err(|_| "server thread panicked")?;
-    }
-    Ok(())
+    side.finish()
 }
 
 fn serve<B: Bench>(

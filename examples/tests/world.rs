@@ -159,9 +159,9 @@ fn alone_is_a_world_of_one() {
 }
 
 #[test]
-fn rendezvous_rings_on_tcp_rxm() {
+fn rendezvous_rings_on_tcp() {
     for n in [2, 3, 4] {
-        assert_verified_ring(&ring(n, "1000", false), n, "tcp;ofi_rxm", "rendezvous");
+        assert_verified_ring(&ring(n, "1000", false), n, best_tcp(), "rendezvous");
     }
 }
 
@@ -178,13 +178,13 @@ fn rendezvous_rings_on_shm() {
 #[test]
 fn rendezvous_ring_of_5000_without_flow_control() {
     assert_verified_ring(&ring(4, "5000", true), 4, "shm", "rendezvous");
-    assert_verified_ring(&ring(4, "5000", false), 4, "tcp;ofi_rxm", "rendezvous");
+    assert_verified_ring(&ring(4, "5000", false), 4, best_tcp(), "rendezvous");
 }
 
 #[test]
 fn eight_ranks_on_two_cores() {
     assert_verified_ring(&ring(8, "500", true), 8, "shm", "rendezvous");
-    assert_verified_ring(&ring(8, "500", false), 8, "tcp;ofi_rxm", "rendezvous");
+    assert_verified_ring(&ring(8, "500", false), 8, best_tcp(), "rendezvous");
 }
 
 fn assert_others_name(exits: &[Exit], lost: usize, started_loss: Duration) {
@@ -247,12 +247,14 @@ fn ranks_that_prefer_different_fabrics_agree_on_one() {
         }
     });
     let exits = wait_all(children, started);
-    assert_verified_ring(&exits, 3, "tcp;ofi_rxm", "rendezvous");
+    assert_verified_ring(&exits, 3, best_tcp(), "rendezvous");
     let why = &exits[0].stderr;
+    let agreed = format!(
+        "rank 1 can reach nothing better than tcp via {} (rdm): using it for all 3 ranks",
+        best_tcp()
+    );
     assert!(
-        why.contains(
-            "rank 1 can reach nothing better than tcp via tcp;ofi_rxm (rdm): using it for all 3 ranks"
-        ) && why.contains("ranks 0, 2 preferred shm via shm (rdm)"),
+        why.contains(&agreed) && why.contains("ranks 0, 2 preferred shm via shm (rdm)"),
         "{why}"
     );
 }
@@ -269,7 +271,8 @@ fn ranks_with_no_common_fabric_fail_alike() {
     for (r, e) in exits.iter().enumerate() {
         assert!(!e.status.success(), "rank {r}: {e:?}");
         assert!(
-            e.stderr.contains("rank 0 cannot open tcp via tcp;ofi_rxm (rdm)"),
+            e.stderr
+                .contains(&format!("rank 0 cannot open tcp via {} (rdm)", best_tcp())),
             "rank {r}: {}",
             e.stderr
         );
@@ -339,17 +342,17 @@ fn run_mpirun(args: &[&str]) -> Exit {
 }
 
 #[test]
-fn mpirun_rings_on_shm_and_tcp_rxm() {
+fn mpirun_rings_on_shm_and_tcp() {
     for (n, shm, provider) in [
         (1, "1", "shm"),
         (2, "1", "shm"),
         (3, "1", "shm"),
         (4, "1", "shm"),
         (8, "1", "shm"),
-        (2, "0", "tcp;ofi_rxm"),
-        (3, "0", "tcp;ofi_rxm"),
-        (4, "0", "tcp;ofi_rxm"),
-        (8, "0", "tcp;ofi_rxm"),
+        (2, "0", best_tcp()),
+        (3, "0", best_tcp()),
+        (4, "0", best_tcp()),
+        (8, "0", best_tcp()),
     ] {
         let np = n.to_string();
         let shm_env = format!("FABRIC_MSG_SHM={shm}");
@@ -365,21 +368,19 @@ fn mpirun_ring_of_5000_without_flow_control() {
 }
 
 /// Ranks 0 and 1 could use shm; rank 2 is held to TCP: every rank uses
-/// tcp;ofi_rxm and rank 0 says why.
+/// the best TCP rung and rank 0 says why.
 #[test]
 fn mpirun_ranks_that_prefer_different_fabrics_agree_on_one() {
     // One command for every rank, not mpirun's `A : B` form, which Open
     // MPI 5.0.7 (Debian trixie) answers with a segfault of mpirun itself.
     let script = format!("if [ \"$PMIX_RANK\" = 2 ]; then export FI_PROVIDER=tcp; fi; exec '{SPMD}' -n 100");
     let e = run_mpirun(&["-np", "3", "sh", "-c", &script]);
-    assert_verified_ring(std::slice::from_ref(&e), 3, "tcp;ofi_rxm", "pmix");
-    assert!(
-        e.stderr.contains(
-            "rank 2 can reach nothing better than tcp via tcp;ofi_rxm (rdm): using it for all 3 ranks"
-        ),
-        "{}",
-        e.stderr
+    assert_verified_ring(std::slice::from_ref(&e), 3, best_tcp(), "pmix");
+    let agreed = format!(
+        "rank 2 can reach nothing better than tcp via {} (rdm): using it for all 3 ranks",
+        best_tcp()
     );
+    assert!(e.stderr.contains(&agreed), "{}", e.stderr);
 }
 
 /// A rank killed mid-ring under mpirun: the survivors say which rank is
@@ -462,4 +463,14 @@ fn environ_has(pid: u32, var: &str) -> bool {
     std::fs::read(format!("/proc/{pid}/environ"))
         .map(|env| env.split(|&b| b == 0).any(|v| v == var.as_bytes()))
         .unwrap_or(false)
+}
+
+/// The provider of the first TCP rung this libfabric reaches
+/// (providers.toml): tcp's own RDM endpoints from 1.19, `tcp;ofi_rxm` before.
+fn best_tcp() -> &'static str {
+    if fabric_msg::ffi::runtime_version() >= (1, 19) {
+        "tcp"
+    } else {
+        "tcp;ofi_rxm"
+    }
 }

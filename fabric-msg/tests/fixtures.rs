@@ -138,7 +138,7 @@ fn ladder_prefers_roce_over_iwarp_and_says_why_infiniband_was_passed() {
     assert_eq!(first.rung, "roce via verbs;ofi_rxm (rdm)");
     assert_eq!(first.info.domain, "rxe0");
     assert_eq!(p.attempts.len(), 1, "{:?}", p.attempts);
-    // rxm over iWARP is off by default, and says why.
+    // rxm over iWARP waits for libfabric 2.1, and says why.
     let iw = p
         .rejections
         .iter()
@@ -146,8 +146,22 @@ fn ladder_prefers_roce_over_iwarp_and_says_why_infiniband_was_passed() {
         .unwrap();
     assert!(
         iw.to_string()
-            .contains("excluded by configuration (enabled = false): rxm over iWARP"),
+            .contains("needs libfabric 2.1, this is 1.17: rxm over iWARP"),
         "{iw}"
+    );
+    // With 2.1 it is the second choice: RoCE first, then iWARP through rxm.
+    let p21 = plan(&req, &LadderConfig::default(), &entries, &[], &sysfs, &[], (2, 1));
+    let rungs: Vec<(&str, &str)> = p21
+        .attempts
+        .iter()
+        .map(|a| (a.rung.as_str(), a.info.domain.as_str()))
+        .collect();
+    assert_eq!(
+        rungs,
+        [
+            ("roce via verbs;ofi_rxm (rdm)", "rxe0"),
+            ("iwarp via verbs;ofi_rxm (rdm)", "siw0")
+        ]
     );
     let ib = p
         .rejections
@@ -299,43 +313,212 @@ fn a_custom_ladder_can_use_rxd_on_infiniband() {
 }
 
 #[test]
-fn net_waits_for_libfabric_1_19_and_the_reason_says_why() {
-    let mut entries = parse_fi_info_text(
-        "fi_info:\n    caps: [ FI_MSG, FI_TAGGED ]\n    fi_ep_attr:\n        type: FI_EP_RDM\n    \
-         fi_domain_attr:\n        name: lo\n    fi_fabric_attr:\n        name: 127.0.0.0/8\n        prov_name: net\n",
-    );
-    let mut rxm = entries[0].clone();
-    rxm.provider = "tcp;ofi_rxm".into();
-    entries.push(rxm);
+fn tcp_rdm_waits_for_libfabric_1_19_and_the_reason_says_why() {
+    // tcp's own RDM endpoints (the former `net`) as libfabric 2.1 lists them.
+    let (host, _) = fixture("trixie-libfabric-2.1-host");
+    let entries: Vec<FabricInfo> = host
+        .into_iter()
+        .filter(|e| e.domain == "lo" && e.provider.starts_with("tcp"))
+        .collect();
     let sysfs = SysfsSnapshot::new();
-    let old = plan(
-        &Requirements::default(),
-        &LadderConfig::default(),
-        &entries,
-        &[],
-        &sysfs,
-        &[],
-        (1, 17),
-    );
+    let plan_on = |version| {
+        plan(
+            &Requirements::default(),
+            &LadderConfig::default(),
+            &entries,
+            &[],
+            &sysfs,
+            &[],
+            version,
+        )
+    };
+    let old = plan_on((1, 18));
     assert_eq!(old.attempts[0].info.provider, "tcp;ofi_rxm");
     let why = old
         .rejections
         .iter()
-        .find(|r| r.rung == "tcp via net (rdm)")
+        .find(|r| r.rung == "tcp via tcp (rdm)")
         .unwrap()
         .to_string();
     assert!(
-        why.contains("needs libfabric 1.19, this is 1.17") && why.contains("truncated receive"),
+        why.contains("needs libfabric 1.19, this is 1.18") && why.contains("truncated receive"),
         "{why}"
     );
-    let new = plan(
-        &Requirements::default(),
-        &LadderConfig::default(),
-        &entries,
-        &[],
-        &sysfs,
-        &[],
-        (1, 19),
+    let new = plan_on((2, 1));
+    assert_eq!(new.attempts[0].info.provider, "tcp");
+    assert_eq!(new.attempts[0].info.endpoint_type, EndpointType::Rdm);
+    assert_eq!(new.attempts[1].info.provider, "tcp;ofi_rxm");
+}
+
+/// What each libfabric lists for its software providers on this project's
+/// CI host: bookworm's 1.17 and trixie's 2.1 (ORIGIN.md beside each).
+fn software_host(version: &str) -> Vec<FabricInfo> {
+    fixture(&format!("{version}-host")).0
+}
+
+#[test]
+fn software_providers_of_1_17_and_2_1_are_classified_alike() {
+    for (dump, providers) in [
+        (
+            "bookworm-libfabric-1.17",
+            &[
+                "net",
+                "net;ofi_rxm",
+                "shm",
+                "sockets",
+                "tcp",
+                "tcp;ofi_rxm",
+                "udp",
+                "udp;ofi_rxd",
+            ][..],
+        ),
+        (
+            "trixie-libfabric-2.1",
+            &[
+                "shm",
+                "sm2",
+                "sockets",
+                "tcp",
+                "tcp;ofi_rxm",
+                "udp",
+                "udp;ofi_rxd",
+            ][..],
+        ),
+    ] {
+        let entries = software_host(dump);
+        let mut seen: Vec<&str> = entries.iter().map(|e| e.provider.as_str()).collect();
+        seen.sort();
+        seen.dedup();
+        assert_eq!(seen, providers, "{dump}");
+        for e in &entries {
+            let want = match e.core_provider() {
+                "tcp" | "net" | "sockets" => FabricKind::Tcp,
+                "shm" | "sm2" => FabricKind::Shm,
+                "udp" => FabricKind::Udp,
+                other => panic!("{dump}: unexpected provider {other}"),
+            };
+            let c = classify(e, &SysfsSnapshot::new());
+            assert_eq!(
+                c.kind, want,
+                "{dump}: {} on {}: {}",
+                e.provider, e.domain, c.evidence
+            );
+        }
+    }
+}
+
+#[test]
+fn progress_of_both_series_is_read_from_their_dumps() {
+    use fabric_msg::discovery::info::Progress;
+    // 1.17 prints data_progress and control_progress; 2.x one `progress`.
+    let shm = |dump| {
+        software_host(dump)
+            .into_iter()
+            .find(|e| e.provider == "shm")
+            .unwrap()
+    };
+    let old = shm("bookworm-libfabric-1.17");
+    assert_eq!(
+        (old.data_progress, old.control_progress),
+        (Progress::Manual, Progress::Auto)
     );
-    assert_eq!(new.attempts[0].info.provider, "net");
+    let new = shm("trixie-libfabric-2.1");
+    assert_eq!(
+        (new.data_progress, new.control_progress),
+        (Progress::Manual, Progress::Manual)
+    );
+    // 2.1's tcp RDM endpoints: the former net, with no atomics any more.
+    let tcp = software_host("trixie-libfabric-2.1")
+        .into_iter()
+        .find(|e| e.provider == "tcp" && e.endpoint_type == EndpointType::Rdm)
+        .unwrap();
+    assert_eq!(tcp.protocol, "FI_PROTO_XNET");
+    assert!(
+        !tcp.cap_names().iter().any(|c| c == "FI_ATOMIC"),
+        "{:?}",
+        tcp.cap_names()
+    );
+}
+
+#[test]
+fn the_ladder_on_each_host_picks_what_its_libfabric_does_best() {
+    let sysfs = SysfsSnapshot::new();
+    let on = |dump: &str, version, same_host| {
+        let entries = software_host(dump);
+        let req = Requirements {
+            same_host,
+            domain: (!same_host).then(|| "lo".to_string()),
+            ..Default::default()
+        };
+        plan(
+            &req,
+            &LadderConfig::default(),
+            &entries,
+            &[],
+            &sysfs,
+            &[],
+            version,
+        )
+    };
+    let old = on("bookworm-libfabric-1.17", (1, 17), false);
+    assert_eq!(old.attempts[0].info.provider, "tcp;ofi_rxm");
+    assert!(old
+        .rejections
+        .iter()
+        .any(|r| r.rung == "tcp via tcp (rdm)" && matches!(r.reason, Reason::NeedsNewerLibfabric { .. })));
+    let new = on("trixie-libfabric-2.1", (2, 1), false);
+    assert_eq!(new.attempts[0].info.provider, "tcp");
+    assert_eq!(new.attempts[0].info.endpoint_type, EndpointType::Rdm);
+    for (dump, version) in [
+        ("bookworm-libfabric-1.17", (1, 17)),
+        ("trixie-libfabric-2.1", (2, 1)),
+    ] {
+        let p = on(dump, version, true);
+        assert_eq!(p.attempts[0].info.provider, "shm", "{dump}");
+    }
+}
+
+#[test]
+fn soft_roce_and_soft_iwarp_are_told_apart_on_libfabric_2_1_too() {
+    for (suffix, version) in [("", (1, 17)), ("-libfabric-2.1", (2, 1))] {
+        let (rxe, rxe_sysfs) = fixture(&format!("softroce-rxe0-qemu{suffix}"));
+        let (siw, siw_sysfs) = fixture(&format!("softiwarp-siw0-qemu{suffix}"));
+        assert_eq!((rxe.len(), siw.len()), (14, 8), "{suffix}");
+        // With sysfs and without it (a dump alone), on both versions.
+        for sysfs in [rxe_sysfs.clone(), SysfsSnapshot::new()] {
+            let k = kinds(&rxe, &sysfs, "verbs");
+            assert!(k.iter().all(|k| *k == FabricKind::Roce), "{suffix}: {k:?}");
+        }
+        for sysfs in [siw_sysfs.clone(), SysfsSnapshot::new()] {
+            let k = kinds(&siw, &sysfs, "verbs");
+            assert!(k.iter().all(|k| *k == FabricKind::Iwarp), "{suffix}: {k:?}");
+        }
+        // Both dumps, as the VM has both devices: RoCE first; iWARP's rxm
+        // rung only from 2.1.
+        let (mut all, mut sysfs) = (rxe, rxe_sysfs);
+        all.extend(siw);
+        sysfs.extend(siw_sysfs);
+        let p = plan(
+            &Requirements::default(),
+            &LadderConfig::default(),
+            &all,
+            &[],
+            &sysfs,
+            &[],
+            version,
+        );
+        let chosen: Vec<&str> = p.attempts.iter().map(|a| a.info.domain.as_str()).collect();
+        let want: &[&str] = if version >= (2, 1) {
+            &["rxe0", "siw0"]
+        } else {
+            &["rxe0"]
+        };
+        assert_eq!(chosen, want, "{suffix}");
+        // iWARP stays without remote CQ data on 2.1.
+        let msg = all
+            .iter()
+            .find(|e| e.domain == "siw0" && e.endpoint_type == EndpointType::Msg)
+            .unwrap();
+        assert_eq!((msg.protocol.as_str(), msg.cq_data_size), ("FI_PROTO_IWARP", 0));
+    }
 }

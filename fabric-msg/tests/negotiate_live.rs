@@ -1,5 +1,6 @@
 //! Negotiation against the libfabric providers this machine really has
-//! (tcp, tcp;ofi_rxm, net, shm, sockets, udp;ofi_rxd): every candidate is
+//! (tcp, tcp;ofi_rxm, shm, sockets, udp;ofi_rxd; `net` on libfabric 1.17,
+//! tcp's own RDM endpoints from 1.18): every candidate is
 //! opened for real (fabric, domain, CQ, AV or EQ, endpoint, enable).
 //!
 //! FI_PROVIDER is read by libfabric once per process, so the tests that set
@@ -24,13 +25,20 @@ fn default_requirements_get_a_tcp_fabric_with_reasons_for_the_rest() {
         .expect("a TCP provider exists on every host");
     let p = &n.profile;
     assert_eq!(p.fabric_kind, FabricKind::Tcp);
-    // net is the first TCP rung but needs libfabric 1.19 (Debian ships 1.17).
-    let expected = if fabric_msg::ffi::runtime_version() >= (1, 19) {
-        "net"
-    } else {
-        "tcp;ofi_rxm"
-    };
+    // tcp's own RDM endpoints are the first TCP rung but need libfabric
+    // 1.19 (bookworm ships 1.17, trixie 2.1).
+    let new_enough = fabric_msg::ffi::runtime_version() >= (1, 19);
+    let expected = if new_enough { "tcp" } else { "tcp;ofi_rxm" };
     assert_eq!(p.provider, expected);
+    assert_eq!(p.endpoint_type, fabric_msg::EndpointType::Rdm);
+    if !new_enough {
+        let r = n
+            .rejections
+            .iter()
+            .find(|r| r.rung == "tcp via tcp (rdm)")
+            .unwrap();
+        assert!(matches!(r.reason, Reason::NeedsNewerLibfabric { .. }), "{r}");
+    }
     assert!(p.caps_granted.iter().any(|c| c == "FI_TAGGED"));
     assert!(p.tag_bits > 0 && p.inject_size > 0 && p.max_msg_size > 0);
     assert!(p.queues.cq >= p.queues.tx, "{:?}", p.queues);
@@ -55,7 +63,7 @@ fn default_requirements_get_a_tcp_fabric_with_reasons_for_the_rest() {
 #[test]
 fn each_software_provider_negotiates_and_opens() {
     use Capability::*;
-    let cases: &[(&str, &[Capability], EndpointChoice, FabricKind)] = &[
+    let mut cases: Vec<(&str, &[Capability], EndpointChoice, FabricKind)> = vec![
         ("tcp", &[Msg], EndpointChoice::Msg, FabricKind::Tcp),
         (
             "tcp;ofi_rxm",
@@ -63,7 +71,6 @@ fn each_software_provider_negotiates_and_opens() {
             EndpointChoice::Rdm,
             FabricKind::Tcp,
         ),
-        ("net", &[Tagged, Msg, Rma], EndpointChoice::Rdm, FabricKind::Tcp),
         (
             "shm",
             &[Tagged, Msg, Rma, Atomic],
@@ -84,11 +91,17 @@ fn each_software_provider_negotiates_and_opens() {
             FabricKind::Udp,
         ),
     ];
+    // `net` became tcp's own RDM endpoints in libfabric 1.18.
+    if fabric_msg::ffi::runtime_version() >= (1, 18) {
+        cases.push(("tcp", &[Tagged, Msg, Rma], EndpointChoice::Rdm, FabricKind::Tcp));
+    } else {
+        cases.push(("net", &[Tagged, Msg, Rma], EndpointChoice::Rdm, FabricKind::Tcp));
+    }
     for (prov, caps, ep, kind) in cases {
-        let n = negotiate(&only(prov, caps, *ep), &LadderConfig::default())
+        let n = negotiate(&only(prov, caps, ep), &LadderConfig::default())
             .unwrap_or_else(|e| panic!("{prov}: {e}"));
-        assert_eq!(&n.profile.provider, prov);
-        assert_eq!(n.profile.fabric_kind, *kind, "{prov}");
+        assert_eq!(n.profile.provider, prov);
+        assert_eq!(n.profile.fabric_kind, kind, "{prov}");
         if caps.contains(&Atomic) {
             let ops: Vec<&str> = n.profile.atomics.iter().map(|a| a.op.as_str()).collect();
             assert!(
@@ -108,6 +121,19 @@ fn atomics_skip_net_which_lists_them_but_implements_none() {
     let n = negotiate(&req, &LadderConfig::default()).unwrap();
     assert_ne!(n.profile.provider, "net");
     assert!(!n.profile.atomics.is_empty());
+    if fabric_msg::ffi::runtime_version() >= (1, 18) {
+        // From 1.18 tcp (which absorbed net) no longer lists FI_ATOMIC.
+        let only_tcp = Requirements {
+            provider: Some("tcp".into()),
+            endpoint: EndpointChoice::Rdm,
+            ..req
+        };
+        let e = negotiate(&only_tcp, &LadderConfig::default())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("lacks required capabilities FI_ATOMIC"), "{e}");
+        return;
+    }
     // net lists FI_ATOMIC; asked for by name it is opened and found wanting.
     let only_net = Requirements {
         provider: Some("net".into()),

@@ -182,6 +182,18 @@ fn read_write_tcp_rxm() {
     read_write("tcp;ofi_rxm");
 }
 
+/// tcp's own RDM endpoints: libfabric 1.18 and newer.
+#[test]
+fn read_write_tcp_rdm() {
+    if !tcp_has_rdm() {
+        return skipped(
+            "read_write_tcp_rdm",
+            "tcp has no RDM endpoints of its own before 1.18",
+        );
+    }
+    read_write("tcp");
+}
+
 #[test]
 fn read_write_shm() {
     read_write("shm");
@@ -268,6 +280,18 @@ fn write_data(provider: &str) {
 #[test]
 fn write_data_tcp_rxm() {
     write_data("tcp;ofi_rxm");
+}
+
+/// tcp's own RDM endpoints: libfabric 1.18 and newer.
+#[test]
+fn write_data_tcp_rdm() {
+    if !tcp_has_rdm() {
+        return skipped(
+            "write_data_tcp_rdm",
+            "tcp has no RDM endpoints of its own before 1.18",
+        );
+    }
+    write_data("tcp");
 }
 
 #[test]
@@ -383,6 +407,18 @@ fn revoked_key(provider: &str) {
 #[test]
 fn revoked_key_tcp_rxm() {
     revoked_key("tcp;ofi_rxm");
+}
+
+/// tcp's own RDM endpoints: libfabric 1.18 and newer.
+#[test]
+fn revoked_key_tcp_rdm() {
+    if !tcp_has_rdm() {
+        return skipped(
+            "revoked_key_tcp_rdm",
+            "tcp has no RDM endpoints of its own before 1.18",
+        );
+    }
+    revoked_key("tcp");
 }
 
 #[test]

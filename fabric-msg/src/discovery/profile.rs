@@ -117,9 +117,10 @@ pub struct Profile {
     pub rma_iov_limit: usize,
     /// Valid u64 atomic operations (probed when atomics were asked for).
     pub atomics: Vec<AtomicOp>,
-    /// Data progress model.
+    /// Data progress model (`progress` in libfabric 2.x).
     pub data_progress: Progress,
-    /// Control progress model.
+    /// Control progress model; in libfabric 2.x, where one `progress` covers
+    /// both, the same as `data_progress`.
     pub control_progress: Progress,
     /// Whether completion queues can have a wait fd (blocking waits).
     pub wait_fd: bool,
