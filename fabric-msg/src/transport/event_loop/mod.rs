@@ -38,6 +38,8 @@
 //! # }
 //! ```
 
+mod am;
+mod am_wire;
 mod completions;
 mod deadlines;
 mod endpoint;
@@ -49,6 +51,7 @@ mod slab;
 mod teardown;
 mod types;
 
+pub(crate) use am::AtomicRequest;
 pub(crate) use frame::encode_notify;
 pub(crate) use post::Parts;
 pub(crate) use resources::{Cq, EndpointState};
@@ -96,6 +99,8 @@ pub struct EventLoop {
     pub(crate) notify_bufs: Vec<Buffer>,
     /// Registered operands and results of atomics, one entry per slot.
     pub(crate) atomic_scratch: Option<crate::memory::mr::MemoryRegion>,
+    /// Emulated atomics: pools, posted request receives, regions by key.
+    pub(crate) am: am_wire::AmState,
     /// Raw keys mapped by `import`, unmapped when the loop closes.
     pub(crate) mapped_keys: Vec<u64>,
     /// Remote CQ data uses up a posted receive (`FI_RX_CQ_DATA` mode).
@@ -225,6 +230,10 @@ impl EventLoop {
             free_groups: Vec::new(),
             notify_bufs: Vec::new(),
             atomic_scratch: None,
+            am: am_wire::AmState {
+                tags: am_wire::TagSpace::new(profile.tag_bits),
+                ..Default::default()
+            },
             mapped_keys: Vec::new(),
             rx_cq_data: profile.mode.iter().any(|m| m == "FI_RX_CQ_DATA"),
             cq_entries: Some(CqEntries::default()),
@@ -258,9 +267,10 @@ impl EventLoop {
         self.cq.capacity
     }
 
-    /// Operations posted and not yet completed.
+    /// Operations posted and not yet completed (the loop's own receives
+    /// for peers' emulated atomics are not counted).
     pub fn in_flight(&self) -> usize {
-        self.slab.in_flight
+        self.slab.in_flight.saturating_sub(self.am.posted)
     }
 }
 
