@@ -396,7 +396,7 @@ fn hostile_emulated_requests_are_refused_and_touch_nothing() {
 #[test]
 fn the_reserved_tag_bit_is_refused() {
     let p = atomics_profile("tcp;ofi_rxm", AtomicPolicy::Auto);
-    let (mut c, server) = pair(p.clone(), p, LoopConfig::default(), |s| drop(s));
+    let (mut c, server) = pair(p.clone(), p, LoopConfig::default(), drop);
     let opts = SendOpts {
         tag: Some(1 << 63),
         data: None,

@@ -618,8 +618,8 @@ fn open(req: &Requirements, cfg: &LadderConfig, attempt: &Attempt, prepared: &Pr
         return Err(Error::Unsupported {
             what: format!(
                 "u64 atomics: the provider validates {} of fabric-msg's operations, and fabric-msg cannot \
-                 emulate them on {} endpoints without tagged messages of 64 bits (emulation needs tagged \
-                 RDM endpoints)",
+                 emulate them on its {} endpoints (emulation needs tagged RDM endpoints with at least 40 \
+                 tag bits)",
                 profile.supported_atomics().len(),
                 profile.endpoint_type
             ),
