@@ -15,6 +15,7 @@ use fabric_msg::{
     EventLoop, LadderConfig, Listener, LoopConfig, Peer, Profile, RecvOpts, Requirements, SendOpts, Token,
     WaitMode,
 };
+use fabric_msg_examples::output::atomic_op_name;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -186,13 +187,13 @@ fn header(o: &Opts, p: &Profile) {
     let carriers: Vec<String> = p
         .atomic_carriers()
         .iter()
-        .map(|(op, c)| format!("{}={c}", short(*op)))
+        .map(|(op, c)| format!("{}={c}", atomic_op_name(*op)))
         .collect();
     if o.json {
         let by_op: serde_json::Map<String, serde_json::Value> = p
             .atomic_carriers()
             .iter()
-            .map(|(op, c)| (short(*op).to_string(), c.to_string().into()))
+            .map(|(op, c)| (atomic_op_name(*op).to_string(), c.to_string().into()))
             .collect();
         println!(
             "{}",
@@ -208,18 +209,6 @@ fn header(o: &Opts, p: &Profile) {
             p.endpoint_type,
             carriers.join(" ")
         );
-    }
-}
-
-fn short(op: AtomicOperation) -> &'static str {
-    match op {
-        AtomicOperation::Add => "add",
-        AtomicOperation::FetchAdd => "fetch_add",
-        AtomicOperation::Swap => "swap",
-        AtomicOperation::CompareSwap => "compare_swap",
-        AtomicOperation::FetchMin => "fetch_min",
-        AtomicOperation::FetchMax => "fetch_max",
-        AtomicOperation::Read => "read",
     }
 }
 
