@@ -176,9 +176,9 @@ impl EventLoop {
         let mut buf = self.am.bufs.pop().unwrap_or_else(|| Buffer::new(REQUEST_LEN));
         buf.set_len(REQUEST_LEN);
         let name = self.am.names[peer.endpoint.0 as usize].as_deref().unwrap_or(&[]);
-        let len = encode_request(buf.as_mut_slice(), &r, name).ok_or(Error::Usage(
-            "emulated atomic: the endpoint name does not fit a request".into(),
-        ))?;
+        let len = encode_request(buf.as_mut_slice(), &r, name).ok_or_else(|| {
+            Error::Usage("emulated atomic: the endpoint name does not fit a request".into())
+        })?;
         let desc = self.local_desc(&mut buf)?;
         let bufp = buf.ptr(false);
         self.wait_for_room()?;
