@@ -704,14 +704,14 @@ fn atomics_under_contention_shm() {
     atomics_under_contention("shm", 2);
 }
 
-/// Where the provider has no atomics and emulation is not wanted
-/// ([`AtomicPolicy::Native`]), asking is a clear error naming it, and
-/// nothing is posted.
+/// Where atomics were not asked for at negotiation (so the loop keeps no
+/// receives for emulated ones) and the provider has none, an atomic is a
+/// clear error naming it, and nothing is posted.
 #[test]
 fn atomics_are_unsupported_on_tcp() {
-    let mut p = rma_profile("tcp;ofi_rxm");
+    let p = rma_profile("tcp;ofi_rxm");
     assert!(p.atomics.is_empty());
-    p.atomic_policy = fabric_msg::AtomicPolicy::Native;
+    assert_eq!(p.atomic_carrier(fabric_msg::AtomicOperation::FetchAdd), None);
     let (mut c, server) = pair(p.clone(), p, LoopConfig::default(), move |mut s| {
         let region = s.ev.register(64, Access::ReadWrite).unwrap();
         send_tagged(&mut s.ev, &s.peer, DESCRIPTOR, &region.remote().encode());

@@ -208,12 +208,15 @@ impl Profile {
             .collect()
     }
 
-    /// Whether fabric-msg can emulate atomics here: RDM endpoints with
-    /// tagged messages of at least 40 tag bits (requests and replies use
-    /// the top usable bit, reserved for fabric-msg) and keys that fit 64
-    /// bits.
+    /// Whether fabric-msg can emulate atomics here: atomics were asked for
+    /// ([`Capability::Atomic`](crate::Capability::Atomic): a loop that
+    /// never uses them keeps no receives posted for them), on RDM
+    /// endpoints with tagged messages of at least 40 tag bits (requests
+    /// and replies use the top usable bit, reserved for fabric-msg) and
+    /// keys that fit 64 bits.
     pub fn can_emulate_atomics(&self) -> bool {
-        self.endpoint_type == EndpointType::Rdm
+        self.caps_requested.iter().any(|c| c == "FI_ATOMIC")
+            && self.endpoint_type == EndpointType::Rdm
             && self.caps_granted.iter().any(|c| c == "FI_TAGGED")
             && self.tag_bits >= 40
             && self.mr_mode_bits & crate::ffi::FI_MR_RAW as u64 == 0

@@ -434,10 +434,10 @@ impl EventLoop {
             }
             None => {
                 return Err(self.unsupported(&format!(
-                    "{operation} atomics: fi_{}atomicvalid did not accept it, and fabric-msg cannot emulate \
-                     it here (emulation needs tagged RDM endpoints with 64 tag bits: ask for \
-                     Capability::Tagged; or ask for Capability::Atomic with AtomicPolicy::Native, so a \
-                     provider with atomics is chosen)",
+                    "{operation} atomics: fi_{}atomicvalid did not accept it, and fabric-msg does not \
+                     emulate it here (ask for Capability::Atomic when negotiating: atomics are then carried \
+                     natively or emulated on tagged RDM endpoints; AtomicPolicy::Native chooses a provider \
+                     with native ones)",
                     if kind == AtomicForm::Plain {
                         ""
                     } else {

@@ -55,7 +55,9 @@ impl EventLoop {
             });
         }
         let request_tag = self.am.tags.request();
-        for _ in 0..REQUEST_RECVS {
+        // A quarter of the CQ at most, so a small CQ keeps room for the
+        // application's operations.
+        for _ in 0..REQUEST_RECVS.min(self.cq.capacity / 4).max(1) {
             self.wait_for_room()?;
             let mut buf = self.am.bufs.pop().unwrap_or_else(|| Buffer::new(REQUEST_LEN));
             let desc = self.local_desc(&mut buf)?;
