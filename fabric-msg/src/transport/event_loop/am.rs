@@ -18,7 +18,7 @@
 
 use super::am_wire::{
     apply, decode_reply, decode_request, encode_reply, encode_request, Outgoing, Request, Status, MAX_NAME,
-    MAX_ORIGINS, REPLY_LEN, REQUEST_LEN, REQUEST_RECVS,
+    MAX_ORIGINS, MAX_OUTBOX, REPLY_LEN, REQUEST_LEN, REQUEST_RECVS,
 };
 use super::post::{raw_recv, raw_send};
 use super::slab::Internal;
@@ -349,7 +349,12 @@ impl EventLoop {
                 buf,
             };
             if let Some(o) = self.am_post_reply(o) {
-                self.am.outbox.push(o);
+                if self.am.outbox.len() < MAX_OUTBOX {
+                    self.am.outbox.push(o);
+                } else {
+                    log::warn!("emulated atomics: {MAX_OUTBOX} replies wait for room; one was dropped");
+                    self.notify_bufs.push(o.buf);
+                }
             }
         }
         self.am_repost(index);

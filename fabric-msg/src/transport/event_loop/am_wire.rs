@@ -101,6 +101,9 @@ pub(super) const REQUEST_LEN: usize = NAME_AT + MAX_NAME;
 pub(super) const REPLY_LEN: usize = HEADROOM;
 /// Request receives each endpoint keeps posted.
 pub(super) const REQUEST_RECVS: usize = 16;
+/// Most replies waiting for room in the queue; past it (a peer flooding
+/// the target with requests) a reply is dropped and its origin times out.
+pub(super) const MAX_OUTBOX: usize = 1024;
 /// Most origins whose address the loop inserts for replies (a peer
 /// flooding it with forged names is refused past this).
 pub(super) const MAX_ORIGINS: usize = 4096;
