@@ -161,7 +161,7 @@ impl World {
             agreements.push(agreement);
         }
         let peers = ev.insert_peers(ep, &names, &agreements)?;
-        let live = Arc::new(Liveness::default());
+        let live = Arc::new(Liveness::new(placement.rank, local.provider.clone()));
         launcher.watch(live.clone())?;
         let idle = if ev.cfg.wait == WaitMode::Block {
             Idle::Block
@@ -270,6 +270,7 @@ impl World {
     /// Tokens whose top byte is `0xFE` are the collectives' own and are
     /// refused.
     pub fn send(&mut self, to: u32, tag: u32, buf: Buffer, token: Token) -> Result<(), PostError> {
+        let _call = self.live.call();
         if let Err(error) = self.check_rank(to).and_then(|()| check_token(token)) {
             return Err(PostError {
                 error,
@@ -304,6 +305,7 @@ impl World {
         buf: Buffer,
         token: Token,
     ) -> Result<(), PostError> {
+        let _call = self.live.call();
         let checked = match from {
             Some(r) => self.check_rank(r),
             None => self.live.first_lost().map_or(Ok(()), |r| Err(self.lost(r))),
@@ -345,6 +347,7 @@ impl World {
     /// operations that arrived while a collective was waited for come
     /// first.
     pub fn poll(&mut self, out: &mut Vec<Completion>, timeout: Option<Duration>) -> Result<usize> {
+        let _call = self.live.call();
         const SLICE: Duration = Duration::from_millis(20);
         let deadline = timeout.map(|t| Instant::now() + t);
         loop {
@@ -451,6 +454,9 @@ impl World {
 
 impl Drop for World {
     fn drop(&mut self) {
+        // The event loop closes after this: see liveness.rs on a lost
+        // rank's shm lock.
+        self.live.enter_for_good();
         if !self.finished {
             if let Err(e) = self.launcher.finish(self.finish_timeout) {
                 log::warn!("leaving the world: {e}");
