@@ -113,4 +113,4 @@ pub use transport::event_loop::{
 };
 pub use transport::rma::Atomic;
 pub use world::collectives::{CombineFn, Element, Op, Reduction, Request};
-pub use world::{World, WorldConfig};
+pub use world::{Symmetric, World, WorldConfig};

@@ -23,8 +23,9 @@
 //! was launched (`launch`: PMIx, the rendezvous, or alone), the exchanges
 //! each launcher offers (`pmix`, `rendezvous`), how the ranks agree on one
 //! fabric (`agree`), the tag layout that carries the sending rank (`tags`),
-//! what is known of ranks that went away (`liveness`), and the collectives
-//! (`collectives/`). See `docs/world.md` and `docs/collectives.md`.
+//! what is known of ranks that went away (`liveness`), the collectives
+//! (`collectives/`) and the memory every rank registers at once
+//! (`symmetric`). See `docs/world.md` and `docs/collectives.md`.
 
 mod agree;
 pub mod collectives;
@@ -34,9 +35,11 @@ mod liveness;
 mod placement;
 mod pmix;
 mod rendezvous;
+mod symmetric;
 mod tags;
 
 pub use config::WorldConfig;
+pub use symmetric::Symmetric;
 pub use tags::MAX_RANKS;
 
 use crate::discovery::classify::FabricKind;
