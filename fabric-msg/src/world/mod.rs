@@ -35,11 +35,10 @@ mod liveness;
 mod placement;
 mod pmix;
 mod rendezvous;
-mod symmetric;
+pub mod symmetric;
 mod tags;
 
 pub use config::WorldConfig;
-pub use symmetric::Symmetric;
 pub use tags::MAX_RANKS;
 
 use crate::discovery::classify::FabricKind;
