@@ -88,6 +88,8 @@ pub use libfabric_sys as ffi;
 
 pub mod discovery;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod memory;
 pub mod transport;
 pub mod world;

@@ -180,6 +180,53 @@ pub fn connect_with(
     Ok(peer)
 }
 
+/// One handshake frame from a peer's bytes (at most [`MAX_FRAME`]), whole
+/// or refused.
+fn decode_frame(body: &[u8]) -> std::result::Result<Frame, String> {
+    let (frame, rest) = postcard::take_from_bytes::<Frame>(body)
+        .map_err(|e| format!("undecodable handshake frame ({e}): not a fabric-msg peer?"))?;
+    if !rest.is_empty() {
+        return Err(format!("{} stray bytes after a handshake frame", rest.len()));
+    }
+    Ok(frame)
+}
+
+/// For the fuzz targets: a handshake frame decoded as [`Stream::read`]
+/// does after its length check; a hello's profile and name.
+pub(crate) fn fuzz_frame(body: &[u8]) -> Option<(WireProfile, Vec<u8>)> {
+    if body.len() > MAX_FRAME {
+        return None;
+    }
+    match decode_frame(body).ok()? {
+        Frame::Hello { profile, name, .. } => Some((profile, name)),
+        Frame::Reject { reason } => {
+            let _ = reason.len();
+            None
+        }
+        Frame::Ready => None,
+    }
+}
+
+/// For the fuzz targets: the bodies of real frames, to mutate.
+pub(crate) fn fuzz_seeds(profile: WireProfile, name: Vec<u8>) -> Vec<Vec<u8>> {
+    let frames = [
+        Frame::Hello {
+            magic: MAGIC,
+            version: PROTOCOL_VERSION,
+            profile,
+            name,
+        },
+        Frame::Reject {
+            reason: "provider mismatch".into(),
+        },
+        Frame::Ready,
+    ];
+    frames
+        .iter()
+        .filter_map(|f| postcard::to_stdvec(f).ok())
+        .collect()
+}
+
 fn frame_name(f: &Frame) -> &'static str {
     match f {
         Frame::Hello { .. } => "Hello",
@@ -310,15 +357,7 @@ impl Stream {
         self.tcp
             .read_exact(&mut body)
             .map_err(|e| self.io_fail("receiving", e))?;
-        let (frame, rest) = postcard::take_from_bytes::<Frame>(&body).map_err(|e| {
-            self.fail(format!(
-                "undecodable handshake frame ({e}): not a fabric-msg peer?"
-            ))
-        })?;
-        if !rest.is_empty() {
-            return Err(self.fail(format!("{} stray bytes after a handshake frame", rest.len())));
-        }
-        Ok(frame)
+        decode_frame(&body).map_err(|m| self.fail(m))
     }
 
     fn io_fail(&self, what: &str, e: std::io::Error) -> Error {

@@ -41,6 +41,9 @@ mod tags;
 pub use config::WorldConfig;
 pub use tags::MAX_RANKS;
 
+pub(crate) use pmix::fuzz_local_peers;
+pub(crate) use rendezvous::{fuzz_frame as fuzz_rendezvous_frame, fuzz_seeds as fuzz_rendezvous_seeds};
+
 use crate::discovery::classify::FabricKind;
 use crate::discovery::config::LadderConfig;
 use crate::discovery::negotiate::{negotiate, EndpointChoice, Requirements};
