@@ -56,7 +56,22 @@ pub struct Listener {
 impl Listener {
     /// Listen on `addr` (e.g. `0.0.0.0:9228`, or port 0 for any).
     pub fn bind(addr: impl ToSocketAddrs) -> Result<Listener> {
-        let tcp = TcpListener::bind(addr).map_err(|e| io("binding the bootstrap listener", e))?;
+        let addrs: Vec<SocketAddr> = addr
+            .to_socket_addrs()
+            .map_err(|e| io("resolving the bootstrap listener's address", e))?
+            .collect();
+        let tcp = TcpListener::bind(&addrs[..]).map_err(|e| {
+            let at = addrs.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(", ");
+            let hint = match e.kind() {
+                std::io::ErrorKind::AddrInUse => {
+                    ": another process is listening there; choose another port (0 for any free one) or stop it"
+                }
+                std::io::ErrorKind::AddrNotAvailable => ": that address is not one of this host's",
+                std::io::ErrorKind::PermissionDenied => ": ports below 1024 need privileges; choose a higher one",
+                _ => "",
+            };
+            io(&format!("binding the bootstrap listener to {at}{hint}"), e)
+        })?;
         Ok(Listener {
             tcp,
             timeout: DEFAULT_TIMEOUT,
