@@ -32,7 +32,7 @@ use crate::error::{Error, Result};
 use crate::memory::access::Access;
 use crate::memory::mr::{Local, MemoryRegion};
 use crate::memory::remote::{RemoteMemory, MAX_REMOTE_MEMORY};
-use crate::transport::event_loop::Token;
+use crate::transport::event_loop::{EventLoop, Peer, Token};
 use crate::transport::rma::Atomic;
 
 /// The allgather of what each rank registered: length, access, status,
@@ -213,12 +213,9 @@ impl World {
         local: Local<'_>,
         token: Token,
     ) -> Result<()> {
-        let _call = self.live.call();
-        let remote = self.part(mem, rank, token)?;
-        let r = self
-            .ev
-            .write(&self.peers[rank as usize], local, remote, offset, token);
-        r.map_err(|e| self.explain(e))
+        self.one_sided(mem, rank, token, |ev, peer, remote| {
+            ev.write(peer, local, remote, offset, token)
+        })
     }
 
     /// Read `local.len()` bytes of `rank`'s part at `offset` into `local`.
@@ -230,12 +227,9 @@ impl World {
         local: Local<'_>,
         token: Token,
     ) -> Result<()> {
-        let _call = self.live.call();
-        let remote = self.part(mem, rank, token)?;
-        let r = self
-            .ev
-            .read(&self.peers[rank as usize], local, remote, offset, token);
-        r.map_err(|e| self.explain(e))
+        self.one_sided(mem, rank, token, |ev, peer, remote| {
+            ev.read(peer, local, remote, offset, token)
+        })
     }
 
     /// A u64 atomic on `rank`'s part at `offset` (8-byte aligned); a
@@ -248,12 +242,24 @@ impl World {
         op: Atomic,
         token: Token,
     ) -> Result<()> {
+        self.one_sided(mem, rank, token, |ev, peer, remote| {
+            ev.atomic(peer, op, remote, offset, token)
+        })
+    }
+
+    /// Post one operation on `rank`'s part, checked first; a refusal while
+    /// a rank is being lost is that loss.
+    fn one_sided(
+        &mut self,
+        mem: &Symmetric,
+        rank: u32,
+        token: Token,
+        post: impl FnOnce(&mut EventLoop, &Peer, &RemoteMemory) -> Result<()>,
+    ) -> Result<()> {
         let _call = self.live.call();
         let remote = self.part(mem, rank, token)?;
-        let r = self
-            .ev
-            .atomic(&self.peers[rank as usize], op, remote, offset, token);
-        r.map_err(|e| self.explain(e))
+        let r = post(&mut self.ev, &self.peers[rank as usize], remote);
+        r.map_err(|e| self.live.first_lost().map_or(e, |r| self.lost(r)))
     }
 
     fn part<'m>(&self, mem: &'m Symmetric, rank: u32, token: Token) -> Result<&'m RemoteMemory> {
@@ -267,10 +273,5 @@ impl World {
             )));
         }
         Ok(&mem.parts[rank as usize])
-    }
-
-    /// An operation refused while a rank was being lost fails as that loss.
-    fn explain(&self, e: Error) -> Error {
-        self.live.first_lost().map_or(e, |r| self.lost(r))
     }
 }
