@@ -3,10 +3,11 @@
 //! program itself; ranks that exit early or are killed; ranks that disagree
 //! on the fabric. Every process has a deadline, so a hang fails the test.
 
-use std::io::Read;
-use std::net::TcpListener;
-use std::process::{Child, Command, ExitStatus, Stdio};
+mod support;
+
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
+use support::{children_of, clean, environ_has, free_port, sigkill, wait_all, Exit, Watch};
 
 const SPMD: &str = env!("CARGO_BIN_EXE_spmd");
 /// Longest any one launch may take.
@@ -16,35 +17,6 @@ const DEADLINE: Duration = Duration::from_secs(90);
 /// queue to the dead rank gives up only after `LoopConfig::post_timeout`
 /// (5 s); the rest is start-up on a loaded 2-core machine.
 const LOSS_BOUND: Duration = Duration::from_secs(12);
-
-#[derive(Debug)]
-struct Exit {
-    status: ExitStatus,
-    stdout: String,
-    stderr: String,
-    /// When it ended, from the launch.
-    at: Duration,
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
-fn clean(cmd: &mut Command) -> &mut Command {
-    cmd.env_remove("FI_PROVIDER")
-        .env_remove("FABRIC_MSG_PROVIDERS")
-        .env_remove("FABRIC_MSG_RANK")
-        .env_remove("FABRIC_MSG_SIZE")
-        .env_remove("FABRIC_MSG_ROOT")
-        .env_remove("PMIX_RANK")
-        .env_remove("PMIX_NAMESPACE")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-}
 
 /// Start `n` ranks through the rendezvous; `env(rank)` adds variables.
 fn rendezvous(n: u32, args: &[&str], env: impl Fn(u32) -> Vec<(&'static str, String)>) -> Vec<Child> {
@@ -63,54 +35,6 @@ fn rendezvous(n: u32, args: &[&str], env: impl Fn(u32) -> Vec<(&'static str, Str
             cmd.spawn().expect("starting spmd")
         })
         .collect()
-}
-
-/// Wait for every child, killing all of them at the deadline.
-fn wait_all(mut children: Vec<Child>, started: Instant) -> Vec<Exit> {
-    let pipes: Vec<_> = children
-        .iter_mut()
-        .map(|c| (drain(c.stdout.take()), drain(c.stderr.take())))
-        .collect();
-    let mut ends: Vec<Option<(ExitStatus, Duration)>> = children.iter().map(|_| None).collect();
-    while ends.iter().any(Option::is_none) {
-        for (c, end) in children.iter_mut().zip(ends.iter_mut()) {
-            if end.is_none() {
-                if let Some(s) = c.try_wait().expect("waiting") {
-                    *end = Some((s, started.elapsed()));
-                }
-            }
-        }
-        if started.elapsed() > DEADLINE {
-            for c in children.iter_mut() {
-                c.kill().ok();
-                c.wait().ok();
-            }
-            panic!("ranks still running after {DEADLINE:?}: a hang");
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    ends.into_iter()
-        .zip(pipes)
-        .map(|(end, (o, e))| {
-            let (status, at) = end.expect("ended");
-            Exit {
-                status,
-                at,
-                stdout: o.join().expect("reader"),
-                stderr: e.join().expect("reader"),
-            }
-        })
-        .collect()
-}
-
-fn drain(pipe: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<String> {
-    std::thread::spawn(move || {
-        let mut s = String::new();
-        if let Some(mut p) = pipe {
-            p.read_to_string(&mut s).ok();
-        }
-        s
-    })
 }
 
 /// Rank 0's output holds one verified line per rank and the summary.
@@ -146,6 +70,7 @@ fn ring(n: u32, messages: &str, shm: bool) -> Vec<Exit> {
             vec![("FABRIC_MSG_SHM", shm.to_string())]
         }),
         started,
+        DEADLINE,
     )
 }
 
@@ -154,7 +79,7 @@ fn alone_is_a_world_of_one() {
     let started = Instant::now();
     let mut cmd = Command::new(SPMD);
     let child = clean(&mut cmd).args(["-n", "200"]).spawn().expect("spmd");
-    let exits = wait_all(vec![child], started);
+    let exits = wait_all(vec![child], started, DEADLINE);
     assert_verified_ring(&exits, 1, "shm", "single");
 }
 
@@ -209,6 +134,7 @@ fn a_rank_that_exits_early_is_named_by_every_other() {
     let exits = wait_all(
         rendezvous(4, &["-n", "100000000", "--exit-early", "2"], |_| vec![]),
         started,
+        DEADLINE,
     );
     assert_eq!(exits[2].status.code(), Some(3), "{:?}", exits[2]);
     assert_others_name(&exits, 2, exits[2].at);
@@ -218,18 +144,27 @@ fn a_rank_that_exits_early_is_named_by_every_other() {
 fn a_rank_killed_mid_ring_is_named_by_every_other() {
     for shm in ["1", "0"] {
         let started = Instant::now();
-        let mut children = rendezvous(4, &["-n", "100000000"], |_| {
+        let mut children = rendezvous(4, &["-n", "100000000", "--announce"], |_| {
             vec![("FABRIC_MSG_SHM", shm.to_string())]
         });
-        // Let the ring run, then kill rank 1 as a crash would.
-        std::thread::sleep(Duration::from_secs(2));
+        // Once every rank runs the ring (start-up takes seconds on a loaded
+        // machine), let it run, then kill rank 1 as a crash would.
+        let watches: Vec<Watch> = children.iter_mut().map(Watch::stdout).collect();
+        for (r, w) in watches.iter().enumerate() {
+            assert!(
+                w.wait_for("ring running", 1, Duration::from_secs(60)),
+                "rank {r} did not start the ring: {}",
+                w.text()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(500));
         assert!(
             children[1].try_wait().expect("rank 1").is_none(),
             "rank 1 ended early"
         );
         children[1].kill().expect("SIGKILL rank 1");
         let killed = started.elapsed();
-        let exits = wait_all(children, started);
+        let exits = wait_all(children, started, DEADLINE);
         assert_others_name(&exits, 1, killed);
     }
 }
@@ -246,7 +181,7 @@ fn ranks_that_prefer_different_fabrics_agree_on_one() {
             vec![]
         }
     });
-    let exits = wait_all(children, started);
+    let exits = wait_all(children, started, DEADLINE);
     assert_verified_ring(&exits, 3, best_tcp(), "rendezvous");
     let why = &exits[0].stderr;
     let agreed = format!(
@@ -267,7 +202,7 @@ fn ranks_with_no_common_fabric_fail_alike() {
     let children = rendezvous(2, &["-n", "10"], |r| {
         vec![("FI_PROVIDER", if r == 0 { "shm" } else { "tcp" }.to_string())]
     });
-    let exits = wait_all(children, started);
+    let exits = wait_all(children, started, DEADLINE);
     for (r, e) in exits.iter().enumerate() {
         assert!(!e.status.success(), "rank {r}: {e:?}");
         assert!(
@@ -297,7 +232,7 @@ fn a_rank_that_never_starts_is_an_error_not_a_hang() {
                 .expect("spmd")
         })
         .collect();
-    let exits = wait_all(children, started);
+    let exits = wait_all(children, started, DEADLINE);
     assert!(
         exits[0].stderr.contains("rank(s) 2 did not join within 2s"),
         "{:?}",
@@ -314,7 +249,7 @@ fn a_partial_rendezvous_environment_says_what_is_missing() {
     let started = Instant::now();
     let mut cmd = Command::new(SPMD);
     let child = clean(&mut cmd).env("FABRIC_MSG_RANK", "0").spawn().expect("spmd");
-    let e = &wait_all(vec![child], started)[0];
+    let e = &wait_all(vec![child], started, DEADLINE)[0];
     assert!(!e.status.success());
     assert!(
         e.stderr.contains("FABRIC_MSG_SIZE, FABRIC_MSG_ROOT not set"),
@@ -338,7 +273,7 @@ fn run_mpirun(args: &[&str]) -> Exit {
     let child = mpirun(args)
         .spawn()
         .expect("mpirun (ci/setup.sh installs openmpi-bin)");
-    wait_all(vec![child], started).remove(0)
+    wait_all(vec![child], started, DEADLINE).remove(0)
 }
 
 #[test]
@@ -388,22 +323,27 @@ fn mpirun_ranks_that_prefer_different_fabrics_agree_on_one() {
 #[test]
 fn mpirun_rank_killed_mid_ring_is_named() {
     let started = Instant::now();
-    let child = mpirun(&["-np", "4", SPMD, "-n", "100000000"])
+    let mut child = mpirun(&["-np", "4", SPMD, "-n", "100000000", "--announce"])
         .spawn()
         .expect("mpirun");
     let mpirun_pid = child.id();
     // Wait for the ring to run, then SIGKILL the rank mpirun started as rank 2.
-    std::thread::sleep(Duration::from_secs(3));
+    let watch = Watch::stdout(&mut child);
+    assert!(
+        watch.wait_for("ring running", 4, Duration::from_secs(60)),
+        "the ranks did not all start the ring: {}",
+        watch.text()
+    );
+    std::thread::sleep(Duration::from_millis(500));
     let ranks = children_of(mpirun_pid);
     assert_eq!(ranks.len(), 4, "mpirun's children: {ranks:?}");
     let rank2 = *ranks
         .iter()
         .find(|&&p| environ_has(p, "PMIX_RANK=2"))
         .expect("rank 2's process");
-    // SAFETY: kill(2) with a pid we just found; at worst it is gone (ESRCH).
-    assert_eq!(unsafe { libc_kill(rank2 as i32, 9) }, 0, "SIGKILL rank 2");
+    assert!(sigkill(rank2), "SIGKILL rank 2");
     let killed = started.elapsed();
-    let e = wait_all(vec![child], started).remove(0);
+    let e = wait_all(vec![child], started, DEADLINE).remove(0);
     assert!(!e.status.success(), "{e:?}");
     assert!(e.stderr.contains("rank 2 is lost"), "{}", e.stderr);
     assert!(
@@ -436,33 +376,6 @@ fn mpirun_rank_killed_mid_ring_is_named() {
 fn process_state(pid: u32) -> Option<char> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     stat.rsplit_once(')')?.1.trim_start().chars().next()
-}
-
-extern "C" {
-    #[link_name = "kill"]
-    fn libc_kill(pid: i32, sig: i32) -> i32;
-}
-
-/// Processes whose parent is `pid` (mpirun's ranks are its children).
-fn children_of(pid: u32) -> Vec<u32> {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return vec![];
-    };
-    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|p| {
-            std::fs::read_to_string(format!("/proc/{p}/stat"))
-                .ok()
-                .and_then(|s| s.rsplit_once(')').map(|(_, rest)| rest.to_string()))
-                .and_then(|rest| rest.split_whitespace().nth(1)?.parse::<u32>().ok())
-                == Some(pid)
-        })
-        .collect()
-}
-
-fn environ_has(pid: u32, var: &str) -> bool {
-    std::fs::read(format!("/proc/{pid}/environ"))
-        .map(|env| env.split(|&b| b == 0).any(|v| v == var.as_bytes()))
-        .unwrap_or(false)
 }
 
 /// The provider of the first TCP rung this libfabric reaches

@@ -88,6 +88,8 @@ pub use libfabric_sys as ffi;
 
 pub mod discovery;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod memory;
 pub mod transport;
 pub mod world;
@@ -113,4 +115,5 @@ pub use transport::event_loop::{
 };
 pub use transport::rma::Atomic;
 pub use world::collectives::{CombineFn, Element, Op, Reduction, Request};
+pub use world::symmetric::Symmetric;
 pub use world::{World, WorldConfig};

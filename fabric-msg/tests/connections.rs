@@ -359,6 +359,37 @@ fn connecting_to_nobody_is_a_clear_error() {
     );
 }
 
+/// A port another process listens on: the error names the address and says
+/// what to do.
+#[test]
+fn a_port_in_use_is_a_clear_error() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let at = taken.local_addr().unwrap();
+    let e = Listener::bind(at).unwrap_err();
+    assert!(matches!(e, Error::Io { .. }), "{e}");
+    let text = e.to_string();
+    assert!(
+        text.contains(&format!("binding the bootstrap listener to {at}"))
+            && text.contains("another process is listening there; choose another port"),
+        "{text}"
+    );
+}
+
+/// An address nothing answers from (TEST-NET-1, RFC 5737): connecting
+/// fails within the timeout (sooner where no route exists), naming it.
+#[test]
+fn an_unreachable_address_fails_within_the_timeout() {
+    let p = profile("tcp;ofi_rxm");
+    let mut ev = EventLoop::new(&p, LoopConfig::default()).unwrap();
+    let ep = ev.endpoint().unwrap();
+    let started = Instant::now();
+    let e = connect(&mut ev, ep, ("192.0.2.1", 9), Duration::from_secs(1)).unwrap_err();
+    let took = started.elapsed();
+    assert!(matches!(e, Error::Io { .. }), "{e}");
+    assert!(e.to_string().contains("connecting to 192.0.2.1:9"), "{e}");
+    assert!(took < Duration::from_secs(5), "took {took:?} with a 1 s timeout");
+}
+
 #[test]
 fn blocking_waits_sleep_on_the_wait_fd_and_time_out() {
     let p = profile("tcp;ofi_rxm");

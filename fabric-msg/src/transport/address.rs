@@ -108,6 +108,20 @@ fn check_string(own: &[u8], name: &[u8]) -> Result<(), String> {
     }
 }
 
+/// For the fuzz targets: this host's kind of own name in `format` (a
+/// loopback socket address; empty for other formats).
+pub(crate) fn fuzz_sample(format: u32) -> Vec<u8> {
+    let (len, fam) = match format {
+        ffi::FI_SOCKADDR_IN => (SOCKADDR_IN, libc::AF_INET),
+        ffi::FI_SOCKADDR_IN6 => (SOCKADDR_IN6, libc::AF_INET6),
+        _ => return Vec::new(),
+    };
+    let mut name = vec![0u8; len];
+    name[..2].copy_from_slice(&(fam as u16).to_ne_bytes());
+    name[2..4].copy_from_slice(&9228u16.to_be_bytes());
+    name
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

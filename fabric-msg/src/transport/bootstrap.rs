@@ -56,7 +56,22 @@ pub struct Listener {
 impl Listener {
     /// Listen on `addr` (e.g. `0.0.0.0:9228`, or port 0 for any).
     pub fn bind(addr: impl ToSocketAddrs) -> Result<Listener> {
-        let tcp = TcpListener::bind(addr).map_err(|e| io("binding the bootstrap listener", e))?;
+        let addrs: Vec<SocketAddr> = addr
+            .to_socket_addrs()
+            .map_err(|e| io("resolving the bootstrap listener's address", e))?
+            .collect();
+        let tcp = TcpListener::bind(&addrs[..]).map_err(|e| {
+            let at = addrs.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(", ");
+            let hint = match e.kind() {
+                std::io::ErrorKind::AddrInUse => {
+                    ": another process is listening there; choose another port (0 for any free one) or stop it"
+                }
+                std::io::ErrorKind::AddrNotAvailable => ": that address is not one of this host's",
+                std::io::ErrorKind::PermissionDenied => ": ports below 1024 need privileges; choose a higher one",
+                _ => "",
+            };
+            io(&format!("binding the bootstrap listener to {at}{hint}"), e)
+        })?;
         Ok(Listener {
             tcp,
             timeout: DEFAULT_TIMEOUT,
@@ -178,6 +193,53 @@ pub fn connect_with(
     };
     s.write(&Frame::Ready)?;
     Ok(peer)
+}
+
+/// One handshake frame from a peer's bytes (at most [`MAX_FRAME`]), whole
+/// or refused.
+fn decode_frame(body: &[u8]) -> std::result::Result<Frame, String> {
+    let (frame, rest) = postcard::take_from_bytes::<Frame>(body)
+        .map_err(|e| format!("undecodable handshake frame ({e}): not a fabric-msg peer?"))?;
+    if !rest.is_empty() {
+        return Err(format!("{} stray bytes after a handshake frame", rest.len()));
+    }
+    Ok(frame)
+}
+
+/// For the fuzz targets: a handshake frame decoded as [`Stream::read`]
+/// does after its length check; a hello's profile and name.
+pub(crate) fn fuzz_frame(body: &[u8]) -> Option<(WireProfile, Vec<u8>)> {
+    if body.len() > MAX_FRAME {
+        return None;
+    }
+    match decode_frame(body).ok()? {
+        Frame::Hello { profile, name, .. } => Some((profile, name)),
+        Frame::Reject { reason } => {
+            let _ = reason.len();
+            None
+        }
+        Frame::Ready => None,
+    }
+}
+
+/// For the fuzz targets: the bodies of real frames, to mutate.
+pub(crate) fn fuzz_seeds(profile: WireProfile, name: Vec<u8>) -> Vec<Vec<u8>> {
+    let frames = [
+        Frame::Hello {
+            magic: MAGIC,
+            version: PROTOCOL_VERSION,
+            profile,
+            name,
+        },
+        Frame::Reject {
+            reason: "provider mismatch".into(),
+        },
+        Frame::Ready,
+    ];
+    frames
+        .iter()
+        .filter_map(|f| postcard::to_stdvec(f).ok())
+        .collect()
 }
 
 fn frame_name(f: &Frame) -> &'static str {
@@ -310,15 +372,7 @@ impl Stream {
         self.tcp
             .read_exact(&mut body)
             .map_err(|e| self.io_fail("receiving", e))?;
-        let (frame, rest) = postcard::take_from_bytes::<Frame>(&body).map_err(|e| {
-            self.fail(format!(
-                "undecodable handshake frame ({e}): not a fabric-msg peer?"
-            ))
-        })?;
-        if !rest.is_empty() {
-            return Err(self.fail(format!("{} stray bytes after a handshake frame", rest.len())));
-        }
-        Ok(frame)
+        decode_frame(&body).map_err(|m| self.fail(m))
     }
 
     fn io_fail(&self, what: &str, e: std::io::Error) -> Error {

@@ -117,9 +117,43 @@ fn read_frame(s: &mut TcpStream, deadline: Instant) -> std::io::Result<Option<Fr
     if !read_exact_by(s, &mut body, deadline)? {
         return Err(ErrorKind::UnexpectedEof.into());
     }
-    postcard::from_bytes(&body)
-        .map(Some)
+    decode_frame(&body).map(Some)
+}
+
+fn decode_frame(body: &[u8]) -> std::io::Result<Frame> {
+    postcard::from_bytes(body)
         .map_err(|e| std::io::Error::new(ErrorKind::InvalidData, format!("malformed frame ({e})")))
+}
+
+/// For the fuzz targets: the bodies of real frames, to mutate.
+pub(crate) fn fuzz_seeds() -> Vec<Vec<u8>> {
+    let frames = [
+        Frame::Join {
+            magic: MAGIC,
+            version: VERSION,
+            rank: 3,
+            size: 8,
+        },
+        Frame::Data { bytes: vec![7; 40] },
+        Frame::Table {
+            entries: vec![vec![1; 16], vec![2; 16], vec![]],
+        },
+        Frame::Lost {
+            rank: 2,
+            why: "its process exited".into(),
+        },
+        Frame::Done,
+    ];
+    frames
+        .iter()
+        .filter_map(|f| postcard::to_stdvec(f).ok())
+        .collect()
+}
+
+/// For the fuzz targets: a frame decoded as [`read_frame`] does after its
+/// length check; whether it decoded.
+pub(crate) fn fuzz_frame(body: &[u8]) -> bool {
+    body.len() <= MAX_FRAME && decode_frame(body).is_ok()
 }
 
 /// Fill `buf` before `deadline` (the whole read, not each `read()`).

@@ -53,6 +53,27 @@ mod types;
 
 pub(crate) use am::AtomicRequest;
 pub(crate) use frame::encode_notify;
+
+/// For the fuzz targets: fabric-msg's message header as a receive reads
+/// it from whatever arrived.
+pub(crate) fn fuzz_header(bytes: &[u8]) {
+    let mut h = [0u8; crate::memory::buffer::HEADROOM];
+    let n = bytes.len().min(crate::memory::buffer::HEADROOM);
+    h[..n].copy_from_slice(&bytes[..n]);
+    if let Some((len, _)) = frame::decode_header(&h, bytes.len()) {
+        let _ = len.checked_add(crate::memory::buffer::HEADROOM);
+    }
+    let _ = frame::is_notify(&h, bytes.len());
+}
+
+/// For the fuzz targets: real headers (with and without data, a notice).
+pub(crate) fn fuzz_header_seeds() -> Vec<Vec<u8>> {
+    vec![
+        frame::encode_header(4096, Some(7)).to_vec(),
+        frame::encode_header(0, None).to_vec(),
+        frame::encode_notify(42).to_vec(),
+    ]
+}
 pub(crate) use post::Parts;
 pub(crate) use resources::{Cq, EndpointState};
 pub use types::{

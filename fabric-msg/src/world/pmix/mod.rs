@@ -69,6 +69,11 @@ mod value;
 pub(crate) use client::Pmix;
 pub(crate) use error::PmixError;
 
+/// For the fuzz targets: `PMIX_LOCAL_PEERS` as the client parses it.
+pub(crate) fn fuzz_local_peers(text: &[u8], size: u32, me: u32) -> bool {
+    client::parse_peers(text, size, me).is_ok()
+}
+
 #[cfg(test)]
 mod tests_layout;
 #[cfg(test)]

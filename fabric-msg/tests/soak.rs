@@ -1,0 +1,361 @@
+//! Soak: several pairs of event loops, each on its own threads, exchange
+//! sequenced, checksummed tagged messages on four tags and bursts of RMA
+//! writes with data for a bounded time, on tcp;ofi_rxm and shm. Every
+//! message and write is checked where it lands: 0 lost, 0 duplicated,
+//! 0 corrupted, order kept per tag. Prints messages per second and the
+//! process's resident memory before and after.
+//!
+//! Time per provider: `FABRIC_MSG_SOAK_SECONDS` (default 3); pairs:
+//! `FABRIC_MSG_SOAK_PAIRS` (default 3).
+
+mod common;
+use common::*;
+use fabric_msg::{Access, Buffer, Capability, Completion, EventLoop, OpKind, RecvOpts, SendOpts, Token};
+use std::time::{Duration, Instant};
+
+const TAGS: u64 = 4;
+/// Data messages on tags DATA..DATA+TAGS; the rest are control.
+const DATA: u64 = 0x100;
+const ACK: u64 = 0x200;
+const FIN: u64 = 0x300;
+const REGION: u64 = 0x400;
+/// Tagged messages in flight per client, and receives posted per server.
+const WINDOW: usize = 32;
+const MAX_LEN: usize = 8192;
+/// RMA writes per burst; the server checks a burst and acknowledges it
+/// before the client writes the slots again.
+const BURST: u64 = 16;
+const SLOT: usize = 1024;
+/// Header of a data message: tag, sequence number, checksum.
+const HEAD: usize = 24;
+
+fn fnv(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+/// The payload of message `seq` on `tag`: header, then bytes from both.
+fn fill(buf: &mut Buffer, tag: u64, seq: u64) {
+    let len = HEAD + ((seq.wrapping_mul(2654435761) ^ tag) as usize % (MAX_LEN - HEAD));
+    buf.set_len(len);
+    let b = buf.as_mut_slice();
+    for (i, x) in b[HEAD..].iter_mut().enumerate() {
+        *x = (seq as usize ^ (tag as usize) << 5).wrapping_add(i * 13) as u8;
+    }
+    let sum = fnv(&b[HEAD..]);
+    b[..8].copy_from_slice(&tag.to_le_bytes());
+    b[8..16].copy_from_slice(&seq.to_le_bytes());
+    b[16..24].copy_from_slice(&sum.to_le_bytes());
+}
+
+/// What a burst's write `k` puts in its slot.
+fn slot_bytes(k: u64) -> Vec<u8> {
+    (0..SLOT).map(|i| (k as usize * 7 + i * 3) as u8).collect()
+}
+
+fn word(b: &[u8], i: usize) -> u64 {
+    u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().expect("8 bytes"))
+}
+
+/// Poll once, failing on any error completion.
+fn poll(ev: &mut EventLoop, out: &mut Vec<Completion>) {
+    ev.poll(out, Some(Duration::from_millis(20))).expect("poll");
+    for c in out.iter() {
+        if let Err(e) = &c.result {
+            panic!("{:?} {:?} failed: {e}", c.kind, c.token);
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Tally {
+    messages: u64,
+    writes: u64,
+}
+
+/// The server of one pair: checks every message and burst, acknowledges
+/// bursts, and at FIN compares its counts with the client's.
+fn serve(mut s: Side) -> Tally {
+    let region =
+        s.ev.register(BURST as usize * SLOT, Access::Write)
+            .expect("register");
+    s.ev.send(
+        &s.peer,
+        Buffer::from_slice(&region.remote().encode()),
+        SendOpts {
+            tag: Some(REGION),
+            data: None,
+        },
+        Token(1),
+    )
+    .expect("sending the region");
+    let any_data = RecvOpts {
+        tag: Some((DATA, TAGS - 1)),
+        ..Default::default()
+    };
+    for _ in 0..WINDOW {
+        s.ev.recv(s.ep, Buffer::new(MAX_LEN), any_data, Token(2))
+            .expect("recv");
+    }
+    let fin = RecvOpts {
+        tag: Some((FIN, 0)),
+        ..Default::default()
+    };
+    s.ev.recv(s.ep, Buffer::new(64), fin, Token(3)).expect("recv fin");
+    let mut next = [0u64; TAGS as usize];
+    let mut burst_seen = 0u64;
+    let mut writes = 0u64;
+    let mut expected: Option<(Vec<u64>, u64)> = None;
+    let mut out = Vec::new();
+    let mut finished_at = None;
+    loop {
+        poll(&mut s.ev, &mut out);
+        for c in out.drain(..) {
+            match (c.kind, c.token) {
+                (OpKind::Recv, Token(2)) => {
+                    let buf = c.buffer.expect("a receive returns its buffer");
+                    let b = buf.as_slice();
+                    assert!(b.len() >= HEAD, "a data message of {} bytes", b.len());
+                    let (tag, seq, sum) = (word(b, 0), word(b, 1), word(b, 2));
+                    assert_eq!(c.tag, DATA + tag, "the header's tag is not the message's");
+                    assert_eq!(fnv(&b[HEAD..]), sum, "tag {tag} seq {seq}: corrupted");
+                    let want = next[tag as usize];
+                    assert!(
+                        seq >= want,
+                        "tag {tag}: seq {seq} again (duplicate), expected {want}"
+                    );
+                    assert_eq!(
+                        seq, want,
+                        "tag {tag}: seq {seq} before {want} (lost or reordered)"
+                    );
+                    next[tag as usize] += 1;
+                    s.ev.recv(s.ep, buf, any_data, Token(2)).expect("recv again");
+                }
+                (OpKind::Recv, Token(3)) => {
+                    let b = c.buffer.expect("fin");
+                    let counts: Vec<u64> = (0..TAGS as usize).map(|t| word(b.as_slice(), t)).collect();
+                    expected = Some((counts, word(b.as_slice(), TAGS as usize)));
+                    finished_at = Some(Instant::now());
+                }
+                (OpKind::RemoteWrite, _) => {
+                    let k = c.data.expect("a write's data");
+                    assert_eq!(k, writes, "write {k} notified when {writes} was next");
+                    writes += 1;
+                    if writes % BURST == 0 {
+                        for j in burst_seen..writes {
+                            let mut got = vec![0u8; SLOT];
+                            region
+                                .read_at((j % BURST) as usize * SLOT, &mut got)
+                                .expect("read");
+                            assert!(got == slot_bytes(j), "write {j}: slot corrupted");
+                        }
+                        burst_seen = writes;
+                        s.ev.send(
+                            &s.peer,
+                            Buffer::from_slice(&writes.to_le_bytes()),
+                            SendOpts {
+                                tag: Some(ACK),
+                                data: None,
+                            },
+                            Token(4),
+                        )
+                        .expect("ack");
+                    }
+                }
+                (OpKind::Send, _) => {}
+                other => panic!("unexpected completion {other:?}"),
+            }
+        }
+        if let Some((counts, w)) = &expected {
+            if counts.as_slice() == next && *w == writes {
+                break;
+            }
+            let waited = finished_at.expect("set with expected").elapsed();
+            assert!(
+                waited < TIMEOUT,
+                "after FIN: received {next:?} of {counts:?} messages and {writes} of {w} writes (lost)"
+            );
+        }
+    }
+    Tally {
+        messages: next.iter().sum(),
+        writes,
+    }
+}
+
+/// The client of one pair: keeps WINDOW tagged messages in flight over
+/// four tags until `until`, and a burst of RMA writes going whenever the
+/// previous one was acknowledged.
+fn client(mut c: Side, until: Instant) -> Tally {
+    let mut out = Vec::new();
+    c.ev.recv(
+        c.ep,
+        Buffer::new(256),
+        RecvOpts {
+            tag: Some((REGION, 0)),
+            ..Default::default()
+        },
+        Token(10),
+    )
+    .expect("recv region");
+    let remote = loop {
+        poll(&mut c.ev, &mut out);
+        if let Some(r) = out.iter().find(|x| x.token == Token(10)) {
+            let b = r.buffer.as_ref().expect("region");
+            break c.ev.import(b.as_slice()).expect("import");
+        }
+    };
+    let local =
+        c.ev.register(BURST as usize * SLOT, Access::Read)
+            .expect("register");
+    let ack = RecvOpts {
+        tag: Some((ACK, 0)),
+        ..Default::default()
+    };
+    c.ev.recv(c.ep, Buffer::new(64), ack, Token(11))
+        .expect("recv ack");
+    let mut pool: Vec<Buffer> = (0..WINDOW).map(|_| Buffer::new(MAX_LEN)).collect();
+    let mut seq = [0u64; TAGS as usize];
+    let mut turn = 0u64;
+    let mut writes = 0u64;
+    let mut burst_open = false;
+    let mut in_flight = 0usize;
+    while Instant::now() < until || in_flight > 0 || burst_open {
+        let running = Instant::now() < until;
+        while running && !pool.is_empty() {
+            let tag = turn % TAGS;
+            turn += 1;
+            let mut buf = pool.pop().expect("non-empty");
+            fill(&mut buf, tag, seq[tag as usize]);
+            seq[tag as usize] += 1;
+            let opts = SendOpts {
+                tag: Some(DATA + tag),
+                data: None,
+            };
+            c.ev.send(&c.peer, buf, opts, Token(12)).expect("send");
+            in_flight += 1;
+        }
+        if running && !burst_open {
+            for k in writes..writes + BURST {
+                let off = (k % BURST) as usize * SLOT;
+                local.write_at(off, &slot_bytes(k)).expect("fill");
+                let l = local.local(off, SLOT).expect("local");
+                c.ev.write_data(&c.peer, l, &remote, off as u64, k, Token(13))
+                    .expect("write");
+            }
+            writes += BURST;
+            burst_open = true;
+        }
+        poll(&mut c.ev, &mut out);
+        for x in out.drain(..) {
+            match x.token {
+                Token(12) => {
+                    in_flight -= 1;
+                    pool.push(x.buffer.expect("a send returns its buffer"));
+                }
+                Token(13) => {}
+                Token(11) => {
+                    let b = x.buffer.expect("ack");
+                    assert_eq!(word(b.as_slice(), 0), writes, "acknowledged the wrong burst");
+                    burst_open = false;
+                    c.ev.recv(c.ep, b, ack, Token(11)).expect("recv ack");
+                }
+                other => panic!("unexpected completion {other:?}"),
+            }
+        }
+    }
+    let mut fin = Vec::new();
+    for s in seq {
+        fin.extend_from_slice(&s.to_le_bytes());
+    }
+    fin.extend_from_slice(&writes.to_le_bytes());
+    let opts = SendOpts {
+        tag: Some(FIN),
+        data: None,
+    };
+    c.ev.send(&c.peer, Buffer::from_slice(&fin), opts, Token(14))
+        .expect("fin");
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        poll(&mut c.ev, &mut out);
+        if out.drain(..).any(|x| x.token == Token(14)) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "FIN not sent");
+    }
+    Tally {
+        messages: seq.iter().sum(),
+        writes,
+    }
+}
+
+/// Resident memory of this process, in KiB.
+fn rss_kib() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0);
+    pages * 4
+}
+
+fn soak(provider: &str) {
+    let secs: f64 = std::env::var("FABRIC_MSG_SOAK_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3.0);
+    let n: usize = std::env::var("FABRIC_MSG_SOAK_PAIRS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3);
+    let p = profile_caps(provider, &[Capability::Tagged, Capability::Msg, Capability::Rma]);
+    let rss_before = rss_kib();
+    let started = Instant::now();
+    let until = started + Duration::from_secs_f64(secs);
+    let pairs: Vec<_> = (0..n)
+        .map(|_| {
+            let (side, server) = pair(p.clone(), p.clone(), Default::default(), serve);
+            let client = std::thread::spawn(move || client(side, until));
+            (client, server)
+        })
+        .collect();
+    let mut got = Tally::default();
+    for (c, s) in pairs {
+        let c = c.join().expect("a client thread failed");
+        let s = s.join().expect("a server thread failed");
+        assert_eq!(
+            (c.messages, c.writes),
+            (s.messages, s.writes),
+            "{provider}: sent and received differ"
+        );
+        got.messages += s.messages;
+        got.writes += s.writes;
+    }
+    let took = started.elapsed().as_secs_f64();
+    eprintln!(
+        "soak {provider}: {n} pairs, {took:.1} s: {} messages ({:.0}/s) and {} RMA writes ({:.0}/s), \
+         0 lost, 0 duplicated, 0 corrupted; RSS {} KiB before, {} KiB after",
+        got.messages,
+        got.messages as f64 / took,
+        got.writes,
+        got.writes as f64 / took,
+        rss_before,
+        rss_kib()
+    );
+    assert!(
+        got.messages > 0 && got.writes > 0,
+        "{provider}: nothing was exchanged"
+    );
+}
+
+#[test]
+fn soak_tcp_rxm() {
+    soak("tcp;ofi_rxm");
+}
+
+#[test]
+fn soak_shm() {
+    soak("shm");
+}
