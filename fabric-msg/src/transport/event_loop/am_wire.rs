@@ -317,6 +317,22 @@ pub(crate) struct AmState {
     pub(crate) tags: TagSpace,
 }
 
+/// A real request (with a name) and a real reply, for the fuzz targets.
+pub(super) fn fuzz_seeds() -> Vec<Vec<u8>> {
+    let r = Request {
+        op: AtomicOperation::CompareSwap,
+        reply_tag: TagSpace::new(64).reply(3, 9),
+        addr: 0x7f00_0000_1000,
+        key: 0x1234_5678_9abc_def0,
+        operand: 2,
+        compare: 1,
+    };
+    let mut b = vec![0u8; REQUEST_LEN];
+    let n = encode_request(&mut b, &r, b"\x02\x00\x1f\x90\x7f\x00\x00\x01").unwrap_or(0);
+    b.truncate(n);
+    vec![b, encode_reply(Status::Ok, 41).to_vec()]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -66,6 +66,23 @@ pub(crate) fn fuzz_header(bytes: &[u8]) {
     let _ = frame::is_notify(&h, bytes.len());
 }
 
+/// For the fuzz targets: an emulated atomic's request (as a target on 64
+/// and on 63 tag bits decodes it) and reply.
+pub(crate) fn fuzz_atomic_message(bytes: &[u8]) {
+    for bits in [64, 63] {
+        let _ = am_wire::decode_request(am_wire::TagSpace::new(bits), bytes);
+    }
+    let mut h = [0u8; am_wire::REPLY_LEN];
+    let n = bytes.len().min(am_wire::REPLY_LEN);
+    h[..n].copy_from_slice(&bytes[..n]);
+    let _ = am_wire::decode_reply(&h, bytes.len());
+}
+
+/// For the fuzz targets: a real request and a real reply.
+pub(crate) fn fuzz_atomic_seeds() -> Vec<Vec<u8>> {
+    am_wire::fuzz_seeds()
+}
+
 /// For the fuzz targets: real headers (with and without data, a notice).
 pub(crate) fn fuzz_header_seeds() -> Vec<Vec<u8>> {
     vec![
