@@ -27,13 +27,24 @@ use std::sync::Weak;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct TagSpace {
     bit: u64,
+    /// Reserved from applications: only on loops that emulate atomics, so
+    /// others keep every tag bit.
+    reserved: bool,
 }
 
 impl TagSpace {
     /// For a provider honouring `tag_bits` tag bits (64 when unknown).
     pub(crate) fn new(tag_bits: u32) -> TagSpace {
         let bits = if tag_bits < 40 { 64 } else { tag_bits.min(64) };
-        TagSpace { bit: 1 << (bits - 1) }
+        TagSpace {
+            bit: 1 << (bits - 1),
+            reserved: true,
+        }
+    }
+
+    /// The same space, kept from applications only if `reserved`.
+    pub(crate) fn reserved(self, reserved: bool) -> TagSpace {
+        TagSpace { reserved, ..self }
     }
 
     fn reply_bit(self) -> u64 {
@@ -60,7 +71,7 @@ impl TagSpace {
     /// Refuse an application's send in the reserved tag space.
     pub(super) fn check_send(self, tag: Option<u64>) -> crate::error::Result<()> {
         match tag {
-            Some(t) if t & self.bit != 0 => Err(self.reserved(t)),
+            Some(t) if self.reserved && t & self.bit != 0 => Err(self.refusal(t)),
             _ => Ok(()),
         }
     }
@@ -70,13 +81,14 @@ impl TagSpace {
     /// wildcard receive still matches every tag an application can send).
     pub(super) fn recv(self, tag: Option<(u64, u64)>) -> crate::error::Result<Option<(u64, u64)>> {
         match tag {
-            Some((t, _)) if t & self.bit != 0 => Err(self.reserved(t)),
+            _ if !self.reserved => Ok(tag),
+            Some((t, _)) if t & self.bit != 0 => Err(self.refusal(t)),
             Some((t, ignore)) => Ok(Some((t, ignore & !self.bit))),
             None => Ok(None),
         }
     }
 
-    fn reserved(self, t: u64) -> crate::error::Error {
+    fn refusal(self, t: u64) -> crate::error::Error {
         crate::error::Error::Usage(format!(
             "tag {t:#x} has bit {} set: that bit is reserved for fabric-msg's own messages (emulated \
              atomics); applications use tags below {:#x}",
@@ -388,5 +400,12 @@ mod tests {
         );
         assert!(net.check_send(Some(1 << 62)).is_err() && net.check_send(Some(1 << 61)).is_ok());
         assert_eq!(net.recv(Some((1, u64::MAX))).unwrap(), Some((1, !(1 << 62))));
+        // A loop that does not emulate atomics keeps every tag bit.
+        let open = space.reserved(false);
+        assert!(open.check_send(Some(u64::MAX)).is_ok());
+        assert_eq!(
+            open.recv(Some((u64::MAX, u64::MAX))).unwrap(),
+            Some((u64::MAX, u64::MAX))
+        );
     }
 }

@@ -269,7 +269,7 @@ impl EventLoop {
             notify_bufs: Vec::new(),
             atomic_scratch: None,
             am: am_wire::AmState {
-                tags: am_wire::TagSpace::new(profile.tag_bits),
+                tags: am_wire::TagSpace::new(profile.tag_bits).reserved(profile.atomics_emulated()),
                 ..Default::default()
             },
             mapped_keys: Vec::new(),
