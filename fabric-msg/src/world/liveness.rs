@@ -3,7 +3,8 @@
 //! call with one atomic load, so the hot path pays nothing for it.
 
 use parking_lot::Mutex;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
 
 const NONE: u32 = u32::MAX;
 
@@ -12,6 +13,9 @@ const NONE: u32 = u32::MAX;
 pub(crate) struct Liveness {
     first: AtomicU32,
     detail: Mutex<Vec<(u32, String)>>,
+    /// Set with the first loss; the event loop's `give_up`, so a post
+    /// blocked on a queue full of messages for the dead rank ends at once.
+    any: Arc<AtomicBool>,
 }
 
 impl Default for Liveness {
@@ -19,6 +23,7 @@ impl Default for Liveness {
         Liveness {
             first: AtomicU32::new(NONE),
             detail: Mutex::new(Vec::new()),
+            any: Arc::new(AtomicBool::new(false)),
         }
     }
 }
@@ -36,6 +41,12 @@ impl Liveness {
         let _ = self
             .first
             .compare_exchange(NONE, rank, Ordering::Release, Ordering::Relaxed);
+        self.any.store(true, Ordering::Release);
+    }
+
+    /// A flag that turns true with the first loss.
+    pub(crate) fn flag(&self) -> Arc<AtomicBool> {
+        self.any.clone()
     }
 
     /// The first rank lost, if any (one atomic load).
@@ -69,7 +80,9 @@ mod tests {
     fn the_first_loss_is_kept_and_each_rank_is_recorded_once() {
         let l = Liveness::default();
         assert_eq!(l.first_lost(), None);
+        assert!(!l.flag().load(Ordering::Acquire));
         l.lose(3, "killed".into());
+        assert!(l.flag().load(Ordering::Acquire));
         l.lose(1, "exited".into());
         l.lose(3, "again".into());
         assert_eq!(l.first_lost(), Some(3));
