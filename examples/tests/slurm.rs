@@ -153,4 +153,5 @@ fn killed_mid_ring(conf: &str, shm: bool) {
         alive.is_empty(),
         "ranks {alive:?} outlived srun by 5 s: {context}"
     );
+    eprintln!("shm={shm}: rank {VICTIM} killed; ranks ended after {ended:?}, srun after {srun_after:?}");
 }
