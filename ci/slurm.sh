@@ -75,8 +75,19 @@ fail() {
   exit 1
 }
 
+# One start or stop at a time (test binaries may call this concurrently).
+# The daemons are started with fd 9 closed, or they would hold the lock.
+lock() {
+  mkdir -p "$dir"
+  exec 9>"$dir/lock"
+  flock -w 120 9 || fail "another ci/slurm.sh held $dir/lock for 120 s"
+}
+
 case "${1:-start}" in
-  stop) [ -d "$dir" ] && stop; exit 0 ;;
+  stop)
+    if [ -d "$dir" ]; then lock; stop; fi
+    exit 0
+    ;;
   env) echo "SLURM_CONF=$conf"; exit 0 ;;
   start) ;;
   *) say "usage: ci/slurm.sh [start|stop|env]"; exit 2 ;;
@@ -101,39 +112,7 @@ fi
 plugin_dir="$(dpkg -L slurm-wlm-basic-plugins 2>/dev/null | grep -m1 '/mpi_pmix_v4.so$' || true)"
 plugin_line="${plugin_dir:+PluginDir=$(dirname "$plugin_dir")}"
 
-mkdir -p "$dir"
-exec 9>"$dir/lock"
-# One start at a time (test binaries may call this concurrently). The
-# daemons are started with fd 9 closed, or they would hold the lock.
-flock -w 120 9 || fail "another ci/slurm.sh held $dir/lock for 120 s"
-
-if pid_alive "$dir/munged.pid" && pid_alive "$dir/slurmctld.pid" && pid_alive "$dir/slurmd.pid"; then
-  state="$(node_state)"
-  case "$state" in
-    idle | mix | alloc | comp)
-      say "already running: node $node is $state (SLURM_CONF=$conf)"
-      echo "SLURM_CONF=$conf"
-      exit 0
-      ;;
-  esac
-  say "daemons running but node $node is ${state:-unknown to sinfo}: restarting them"
-fi
-# Whatever is left of an earlier run is stopped and started afresh.
-stop 2>/dev/null
-
-for port in "$ctld_port" "$slurmd_port"; do
-  if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-    fail "port $port is taken by another program; set FABRIC_MSG_SLURM_PORT to a free pair of ports"
-  fi
-done
-
-mkdir -p "$dir/munge" "$dir/ctld" "$dir/spool"
-# munged wants its socket's directory open to every user (it warns otherwise).
-chmod 755 "$dir" "$dir/munge"
-if [ ! -s "$dir/munge.key" ]; then
-  (umask 077 && head -c 1024 /dev/urandom >"$dir/munge.key")
-  say "created a MUNGE key at $dir/munge.key"
-fi
+lock
 
 # Slurm gives every task at least one of the node's CPUs, so on this
 # 2-core machine `srun -n 4` would queue forever ("Requested partition
@@ -169,6 +148,7 @@ ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
+# No default: srun needs --mpi=pmix, as the documented command gives it.
 MpiDefault=none
 ReturnToService=2
 MailProg=/bin/true
@@ -183,6 +163,36 @@ MinJobAge=30
 NodeName=$node NodeAddr=127.0.0.1 CPUs=$declared State=UNKNOWN
 PartitionName=debug Nodes=$node Default=YES MaxTime=INFINITE State=UP
 EOF
+# A cluster already running on this very configuration is reused.
+if pid_alive "$dir/munged.pid" && pid_alive "$dir/slurmctld.pid" && pid_alive "$dir/slurmd.pid"; then
+  state="$(node_state)"
+  if ! cmp -s "$conf.new" "$conf"; then
+    say "running on an older $conf: restarting it"
+  elif [[ "$state" =~ ^(idle|mix|alloc|comp)$ ]]; then
+    say "already running: node $node is $state (SLURM_CONF=$conf)"
+    rm -f "$conf.new"
+    echo "SLURM_CONF=$conf"
+    exit 0
+  else
+    say "daemons running but node $node is ${state:-unknown to sinfo}: restarting them"
+  fi
+fi
+# Whatever is left of an earlier run is stopped and started afresh.
+stop 2>/dev/null
+
+for port in "$ctld_port" "$slurmd_port"; do
+  if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+    fail "port $port is taken by another program; set FABRIC_MSG_SLURM_PORT to a free pair of ports"
+  fi
+done
+
+mkdir -p "$dir/munge" "$dir/ctld" "$dir/spool"
+# munged wants its socket's directory open to every user (it warns otherwise).
+chmod 755 "$dir" "$dir/munge"
+if [ ! -s "$dir/munge.key" ]; then
+  (umask 077 && head -c 1024 /dev/urandom >"$dir/munge.key")
+  say "created a MUNGE key at $dir/munge.key"
+fi
 mv "$conf.new" "$conf"
 
 export SLURM_CONF="$conf"
