@@ -176,6 +176,12 @@ pub fn sigkill(pid: u32) -> bool {
     unsafe { kill(pid as i32, 9) == 0 }
 }
 
+/// SIGTERM `pid`, asking it to end.
+pub fn sigterm(pid: u32) -> bool {
+    // SAFETY: kill(2) with a pid we found; at worst it is gone (ESRCH).
+    unsafe { kill(pid as i32, 15) == 0 }
+}
+
 /// What a child has printed so far, read line by line as it comes.
 #[derive(Debug, Clone, Default)]
 pub struct Watch(Arc<Mutex<String>>);
