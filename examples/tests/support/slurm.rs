@@ -2,6 +2,7 @@
 //! per test binary, and `srun --mpi=pmix` launches on it.
 
 use super::clean;
+use std::io::Write;
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 
@@ -37,7 +38,12 @@ pub fn cluster() -> Option<&'static str> {
         Ok(conf) => Some(conf),
         Err(why) if in_ci() => panic!("Slurm is required under CI=true, but ci/slurm.sh skipped:\n{why}"),
         Err(why) => {
-            eprintln!("\n*** SKIPPED: the World under srun --mpi=pmix is NOT tested here ***\n{why}");
+            // Straight to fd 2, past libtest's capture of eprintln!, so the
+            // skip shows even when the test passes.
+            let _ = writeln!(
+                std::io::stderr(),
+                "\n*** SKIPPED: the World under srun --mpi=pmix is NOT tested here ***\n{why}"
+            );
             None
         }
     }

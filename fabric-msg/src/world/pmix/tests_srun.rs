@@ -5,6 +5,7 @@
 //! Skipped, loudly, only where Slurm cannot run here (not root, packages
 //! absent: `ci/slurm.sh` exits 77); under `CI=true` that fails instead.
 
+use std::io::Write;
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -37,7 +38,12 @@ fn cluster() -> Option<&'static str> {
             panic!("Slurm is required under CI=true, but ci/slurm.sh skipped:\n{why}")
         }
         Err(why) => {
-            eprintln!("\n*** SKIPPED: the PMIx client under srun is NOT tested here ***\n{why}");
+            // Straight to fd 2, past libtest's capture of eprintln!, so the
+            // skip shows even when the test passes.
+            let _ = writeln!(
+                std::io::stderr(),
+                "\n*** SKIPPED: the PMIx client under srun is NOT tested here ***\n{why}"
+            );
             None
         }
     }
