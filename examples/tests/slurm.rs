@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use support::slurm::{cluster, srun};
 use support::{
     assert_verified_ring, best_tcp, process_state, processes_with, remove_shm_regions, sigkill, wait_all,
+    Watch,
 };
 
 const SPMD: &str = env!("CARGO_BIN_EXE_spmd");
@@ -80,33 +81,35 @@ fn killed_mid_ring(conf: &str, shm: bool) {
         N,
         shm,
         &[&pattern],
-        &["-n", "100000000"],
+        &["-n", "100000000", "--announce"],
         &[("FABRIC_MSG_TEST_JOB", &mark)],
     );
 
-    // The ranks are slurmstepd's children, not srun's: find them by the
-    // variable srun passed on, then let the ring run.
-    let mut ranks = Vec::new();
-    while ranks.len() < N as usize && started.elapsed() < Duration::from_secs(30) {
-        std::thread::sleep(Duration::from_millis(100));
-        ranks = processes_with(&marker)
-            .into_iter()
-            .filter(|&p| (0..N).any(|r| support::environ_has(p, &format!("PMIX_RANK={r}"))))
-            .collect();
+    // Once every rank runs the ring (start-up takes seconds on a loaded
+    // machine), let it run. The ranks are slurmstepd's children, not
+    // srun's: find them by the variable srun passed on.
+    let watch = Watch::stdout(&mut child);
+    let ring_runs = watch.wait_for("ring running", N as usize, Duration::from_secs(60));
+    if ring_runs {
+        std::thread::sleep(Duration::from_millis(500));
     }
     let rank_of = |p: u32| (0..N).find(|r| support::environ_has(p, &format!("PMIX_RANK={r}")));
+    let mut ranks: Vec<u32> = processes_with(&marker)
+        .into_iter()
+        .filter(|&p| rank_of(p).is_some())
+        .collect();
     ranks.sort_by_key(|&p| rank_of(p));
-    if ranks.len() == N as usize {
-        std::thread::sleep(Duration::from_secs(2));
-    }
     let running = |p: &u32| process_state(*p).is_some_and(|s| s != 'Z');
     let victim = match ranks.get(VICTIM as usize).filter(|p| running(p)) {
-        Some(&p) if ranks.len() == N as usize && sigkill(p) => p,
+        Some(&p) if ring_runs && ranks.len() == N as usize && sigkill(p) => p,
         _ => {
             // Not left running: srun passes SIGTERM on to the step.
             support::sigterm(child.id());
             let _ = child.wait();
-            panic!("srun's ranks {ranks:?}: rank {VICTIM} not found running, or not killed");
+            panic!(
+                "srun's ranks {ranks:?}: rank {VICTIM} not found running, or not killed; stdout: {}",
+                watch.text()
+            );
         }
     };
     let killed = Instant::now();

@@ -3,10 +3,13 @@
 //! program itself; ranks that exit early or are killed; ranks that disagree
 //! on the fabric. Every process has a deadline, so a hang fails the test.
 
+mod support;
+
 use std::io::Read;
 use std::net::TcpListener;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
+use support::Watch;
 
 const SPMD: &str = env!("CARGO_BIN_EXE_spmd");
 /// Longest any one launch may take.
@@ -218,11 +221,20 @@ fn a_rank_that_exits_early_is_named_by_every_other() {
 fn a_rank_killed_mid_ring_is_named_by_every_other() {
     for shm in ["1", "0"] {
         let started = Instant::now();
-        let mut children = rendezvous(4, &["-n", "100000000"], |_| {
+        let mut children = rendezvous(4, &["-n", "100000000", "--announce"], |_| {
             vec![("FABRIC_MSG_SHM", shm.to_string())]
         });
-        // Let the ring run, then kill rank 1 as a crash would.
-        std::thread::sleep(Duration::from_secs(2));
+        // Once every rank runs the ring (start-up takes seconds on a loaded
+        // machine), let it run, then kill rank 1 as a crash would.
+        let watches: Vec<Watch> = children.iter_mut().map(Watch::stdout).collect();
+        for (r, w) in watches.iter().enumerate() {
+            assert!(
+                w.wait_for("ring running", 1, Duration::from_secs(60)),
+                "rank {r} did not start the ring: {}",
+                w.text()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(500));
         assert!(
             children[1].try_wait().expect("rank 1").is_none(),
             "rank 1 ended early"
@@ -388,12 +400,18 @@ fn mpirun_ranks_that_prefer_different_fabrics_agree_on_one() {
 #[test]
 fn mpirun_rank_killed_mid_ring_is_named() {
     let started = Instant::now();
-    let child = mpirun(&["-np", "4", SPMD, "-n", "100000000"])
+    let mut child = mpirun(&["-np", "4", SPMD, "-n", "100000000", "--announce"])
         .spawn()
         .expect("mpirun");
     let mpirun_pid = child.id();
     // Wait for the ring to run, then SIGKILL the rank mpirun started as rank 2.
-    std::thread::sleep(Duration::from_secs(3));
+    let watch = Watch::stdout(&mut child);
+    assert!(
+        watch.wait_for("ring running", 4, Duration::from_secs(60)),
+        "the ranks did not all start the ring: {}",
+        watch.text()
+    );
+    std::thread::sleep(Duration::from_millis(500));
     let ranks = children_of(mpirun_pid);
     assert_eq!(ranks.len(), 4, "mpirun's children: {ranks:?}");
     let rank2 = *ranks

@@ -113,4 +113,5 @@ pub use transport::event_loop::{
 };
 pub use transport::rma::Atomic;
 pub use world::collectives::{CombineFn, Element, Op, Reduction, Request};
+pub use world::symmetric::Symmetric;
 pub use world::{World, WorldConfig};

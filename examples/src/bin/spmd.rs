@@ -13,11 +13,12 @@
 //! ```
 //!
 //! usage: spmd [-n MESSAGES] [-S BYTES] [-w WINDOW] [--json]
-//!             [--exit-early RANK] [--hold SECONDS]
+//!             [--exit-early RANK] [--hold SECONDS] [--announce]
 //!
 //! `--exit-early RANK` makes that rank leave without finishing right after
 //! the world forms, and `--hold` makes every rank wait that long before the
-//! ring: both are for failure tests.
+//! ring; `--announce` prints `rank R/N: ring running` once the world has
+//! formed: all three are for failure tests.
 
 use fabric_msg::{Buffer, Completion, OpKind, Token, World};
 use std::process::ExitCode;
@@ -35,6 +36,7 @@ struct Opts {
     json: bool,
     exit_early: Option<u32>,
     hold: Duration,
+    announce: bool,
 }
 
 fn parse() -> Result<Opts, String> {
@@ -45,6 +47,7 @@ fn parse() -> Result<Opts, String> {
         json: false,
         exit_early: None,
         hold: Duration::ZERO,
+        announce: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -61,8 +64,9 @@ fn parse() -> Result<Opts, String> {
             "--json" => o.json = true,
             "--exit-early" => o.exit_early = Some(num(val("a rank")?)? as u32),
             "--hold" => o.hold = Duration::from_secs(num(val("seconds")?)?),
+            "--announce" => o.announce = true,
             "-h" | "--help" => {
-                return Err("usage: spmd [-n MESSAGES] [-S BYTES] [-w WINDOW] [--json] [--exit-early RANK] [--hold SECONDS]".into())
+                return Err("usage: spmd [-n MESSAGES] [-S BYTES] [-w WINDOW] [--json] [--exit-early RANK] [--hold SECONDS] [--announce]".into())
             }
             other => return Err(format!("unknown option {other}; try --help")),
         }
@@ -151,6 +155,11 @@ fn main() -> ExitCode {
         std::process::exit(3);
     }
     let formed = init.elapsed();
+    if opts.announce {
+        // For the failure tests: the world is formed, the ring starts.
+        println!("rank {}/{}: ring running", world.rank(), world.size());
+        std::io::Write::flush(&mut std::io::stdout()).ok();
+    }
     match run(&mut world, &opts, formed) {
         Ok(ok) => {
             let finished = world.finish();

@@ -2,7 +2,7 @@
 //! that set it without recompiling.
 
 use crate::discovery::config::LadderConfig;
-use crate::discovery::negotiate::Requirements;
+use crate::discovery::negotiate::{Capability, Requirements};
 use crate::error::{Error, Result};
 use crate::transport::event_loop::LoopConfig;
 use std::time::Duration;
@@ -11,7 +11,7 @@ use std::time::Duration;
 ///
 /// | field | default | environment |
 /// |---|---|---|
-/// | `requirements` | `Requirements::default()` (tagged + untagged); the World always asks for RDM endpoints and sets `same_host` and `max_peers` itself | |
+/// | `requirements` | tagged + untagged messages and RMA (for [`World::alloc_symmetric`](super::World::alloc_symmetric)); the World always asks for RDM endpoints and sets `same_host` and `max_peers` itself | |
 /// | `ladder` | `None`: `providers.toml` as [`LadderConfig::load`] finds it | `FABRIC_MSG_PROVIDERS` |
 /// | `loop_config` | `LoopConfig::default()` | |
 /// | `domain` | `None`: on IP fabrics, the interface that reaches rank 0 | `FABRIC_MSG_DOMAIN` |
@@ -40,7 +40,10 @@ pub struct WorldConfig {
 impl Default for WorldConfig {
     fn default() -> Self {
         WorldConfig {
-            requirements: Requirements::default(),
+            requirements: Requirements {
+                caps: vec![Capability::Tagged, Capability::Msg, Capability::Rma],
+                ..Requirements::default()
+            },
             ladder: None,
             loop_config: LoopConfig::default(),
             domain: None,

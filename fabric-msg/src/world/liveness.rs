@@ -1,12 +1,29 @@
 //! What the World knows of ranks that went away: set by whichever launcher
 //! watches them (the rendezvous' sockets, PMIx events), read by every World
 //! call with one atomic load, so the hot path pays nothing for it.
+//!
+//! And the last resort when a loss cannot be reported: a rank SIGKILLed
+//! while it held one of libfabric 1.17 shm's locks in shared memory leaves
+//! every rank that sends to it spinning inside `fi_tsend` or `fi_cq_read`
+//! for ever, where no error can reach the application. World calls mark
+//! their entry and exit (three relaxed atomic operations and a reference count); once a rank is
+//! lost, a watchdog thread ends the process, naming the lost rank, if one
+//! World call has not returned [`STUCK`] after the loss was noticed.
 
 use parking_lot::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 const NONE: u32 = u32::MAX;
+
+/// How long one World call may go on after a loss was noticed before the
+/// process is taken to be stuck inside libfabric. A call that is not stuck
+/// returns within the World's loss grace (300 ms) of the loss.
+pub(crate) const STUCK: Duration = Duration::from_secs(3);
+
+/// The exit status of a process the watchdog ends.
+const STUCK_EXIT: i32 = 70;
 
 /// The first rank lost, and why.
 #[derive(Debug)]
@@ -16,22 +33,102 @@ pub(crate) struct Liveness {
     /// Set with the first loss; the event loop's `give_up`, so a post
     /// blocked on a queue full of messages for the dead rank ends at once.
     any: Arc<AtomicBool>,
+    /// World calls entered so far.
+    calls: AtomicU64,
+    /// World calls entered and not yet left (nested calls count each).
+    depth: AtomicU32,
+    watching: AtomicBool,
+    /// This rank and its provider, for the watchdog's last words.
+    me: u32,
+    provider: String,
 }
 
 impl Default for Liveness {
     fn default() -> Self {
-        Liveness {
-            first: AtomicU32::new(NONE),
-            detail: Mutex::new(Vec::new()),
-            any: Arc::new(AtomicBool::new(false)),
-        }
+        Liveness::new(0, String::new())
     }
 }
 
 impl Liveness {
+    pub(crate) fn new(me: u32, provider: String) -> Liveness {
+        Liveness {
+            first: AtomicU32::new(NONE),
+            detail: Mutex::new(Vec::new()),
+            any: Arc::new(AtomicBool::new(false)),
+            calls: AtomicU64::new(0),
+            depth: AtomicU32::new(0),
+            watching: AtomicBool::new(false),
+            me,
+            provider,
+        }
+    }
+
+    /// A World call begins; it ends when the guard drops.
+    #[inline]
+    pub(crate) fn call(self: &Arc<Self>) -> Call {
+        self.enter_for_good();
+        Call(self.clone())
+    }
+
+    /// A call that does not end: the World's teardown, where closing an
+    /// endpoint may wait for a lock a lost rank held.
+    pub(crate) fn enter_for_good(&self) {
+        self.depth.fetch_add(1, Ordering::Relaxed);
+        self.calls.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Start the watchdog (once), after the first loss.
+    pub(crate) fn watch_for_stuck(self: &Arc<Self>) {
+        if self.watching.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let live = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("fabric-msg-stuck".into())
+            .spawn(move || live.watchdog());
+        if let Err(e) = spawned {
+            log::warn!("no watchdog for calls stuck after a loss: {e}");
+        }
+    }
+
+    fn watchdog(&self) {
+        let mut seen = self.calls.load(Ordering::Relaxed);
+        let mut since = Instant::now();
+        loop {
+            std::thread::sleep(Duration::from_millis(100));
+            let now = self.calls.load(Ordering::Relaxed);
+            if now != seen || self.depth.load(Ordering::Relaxed) == 0 {
+                // Outside any call, or a new call: the World reports the
+                // loss there. Keep watching the calls still to come.
+                seen = now;
+                since = Instant::now();
+                continue;
+            }
+            if since.elapsed() < STUCK {
+                continue;
+            }
+            let rank = self.first_lost().unwrap_or(NONE);
+            let why = self.why(rank).unwrap_or_default();
+            let line = format!(
+                "fabric-msg: rank {}: rank {rank} is lost: {why}; this rank has been inside one \
+                 libfabric call ({}) for {} s since, which cannot be interrupted (a lock the lost \
+                 process held): exiting with status {STUCK_EXIT} rather than hang\n",
+                self.me,
+                self.provider,
+                STUCK.as_secs()
+            );
+            use std::io::Write;
+            std::io::stderr().write_all(line.as_bytes()).ok();
+            // SAFETY: _exit ends the process at once, without running
+            // atexit handlers or destructors, which could wait for the same
+            // lock; nothing of this process is used after it.
+            unsafe { libc::_exit(STUCK_EXIT) };
+        }
+    }
+
     /// Record that `rank` is gone; the first one recorded is what
     /// [`Liveness::first_lost`] reports.
-    pub(crate) fn lose(&self, rank: u32, why: String) {
+    pub(crate) fn lose(self: &Arc<Self>, rank: u32, why: String) {
         let mut detail = self.detail.lock();
         if detail.iter().any(|(r, _)| *r == rank) {
             return;
@@ -42,6 +139,8 @@ impl Liveness {
             .first
             .compare_exchange(NONE, rank, Ordering::Release, Ordering::Relaxed);
         self.any.store(true, Ordering::Release);
+        drop(detail);
+        self.watch_for_stuck();
     }
 
     /// A flag that turns true with the first loss.
@@ -72,13 +171,23 @@ impl Liveness {
     }
 }
 
+/// One World call in progress (see [`Liveness::call`]).
+pub(crate) struct Call(Arc<Liveness>);
+
+impl Drop for Call {
+    #[inline]
+    fn drop(&mut self) {
+        self.0.depth.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn the_first_loss_is_kept_and_each_rank_is_recorded_once() {
-        let l = Liveness::default();
+        let l = Arc::new(Liveness::default());
         assert_eq!(l.first_lost(), None);
         assert!(!l.flag().load(Ordering::Acquire));
         l.lose(3, "killed".into());
@@ -88,5 +197,45 @@ mod tests {
         assert_eq!(l.first_lost(), Some(3));
         assert_eq!(l.why(3).as_deref(), Some("killed"));
         assert_eq!(l.all(), vec![3, 1]);
+    }
+
+    /// The child of the test below: a call that never returns, as inside
+    /// shm's spin on a dead process's lock, then a loss.
+    #[test]
+    fn stuck_child() {
+        if std::env::var_os("FABRIC_MSG_STUCK_CHILD").is_none() {
+            return;
+        }
+        let l = Arc::new(Liveness::new(2, "shm".into()));
+        let _call = l.call();
+        l.lose(1, "its socket closed".into());
+        std::thread::sleep(STUCK * 10);
+    }
+
+    /// A call still inside libfabric `STUCK` after a loss ends the process
+    /// with status 70 and a line naming the lost rank; one that returned
+    /// does not.
+    #[test]
+    fn a_call_stuck_after_a_loss_ends_the_process_naming_the_rank() {
+        let started = Instant::now();
+        let out = std::process::Command::new(std::env::current_exe().expect("test binary"))
+            .args(["--exact", "world::liveness::tests::stuck_child", "--nocapture"])
+            .env("FABRIC_MSG_STUCK_CHILD", "1")
+            .output()
+            .expect("running the child");
+        let took = started.elapsed();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(STUCK_EXIT), "{err}");
+        assert!(
+            err.contains("fabric-msg: rank 2: rank 1 is lost: its socket closed; this rank has been inside one libfabric call (shm)"),
+            "{err}"
+        );
+        assert!(took >= STUCK && took < STUCK * 5, "took {took:?}");
+
+        let l = Arc::new(Liveness::new(0, "shm".into()));
+        drop(l.call());
+        l.lose(1, "gone".into());
+        std::thread::sleep(STUCK + Duration::from_millis(500));
+        // Still here: nothing was inside a call.
     }
 }

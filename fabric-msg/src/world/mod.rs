@@ -23,8 +23,9 @@
 //! was launched (`launch`: PMIx, the rendezvous, or alone), the exchanges
 //! each launcher offers (`pmix`, `rendezvous`), how the ranks agree on one
 //! fabric (`agree`), the tag layout that carries the sending rank (`tags`),
-//! what is known of ranks that went away (`liveness`), and the collectives
-//! (`collectives/`). See `docs/world.md` and `docs/collectives.md`.
+//! what is known of ranks that went away (`liveness`), the collectives
+//! (`collectives/`) and the memory every rank registers at once
+//! (`symmetric`). See `docs/world.md` and `docs/collectives.md`.
 
 mod agree;
 pub mod collectives;
@@ -34,6 +35,7 @@ mod liveness;
 mod placement;
 mod pmix;
 mod rendezvous;
+pub mod symmetric;
 mod tags;
 
 pub use config::WorldConfig;
@@ -161,7 +163,7 @@ impl World {
             agreements.push(agreement);
         }
         let peers = ev.insert_peers(ep, &names, &agreements)?;
-        let live = Arc::new(Liveness::default());
+        let live = Arc::new(Liveness::new(placement.rank, local.provider.clone()));
         // A send stuck on a queue full of messages for a rank that died
         // fails with that rank's loss at once, not after post_timeout.
         ev.give_up = Some(live.flag());
@@ -273,6 +275,7 @@ impl World {
     /// Tokens whose top byte is `0xFE` are the collectives' own and are
     /// refused.
     pub fn send(&mut self, to: u32, tag: u32, buf: Buffer, token: Token) -> Result<(), PostError> {
+        let _call = self.live.call();
         if let Err(error) = self.check_rank(to).and_then(|()| check_token(token)) {
             return Err(PostError {
                 error,
@@ -307,6 +310,7 @@ impl World {
         buf: Buffer,
         token: Token,
     ) -> Result<(), PostError> {
+        let _call = self.live.call();
         let checked = match from {
             Some(r) => self.check_rank(r),
             None => self.live.first_lost().map_or(Ok(()), |r| Err(self.lost(r))),
@@ -348,6 +352,7 @@ impl World {
     /// operations that arrived while a collective was waited for come
     /// first.
     pub fn poll(&mut self, out: &mut Vec<Completion>, timeout: Option<Duration>) -> Result<usize> {
+        let _call = self.live.call();
         const SLICE: Duration = Duration::from_millis(20);
         let deadline = timeout.map(|t| Instant::now() + t);
         loop {
@@ -462,6 +467,9 @@ impl World {
 
 impl Drop for World {
     fn drop(&mut self) {
+        // The event loop closes after this: see liveness.rs on a lost
+        // rank's shm lock.
+        self.live.enter_for_good();
         if !self.finished {
             if let Err(e) = self.launcher.finish(self.finish_timeout) {
                 log::warn!("leaving the world: {e}");

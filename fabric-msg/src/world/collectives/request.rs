@@ -59,6 +59,7 @@ impl World {
         reduction: Option<Reduction<T>>,
         shape: Shape,
     ) -> Result<Request<T>> {
+        let _call = self.live.call();
         let (engine, mut io) = self.engine_io();
         let (seq, alive) = engine.start(&mut io, what, sched, work, reduction);
         Ok(Request {
@@ -73,6 +74,7 @@ impl World {
     /// Refuse a collective for a bad argument (`Error::Usage`), telling the
     /// other ranks so that none waits for this one.
     pub(crate) fn refuse(&mut self, what: &'static str, message: String) -> Error {
+        let _call = self.live.call();
         let (engine, mut io) = self.engine_io();
         engine.refuse(&mut io, what, message)
     }
@@ -81,6 +83,7 @@ impl World {
     /// [`World::wait`]). Progresses every collective in flight, without
     /// waiting.
     pub fn test<T: Element>(&mut self, req: &Request<T>) -> Result<bool> {
+        let _call = self.live.call();
         let (engine, mut io) = self.engine_io();
         if engine.running(req.seq) {
             engine.poll_once(&mut io)?;
@@ -94,6 +97,7 @@ impl World {
     /// Completions of the application's own operations that arrive
     /// meanwhile are kept for its next [`World::poll`].
     pub fn wait<T: Element>(&mut self, req: Request<T>) -> Result<Vec<T>> {
+        let _call = self.live.call();
         loop {
             if let Some(result) = self.coll.take(req.seq) {
                 let work = result?.downcast::<Vec<T>>().map_err(|_| {

@@ -1,0 +1,331 @@
+//! `symmetric_check`: the World's symmetric memory between every pair of
+//! ranks, every byte checked. Each rank puts a pattern of its own into a
+//! slot of every rank's part (itself included), reads a slot back from
+//! every rank, and, where the fabric has atomics, fetch-adds and
+//! compare-swap-increments two counters on every rank; then each rank
+//! checks its own part. Prints one line per rank; non-zero exit on any
+//! difference or error.
+//!
+//! ```text
+//! mpirun -np 4 target/release/symmetric_check
+//! ```
+//!
+//! usage: symmetric_check [--slot BYTES] [--atomics N] [--need-atomics]
+//!        (--need-atomics: the world asks for Capability::Atomic, so the
+//!        ladder takes a fabric with native atomics: shm, or sockets)
+//!        symmetric_check --mismatch      the last rank asks for 8 bytes more
+
+use fabric_msg::{Access, Atomic, AtomicOperation, Capability, Symmetric, Token, World, WorldConfig};
+use std::collections::HashMap;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+/// How long a batch of operations may take before the check gives up.
+const PATIENCE: Duration = Duration::from_secs(60);
+/// Operations of one kind in flight at once.
+const WINDOW: usize = 32;
+
+struct Opts {
+    slot: usize,
+    atomics: u64,
+    need_atomics: bool,
+    mismatch: bool,
+}
+
+fn parse() -> Result<Opts, String> {
+    let mut o = Opts {
+        slot: 4096,
+        atomics: 50,
+        need_atomics: false,
+        mismatch: false,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        let mut value = |name: &str| {
+            args.next()
+                .and_then(|v| v.parse::<u64>().ok())
+                .ok_or(format!("{name} needs a number"))
+        };
+        match a.as_str() {
+            "--slot" => o.slot = value("--slot")? as usize,
+            "--atomics" => o.atomics = value("--atomics")?,
+            "--mismatch" => o.mismatch = true,
+            "--need-atomics" => o.need_atomics = true,
+            other => return Err(format!("unknown argument {other:?} (see the file's docs)")),
+        }
+    }
+    if o.slot == 0 || o.slot % 8 != 0 || o.slot > 1 << 24 {
+        return Err(format!("--slot {}: a multiple of 8 from 8 to 16 MiB", o.slot));
+    }
+    Ok(o)
+}
+
+/// The byte at `i` of the slot rank `from` writes on rank `to`.
+fn pattern(from: u32, to: u32, i: usize) -> u8 {
+    (from as usize * 131 + to as usize * 29 + i * 7 + (i >> 8)) as u8
+}
+
+/// Wait for the completions of `tokens`, returning fetched values by token.
+fn complete(world: &mut World, tokens: &[Token]) -> Result<HashMap<u64, Option<u64>>, String> {
+    let mut left: HashMap<u64, ()> = tokens.iter().map(|t| (t.0, ())).collect();
+    let mut values = HashMap::new();
+    let deadline = Instant::now() + PATIENCE;
+    let mut batch = Vec::new();
+    while !left.is_empty() {
+        if Instant::now() > deadline {
+            return Err(format!(
+                "{} operations not complete after {PATIENCE:?}",
+                left.len()
+            ));
+        }
+        world
+            .poll(&mut batch, Some(Duration::from_millis(100)))
+            .map_err(|e| e.to_string())?;
+        for c in batch.drain(..) {
+            if left.remove(&c.token.0).is_none() {
+                return Err(format!("unexpected completion {:?}", c.token));
+            }
+            if let Err(e) = c.result {
+                return Err(format!("operation {:#x} failed: {e}", c.token.0));
+            }
+            values.insert(c.token.0, c.value);
+        }
+    }
+    Ok(values)
+}
+
+fn check(world: &mut World, o: &Opts) -> Result<(usize, Vec<String>), String> {
+    let (me, size) = (world.rank(), world.size());
+    let n = size as usize;
+    let counters = n * o.slot;
+    let len = counters + 16;
+    let e = |e: fabric_msg::Error| e.to_string();
+    let mem = world.alloc_symmetric(len, Access::ReadWrite).map_err(e)?;
+    let mut checks = 0;
+    let mut failures = Vec::new();
+
+    // Puts: slot `me` of every rank's part gets pattern(me, t).
+    let src = world.event_loop().register(n * o.slot, Access::Read).map_err(e)?;
+    let mut tokens = Vec::new();
+    for t in 0..size {
+        let bytes: Vec<u8> = (0..o.slot).map(|i| pattern(me, t, i)).collect();
+        src.write_at(t as usize * o.slot, &bytes).map_err(e)?;
+        let local = src.local(t as usize * o.slot, o.slot).map_err(e)?;
+        let token = Token(0x1_0000_0000 | t as u64);
+        world
+            .put(&mem, t, (me as usize * o.slot) as u64, local, token)
+            .map_err(e)?;
+        tokens.push(token);
+    }
+    complete(world, &tokens)?;
+    world.barrier().map_err(e)?;
+    let mut got = vec![0u8; o.slot];
+    for s in 0..size {
+        mem.region().read_at(s as usize * o.slot, &mut got).map_err(e)?;
+        let bad = (0..o.slot).filter(|&i| got[i] != pattern(s, me, i)).count();
+        checks += 1;
+        if bad > 0 {
+            failures.push(format!("slot put by rank {s}: {bad} of {} bytes differ", o.slot));
+        }
+    }
+
+    // Gets: from every rank t, the slot rank (t + me) % size put there.
+    let dst = world.event_loop().register(n * o.slot, Access::Read).map_err(e)?;
+    tokens.clear();
+    for t in 0..size {
+        let s = (t + me) % size;
+        let local = dst.local(t as usize * o.slot, o.slot).map_err(e)?;
+        let token = Token(0x2_0000_0000 | t as u64);
+        world
+            .get(&mem, t, (s as usize * o.slot) as u64, local, token)
+            .map_err(e)?;
+        tokens.push(token);
+    }
+    complete(world, &tokens)?;
+    for t in 0..size {
+        let s = (t + me) % size;
+        dst.read_at(t as usize * o.slot, &mut got).map_err(e)?;
+        let bad = (0..o.slot).filter(|&i| got[i] != pattern(s, t, i)).count();
+        checks += 1;
+        if bad > 0 {
+            failures.push(format!(
+                "slot {s} read from rank {t}: {bad} of {} bytes differ",
+                o.slot
+            ));
+        }
+    }
+
+    // Out of bounds: refused here, before anything reaches the fabric.
+    let over = world.put(
+        &mem,
+        (me + 1) % size,
+        (len - 4) as u64,
+        src.local(0, 8).map_err(e)?,
+        Token(3),
+    );
+    checks += 1;
+    if over.is_ok() {
+        failures.push("an 8-byte put 4 bytes before the end was accepted".into());
+    }
+
+    checks += atomics(world, &mem, o, counters as u64, &mut failures)?;
+    world.barrier().map_err(e)?;
+    drop((src, dst));
+    world.free_symmetric(mem).map_err(|(_, err)| err.to_string())?;
+    Ok((checks, failures))
+}
+
+/// Every rank fetch-adds 1 to counter A and compare-swap-increments counter
+/// B of every rank `o.atomics` times; each rank's counters must then be
+/// exactly size × o.atomics, and the fetched values of one target distinct.
+fn atomics(
+    world: &mut World,
+    mem: &Symmetric,
+    o: &Opts,
+    at: u64,
+    failures: &mut Vec<String>,
+) -> Result<usize, String> {
+    let (me, size) = (world.rank(), world.size());
+    let profile = world.profile();
+    let missing: Vec<_> = [AtomicOperation::FetchAdd, AtomicOperation::CompareSwap]
+        .into_iter()
+        .filter(|&op| !profile.supports(op))
+        .collect();
+    if !missing.is_empty() {
+        say_err(&format!(
+            "symmetric_check: rank {me}: ATOMICS SKIPPED: {} validates no {missing:?} (FI_EOPNOTSUPP)",
+            profile.provider
+        ));
+        return Ok(0);
+    }
+    let e = |e: fabric_msg::Error| e.to_string();
+    // Fetch-add, WINDOW at a time, targets interleaved.
+    let ops: Vec<(u32, u64)> = (0..o.atomics)
+        .flat_map(|k| (0..size).map(move |t| (t, k)))
+        .collect();
+    let mut fetched: Vec<Vec<u64>> = vec![Vec::new(); size as usize];
+    for chunk in ops.chunks(WINDOW) {
+        let mut tokens = Vec::new();
+        for (i, &(t, _)) in chunk.iter().enumerate() {
+            let token = Token(0x4_0000_0000 | (t as u64) << 16 | i as u64);
+            world.atomic(mem, t, at, Atomic::FetchAdd(1), token).map_err(e)?;
+            tokens.push(token);
+        }
+        let values = complete(world, &tokens)?;
+        for (tok, v) in values {
+            let t = ((tok >> 16) & 0xffff) as usize;
+            fetched[t].push(v.ok_or("a fetch-add returned no value")?);
+        }
+    }
+    // Compare-swap increments: one target at a time, retrying with the
+    // value seen until the swap lands.
+    let mut seen = vec![0u64; size as usize];
+    for t in (0..size)
+        .cycle()
+        .skip(me as usize)
+        .take((o.atomics * size as u64) as usize)
+    {
+        let mut guess = seen[t as usize];
+        loop {
+            let op = Atomic::CompareSwap {
+                expected: guess,
+                new: guess + 1,
+            };
+            world.atomic(mem, t, at + 8, op, Token(5)).map_err(e)?;
+            let old = complete(world, &[Token(5)])?[&5].ok_or("a compare-swap returned no value")?;
+            if old == guess {
+                seen[t as usize] = guess + 1;
+                break;
+            }
+            guess = old;
+        }
+    }
+    world.barrier().map_err(e)?;
+    let total = size as u64 * o.atomics;
+    let mut word = [0u8; 8];
+    for (name, off) in [("fetch-add", at), ("compare-swap", at + 8)] {
+        mem.region().read_at(off as usize, &mut word).map_err(e)?;
+        let v = u64::from_le_bytes(word);
+        if v != total {
+            failures.push(format!("{name} counter is {v}, not {total}"));
+        }
+    }
+    let mut checks = 2;
+    for (t, vals) in fetched.iter_mut().enumerate() {
+        vals.sort_unstable();
+        vals.dedup();
+        checks += 1;
+        if vals.len() as u64 != o.atomics || vals.iter().any(|&v| v >= total) {
+            failures.push(format!(
+                "fetch-adds on rank {t} returned repeated or impossible values"
+            ));
+        }
+    }
+    Ok(checks)
+}
+
+/// One line in one write, so that ranks sharing `mpirun`'s stderr do not
+/// interleave.
+fn say_err(line: &str) {
+    use std::io::Write;
+    std::io::stderr().write_all(format!("{line}\n").as_bytes()).ok();
+}
+
+fn main() -> ExitCode {
+    let o = match parse() {
+        Ok(o) => o,
+        Err(e) => {
+            say_err(&format!("symmetric_check: {e}"));
+            return ExitCode::from(2);
+        }
+    };
+    let cfg = WorldConfig::from_env().map(|mut c| {
+        if o.need_atomics {
+            c.requirements.caps.push(Capability::Atomic);
+        }
+        c
+    });
+    let mut world = match cfg.and_then(World::init_with) {
+        Ok(w) => w,
+        Err(e) => {
+            say_err(&format!("symmetric_check: {e}"));
+            return ExitCode::FAILURE;
+        }
+    };
+    let (rank, size) = (world.rank(), world.size());
+    let started = Instant::now();
+    let outcome = if o.mismatch {
+        let extra = if rank == size - 1 { 8 } else { 0 };
+        world
+            .alloc_symmetric(4096 + extra, Access::ReadWrite)
+            .map(|_| (0, vec!["a mismatched length was accepted".to_string()]))
+            .map_err(|e| e.to_string())
+    } else {
+        check(&mut world, &o)
+    };
+    let provider = world.profile().provider.clone();
+    let launcher = world.launcher();
+    let secs = started.elapsed().as_secs_f64();
+    match outcome {
+        Ok((checks, failures)) if failures.is_empty() => {
+            println!("rank {rank}/{size}: {checks} checks passed in {secs:.2} s ({provider} via {launcher})");
+            match world.finish() {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    say_err(&format!("symmetric_check: rank {rank}: {e}"));
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Ok((_, failures)) => {
+            for f in failures {
+                println!("rank {rank}/{size}: FAILED {f}");
+            }
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            say_err(&format!("symmetric_check: rank {rank}: {e}"));
+            ExitCode::FAILURE
+        }
+    }
+}

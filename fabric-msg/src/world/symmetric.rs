@@ -1,0 +1,276 @@
+//! Symmetric memory: a region every rank registers with the same length in
+//! one collective call, after which each rank holds every other rank's
+//! descriptor, so one-sided operations name a (rank, offset) and need no
+//! exchange by the application (OpenSHMEM's `shmem_malloc`, MPI's
+//! `MPI_Win_allocate`).
+//!
+//! ```no_run
+//! use fabric_msg::{Access, Atomic, Token, World};
+//! let mut world = World::init()?;
+//! let (rank, size) = (world.rank(), world.size());
+//! let mem = world.alloc_symmetric(4096, Access::ReadWrite)?;
+//! mem.region().write_at(0, &rank.to_le_bytes())?;
+//! let scratch = world.event_loop().register(8, Access::Read)?;
+//! world.barrier()?;
+//! world.get(&mem, (rank + 1) % size, 0, scratch.local(0, 4)?, Token(1))?;
+//! world.atomic(&mem, 0, 8, Atomic::FetchAdd(1), Token(2))?;
+//! // ... World::poll until both complete ...
+//! world.barrier()?;
+//! world.free_symmetric(mem).map_err(|(_, e)| e)?;
+//! # Ok::<(), fabric_msg::Error>(())
+//! ```
+//!
+//! The exchange is two allgathers: first what each rank registered (its
+//! length, access, whether registration worked and how long its
+//! descriptor is), so that a rank whose registration failed or whose length
+//! differs makes every rank fail alike instead of some waiting; then the
+//! descriptors, each checked and imported (`EventLoop::import`) as one from
+//! any peer would be.
+
+use super::World;
+use crate::error::{Error, Result};
+use crate::memory::access::Access;
+use crate::memory::mr::{Local, MemoryRegion};
+use crate::memory::remote::{RemoteMemory, MAX_REMOTE_MEMORY};
+use crate::transport::event_loop::Token;
+use crate::transport::rma::Atomic;
+
+/// The allgather of what each rank registered: length, access, status,
+/// descriptor length.
+const SUMMARY: usize = 4;
+const OK: u64 = 0;
+const FAILED: u64 = 1;
+
+/// Memory registered by every rank of a [`World`] with the same length,
+/// with each rank's descriptor ([`World::alloc_symmetric`]).
+#[derive(Debug)]
+pub struct Symmetric {
+    region: MemoryRegion,
+    /// Every rank's part, by rank (this rank's own too).
+    parts: Vec<RemoteMemory>,
+}
+
+impl Symmetric {
+    /// Bytes in each rank's part.
+    pub fn len(&self) -> usize {
+        self.region.len()
+    }
+
+    /// Whether the parts have no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.region.is_empty()
+    }
+
+    /// This rank's part, for local reads and writes and as the local side
+    /// of operations.
+    pub fn region(&self) -> &MemoryRegion {
+        &self.region
+    }
+
+    /// `rank`'s part as its peers name it (`None` past the world's size).
+    pub fn remote(&self, rank: u32) -> Option<&RemoteMemory> {
+        self.parts.get(rank as usize)
+    }
+}
+
+const ACCESS: [Access; 3] = [Access::Read, Access::Write, Access::ReadWrite];
+
+fn access_code(a: Access) -> u64 {
+    ACCESS.iter().position(|&x| x == a).unwrap_or(0) as u64
+}
+
+fn access_name(code: u64) -> String {
+    ACCESS
+        .get(code as usize)
+        .map_or(format!("unknown access {code}"), |a| format!("{a:?}"))
+}
+
+impl World {
+    /// Register `len` zeroed bytes on every rank, readable and writable by
+    /// the others as `access` says, and learn every rank's descriptor.
+    /// Collective: every rank calls it, in the same order as the other
+    /// collectives, with the same `len` and `access`; a rank whose
+    /// registration fails, or that passes something else, makes every rank
+    /// fail with the reason.
+    pub fn alloc_symmetric(&mut self, len: usize, access: Access) -> Result<Symmetric> {
+        let size = self.size();
+        let mut registered = self.ev.register(len, access);
+        let encoded = match &registered {
+            Ok(region) => region.remote().encode(),
+            Err(_) => Vec::new(),
+        };
+        if encoded.len() > MAX_REMOTE_MEMORY {
+            registered = Err(Error::Encoding(format!(
+                "this rank's descriptor is {} bytes, more than the {MAX_REMOTE_MEMORY} a peer accepts",
+                encoded.len()
+            )));
+        }
+        let status = if registered.is_ok() { OK } else { FAILED };
+        let mine = [len as u64, access_code(access), status, encoded.len() as u64];
+        let req = self.iallgatherv(mine.to_vec(), &vec![SUMMARY; size as usize])?;
+        let seq = req.number();
+        let summary = self.wait(req)?;
+        let me = self.rank();
+        let fail = |message: String| Error::Collective {
+            operation: "alloc_symmetric",
+            seq,
+            rank: me,
+            message,
+        };
+        // This rank's own failure first, with its own words.
+        let region = registered?;
+        for (r, s) in summary.chunks_exact(SUMMARY).enumerate() {
+            if s[2] != OK {
+                return Err(fail(format!(
+                    "rank {r} could not register {len} bytes (its own error says why)"
+                )));
+            }
+            if s[0] != len as u64 || s[1] != access_code(access) {
+                return Err(fail(format!(
+                    "rank {r} asked for {} bytes with {} access, this rank for {len} bytes with {access:?}: \
+                     every rank must pass the same length and access",
+                    s[0],
+                    access_name(s[1]),
+                )));
+            }
+            if s[3] == 0 || s[3] > MAX_REMOTE_MEMORY as u64 {
+                return Err(fail(format!("rank {r} announced a descriptor of {} bytes", s[3])));
+            }
+        }
+        let counts: Vec<usize> = summary.chunks_exact(SUMMARY).map(|s| s[3] as usize).collect();
+        let all = self.allgatherv(&encoded, &counts)?;
+        let mut parts = Vec::with_capacity(size as usize);
+        let mut at = 0;
+        for (r, &n) in counts.iter().enumerate() {
+            let bytes = &all[at..at + n];
+            at += n;
+            let part = self
+                .ev
+                .import(bytes)
+                .map_err(|e| fail(format!("rank {r}'s descriptor was refused: {e}")))?;
+            if part.len() != len as u64 || part.access() != access {
+                return Err(fail(format!(
+                    "rank {r}'s descriptor covers {} bytes with {:?}, not the {len} bytes with {access:?} it announced",
+                    part.len(),
+                    part.access()
+                )));
+            }
+            parts.push(part);
+        }
+        Ok(Symmetric { region, parts })
+    }
+
+    /// Free symmetric memory on every rank. Collective: it returns once
+    /// every rank has called it, so no rank frees its part while another
+    /// may still reach it. Complete (poll for) this rank's operations on
+    /// the memory first: if any rank still has operations using its part
+    /// as their local side, every rank gets its memory back with the
+    /// reason, and may free it again later.
+    #[allow(clippy::result_large_err)]
+    pub fn free_symmetric(&mut self, mem: Symmetric) -> std::result::Result<(), (Symmetric, Error)> {
+        if mem.parts.len() != self.size() as usize {
+            let e = Error::Usage(format!(
+                "free_symmetric: the memory has parts for {} ranks, this world has {}",
+                mem.parts.len(),
+                self.size()
+            ));
+            return Err((mem, e));
+        }
+        let busy = mem.region.in_flight() as u64;
+        let req = match self.iallgatherv(vec![busy], &vec![1; self.size() as usize]) {
+            Ok(r) => r,
+            Err(e) => return Err((mem, e)),
+        };
+        let seq = req.number();
+        let all = match self.wait(req) {
+            Ok(all) => all,
+            Err(e) => return Err((mem, e)),
+        };
+        if let Some((r, &n)) = all.iter().enumerate().find(|(_, &n)| n > 0) {
+            let e = Error::Collective {
+                operation: "free_symmetric",
+                seq,
+                rank: r as u32,
+                message: format!(
+                    "rank {r} still has {n} operation(s) using its part: poll for their completions, then free"
+                ),
+            };
+            return Err((mem, e));
+        }
+        let Symmetric { region, parts } = mem;
+        region
+            .close()
+            .map_err(|(region, e)| (Symmetric { region, parts }, e))
+    }
+
+    /// Write `local` into `rank`'s part at `offset`; its completion comes
+    /// from [`World::poll`] with `token`.
+    pub fn put(
+        &mut self,
+        mem: &Symmetric,
+        rank: u32,
+        offset: u64,
+        local: Local<'_>,
+        token: Token,
+    ) -> Result<()> {
+        let _call = self.live.call();
+        let remote = self.part(mem, rank, token)?;
+        let r = self
+            .ev
+            .write(&self.peers[rank as usize], local, remote, offset, token);
+        r.map_err(|e| self.explain(e))
+    }
+
+    /// Read `local.len()` bytes of `rank`'s part at `offset` into `local`.
+    pub fn get(
+        &mut self,
+        mem: &Symmetric,
+        rank: u32,
+        offset: u64,
+        local: Local<'_>,
+        token: Token,
+    ) -> Result<()> {
+        let _call = self.live.call();
+        let remote = self.part(mem, rank, token)?;
+        let r = self
+            .ev
+            .read(&self.peers[rank as usize], local, remote, offset, token);
+        r.map_err(|e| self.explain(e))
+    }
+
+    /// A u64 atomic on `rank`'s part at `offset` (8-byte aligned); a
+    /// fetched value comes back in the completion's `value`.
+    pub fn atomic(
+        &mut self,
+        mem: &Symmetric,
+        rank: u32,
+        offset: u64,
+        op: Atomic,
+        token: Token,
+    ) -> Result<()> {
+        let _call = self.live.call();
+        let remote = self.part(mem, rank, token)?;
+        let r = self
+            .ev
+            .atomic(&self.peers[rank as usize], op, remote, offset, token);
+        r.map_err(|e| self.explain(e))
+    }
+
+    fn part<'m>(&self, mem: &'m Symmetric, rank: u32, token: Token) -> Result<&'m RemoteMemory> {
+        self.check_rank(rank)?;
+        super::check_token(token)?;
+        if mem.parts.len() != self.size() as usize {
+            return Err(Error::Usage(format!(
+                "symmetric memory of a world of {} ranks used in one of {}",
+                mem.parts.len(),
+                self.size()
+            )));
+        }
+        Ok(&mem.parts[rank as usize])
+    }
+
+    /// An operation refused while a rank was being lost fails as that loss.
+    fn explain(&self, e: Error) -> Error {
+        self.live.first_lost().map_or(e, |r| self.lost(r))
+    }
+}
