@@ -197,12 +197,14 @@ mv "$conf.new" "$conf"
 
 export SLURM_CONF="$conf"
 # Each forks into the background and writes its pid file. slurmctld -c: a
-# fresh start, no jobs recovered from an earlier run.
+# fresh start, no jobs recovered from an earlier run. Their own output goes
+# to their logs, never to our stdout or stderr: a caller reading those to
+# the end (a test's Command::output) would otherwise wait for the daemons.
 munged --socket="$socket" --key-file="$dir/munge.key" --pid-file="$dir/munged.pid" \
-  --log-file="$dir/munged.log" --seed-file="$dir/munged.seed" 9>&- ||
-  fail "munged did not start"
-slurmctld -c 9>&- || fail "slurmctld did not start"
-slurmd 9>&- || fail "slurmd did not start"
+  --log-file="$dir/munged.log" --seed-file="$dir/munged.seed" \
+  9>&- </dev/null >>"$dir/munged.log" 2>&1 || fail "munged did not start"
+slurmctld -c 9>&- </dev/null >>"$dir/slurmctld.log" 2>&1 || fail "slurmctld did not start"
+slurmd 9>&- </dev/null >>"$dir/slurmd.log" 2>&1 || fail "slurmd did not start"
 
 # Bounded wait for the node to register and become idle.
 for _ in $(seq 60); do
