@@ -30,6 +30,9 @@ const STUCK_EXIT: i32 = 70;
 pub(crate) struct Liveness {
     first: AtomicU32,
     detail: Mutex<Vec<(u32, String)>>,
+    /// Set with the first loss; the event loop's `give_up`, so a post
+    /// blocked on a queue full of messages for the dead rank ends at once.
+    any: Arc<AtomicBool>,
     /// World calls entered so far.
     calls: AtomicU64,
     /// World calls entered and not yet left (nested calls count each).
@@ -51,6 +54,7 @@ impl Liveness {
         Liveness {
             first: AtomicU32::new(NONE),
             detail: Mutex::new(Vec::new()),
+            any: Arc::new(AtomicBool::new(false)),
             calls: AtomicU64::new(0),
             depth: AtomicU32::new(0),
             watching: AtomicBool::new(false),
@@ -134,8 +138,14 @@ impl Liveness {
         let _ = self
             .first
             .compare_exchange(NONE, rank, Ordering::Release, Ordering::Relaxed);
+        self.any.store(true, Ordering::Release);
         drop(detail);
         self.watch_for_stuck();
+    }
+
+    /// A flag that turns true with the first loss.
+    pub(crate) fn flag(&self) -> Arc<AtomicBool> {
+        self.any.clone()
     }
 
     /// The first rank lost, if any (one atomic load).
@@ -179,7 +189,9 @@ mod tests {
     fn the_first_loss_is_kept_and_each_rank_is_recorded_once() {
         let l = Arc::new(Liveness::default());
         assert_eq!(l.first_lost(), None);
+        assert!(!l.flag().load(Ordering::Acquire));
         l.lose(3, "killed".into());
+        assert!(l.flag().load(Ordering::Acquire));
         l.lose(1, "exited".into());
         l.lose(3, "again".into());
         assert_eq!(l.first_lost(), Some(3));
