@@ -22,6 +22,10 @@ const NONE: u32 = u32::MAX;
 /// returns within the World's loss grace (300 ms) of the loss.
 pub(crate) const STUCK: Duration = Duration::from_secs(3);
 
+/// How long one call may go on after a loss before the watchdog says so
+/// (without ending anything yet).
+const NOTICE: Duration = Duration::from_millis(500);
+
 /// The exit status of a process the watchdog ends.
 const STUCK_EXIT: i32 = 70;
 
@@ -94,6 +98,7 @@ impl Liveness {
     fn watchdog(&self) {
         let mut seen = self.calls.load(Ordering::Relaxed);
         let mut since = Instant::now();
+        let mut told = false;
         loop {
             std::thread::sleep(Duration::from_millis(100));
             let now = self.calls.load(Ordering::Relaxed);
@@ -102,28 +107,49 @@ impl Liveness {
                 // loss there. Keep watching the calls still to come.
                 seen = now;
                 since = Instant::now();
+                told = false;
                 continue;
             }
-            if since.elapsed() < STUCK {
+            let stuck = since.elapsed();
+            if stuck >= NOTICE && !told {
+                // Say it now: a launcher may end this process before
+                // STUCK (Slurm kills a step about 1 s after a task dies).
+                told = true;
+                self.say(&format!(
+                    "has not returned from one libfabric call ({}) for {} ms since (a lock the lost \
+                     process held?); it exits with status {STUCK_EXIT} in {} ms unless the call returns",
+                    self.provider,
+                    NOTICE.as_millis(),
+                    (STUCK - NOTICE).as_millis()
+                ));
+            }
+            if stuck < STUCK {
                 continue;
             }
-            let rank = self.first_lost().unwrap_or(NONE);
-            let why = self.why(rank).unwrap_or_default();
-            let line = format!(
-                "fabric-msg: rank {}: rank {rank} is lost: {why}; this rank has been inside one \
-                 libfabric call ({}) for {} s since, which cannot be interrupted (a lock the lost \
-                 process held): exiting with status {STUCK_EXIT} rather than hang\n",
-                self.me,
+            self.say(&format!(
+                "has been inside one libfabric call ({}) for {} s since, which cannot be interrupted \
+                 (a lock the lost process held): exiting with status {STUCK_EXIT} rather than hang",
                 self.provider,
                 STUCK.as_secs()
-            );
-            use std::io::Write;
-            std::io::stderr().write_all(line.as_bytes()).ok();
+            ));
             // SAFETY: _exit ends the process at once, without running
             // atexit handlers or destructors, which could wait for the same
             // lock; nothing of this process is used after it.
             unsafe { libc::_exit(STUCK_EXIT) };
         }
+    }
+
+    /// One line on stderr, in one write: the lost rank, why, and `what`
+    /// this rank does about it.
+    fn say(&self, what: &str) {
+        let rank = self.first_lost().unwrap_or(NONE);
+        let why = self.why(rank).unwrap_or_default();
+        let line = format!(
+            "fabric-msg: rank {}: rank {rank} is lost: {why}; this rank {what}\n",
+            self.me
+        );
+        use std::io::Write;
+        std::io::stderr().write_all(line.as_bytes()).ok();
     }
 
     /// Record that `rank` is gone; the first one recorded is what
@@ -227,7 +253,8 @@ mod tests {
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(STUCK_EXIT), "{err}");
         assert!(
-            err.contains("fabric-msg: rank 2: rank 1 is lost: its socket closed; this rank has been inside one libfabric call (shm)"),
+            err.contains("fabric-msg: rank 2: rank 1 is lost: its socket closed; this rank has not returned from one libfabric call (shm) for 500 ms")
+                && err.contains("fabric-msg: rank 2: rank 1 is lost: its socket closed; this rank has been inside one libfabric call (shm)"),
             "{err}"
         );
         assert!(took >= STUCK && took < STUCK * 5, "took {took:?}");
