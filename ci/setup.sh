@@ -13,6 +13,10 @@ packages=(
   openmpi-bin     # mpirun: the World's tests launch ranks through its PMIx server
   libopenmpi-dev  # mpicc: ci/bench/world_vs_mpi.sh builds the Open MPI side of the comparison
   libpmix-dev     # pmix.h and pmix.pc: the PMIx layout test checks our ABI against them
+  slurmctld       # a one-node Slurm (ci/slurm.sh) runs the World under srun --mpi=pmix;
+  slurmd          #   slurmd pulls slurm-wlm-basic-plugins, which ships mpi_pmix_v4.so
+  slurm-client    # srun, sinfo, scontrol
+  munge           # Slurm's authentication daemon
 )
 
 missing=()

@@ -1,7 +1,10 @@
-//! Launching ranks for the integration tests: through `mpirun` or the
-//! rendezvous variables, each process with a deadline, its output captured.
+//! Launching ranks for the integration tests: through `mpirun`, `srun`
+//! (`slurm`) or the rendezvous variables, each process with a deadline, its
+//! output captured.
 
 #![allow(dead_code)]
+
+pub mod slurm;
 
 use std::io::{BufRead, BufReader, Read};
 use std::net::TcpListener;
@@ -173,6 +176,12 @@ pub fn sigkill(pid: u32) -> bool {
     unsafe { kill(pid as i32, 9) == 0 }
 }
 
+/// SIGTERM `pid`, asking it to end.
+pub fn sigterm(pid: u32) -> bool {
+    // SAFETY: kill(2) with a pid we found; at worst it is gone (ESRCH).
+    unsafe { kill(pid as i32, 15) == 0 }
+}
+
 /// What a child has printed so far, read line by line as it comes.
 #[derive(Debug, Clone, Default)]
 pub struct Watch(Arc<Mutex<String>>);
@@ -226,4 +235,62 @@ pub fn remove_shm_regions(pid: u32) {
             std::fs::remove_file(e.path()).ok();
         }
     }
+}
+
+/// `spmd`'s rank 0 printed one verified line per rank and the summary,
+/// all on `provider` and naming `launcher`, and every process succeeded.
+pub fn assert_verified_ring(exits: &[Exit], n: u32, provider: &str, launcher: &str) {
+    for (r, e) in exits.iter().enumerate() {
+        assert!(e.status.success(), "process {r} failed: {e:?}");
+    }
+    let out = &exits[0].stdout;
+    for r in 0..n {
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(&format!("rank {r}/{n}:")))
+            .unwrap_or_else(|| panic!("no line for rank {r}: {out}"));
+        assert!(
+            line.contains("0 bad, 0 out of order: every byte verified"),
+            "{line}"
+        );
+        assert!(line.contains(&format!("({provider} via {launcher})")), "{line}");
+    }
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("rank ")).count(),
+        n as usize,
+        "one line per rank: {out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "summary: ring of {n} rank(s) over {provider} ({launcher})"
+        )) && out.contains("every byte verified on every rank"),
+        "{out}"
+    );
+}
+
+/// The provider of the first TCP rung this libfabric reaches
+/// (providers.toml): tcp's own RDM endpoints from 1.19, `tcp;ofi_rxm` before.
+pub fn best_tcp() -> &'static str {
+    if fabric_msg::ffi::runtime_version() >= (1, 19) {
+        "tcp"
+    } else {
+        "tcp;ofi_rxm"
+    }
+}
+
+/// The state letter of `/proc/<pid>/stat` (R, S, D, Z, ...); `None` once
+/// the process is reaped.
+pub fn process_state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+/// Processes that have `var` (`NAME=value`) in their environment.
+pub fn processes_with(var: &str) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return vec![];
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&p| environ_has(p, var))
+        .collect()
 }

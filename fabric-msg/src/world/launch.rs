@@ -181,16 +181,52 @@ impl Launcher {
 
     /// End the whole job: through PMIx where there is one; otherwise this
     /// process exits and the others see it go.
-    pub(crate) fn abort(&mut self, code: i32, message: &str) -> ! {
+    ///
+    /// Under PMIx, once a rank is lost (`live`), every other rank has been
+    /// told (rank 0 relays each loss) and fails on its own, naming it. An
+    /// immediate `PMIx_Abort` would kill them before they can: Slurm's
+    /// `srun --mpi=pmix` SIGKILLs the whole step within a few milliseconds
+    /// of it (Open MPI's `mpirun` gives them about a second). So then a rank
+    /// other than 0 only exits, and rank 0 waits up to `grace` for all
+    /// `size - 1` others to be gone, calling `PMIx_Abort` only if some are
+    /// still there, for a rank that never looks at the World again.
+    pub(crate) fn abort(
+        &mut self,
+        code: i32,
+        message: &str,
+        live: &Liveness,
+        size: u32,
+        grace: Duration,
+    ) -> ! {
+        let code = if code == 0 { 1 } else { code };
         if let Launcher::Pmix(p, _) = self {
-            if let Err(e) = p.abort(if code == 0 { 1 } else { code }, message) {
-                eprintln!("fabric-msg: {e}");
+            let lost = live.first_lost().is_some();
+            let others_leave_alone = lost && (p.rank() != 0 || all_others_gone(live, size, grace));
+            if !others_leave_alone {
+                if let Err(e) = p.abort(code, message) {
+                    eprintln!("fabric-msg: {e}");
+                }
+                // mpirun ends every rank about a second after PMIx_Abort.
+                std::thread::sleep(Duration::from_secs(2));
             }
-            // mpirun ends every rank about a second after PMIx_Abort.
-            std::thread::sleep(Duration::from_secs(2));
         }
         eprintln!("fabric-msg: aborting the world: {message}");
-        std::process::exit(if code == 0 { 1 } else { code })
+        std::process::exit(code)
+    }
+}
+
+/// Rank 0: whether every other rank is gone (each one's liveness
+/// connection closed) within `grace`.
+fn all_others_gone(live: &Liveness, size: u32, grace: Duration) -> bool {
+    let until = std::time::Instant::now() + grace;
+    loop {
+        if live.all().len() + 1 >= size as usize {
+            return true;
+        }
+        if std::time::Instant::now() >= until {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
     }
 }
 

@@ -22,6 +22,10 @@ const NONE: u32 = u32::MAX;
 /// returns within the World's loss grace (300 ms) of the loss.
 pub(crate) const STUCK: Duration = Duration::from_secs(3);
 
+/// How long one call may go on after a loss before the watchdog says so
+/// (without ending anything yet).
+const NOTICE: Duration = Duration::from_millis(500);
+
 /// The exit status of a process the watchdog ends.
 const STUCK_EXIT: i32 = 70;
 
@@ -30,6 +34,9 @@ const STUCK_EXIT: i32 = 70;
 pub(crate) struct Liveness {
     first: AtomicU32,
     detail: Mutex<Vec<(u32, String)>>,
+    /// Set with the first loss; the event loop's `give_up`, so a post
+    /// blocked on a queue full of messages for the dead rank ends at once.
+    any: Arc<AtomicBool>,
     /// World calls entered so far.
     calls: AtomicU64,
     /// World calls entered and not yet left (nested calls count each).
@@ -51,6 +58,7 @@ impl Liveness {
         Liveness {
             first: AtomicU32::new(NONE),
             detail: Mutex::new(Vec::new()),
+            any: Arc::new(AtomicBool::new(false)),
             calls: AtomicU64::new(0),
             depth: AtomicU32::new(0),
             watching: AtomicBool::new(false),
@@ -90,6 +98,7 @@ impl Liveness {
     fn watchdog(&self) {
         let mut seen = self.calls.load(Ordering::Relaxed);
         let mut since = Instant::now();
+        let mut told = false;
         loop {
             std::thread::sleep(Duration::from_millis(100));
             let now = self.calls.load(Ordering::Relaxed);
@@ -98,28 +107,49 @@ impl Liveness {
                 // loss there. Keep watching the calls still to come.
                 seen = now;
                 since = Instant::now();
+                told = false;
                 continue;
             }
-            if since.elapsed() < STUCK {
+            let stuck = since.elapsed();
+            if stuck >= NOTICE && !told {
+                // Say it now: a launcher may end this process before
+                // STUCK (Slurm kills a step about 1 s after a task dies).
+                told = true;
+                self.say(&format!(
+                    "has not returned from one libfabric call ({}) for {} ms since (a lock the lost \
+                     process held?); it exits with status {STUCK_EXIT} in {} ms unless the call returns",
+                    self.provider,
+                    NOTICE.as_millis(),
+                    (STUCK - NOTICE).as_millis()
+                ));
+            }
+            if stuck < STUCK {
                 continue;
             }
-            let rank = self.first_lost().unwrap_or(NONE);
-            let why = self.why(rank).unwrap_or_default();
-            let line = format!(
-                "fabric-msg: rank {}: rank {rank} is lost: {why}; this rank has been inside one \
-                 libfabric call ({}) for {} s since, which cannot be interrupted (a lock the lost \
-                 process held): exiting with status {STUCK_EXIT} rather than hang\n",
-                self.me,
+            self.say(&format!(
+                "has been inside one libfabric call ({}) for {} s since, which cannot be interrupted \
+                 (a lock the lost process held): exiting with status {STUCK_EXIT} rather than hang",
                 self.provider,
                 STUCK.as_secs()
-            );
-            use std::io::Write;
-            std::io::stderr().write_all(line.as_bytes()).ok();
+            ));
             // SAFETY: _exit ends the process at once, without running
             // atexit handlers or destructors, which could wait for the same
             // lock; nothing of this process is used after it.
             unsafe { libc::_exit(STUCK_EXIT) };
         }
+    }
+
+    /// One line on stderr, in one write: the lost rank, why, and `what`
+    /// this rank does about it.
+    fn say(&self, what: &str) {
+        let rank = self.first_lost().unwrap_or(NONE);
+        let why = self.why(rank).unwrap_or_default();
+        let line = format!(
+            "fabric-msg: rank {}: rank {rank} is lost: {why}; this rank {what}\n",
+            self.me
+        );
+        use std::io::Write;
+        std::io::stderr().write_all(line.as_bytes()).ok();
     }
 
     /// Record that `rank` is gone; the first one recorded is what
@@ -134,8 +164,14 @@ impl Liveness {
         let _ = self
             .first
             .compare_exchange(NONE, rank, Ordering::Release, Ordering::Relaxed);
+        self.any.store(true, Ordering::Release);
         drop(detail);
         self.watch_for_stuck();
+    }
+
+    /// A flag that turns true with the first loss.
+    pub(crate) fn flag(&self) -> Arc<AtomicBool> {
+        self.any.clone()
     }
 
     /// The first rank lost, if any (one atomic load).
@@ -179,7 +215,9 @@ mod tests {
     fn the_first_loss_is_kept_and_each_rank_is_recorded_once() {
         let l = Arc::new(Liveness::default());
         assert_eq!(l.first_lost(), None);
+        assert!(!l.flag().load(Ordering::Acquire));
         l.lose(3, "killed".into());
+        assert!(l.flag().load(Ordering::Acquire));
         l.lose(1, "exited".into());
         l.lose(3, "again".into());
         assert_eq!(l.first_lost(), Some(3));
@@ -215,7 +253,8 @@ mod tests {
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(STUCK_EXIT), "{err}");
         assert!(
-            err.contains("fabric-msg: rank 2: rank 1 is lost: its socket closed; this rank has been inside one libfabric call (shm)"),
+            err.contains("fabric-msg: rank 2: rank 1 is lost: its socket closed; this rank has not returned from one libfabric call (shm) for 500 ms")
+                && err.contains("fabric-msg: rank 2: rank 1 is lost: its socket closed; this rank has been inside one libfabric call (shm)"),
             "{err}"
         );
         assert!(took >= STUCK && took < STUCK * 5, "took {took:?}");

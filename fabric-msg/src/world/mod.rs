@@ -167,6 +167,9 @@ impl World {
         }
         let peers = ev.insert_peers(ep, &names, &agreements)?;
         let live = Arc::new(Liveness::new(placement.rank, local.provider.clone()));
+        // A send stuck on a queue full of messages for a rank that died
+        // fails with that rank's loss at once, not after post_timeout.
+        ev.give_up = Some(live.flag());
         launcher.watch(live.clone())?;
         let idle = if ev.cfg.wait == WaitMode::Block {
             Idle::Block
@@ -452,8 +455,16 @@ impl World {
 
     /// End the whole job now: through the launcher where it can (PMIx), by
     /// exiting otherwise — the other ranks see this rank lost.
+    ///
+    /// After a rank was lost, every rank already knows and fails on its
+    /// own; under PMIx the job is then left to end by itself so each rank
+    /// can say which rank it lost: ranks other than 0 just exit, and rank 0
+    /// waits for them (at most `LoopConfig::post_timeout` and a second)
+    /// before it asks the launcher to end whichever are still running.
     pub fn abort(&mut self, code: i32, message: &str) -> ! {
-        self.launcher.abort(code, message)
+        let grace = self.ev.cfg.post_timeout + Duration::from_secs(1);
+        let size = self.size();
+        self.launcher.abort(code, message, &self.live, size, grace)
     }
 }
 

@@ -110,6 +110,7 @@ use resources::{Av, CqEntries, CQ_BATCH};
 use slab::{Group, Slab, NO_GROUP};
 use std::fmt;
 use std::ptr;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -150,6 +151,11 @@ pub struct EventLoop {
     /// An endpoint failed to close: its operations' slots are kept for
     /// good, and leaked when the loop drops.
     close_failed: bool,
+    /// Set by the layer above when waiting for room is pointless (the World
+    /// sets it once a rank is lost): a post retrying on a full queue then
+    /// gives up at once with [`Error::QueueFull`](crate::Error::QueueFull)
+    /// instead of after `post_timeout`.
+    pub(crate) give_up: Option<Arc<AtomicBool>>,
 }
 
 // SAFETY: an EventLoop is used through `&mut self` only, so by one thread at
@@ -277,6 +283,7 @@ impl EventLoop {
             cq_entries: Some(CqEntries::default()),
             next_expiry_scan: Instant::now(),
             close_failed: false,
+            give_up: None,
             scratch: vec![0; profile.inject_size + HEADROOM],
             domain,
             cfg,

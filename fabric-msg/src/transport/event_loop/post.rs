@@ -448,9 +448,9 @@ impl EventLoop {
         }
         let started = Instant::now();
         while self.slab.in_flight >= self.cq.capacity {
-            if started.elapsed() >= self.cfg.post_timeout {
+            if started.elapsed() >= self.cfg.post_timeout || self.giving_up() {
                 return Err(Error::QueueFull {
-                    waited: self.cfg.post_timeout,
+                    waited: started.elapsed(),
                     in_flight: self.slab.in_flight,
                 });
             }
@@ -469,14 +469,21 @@ impl EventLoop {
                 return check("post", rc as i64).map(|v| v as isize);
             }
             let t0 = *started.get_or_insert_with(Instant::now);
-            if t0.elapsed() >= self.cfg.post_timeout {
+            if t0.elapsed() >= self.cfg.post_timeout || self.giving_up() {
                 return Err(Error::QueueFull {
-                    waited: self.cfg.post_timeout,
+                    waited: t0.elapsed(),
                     in_flight: self.slab.in_flight,
                 });
             }
             self.read_cq()?;
         }
+    }
+
+    /// Whether the layer above asked posts to stop waiting for room.
+    fn giving_up(&self) -> bool {
+        self.give_up
+            .as_ref()
+            .is_some_and(|flag| flag.load(std::sync::atomic::Ordering::Acquire))
     }
 }
 

@@ -79,4 +79,6 @@ mod tests_layout;
 #[cfg(test)]
 mod tests_mpirun;
 #[cfg(test)]
+mod tests_srun;
+#[cfg(test)]
 mod tests_unit;

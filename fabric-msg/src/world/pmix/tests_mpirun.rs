@@ -12,7 +12,7 @@ use super::nb::ABANDONED_COMPLETIONS;
 // -----------------------------------------------------------------------
 
 /// Set (to the child test's name) in processes the tests below start.
-const CHILD_ENV: &str = "FABRIC_MSG_PMIX_TEST_CHILD";
+pub(super) const CHILD_ENV: &str = "FABRIC_MSG_PMIX_TEST_CHILD";
 const CHILD_OK: &str = "PMIX-CHILD-OK";
 
 /// Is this process the `name` child of one of the tests below?
@@ -20,14 +20,15 @@ fn child_mode(name: &str) -> bool {
     std::env::var(CHILD_ENV).as_deref() == Ok(name)
 }
 
-/// `name`'s path as the test harness knows it.
-fn test_path(name: &str) -> String {
+/// `name`'s path as the test harness knows it (`name` is a test of this
+/// module).
+pub(super) fn test_path(name: &str) -> String {
     let module = module_path!();
     let module = module.split_once("::").map_or(module, |(_, rest)| rest);
     format!("{module}::{name}")
 }
 
-fn describe(out: &Output) -> String {
+pub(super) fn describe(out: &Output) -> String {
     format!(
         "status {}\n--- stdout\n{}--- stderr\n{}",
         out.status,
@@ -76,9 +77,9 @@ fn connect_child() -> Pmix {
     }
 }
 
-/// Asserts mpirun succeeded and every rank printed its OK line once.
-fn assert_ranks_ok(out: &Output, child: &str, np: u32) {
-    assert!(out.status.success(), "mpirun failed\n{}", describe(out));
+/// Asserts the launcher succeeded and every rank printed its OK line once.
+pub(super) fn assert_ranks_ok(out: &Output, child: &str, np: u32) {
+    assert!(out.status.success(), "the launcher failed\n{}", describe(out));
     let stdout = String::from_utf8_lossy(&out.stdout);
     for rank in 0..np {
         let line = format!("{CHILD_OK} {child} rank={rank} ");
@@ -112,7 +113,7 @@ fn mpirun_three_ranks_exchange() {
 #[test]
 fn child_exchange() {
     if !child_mode("child_exchange") {
-        return; // a no-op unless mpirun_three_ranks_exchange started us
+        return; // a no-op unless mpirun_ or srun_three_ranks_exchange started us
     }
     let pmix = connect_child();
     let rank = pmix.rank();
@@ -272,7 +273,7 @@ fn mpirun_abort_ends_the_job() {
 #[test]
 fn child_abort() {
     if !child_mode("child_abort") {
-        return; // a no-op unless mpirun_abort_ends_the_job started us
+        return; // a no-op unless mpirun_ or srun_abort_ends_the_job started us
     }
     let pmix = connect_child();
     if pmix.rank() == 1 {
