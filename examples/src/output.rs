@@ -265,6 +265,21 @@ impl Monitor {
     }
 }
 
+/// A short name for an atomic operation, as `fabric_info` and `atomics`
+/// print it (`fetch_add`, `compare_swap`, ...).
+pub fn atomic_op_name(op: fabric_msg::AtomicOperation) -> &'static str {
+    use fabric_msg::AtomicOperation::*;
+    match op {
+        Add => "add",
+        FetchAdd => "fetch_add",
+        Swap => "swap",
+        CompareSwap => "compare_swap",
+        FetchMin => "fetch_min",
+        FetchMax => "fetch_max",
+        Read => "read",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

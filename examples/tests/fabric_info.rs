@@ -166,13 +166,18 @@ fn provider_settings_reach_the_environment_unless_the_user_set_them() {
 
 #[test]
 fn impossible_requirements_exit_non_zero_with_every_reason() {
-    let o = run(&["-e", "msg", "-c", "atomic"], &[]);
+    let o = run(&["-e", "msg", "-c", "atomic", "--atomics", "native"], &[]);
     let (_, err) = text(&o);
     assert_eq!(o.status.code(), Some(1));
     assert!(
         err.contains("no usable fabric") && err.contains("lacks required capabilities FI_ATOMIC"),
         "{err}"
     );
+    // Without native atomics, connected endpoints cannot carry them either.
+    let o = run(&["-e", "msg", "-c", "atomic"], &[]);
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(err.contains("cannot emulate"), "{err}");
     let o = run(&["--caps", "telepathy"], &[]);
     assert_eq!(o.status.code(), Some(2));
     assert!(text(&o).1.contains("unknown capability `telepathy`"));
@@ -186,4 +191,48 @@ fn best_tcp() -> &'static str {
     } else {
         "tcp;ofi_rxm"
     }
+}
+
+/// Atomics do not move the ladder's choice, and fabric_info shows how each
+/// operation is carried, in text and JSON: emulated on the TCP rung,
+/// native on sockets, and emulated on sockets when asked.
+#[test]
+fn atomics_carriers_are_shown() {
+    let o = run(&["--json", "-c", "tagged,msg,atomic"], &[]);
+    assert!(o.status.success(), "{}", text(&o).1);
+    let v = json(&o);
+    assert_eq!(
+        v["negotiation"]["profile"]["provider"],
+        best_tcp(),
+        "the TCP rung, not sockets"
+    );
+    assert_eq!(
+        v["atomics"]["carriers"]["fetch_add"], "emulated",
+        "{}",
+        v["atomics"]
+    );
+    assert_eq!(v["atomics"]["carriers"]["compare_swap"], "emulated");
+    let o = run(&["-p", "sockets", "-e", "rdm", "-c", "tagged,msg,atomic"], &[]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        out.contains("atomics carried") && out.contains("fetch_add=native"),
+        "{out}"
+    );
+    let o = run(
+        &[
+            "--json",
+            "-p",
+            "sockets",
+            "-e",
+            "rdm",
+            "-c",
+            "tagged,msg,atomic",
+            "--atomics",
+            "emulated",
+        ],
+        &[],
+    );
+    assert!(o.status.success(), "{}", text(&o).1);
+    assert_eq!(json(&o)["atomics"]["carriers"]["read"], "emulated");
 }

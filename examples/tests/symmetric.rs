@@ -2,7 +2,7 @@
 //! (puts into every rank's part, gets from every rank, fetch-add and
 //! compare-swap counters on every rank, every byte checked on the rank
 //! that owns it) under `mpirun` at 1, 2, 3 and 5 ranks on shm and
-//! tcp;ofi_rxm, with native atomics on shm and sockets, through the
+//! tcp;ofi_rxm, with native atomics on shm and emulated ones over TCP, through the
 //! rendezvous; and ranks that ask for different lengths.
 //! Every process has a deadline, so a hang fails the test.
 
@@ -57,10 +57,10 @@ fn mpirun_symmetric_put_get_on_tcp_rxm() {
     mpirun_checks(false, &[], "tcp;ofi_rxm", false);
 }
 
-/// Over TCP with atomics required the ladder takes `sockets`, whose
-/// atomics are native (3 ranks: sockets is the slowest rung).
+/// Over TCP with atomics required the ladder no longer moves to `sockets`:
+/// it keeps tcp;ofi_rxm, and fabric-msg emulates the atomics (issue 14).
 #[test]
-fn mpirun_symmetric_atomics_on_sockets() {
+fn mpirun_symmetric_atomics_over_tcp_emulated() {
     let started = Instant::now();
     let e = wait_all(
         vec![mpirun(CHECK, 3, false, &["--need-atomics", "--atomics", "20"])],
@@ -69,7 +69,7 @@ fn mpirun_symmetric_atomics_on_sockets() {
     )
     .remove(0);
     assert!(e.status.success(), "{e:?}");
-    assert_all_checked(&e.stdout, &e.stderr, 3, "sockets", "pmix", true);
+    assert_all_checked(&e.stdout, &e.stderr, 3, "tcp;ofi_rxm", "pmix", true);
 }
 
 #[test]

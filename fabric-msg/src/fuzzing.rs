@@ -29,6 +29,7 @@ fn local_profile() -> WireProfile {
         max_msg_size: 1 << 30,
         tag_bits: 64,
         framed: false,
+        atomics_emulated: true,
     }
 }
 
@@ -115,6 +116,12 @@ pub fn frame_header(bytes: &[u8]) {
     crate::transport::event_loop::fuzz_header(bytes);
 }
 
+/// An emulated atomic's request or reply as the target or origin reads it
+/// from whatever arrived in the reserved tag space.
+pub fn atomic_message(bytes: &[u8]) {
+    crate::transport::event_loop::fuzz_atomic_message(bytes);
+}
+
 /// `PMIX_LOCAL_PEERS`, as a launcher hands it over, for a world whose size
 /// and rank come from the input's first bytes.
 pub fn local_peers(bytes: &[u8]) {
@@ -172,6 +179,11 @@ pub fn targets() -> Vec<Target> {
             vec![include_bytes!("../../providers.toml").to_vec()],
         ),
         ("frame_header", frame_header, header),
+        (
+            "atomic_message",
+            atomic_message,
+            crate::transport::event_loop::fuzz_atomic_seeds(),
+        ),
         (
             "local_peers",
             local_peers,

@@ -94,7 +94,7 @@ pub mod memory;
 pub mod transport;
 pub mod world;
 
-pub use discovery::atomic::AtomicOperation;
+pub use discovery::atomic::{AtomicCarrier, AtomicOperation, AtomicPolicy};
 pub use discovery::classify::{classify, Classification, FabricKind};
 pub use discovery::config::LadderConfig;
 pub use discovery::info::{EndpointType, FabricInfo};

@@ -112,10 +112,48 @@ fn each_software_provider_negotiates_and_opens() {
     }
 }
 
+/// With the default `AtomicPolicy::Auto`, asking for atomics does not
+/// change the fabric: the ladder picks what it picks without them, and
+/// the profile says how atomics are carried there.
+#[test]
+fn atomics_do_not_decide_the_fabric() {
+    let without = Requirements {
+        caps: vec![Capability::Tagged, Capability::Msg],
+        ..Default::default()
+    };
+    let with = Requirements {
+        caps: vec![Capability::Tagged, Capability::Msg, Capability::Atomic],
+        ..Default::default()
+    };
+    let a = negotiate(&without, &LadderConfig::default()).unwrap().profile;
+    let b = negotiate(&with, &LadderConfig::default()).unwrap().profile;
+    assert_eq!((&a.provider, &a.domain), (&b.provider, &b.domain));
+    assert_ne!(b.provider, "sockets", "atomics no longer push to the slow rung");
+    for op in fabric_msg::AtomicOperation::ALL {
+        assert!(b.atomic_carrier(op).is_some(), "{}: {op}", b.provider);
+    }
+}
+
+/// Atomics over connected (MSG) endpoints without native ones: fabric-msg
+/// cannot emulate there (no tagged messages), and says so.
+#[test]
+fn emulated_atomics_over_msg_endpoints_are_a_clear_error() {
+    let req = Requirements {
+        caps: vec![Capability::Msg, Capability::Atomic],
+        endpoint: EndpointChoice::Msg,
+        provider: Some("tcp".into()),
+        domain: Some("lo".into()),
+        ..Default::default()
+    };
+    let e = negotiate(&req, &LadderConfig::default()).unwrap_err().to_string();
+    assert!(e.contains("cannot emulate") && e.contains("msg"), "{e}");
+}
+
 #[test]
 fn atomics_skip_net_which_lists_them_but_implements_none() {
     let req = Requirements {
         caps: vec![Capability::Tagged, Capability::Atomic],
+        atomics: fabric_msg::AtomicPolicy::Native,
         ..Default::default()
     };
     let n = negotiate(&req, &LadderConfig::default()).unwrap();
@@ -163,6 +201,7 @@ fn a_capability_no_provider_has_is_a_clear_error() {
     let req = Requirements {
         caps: vec![Capability::Atomic],
         endpoint: EndpointChoice::Msg,
+        atomics: fabric_msg::AtomicPolicy::Native,
         ..Default::default()
     };
     match negotiate(&req, &LadderConfig::default()) {

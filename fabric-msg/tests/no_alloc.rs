@@ -265,3 +265,63 @@ fn warmed_up_rma_allocates_nothing_per_operation() {
         "{n} allocations in {MEASURED} RMA rounds (both sides), sizes {sizes:?}"
     );
 }
+
+/// Fetch-adds and compare-and-swaps on the peer's counter, one at a time.
+fn atomic_rounds(ev: &mut EventLoop, peer: &Peer, r: &mut Reused, mem: &RmaMem, seqs: std::ops::Range<u64>) {
+    let Reused { out, held, .. } = r;
+    for i in seqs {
+        ev.atomic(peer, fabric_msg::Atomic::FetchAdd(1), &mem.remote, 0, Token(7))
+            .unwrap();
+        let old = next(ev, out, held, OpKind::Atomic).value.unwrap();
+        let cas = fabric_msg::Atomic::CompareSwap {
+            expected: old + 1,
+            new: old + 2,
+        };
+        ev.atomic(peer, cas, &mem.remote, 0, Token(8)).unwrap();
+        let seen = next(ev, out, held, OpKind::Atomic).value.unwrap();
+        assert_eq!((old, seen), (2 * i, 2 * i + 1), "round {i}");
+    }
+}
+
+/// Emulated atomics (tcp;ofi_rxm has no native ones): requests, replies
+/// and the target's receives come from pools, so neither side allocates
+/// per operation once warm.
+#[test]
+fn warmed_up_emulated_atomics_allocate_nothing_per_operation() {
+    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    const WARMUP: u64 = 100;
+    const MEASURED: u64 = 1000;
+    let caps = vec![Capability::Tagged, Capability::Msg, Capability::Atomic];
+    let (mut ev, peer, server) = pair(caps, |ev, peer| {
+        let mut reused = Reused::new(1);
+        let _mem = rma_setup(ev, peer, &mut reused);
+        // Apply the client's atomics until it says it is done.
+        let done = RecvOpts {
+            tag: Some((78, 0)),
+            from: None,
+        };
+        ev.recv(peer.endpoint(), Buffer::new(8), done, Token(9)).unwrap();
+        let Reused { out, held, .. } = &mut reused;
+        next(ev, out, held, OpKind::Recv);
+    });
+    assert_eq!(
+        ev.profile().atomic_carrier(fabric_msg::AtomicOperation::FetchAdd),
+        Some(fabric_msg::AtomicCarrier::Emulated)
+    );
+    let mut reused = Reused::new(1);
+    let mem = rma_setup(&mut ev, &peer, &mut reused);
+    atomic_rounds(&mut ev, &peer, &mut reused, &mem, 0..WARMUP);
+    let (n, sizes) = counted(|| atomic_rounds(&mut ev, &peer, &mut reused, &mem, WARMUP..WARMUP + MEASURED));
+    let send = SendOpts {
+        tag: Some(78),
+        data: None,
+    };
+    ev.send(&peer, Buffer::new(8), send, Token(10)).unwrap();
+    let Reused { out, held, .. } = &mut reused;
+    next(&mut ev, out, held, OpKind::Send);
+    server.join().unwrap();
+    assert_eq!(
+        n, 0,
+        "{n} allocations in {MEASURED} emulated fetch-add + compare-swap rounds (both sides), sizes {sizes:?}"
+    );
+}

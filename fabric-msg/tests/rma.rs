@@ -675,20 +675,28 @@ fn atomics_under_contention_sockets() {
 
 /// udp;ofi_rxd validates u64 atomics but crashes the target on the first
 /// one (libfabric #11814): providers.toml marks them broken, so asking for
-/// atomics passes rxd over with that reason, and a loop negotiated without
-/// them refuses atomics instead of crashing the peer.
+/// native atomics passes rxd over with that reason, and by default its
+/// atomics are emulated by fabric-msg instead of crashing the peer.
 #[test]
 fn atomics_are_refused_on_udp_rxd() {
-    let req = fabric_msg::Requirements {
-        caps: vec![Capability::Msg, Capability::Atomic],
+    let mut req = fabric_msg::Requirements {
+        caps: vec![Capability::Tagged, Capability::Msg, Capability::Atomic],
         provider: Some("udp;ofi_rxd".into()),
         domain: Some("lo".into()),
+        atomics: fabric_msg::AtomicPolicy::Native,
         ..Default::default()
     };
     let e = fabric_msg::negotiate(&req, &fabric_msg::LadderConfig::default()).unwrap_err();
     assert!(e.to_string().contains("11814"), "{e}");
-    let p = rma_profile("udp;ofi_rxd");
+    req.atomics = fabric_msg::AtomicPolicy::Auto;
+    let p = fabric_msg::negotiate(&req, &fabric_msg::LadderConfig::default())
+        .unwrap()
+        .profile;
     assert!(p.atomics.is_empty(), "{:?}", p.atomics);
+    assert_eq!(
+        p.atomic_carrier(fabric_msg::AtomicOperation::FetchAdd),
+        Some(fabric_msg::AtomicCarrier::Emulated)
+    );
 }
 
 #[test]
@@ -696,12 +704,14 @@ fn atomics_under_contention_shm() {
     atomics_under_contention("shm", 2);
 }
 
-/// Where the provider has no atomics, asking is a clear error naming it,
-/// and nothing is posted.
+/// Where atomics were not asked for at negotiation (so the loop keeps no
+/// receives for emulated ones) and the provider has none, an atomic is a
+/// clear error naming it, and nothing is posted.
 #[test]
 fn atomics_are_unsupported_on_tcp() {
     let p = rma_profile("tcp;ofi_rxm");
     assert!(p.atomics.is_empty());
+    assert_eq!(p.atomic_carrier(fabric_msg::AtomicOperation::FetchAdd), None);
     let (mut c, server) = pair(p.clone(), p, LoopConfig::default(), move |mut s| {
         let region = s.ev.register(64, Access::ReadWrite).unwrap();
         send_tagged(&mut s.ev, &s.peer, DESCRIPTOR, &region.remote().encode());

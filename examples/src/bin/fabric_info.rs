@@ -6,7 +6,7 @@
 //! negotiated profile.
 
 use fabric_msg::discovery::negotiate::{Capability, EndpointChoice, Reason};
-use fabric_msg::{negotiate, Error, LadderConfig, Requirements};
+use fabric_msg::{negotiate, AtomicPolicy, Error, LadderConfig, Profile, Requirements};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -17,6 +17,11 @@ usage: fabric_info [options]
   -d, --domain NAME     only this domain (e.g. mlx5_0, rxe0, lo)
   -e, --ep rdm|msg|any  endpoint type the application accepts (default any)
   -c, --caps LIST       required capabilities: msg,tagged,rma,atomic,directed (default tagged,msg)
+      --atomics auto|native|emulated
+                        how atomics are carried (default auto: native where the
+                        provider has every u64 operation, emulated by fabric-msg
+                        otherwise; native makes `-c atomic` choose only providers
+                        with native atomics)
       --same-host       all peers are on this host (allows shared memory)
       --providers FILE  ladder file instead of FABRIC_MSG_PROVIDERS or the built-in one
       --json            print one JSON object instead of text
@@ -62,6 +67,14 @@ fn parse_args() -> Result<Args, String> {
                     })
                     .collect::<Result<_, _>>()?
             }
+            "--atomics" => {
+                req.atomics = match value(&a)?.as_str() {
+                    "auto" => AtomicPolicy::Auto,
+                    "native" => AtomicPolicy::Native,
+                    "emulated" => AtomicPolicy::Emulated,
+                    other => return Err(format!("--atomics {other}: expected auto, native or emulated")),
+                }
+            }
             "--same-host" => req.same_host = true,
             "--providers" => providers = Some(PathBuf::from(value(&a)?)),
             "--json" => json = true,
@@ -89,7 +102,8 @@ fn main() -> ExitCode {
     };
     match negotiate(&args.req, &ladder) {
         Ok(n) if args.json => {
-            let v = serde_json::json!({ "requirements": args.req, "negotiation": n });
+            let v = serde_json::json!({ "requirements": args.req, "negotiation": n,
+                "atomics": carriers_json(&n.profile) });
             fabric_msg_examples::say!(
                 "{}",
                 serde_json::to_string_pretty(&v).expect("plain data serialises")
@@ -208,9 +222,22 @@ fn print_text(n: &fabric_msg::Negotiation) {
     row(
         "u64 atomics",
         if atomics_asked {
-            atomics.join(" ")
+            format!("provider validates [{}]", atomics.join(" "))
         } else {
             "not probed (ask with -c ...,atomic)".into()
+        },
+    );
+    let carried: Vec<String> = p
+        .atomic_carriers()
+        .iter()
+        .map(|(op, c)| format!("{}={c}", fabric_msg_examples::output::atomic_op_name(*op)))
+        .collect();
+    row(
+        "atomics carried",
+        if carried.is_empty() {
+            "none (no native atomics probed, and no tagged RDM endpoints to emulate them)".into()
+        } else {
+            format!("{} (policy {:?})", carried.join(" "), p.atomic_policy)
         },
     );
     row(
@@ -238,4 +265,20 @@ fn print_text(n: &fabric_msg::Negotiation) {
             p.queues.tx, p.queues.rx, p.queues.cq, p.queues.av
         ),
     );
+}
+
+/// How each atomic operation is carried: `{"policy": .., "carriers": {op: "native"|"emulated"}}`;
+/// operations not carried are absent.
+fn carriers_json(p: &Profile) -> serde_json::Value {
+    let carriers: serde_json::Map<String, serde_json::Value> = p
+        .atomic_carriers()
+        .iter()
+        .map(|(op, c)| {
+            (
+                fabric_msg_examples::output::atomic_op_name(*op).to_string(),
+                c.to_string().into(),
+            )
+        })
+        .collect();
+    serde_json::json!({ "policy": p.atomic_policy, "carriers": carriers })
 }

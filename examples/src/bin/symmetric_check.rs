@@ -11,8 +11,9 @@
 //! ```
 //!
 //! usage: symmetric_check [--slot BYTES] [--atomics N] [--need-atomics]
-//!        (--need-atomics: the world asks for Capability::Atomic, so the
-//!        ladder takes a fabric with native atomics: shm, or sockets)
+//!        (--need-atomics: the world asks for Capability::Atomic: native
+//!        where the fabric has them all, shm or sockets, emulated by
+//!        fabric-msg elsewhere; the ladder's choice does not change)
 //!        symmetric_check --mismatch      the last rank asks for 8 bytes more
 
 use fabric_msg::{Access, Atomic, AtomicOperation, Capability, Symmetric, Token, World, WorldConfig};
@@ -189,11 +190,12 @@ fn atomics(
     let profile = world.profile();
     let missing: Vec<_> = [AtomicOperation::FetchAdd, AtomicOperation::CompareSwap]
         .into_iter()
-        .filter(|&op| !profile.supports(op))
+        .filter(|&op| profile.atomic_carrier(op).is_none())
         .collect();
     if !missing.is_empty() {
         say_err(&format!(
-            "symmetric_check: rank {me}: ATOMICS SKIPPED: {} validates no {missing:?} (FI_EOPNOTSUPP)",
+            "symmetric_check: rank {me}: ATOMICS SKIPPED: {} carries no {missing:?} (FI_EOPNOTSUPP: natively \
+             none, and not emulated without --need-atomics)",
             profile.provider
         ));
         return Ok(0);

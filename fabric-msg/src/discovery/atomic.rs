@@ -77,6 +77,62 @@ impl AtomicOperation {
     }
 }
 
+/// How fabric-msg carries an atomic operation (see
+/// [`Profile::atomic_carrier`](crate::Profile::atomic_carrier)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum AtomicCarrier {
+    /// The provider's own atomics (`fi_atomic` and friends): the target's
+    /// NIC or provider applies them.
+    Native,
+    /// fabric-msg's emulation: a request message in a reserved tag space,
+    /// applied by the target's event loop while it polls, answered by a
+    /// reply that completes the operation.
+    Emulated,
+}
+
+impl fmt::Display for AtomicCarrier {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            AtomicCarrier::Native => "native",
+            AtomicCarrier::Emulated => "emulated",
+        })
+    }
+}
+
+/// Which carrier the application wants for its atomics: both peers must
+/// make the same choice (it is part of the [`WireProfile`](crate::WireProfile)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub enum AtomicPolicy {
+    /// Native when the provider validates every operation, emulated
+    /// otherwise (the default).
+    #[default]
+    Auto,
+    /// Only the provider's own atomics; operations it lacks are refused.
+    /// Negotiating with this policy and `Capability::Atomic` chooses a
+    /// provider with native atomics, as fabric-msg did before emulation.
+    Native,
+    /// Always emulated, even where the provider has atomics (to compare
+    /// the two, or to share a region with peers that must emulate).
+    Emulated,
+}
+
+impl AtomicOperation {
+    /// The operation's code in an emulated request (its index in [`ALL`](Self::ALL)).
+    pub(crate) fn code(self) -> u8 {
+        AtomicOperation::ALL.iter().position(|&o| o == self).unwrap_or(0) as u8
+    }
+
+    /// The operation with this request code, if any.
+    pub(crate) fn from_code(code: u8) -> Option<AtomicOperation> {
+        AtomicOperation::ALL.get(code as usize).copied()
+    }
+
+    /// Whether the operation returns the old value.
+    pub fn fetches(self) -> bool {
+        self != AtomicOperation::Add
+    }
+}
+
 impl fmt::Display for AtomicOperation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let (_, name, form) = self.libfabric();

@@ -15,6 +15,7 @@ pub use crate::discovery::requirements::{
 };
 pub use crate::error::{Reason, Rejection};
 
+use crate::discovery::atomic::{AtomicOperation, AtomicPolicy};
 use crate::discovery::bits::{all_mode, ALL_MR_MODE};
 use crate::discovery::info::{bit_names, EndpointType, FabricInfo, CAP_NAMES, MODE_NAMES, MR_MODE_NAMES};
 use crate::discovery::probe::{self, Hints, ProbeSizes};
@@ -186,7 +187,7 @@ pub fn plan(
                 domain: Some(info.domain.clone()),
                 reason,
             };
-            let missing = req.cap_bits() & !info.caps;
+            let missing = req.required_bits() & !info.caps;
             if missing != 0 {
                 rejections.push(per(Reason::MissingCapabilities {
                     missing: bit_names(missing, CAP_NAMES),
@@ -450,7 +451,7 @@ pub fn negotiate(req: &Requirements, cfg: &LadderConfig) -> Result<Negotiation> 
         };
         for info in allowed {
             let fits = wanted_ep(info.endpoint_type)
-                && req.cap_bits() & !info.caps == 0
+                && req.required_bits() & !info.caps == 0
                 && info.mr_mode & !SUPPORTED_MR_MODE == 0
                 && info.mode & !SUPPORTED_MODE == 0
                 && req.domain.as_ref().map_or(true, |d| d == &info.domain);
@@ -541,8 +542,21 @@ fn open(req: &Requirements, cfg: &LadderConfig, attempt: &Attempt, prepared: &Pr
     } else {
         0
     };
+    // Atomics, where they do not decide the fabric: the provider's own if
+    // it lists them, and tagged messages (on RDM) to emulate them otherwise.
+    let listed = attempt.info.caps;
+    let for_atomics = if req.wants_atomics() && req.atomics != AtomicPolicy::Native {
+        let tagged = if attempt.info.endpoint_type == EndpointType::Rdm {
+            ffi::FI_TAGGED as u64
+        } else {
+            0
+        };
+        listed & (ffi::FI_ATOMIC as u64 | tagged)
+    } else {
+        0
+    };
     let hints = Hints {
-        caps: req.cap_bits() | source,
+        caps: req.required_bits() | source | for_atomics,
         mode: SUPPORTED_MODE,
         mr_mode: SUPPORTED_MR_MODE,
         endpoint_type: Some(attempt.info.endpoint_type),
@@ -568,18 +582,19 @@ fn open(req: &Requirements, cfg: &LadderConfig, attempt: &Attempt, prepared: &Pr
             cq: queues.cq,
             av: queues.av,
         },
-        req.caps.contains(&Capability::Atomic),
+        req.wants_atomics() && listed & ffi::FI_ATOMIC as u64 != 0,
     )?;
+    let native_only = req.wants_atomics() && req.atomics == AtomicPolicy::Native;
     if let Some(why) = cfg.atomics_broken(&granted.provider) {
         probed.atomics.clear();
-        if req.caps.contains(&Capability::Atomic) {
+        if native_only {
             return Err(Error::Unsupported {
                 what: format!("u64 atomics (listed and validated, but {why})"),
                 provider: granted.provider.clone(),
             });
         }
     }
-    if req.caps.contains(&Capability::Atomic) && probed.atomics.is_empty() {
+    if native_only && probed.atomics.is_empty() {
         // libfabric 1.17's `net` lists FI_ATOMIC but implements none (FI_ENOSYS).
         return Err(Error::Unsupported {
             what: "u64 atomics (FI_ATOMIC is listed, but fi_atomicvalid accepts no u64 operation)".into(),
@@ -587,7 +602,7 @@ fn open(req: &Requirements, cfg: &LadderConfig, attempt: &Attempt, prepared: &Pr
         });
     }
     let framed = granted.cq_data_size == 0 || cfg.framed(&granted.provider);
-    Ok(Profile::new(
+    let profile = Profile::new(
         req,
         &attempt.rung,
         &granted,
@@ -598,7 +613,20 @@ fn open(req: &Requirements, cfg: &LadderConfig, attempt: &Attempt, prepared: &Pr
         max_cqe,
         framed,
         cfg.trust_source(&granted.provider),
-    ))
+    );
+    if req.wants_atomics() && profile.atomic_carrier(AtomicOperation::FetchAdd).is_none() {
+        return Err(Error::Unsupported {
+            what: format!(
+                "u64 atomics: the provider validates {} of fabric-msg's operations, and fabric-msg cannot \
+                 emulate them on its {} endpoints (emulation needs tagged RDM endpoints with at least 40 \
+                 tag bits)",
+                profile.supported_atomics().len(),
+                profile.endpoint_type
+            ),
+            provider: granted.provider.clone(),
+        });
+    }
+    Ok(profile)
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! of fabric-msg obeys instead of reading `fi_info`, and the part of it two
 //! peers compare when they connect.
 
-use crate::discovery::atomic::AtomicOperation;
+use crate::discovery::atomic::{AtomicCarrier, AtomicOperation, AtomicPolicy};
 use crate::discovery::classify::{Classification, FabricKind};
 use crate::discovery::info::{
     bit_names, EndpointType, FabricInfo, Progress, Threading, CAP_NAMES, MODE_NAMES, MR_MODE_NAMES,
@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 /// Version of fabric-msg's wire protocol (handshake and headers). Peers with
 /// different versions refuse each other.
-pub const PROTOCOL_VERSION: u16 = 1;
+pub const PROTOCOL_VERSION: u16 = 2;
 
 /// Queue sizes chosen to fit the domain's limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -117,6 +117,10 @@ pub struct Profile {
     pub rma_iov_limit: usize,
     /// Valid u64 atomic operations (probed when atomics were asked for).
     pub atomics: Vec<AtomicOp>,
+    /// Native, emulated or as available: see [`Profile::atomic_carrier`].
+    /// From [`Requirements::atomics`]; both peers must use the same.
+    #[serde(default)]
+    pub atomic_policy: AtomicPolicy,
     /// Data progress model (`progress` in libfabric 2.x).
     pub data_progress: Progress,
     /// Control progress model; in libfabric 2.x, where one `progress` covers
@@ -172,6 +176,58 @@ impl Profile {
             .collect()
     }
 
+    /// How fabric-msg carries `op` on this profile, or `None` if it cannot.
+    ///
+    /// One semantics: every fabric-msg atomic on a region is atomic with
+    /// respect to every other. A provider's native atomics are not atomic
+    /// with respect to fabric-msg's emulation (the provider may apply them
+    /// with plain loads and stores, or under its own lock), so the two are
+    /// never mixed: where the provider validates every operation
+    /// ([`AtomicOperation::ALL`]) all are native; where it lacks any, all
+    /// are emulated (also those it has). Without emulation (no tagged RDM
+    /// endpoints with 64 tag bits, or [`AtomicPolicy::Native`]) only the
+    /// provider's own operations are carried, natively.
+    pub fn atomic_carrier(&self, op: AtomicOperation) -> Option<AtomicCarrier> {
+        let all_native = AtomicOperation::ALL.into_iter().all(|o| self.supports(o));
+        let emulate = self.can_emulate_atomics();
+        match self.atomic_policy {
+            AtomicPolicy::Native => self.supports(op).then_some(AtomicCarrier::Native),
+            AtomicPolicy::Emulated => emulate.then_some(AtomicCarrier::Emulated),
+            AtomicPolicy::Auto if all_native => Some(AtomicCarrier::Native),
+            AtomicPolicy::Auto if emulate => Some(AtomicCarrier::Emulated),
+            AtomicPolicy::Auto => self.supports(op).then_some(AtomicCarrier::Native),
+        }
+    }
+
+    /// Every operation with its carrier, in [`AtomicOperation::ALL`]'s
+    /// order; operations not carried at all are left out.
+    pub fn atomic_carriers(&self) -> Vec<(AtomicOperation, AtomicCarrier)> {
+        AtomicOperation::ALL
+            .into_iter()
+            .filter_map(|op| self.atomic_carrier(op).map(|c| (op, c)))
+            .collect()
+    }
+
+    /// Whether fabric-msg can emulate atomics here: atomics were asked for
+    /// ([`Capability::Atomic`](crate::Capability::Atomic): a loop that
+    /// never uses them keeps no receives posted for them), on RDM
+    /// endpoints with tagged messages of at least 40 tag bits (requests
+    /// and replies use the top usable bit, reserved for fabric-msg) and
+    /// keys that fit 64 bits.
+    pub fn can_emulate_atomics(&self) -> bool {
+        self.caps_requested.iter().any(|c| c == "FI_ATOMIC")
+            && self.endpoint_type == EndpointType::Rdm
+            && self.caps_granted.iter().any(|c| c == "FI_TAGGED")
+            && self.tag_bits >= 40
+            && self.mr_mode_bits & crate::ffi::FI_MR_RAW as u64 == 0
+    }
+
+    /// Whether this loop's atomics are emulated (all or none are, see
+    /// [`atomic_carrier`](Self::atomic_carrier)).
+    pub(crate) fn atomics_emulated(&self) -> bool {
+        self.atomic_carrier(AtomicOperation::FetchAdd) == Some(AtomicCarrier::Emulated)
+    }
+
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         req: &Requirements,
@@ -210,6 +266,7 @@ impl Profile {
             iov_limit: info.iov_limit,
             rma_iov_limit: info.rma_iov_limit,
             atomics: probed.atomics,
+            atomic_policy: req.atomics,
             data_progress: info.data_progress,
             control_progress: info.control_progress,
             wait_fd: probed.wait_fd,
@@ -241,6 +298,7 @@ impl Profile {
             max_msg_size: self.max_msg_size,
             tag_bits: self.tag_bits,
             framed: self.framed,
+            atomics_emulated: self.atomics_emulated(),
         }
     }
 }
@@ -277,6 +335,8 @@ pub struct WireProfile {
     pub tag_bits: u32,
     /// Messages carry fabric-msg's header.
     pub framed: bool,
+    /// Atomics are emulated by fabric-msg (not the provider's own).
+    pub atomics_emulated: bool,
 }
 
 /// The largest encoded [`WireProfile`] accepted, checked before decoding.
@@ -357,6 +417,15 @@ pub fn check_peer(local: &WireProfile, remote: &WireProfile) -> Result<Agreement
             if remote.framed { "framed" } else { "unframed" }
         )));
     }
+    if local.atomics_emulated != remote.atomics_emulated {
+        let says = |e: bool| if e { "emulated" } else { "native" };
+        return Err(Error::PeerMismatch(format!(
+            "atomics are {} here and {} at the peer, and the two are not atomic with respect to each other: \
+             negotiate with the same Capability::Atomic and Requirements::atomics on both sides",
+            says(local.atomics_emulated),
+            says(remote.atomics_emulated)
+        )));
+    }
     Ok(Agreement {
         max_msg_size: local.max_msg_size.min(remote.max_msg_size),
         cq_data_size: local.cq_data_size.min(remote.cq_data_size),
@@ -380,6 +449,7 @@ mod tests {
             max_msg_size: 8 << 20,
             tag_bits: 64,
             framed: false,
+            atomics_emulated: false,
         }
     }
 

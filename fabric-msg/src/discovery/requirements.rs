@@ -2,6 +2,7 @@
 //! peers, queue depth, and an optional provider or domain; and the mode bits
 //! fabric-msg itself can honour.
 
+use crate::discovery::atomic::AtomicPolicy;
 use crate::ffi;
 use serde::{Deserialize, Serialize};
 
@@ -89,6 +90,13 @@ pub struct Requirements {
     pub provider_layered: bool,
     /// Only this domain (`-d`), e.g. `mlx5_0` or `lo`. Default: `None`, any.
     pub domain: Option<String>,
+    /// How atomics are carried ([`AtomicPolicy`]). With the default,
+    /// [`Auto`](AtomicPolicy::Auto), asking for [`Capability::Atomic`] does
+    /// not change which fabric is chosen: where the provider lacks
+    /// atomics, fabric-msg emulates them. [`Native`](AtomicPolicy::Native)
+    /// with `Capability::Atomic` chooses only providers with native u64
+    /// atomics. Default: `Auto`.
+    pub atomics: AtomicPolicy,
 }
 
 impl Default for Requirements {
@@ -102,6 +110,7 @@ impl Default for Requirements {
             provider: None,
             provider_layered: false,
             domain: None,
+            atomics: AtomicPolicy::Auto,
         }
     }
 }
@@ -110,6 +119,23 @@ impl Requirements {
     /// All capability bits required.
     pub fn cap_bits(&self) -> u64 {
         self.caps.iter().fold(0, |a, c| a | c.bits())
+    }
+
+    /// Capability bits a provider must list to be chosen: all asked for,
+    /// except `FI_ATOMIC` unless [`AtomicPolicy::Native`] is asked for too
+    /// (elsewhere fabric-msg emulates what the provider lacks, so atomics
+    /// do not decide the fabric).
+    pub fn required_bits(&self) -> u64 {
+        if self.atomics == AtomicPolicy::Native {
+            self.cap_bits()
+        } else {
+            self.cap_bits() & !(ffi::FI_ATOMIC as u64)
+        }
+    }
+
+    /// Whether atomics were asked for.
+    pub(crate) fn wants_atomics(&self) -> bool {
+        self.caps.contains(&Capability::Atomic)
     }
 
     pub(crate) fn describe(&self) -> String {

@@ -49,6 +49,7 @@ use std::alloc::{self, Layout};
 use std::fmt;
 use std::os::raw::c_void;
 use std::ptr::{self, NonNull};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 /// Alignment of owned regions: a page, as registration pins whole pages.
@@ -70,6 +71,8 @@ pub(crate) struct RegionInner {
     /// `FI_MR_VIRT_ADDR`, 0 otherwise.
     remote_base: u64,
     access: Access,
+    /// Registered with remote access (peers may reach it).
+    exposed: bool,
     /// Under `FI_MR_ENDPOINT`, keeps the bound endpoint from being closed first.
     _bound: Option<Arc<()>>,
     _domain: Arc<DomainInner>,
@@ -100,7 +103,61 @@ impl Drop for RegionInner {
     }
 }
 
+/// Why a peer's emulated atomic was refused at the target, where a NIC
+/// would have refused the access.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AtomicRefusal {
+    /// The 8 bytes are not all inside the region.
+    OutOfBounds,
+    /// The address is not 8-byte aligned.
+    Misaligned,
+    /// The region does not grant the access the operation needs.
+    AccessDenied,
+}
+
 impl RegionInner {
+    /// The key peers present (a plain 64-bit key; 0 under `FI_MR_RAW`).
+    pub(crate) fn key(&self) -> u64 {
+        self.key
+    }
+
+    /// Whether peers may reach this region (it was registered with remote
+    /// access, not as this side's private scratch).
+    pub(crate) fn exposed(&self) -> bool {
+        self.exposed
+    }
+
+    /// The u64 a peer's emulated atomic names by remote address `addr`,
+    /// checked as a NIC checks an access: inside the region, 8-byte
+    /// aligned, and allowed by the region's access. The caller has matched
+    /// the key.
+    pub(crate) fn atomic_word(
+        &self,
+        addr: u64,
+        needs: Access,
+    ) -> std::result::Result<&AtomicU64, AtomicRefusal> {
+        let offset = addr
+            .checked_sub(self.remote_base)
+            .ok_or(AtomicRefusal::OutOfBounds)?;
+        match offset.checked_add(8) {
+            Some(end) if end <= self.len as u64 => {}
+            _ => return Err(AtomicRefusal::OutOfBounds),
+        }
+        let p = self.ptr.as_ptr().wrapping_add(offset as usize);
+        if p as usize % std::mem::align_of::<AtomicU64>() != 0 {
+            return Err(AtomicRefusal::Misaligned);
+        }
+        if !self.access.covers(needs) {
+            return Err(AtomicRefusal::AccessDenied);
+        }
+        // SAFETY: the 8 bytes at p lie inside the region (checked above) and
+        // are aligned for AtomicU64; the memory lives as long as `self`.
+        // Other writers of this memory are the NIC and peers' one-sided
+        // operations, exactly as for any registered memory: fabric-msg's
+        // own emulated atomics reach it only through this AtomicU64.
+        Ok(unsafe { AtomicU64::from_ptr(p.cast::<u64>()) })
+    }
+
     fn check(&self, offset: usize, len: usize) -> Result<()> {
         match offset.checked_add(len) {
             Some(end) if end <= self.len => Ok(()),
@@ -184,6 +241,7 @@ pub(crate) unsafe fn register(
         raw_key: Vec::new(),
         remote_base: 0,
         access,
+        exposed,
         _bound: None,
         _domain: domain.clone(),
     };

@@ -13,14 +13,14 @@
 //! target's loop must be polled for a peer's one-sided operations to
 //! proceed, as with messages.
 
-use crate::discovery::atomic::{AtomicForm, AtomicOperation};
+use crate::discovery::atomic::{AtomicCarrier, AtomicForm, AtomicOperation};
 use crate::error::{Error, Result};
 use crate::ffi;
 use crate::memory::access::Access;
 use crate::memory::mr::{self, Local, MemoryRegion};
 use crate::memory::pool::RegionPool;
 use crate::memory::remote::RemoteMemory;
-use crate::transport::event_loop::{EventLoop, OpKind, Parts, Peer, Token};
+use crate::transport::event_loop::{AtomicRequest, EventLoop, OpKind, Parts, Peer, Token};
 use std::os::raw::c_void;
 use std::ptr::{self, NonNull};
 use std::sync::Arc;
@@ -103,7 +103,17 @@ impl EventLoop {
         // SAFETY: the memory was just allocated and belongs to the region,
         // which frees it only after deregistering (also on error).
         let inner = unsafe { mr::register(&self.domain, ptr, len, Some(layout), access, exposed, bind)? };
-        Ok(MemoryRegion::new(inner))
+        Ok(self.expose(MemoryRegion::new(inner), exposed))
+    }
+
+    /// Let peers' emulated atomics find `region` by its key (while it lives).
+    fn expose(&mut self, region: MemoryRegion, exposed: bool) -> MemoryRegion {
+        if exposed {
+            let regions = &mut self.am.regions;
+            regions.retain(|w| w.strong_count() > 0);
+            regions.push(Arc::downgrade(&region.inner));
+        }
+        region
     }
 
     /// Register the caller's `len` bytes at `data`.
@@ -124,7 +134,7 @@ impl EventLoop {
         let bind = self.bind_target();
         // SAFETY: the caller keeps the memory alive as the region needs.
         let inner = unsafe { mr::register(&self.domain, ptr, len, None, access, true, bind)? };
-        Ok(MemoryRegion::new(inner))
+        Ok(self.expose(MemoryRegion::new(inner), true))
     }
 
     /// Register `count` slots of `slot_size` bytes at once, for reuse
@@ -374,8 +384,26 @@ impl EventLoop {
 
     /// A u64 atomic on the peer's memory at `offset` (8-byte aligned). A
     /// fetched value comes back in [`Completion::value`](crate::Completion::value).
-    /// Only operations the provider validated (`fi_*atomicvalid`, see
-    /// [`Profile::atomics`](crate::Profile::atomics)) are posted.
+    ///
+    /// [`Profile::atomic_carrier`](crate::Profile::atomic_carrier) says how
+    /// each operation is carried: natively (what `fi_*atomicvalid`
+    /// accepted, see [`Profile::atomics`](crate::Profile::atomics)), or
+    /// emulated by fabric-msg where the provider has no atomics or lacks
+    /// some. All atomics of one loop use one carrier, so they are atomic
+    /// with respect to each other.
+    ///
+    /// **Emulated atomics need the target to make progress:** the target's
+    /// loop applies a request while its application calls
+    /// [`poll`](EventLoop::poll) (as with libfabric's manual progress, or
+    /// MPI's active-target RMA). The operation completes when the target's
+    /// reply arrives, or fails with
+    /// [`TimedOut`](crate::CompletionError::TimedOut) after
+    /// [`LoopConfig::rma_timeout`](crate::LoopConfig::rma_timeout). The
+    /// target checks the key (a live region of its loop), bounds,
+    /// alignment and access as a NIC would; a refused request completes
+    /// here with [`CompletionError::Failed`](crate::CompletionError::Failed)
+    /// (`FI_EKEYREJECTED`, `FI_EINVAL` or `FI_EACCES`) and the target's
+    /// memory is untouched.
     pub fn atomic(
         &mut self,
         peer: &Peer,
@@ -394,16 +422,29 @@ impl EventLoop {
                 "atomic at offset {offset}: the target must be 8-byte aligned"
             )));
         }
-        if !self.domain.profile.supports(operation) {
-            return Err(self.unsupported(&format!(
-                "{operation} atomics: fi_{}atomicvalid did not accept it (ask for \
-                 Capability::Atomic when negotiating, so a provider with atomics is chosen)",
-                if kind == AtomicForm::Plain {
-                    ""
-                } else {
-                    kind.name()
-                }
-            )));
+        match self.domain.profile.atomic_carrier(operation) {
+            Some(AtomicCarrier::Native) => {}
+            Some(AtomicCarrier::Emulated) => {
+                let req = AtomicRequest {
+                    op: operation,
+                    operand,
+                    compare,
+                };
+                return self.atomic_emulated(peer, req, remote, offset, token);
+            }
+            None => {
+                return Err(self.unsupported(&format!(
+                    "{operation} atomics: fi_{}atomicvalid did not accept it, and fabric-msg does not \
+                     emulate it here (ask for Capability::Atomic when negotiating: atomics are then carried \
+                     natively or emulated on tagged RDM endpoints; AtomicPolicy::Native chooses a provider \
+                     with native ones)",
+                    if kind == AtomicForm::Plain {
+                        ""
+                    } else {
+                        kind.name()
+                    }
+                )));
+            }
         }
         let ep = self.ep(peer.endpoint)?;
         let raw = ep.raw;

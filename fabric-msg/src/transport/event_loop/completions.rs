@@ -53,6 +53,9 @@ impl EventLoop {
         let mut deadline: Option<Instant> = None;
         let mut spin_until: Option<Instant> = None;
         loop {
+            if self.am_pending() {
+                self.am_flush();
+            }
             if self.pending.is_empty() {
                 self.read_cq()?;
             }
@@ -224,6 +227,10 @@ impl EventLoop {
         if self.slab.slots[index as usize].abandoned {
             return self.swallow(index);
         }
+        let internal = self.slab.slots[index as usize].internal;
+        if internal != slab::Internal::No {
+            return self.am_complete(index, internal, e.len, source);
+        }
         let (endpoint, mut kind, token, multi, posted, group, atomic) = {
             let s = &self.slab.slots[index as usize];
             (
@@ -338,11 +345,24 @@ impl EventLoop {
             self.swallow(index);
             return Ok(());
         }
+        let code = err.err.unsigned_abs();
+        let internal = self.slab.slots[index as usize].internal;
+        if internal != slab::Internal::No {
+            let failure = if code == ffi::FI_ETRUNC {
+                CompletionError::Truncated {
+                    message_len: None,
+                    buffer_len: self.slab.slots[index as usize].posted_len,
+                }
+            } else {
+                self.cq_failure(&err, code)
+            };
+            self.am_failed(index, internal, failure);
+            return Ok(());
+        }
         let (endpoint, kind, token, posted, group) = {
             let s = &self.slab.slots[index as usize];
             (s.endpoint, s.kind, s.token, s.posted_len, s.group)
         };
-        let code = err.err.unsigned_abs();
         if group != NO_GROUP {
             let failure = self.cq_failure(&err, code);
             self.finish_part(index, group, Err(failure));

@@ -8,7 +8,12 @@ impl EventLoop {
     /// The late completion of an operation already reported as timed out.
     pub(super) fn swallow(&mut self, index: u32) {
         if let Some(b) = self.slab.release(index) {
-            self.notify_bufs.push(b);
+            if b.capacity() == 0 {
+                self.notify_bufs.push(b);
+            } else {
+                // An emulated atomic's request buffer.
+                self.am.bufs.push(b);
+            }
         }
     }
 

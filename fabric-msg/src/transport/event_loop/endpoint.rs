@@ -38,7 +38,15 @@ impl EventLoop {
         };
         let state = EndpointState::new(raw, self.framed());
         self.endpoints.push(Some(state));
-        Ok(EndpointId(self.endpoints.len() as u32 - 1))
+        let id = EndpointId(self.endpoints.len() as u32 - 1);
+        if self.domain.profile.atomics_emulated() {
+            // Peers' emulated atomics land here: keep receives posted.
+            if let Err(e) = self.am_init(id) {
+                let _ = self.close_endpoint(id);
+                return Err(e);
+            }
+        }
+        Ok(id)
     }
 
     /// Open, bind and enable an RDM endpoint. On failure the endpoint is

@@ -38,6 +38,8 @@
 //! # }
 //! ```
 
+mod am;
+mod am_wire;
 mod completions;
 mod deadlines;
 mod endpoint;
@@ -49,6 +51,7 @@ mod slab;
 mod teardown;
 mod types;
 
+pub(crate) use am::AtomicRequest;
 pub(crate) use frame::encode_notify;
 
 /// For the fuzz targets: fabric-msg's message header as a receive reads
@@ -61,6 +64,23 @@ pub(crate) fn fuzz_header(bytes: &[u8]) {
         let _ = len.checked_add(crate::memory::buffer::HEADROOM);
     }
     let _ = frame::is_notify(&h, bytes.len());
+}
+
+/// For the fuzz targets: an emulated atomic's request (as a target on 64
+/// and on 63 tag bits decodes it) and reply.
+pub(crate) fn fuzz_atomic_message(bytes: &[u8]) {
+    for bits in [64, 63] {
+        let _ = am_wire::decode_request(am_wire::TagSpace::new(bits), bytes);
+    }
+    let mut h = [0u8; am_wire::REPLY_LEN];
+    let n = bytes.len().min(am_wire::REPLY_LEN);
+    h[..n].copy_from_slice(&bytes[..n]);
+    let _ = am_wire::decode_reply(&h, bytes.len());
+}
+
+/// For the fuzz targets: a real request and a real reply.
+pub(crate) fn fuzz_atomic_seeds() -> Vec<Vec<u8>> {
+    am_wire::fuzz_seeds()
 }
 
 /// For the fuzz targets: real headers (with and without data, a notice).
@@ -118,6 +138,8 @@ pub struct EventLoop {
     pub(crate) notify_bufs: Vec<Buffer>,
     /// Registered operands and results of atomics, one entry per slot.
     pub(crate) atomic_scratch: Option<crate::memory::mr::MemoryRegion>,
+    /// Emulated atomics: pools, posted request receives, regions by key.
+    pub(crate) am: am_wire::AmState,
     /// Raw keys mapped by `import`, unmapped when the loop closes.
     pub(crate) mapped_keys: Vec<u64>,
     /// Remote CQ data uses up a posted receive (`FI_RX_CQ_DATA` mode).
@@ -252,6 +274,10 @@ impl EventLoop {
             free_groups: Vec::new(),
             notify_bufs: Vec::new(),
             atomic_scratch: None,
+            am: am_wire::AmState {
+                tags: am_wire::TagSpace::new(profile.tag_bits).reserved(profile.atomics_emulated()),
+                ..Default::default()
+            },
             mapped_keys: Vec::new(),
             rx_cq_data: profile.mode.iter().any(|m| m == "FI_RX_CQ_DATA"),
             cq_entries: Some(CqEntries::default()),
@@ -286,9 +312,10 @@ impl EventLoop {
         self.cq.capacity
     }
 
-    /// Operations posted and not yet completed.
+    /// Operations posted and not yet completed (the loop's own receives
+    /// for peers' emulated atomics are not counted).
     pub fn in_flight(&self) -> usize {
-        self.slab.in_flight
+        self.slab.in_flight.saturating_sub(self.am.posted)
     }
 }
 

@@ -52,6 +52,7 @@ impl EventLoop {
     pub fn send(&mut self, peer: &Peer, buf: Buffer, opts: SendOpts, token: Token) -> Result<(), PostError> {
         let payload = buf.len();
         let (Prepared { raw, framed, desc }, mut buf) = self.prepare(peer.endpoint, buf, |ep| {
+            self.am.tags.check_send(opts.tag)?;
             self.check_len(peer, payload, if ep.framed { HEADROOM } else { 0 })
         })?;
         let len = payload + if framed { HEADROOM } else { 0 };
@@ -85,8 +86,10 @@ impl EventLoop {
         token: Token,
     ) -> Result<(), PostError> {
         let mut src = ffi::FI_ADDR_UNSPEC;
+        let mut tag = None;
         let (Prepared { raw, framed, desc }, buf) = self.prepare(id, buf, |_| {
             src = self.source_addr(&opts)?;
+            tag = self.am.tags.recv(opts.tag)?;
             Ok(())
         })?;
         let len = buf.capacity() + if framed { HEADROOM } else { 0 };
@@ -100,7 +103,7 @@ impl EventLoop {
         };
         self.post(what, buf, |bufp, ctx| {
             // SAFETY: as in `send`; the buffer has `len` writable bytes at bufp.
-            unsafe { raw_recv(raw, bufp, len, desc, src, opts.tag, ctx) }
+            unsafe { raw_recv(raw, bufp, len, desc, src, tag, ctx) }
         })
     }
 
@@ -125,6 +128,7 @@ impl EventLoop {
         let raw = ep.raw;
         self.check_borrowable(ep.framed)?;
         self.check_len(peer, len, 0)?;
+        self.am.tags.check_send(opts.tag)?;
         let addr = peer.addr;
         let what = Posting {
             endpoint: peer.endpoint,
@@ -163,6 +167,7 @@ impl EventLoop {
         let raw = ep.raw;
         self.check_borrowable(ep.framed)?;
         let src = self.source_addr(&opts)?;
+        let tag = self.am.tags.recv(opts.tag)?;
         let what = Posting {
             endpoint: id,
             kind: OpKind::Recv,
@@ -173,7 +178,7 @@ impl EventLoop {
         };
         self.post_borrowed(what, data, move |bufp, desc, ctx| {
             // SAFETY: as in `send_borrowed`; `len` writable bytes at bufp.
-            unsafe { raw_recv(raw, bufp, len, desc, src, opts.tag, ctx) }
+            unsafe { raw_recv(raw, bufp, len, desc, src, tag, ctx) }
         })
     }
 
@@ -257,6 +262,7 @@ impl EventLoop {
     /// this returns. At most the profile's `inject_size` (less fabric-msg's
     /// header on framed endpoints).
     pub fn inject(&mut self, peer: &Peer, bytes: &[u8], opts: SendOpts) -> Result<()> {
+        self.am.tags.check_send(opts.tag)?;
         let ep = self.ep(peer.endpoint)?;
         let (raw, framed) = (ep.raw, ep.framed);
         let overhead = if framed { HEADROOM } else { 0 };

@@ -52,9 +52,27 @@ pub(super) struct OpSlot {
     /// (and the memory it keeps) waits for its late completion, which is
     /// swallowed.
     pub(super) abandoned: bool,
+    /// The loop's own operation, or the application's.
+    pub(super) internal: Internal,
+    /// AmReply: the operation's code; AmSend of a request: the operation's
+    /// slot (low 32 bits) and generation (high bits).
+    pub(super) link: u64,
 }
 
 pub(super) const NO_GROUP: u32 = u32::MAX;
+
+/// What a slot is for, when it is the loop's own operation (`am.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Internal {
+    /// The application's operation.
+    No,
+    /// A receive for peers' emulated-atomic requests, posted again after each.
+    AmRequest,
+    /// An emulated atomic of the application, waiting for its reply.
+    AmReply,
+    /// A request or reply being sent.
+    AmSend,
+}
 
 /// A transfer split into parts: completes once, when the last part does.
 pub(super) struct Group {
@@ -109,6 +127,8 @@ impl Slab {
                     atomic: false,
                     expires: None,
                     abandoned: false,
+                    internal: Internal::No,
+                    link: 0,
                 }));
                 let addr = &*self.slots[i as usize] as *const OpSlot as usize;
                 let at = self.by_addr.partition_point(|&(a, _)| a < addr);
@@ -130,6 +150,8 @@ impl Slab {
         slot.atomic = false;
         slot.expires = None;
         slot.abandoned = false;
+        slot.internal = Internal::No;
+        slot.link = 0;
         slot.generation += 1;
         self.in_flight += 1;
         &mut **slot

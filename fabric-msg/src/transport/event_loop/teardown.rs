@@ -59,6 +59,17 @@ impl EventLoop {
             }
         }
         self.pending.retain(|c| c.endpoint != id);
+        // Its request receives for emulated atomics went with it.
+        self.am.posted = self
+            .slab
+            .slots
+            .iter()
+            .filter(|s| s.in_use && s.internal == slab::Internal::AmRequest)
+            .count();
+        self.am.reposts.retain(|&i| self.slab.slots[i as usize].in_use);
+        if let Some(n) = self.am.names.get_mut(id.0 as usize) {
+            *n = None;
+        }
         for (i, g) in self.groups.iter_mut().enumerate() {
             if g.remaining > 0 && g.endpoint == id.0 {
                 g.remaining = 0;

@@ -313,7 +313,10 @@ impl From<PostError> for Error {
 /// Options of a send.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SendOpts {
-    /// Send tagged, with this tag.
+    /// Send tagged, with this tag. On a loop that emulates atomics
+    /// ([`Profile::atomic_carrier`](crate::Profile::atomic_carrier)) the
+    /// top usable tag bit (bit 63) is fabric-msg's own: tags with it are
+    /// refused, and receives never match them.
     pub tag: Option<u64>,
     /// Immediate data delivered with the message.
     pub data: Option<u64>,

@@ -1,0 +1,531 @@
+//! Emulated atomics: where the provider has no atomics (or lacks some, see
+//! [`Profile::atomic_carrier`](crate::Profile::atomic_carrier)), an atomic
+//! is a request message to the target, applied by the target's loop while
+//! it polls, and a reply that completes the origin's operation with the
+//! same [`Completion`] a native atomic gives.
+//!
+//! Origin: the operation's slot posts a receive for its reply (a tag
+//! naming the slot and its generation), then a request goes out from a
+//! pooled buffer. Target: every endpoint keeps [`REQUEST_RECVS`] request
+//! receives posted; each request is checked (key of a live exposed region,
+//! bounds, alignment, access) and applied with one CPU atomic instruction,
+//! the reply goes back in a pooled header-only buffer, and the receive is
+//! posted again in place. Nothing is allocated per operation once the
+//! pools are warm. As with libfabric's manual progress and MPI's
+//! active-target RMA, the target must call `poll` for requests to be
+//! applied; until then the origin's operation waits (and reports
+//! [`CompletionError::TimedOut`] after `LoopConfig::rma_timeout`).
+
+use super::am_wire::{
+    apply, decode_reply, decode_request, encode_reply, encode_request, Outgoing, Request, Status, MAX_NAME,
+    MAX_ORIGINS, MAX_OUTBOX, REPLY_LEN, REQUEST_LEN, REQUEST_RECVS,
+};
+use super::post::{raw_recv, raw_send};
+use super::slab::Internal;
+use super::*;
+use crate::discovery::atomic::AtomicOperation;
+use crate::error::{strerror, Error, ErrorCode, Result};
+use crate::ffi;
+use crate::memory::remote::RemoteMemory;
+use std::os::raw::c_void;
+
+/// An atomic's operation and operands, as the emulation sends them.
+pub(crate) struct AtomicRequest {
+    pub(crate) op: AtomicOperation,
+    pub(crate) operand: u64,
+    pub(crate) compare: u64,
+}
+
+impl EventLoop {
+    /// Keep request receives posted on endpoint `id` (once per endpoint).
+    pub(super) fn am_init(&mut self, id: EndpointId) -> Result<()> {
+        let i = id.0 as usize;
+        if self.am.names.get(i).is_some_and(Option::is_some) {
+            return Ok(());
+        }
+        let raw = self.ep(id)?.raw;
+        let name = self.name(id)?;
+        if name.len() > MAX_NAME {
+            return Err(Error::Unsupported {
+                what: format!(
+                    "emulated atomics with a {}-byte endpoint name (at most {MAX_NAME})",
+                    name.len()
+                ),
+                provider: self.domain.profile.provider.clone(),
+            });
+        }
+        let request_tag = self.am.tags.request();
+        // A quarter of the CQ at most, so a small CQ keeps room for the
+        // application's operations.
+        for _ in 0..REQUEST_RECVS.min(self.cq.capacity / 4).max(1) {
+            self.wait_for_room()?;
+            let mut buf = self.am.bufs.pop().unwrap_or_else(|| Buffer::new(REQUEST_LEN));
+            let desc = self.local_desc(&mut buf)?;
+            let bufp = buf.ptr(false);
+            let slot = self.slab.acquire(id.0, OpKind::Recv, Token::REMOTE);
+            // SAFETY: slot points into a live Box in the slab, not moved or
+            // freed until released.
+            let (index, ctx) = unsafe {
+                (*slot).internal = Internal::AmRequest;
+                (*slot).buffer = Some(buf);
+                (*slot).posted_len = REQUEST_LEN;
+                ((*slot).index, slot.cast::<c_void>())
+            };
+            // SAFETY: raw is enabled; the buffer (REQUEST_LEN bytes at bufp)
+            // is owned by the slot until its completion; ctx is the slot's.
+            let posted = self.retry(|| unsafe {
+                raw_recv(
+                    raw,
+                    bufp,
+                    REQUEST_LEN,
+                    desc,
+                    ffi::FI_ADDR_UNSPEC,
+                    Some((request_tag, 0)),
+                    ctx,
+                )
+            });
+            if let Err(e) = posted {
+                if let Some(b) = self.slab.release(index) {
+                    self.am.bufs.push(b);
+                }
+                return Err(e);
+            }
+            self.am.posted += 1;
+        }
+        if self.am.names.len() <= i {
+            self.am.names.resize(i + 1, None);
+        }
+        self.am.names[i] = Some(name);
+        Ok(())
+    }
+
+    /// Post an emulated atomic (the checks on `remote` are done).
+    pub(crate) fn atomic_emulated(
+        &mut self,
+        peer: &Peer,
+        req: AtomicRequest,
+        remote: &RemoteMemory,
+        offset: u64,
+        token: Token,
+    ) -> Result<()> {
+        self.am_init(peer.endpoint)?;
+        let raw = self.ep(peer.endpoint)?.raw;
+        let (addr, key) = remote.target(offset);
+        // The reply's receive: the operation's own slot.
+        self.wait_for_room()?;
+        let mut reply = self.notify_bufs.pop().unwrap_or_else(|| Buffer::new(0));
+        let desc = self.local_desc(&mut reply)?;
+        let replyp = reply.ptr(true);
+        let slot = self.slab.acquire(peer.endpoint.0, OpKind::Atomic, token);
+        let deadline = self.cfg.rma_timeout.map(|t| std::time::Instant::now() + t);
+        // SAFETY: as in `am_init`.
+        let (op_index, generation, ctx) = unsafe {
+            (*slot).internal = Internal::AmReply;
+            (*slot).link = u64::from(req.op.code());
+            (*slot).buffer = Some(reply);
+            (*slot).posted_len = REPLY_LEN;
+            (*slot).expires = deadline;
+            ((*slot).index, (*slot).generation, slot.cast::<c_void>())
+        };
+        if deadline.is_some() {
+            self.slab.timed += 1;
+        }
+        let tag = self.am.tags.reply(op_index, generation);
+        let src = if self.directed {
+            peer.addr
+        } else {
+            ffi::FI_ADDR_UNSPEC
+        };
+        // SAFETY: raw is enabled; REPLY_LEN bytes at replyp are owned by the
+        // slot until its completion; ctx is the slot's.
+        let posted =
+            self.retry(|| unsafe { raw_recv(raw, replyp, REPLY_LEN, desc, src, Some((tag, 0)), ctx) });
+        if let Err(e) = posted {
+            if let Some(b) = self.slab.release(op_index) {
+                self.notify_bufs.push(b);
+            }
+            return Err(e);
+        }
+        // The request.
+        let sent = self.am_send_request(peer, raw, op_index, generation, tag, &req, addr, key);
+        if sent.is_err() {
+            // The reply can never come: nothing reports this operation.
+            self.am_abandon(op_index);
+        }
+        sent
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn am_send_request(
+        &mut self,
+        peer: &Peer,
+        raw: *mut ffi::fid_ep,
+        op_index: u32,
+        generation: u64,
+        reply_tag: u64,
+        req: &AtomicRequest,
+        addr: u64,
+        key: u64,
+    ) -> Result<()> {
+        let r = Request {
+            op: req.op,
+            reply_tag,
+            addr,
+            key,
+            operand: req.operand,
+            compare: req.compare,
+        };
+        let mut buf = self.am.bufs.pop().unwrap_or_else(|| Buffer::new(REQUEST_LEN));
+        buf.set_len(REQUEST_LEN);
+        let name = self.am.names[peer.endpoint.0 as usize].as_deref().unwrap_or(&[]);
+        let len = encode_request(buf.as_mut_slice(), &r, name).ok_or_else(|| {
+            Error::Usage("emulated atomic: the endpoint name does not fit a request".into())
+        })?;
+        let desc = self.local_desc(&mut buf)?;
+        let bufp = buf.ptr(false);
+        self.wait_for_room()?;
+        let slot = self.slab.acquire(peer.endpoint.0, OpKind::Send, Token::REMOTE);
+        // SAFETY: as in `am_init`.
+        let (index, ctx) = unsafe {
+            (*slot).internal = Internal::AmSend;
+            (*slot).link = (generation << 32) | u64::from(op_index);
+            (*slot).buffer = Some(buf);
+            ((*slot).index, slot.cast::<c_void>())
+        };
+        let (dest, request_tag) = (peer.addr, self.am.tags.request());
+        // SAFETY: raw is enabled; `len` bytes at bufp are owned by the slot
+        // until its completion; ctx is the slot's.
+        let sent =
+            self.retry(|| unsafe { raw_send(raw, bufp, len, desc, dest, Some(request_tag), None, ctx) });
+        if sent.is_err() {
+            if let Some(b) = self.slab.release(index) {
+                self.am.bufs.push(b);
+            }
+        }
+        sent.map(|_| ())
+    }
+
+    /// Report nothing more for the operation in slot `index`: its late
+    /// reply (or the cancellation of its receive) is swallowed.
+    fn am_abandon(&mut self, index: u32) {
+        let s = &mut self.slab.slots[index as usize];
+        s.abandoned = true;
+        if s.expires.take().is_some() {
+            self.slab.timed -= 1;
+        }
+        let ctx = (&mut **s as *mut slab::OpSlot).cast::<c_void>();
+        if let Some(Some(ep)) = self.endpoints.get(s.endpoint as usize) {
+            // SAFETY: the endpoint is open and the slot's receive is posted
+            // on it; fi_cancel only looks the context up. If it cannot be
+            // cancelled, the slot waits for the endpoint's close.
+            unsafe { ffi::fi_cancel(&mut (*ep.raw).fid, ctx) };
+        }
+    }
+
+    /// An internal operation's completion (`kind` says which).
+    pub(super) fn am_complete(&mut self, index: u32, kind: Internal, len: usize, source: Option<u64>) {
+        match kind {
+            Internal::AmRequest => self.am_request_arrived(index, len, source),
+            Internal::AmReply => self.am_reply_arrived(index, len),
+            Internal::AmSend | Internal::No => {
+                if let Some(b) = self.slab.release(index) {
+                    self.am_recycle(b);
+                }
+            }
+        }
+    }
+
+    /// An internal operation's error completion.
+    pub(super) fn am_failed(&mut self, index: u32, kind: Internal, failure: CompletionError) {
+        let s = &self.slab.slots[index as usize];
+        let (endpoint, token, link) = (s.endpoint, s.token, s.link);
+        match kind {
+            // A hostile or oversized message, or a flush: post it again
+            // while the endpoint lives.
+            Internal::AmRequest => {
+                log::debug!("emulated-atomic request receive failed: {failure}");
+                self.am_repost(index);
+            }
+            Internal::AmReply => {
+                if let Some(b) = self.slab.release(index) {
+                    self.notify_bufs.push(b);
+                }
+                self.am_report(endpoint, token, Err(failure));
+            }
+            Internal::AmSend | Internal::No => {
+                if let Some(b) = self.slab.release(index) {
+                    self.am_recycle(b);
+                }
+                // A request that never left: its operation fails now.
+                let (op, generation) = ((link & u64::from(u32::MAX)) as usize, link >> 32);
+                let live = self.slab.slots.get(op).is_some_and(|s| {
+                    s.in_use && !s.abandoned && s.internal == Internal::AmReply && s.generation == generation
+                });
+                if kind == Internal::AmSend && live {
+                    let (endpoint, token) = (self.slab.slots[op].endpoint, self.slab.slots[op].token);
+                    self.am_abandon(op as u32);
+                    self.am_report(endpoint, token, Err(failure));
+                }
+            }
+        }
+    }
+
+    fn am_report(
+        &mut self,
+        endpoint: u32,
+        token: Token,
+        result: std::result::Result<Option<u64>, CompletionError>,
+    ) {
+        if self
+            .endpoints
+            .get(endpoint as usize)
+            .and_then(Option::as_ref)
+            .is_none()
+        {
+            return;
+        }
+        let (result, value) = match result {
+            Ok(v) => (Ok(()), v),
+            Err(e) => (Err(e), None),
+        };
+        let mut c = Completion::outcome(token, endpoint, OpKind::Atomic, result);
+        c.value = value;
+        self.pending.push(c);
+    }
+
+    fn am_reply_arrived(&mut self, index: u32, len: usize) {
+        let s = &mut self.slab.slots[index as usize];
+        let (endpoint, token, code) = (s.endpoint, s.token, s.link as u8);
+        let decoded = s.buffer.as_mut().and_then(|b| decode_reply(b.header_mut(), len));
+        if let Some(b) = self.slab.release(index) {
+            self.notify_bufs.push(b);
+        }
+        let fetches = AtomicOperation::from_code(code).is_some_and(AtomicOperation::fetches);
+        let result = match decoded {
+            // As natively: a fetching operation returns the old value.
+            Some((Status::Ok, v)) => Ok(fetches.then_some(v)),
+            Some((status, _)) => Err(refused(status.failure())),
+            None => Err(refused((
+                ffi::FI_EIO,
+                "emulated atomic: the target's reply was malformed (a different fabric-msg version?)",
+            ))),
+        };
+        self.am_report(endpoint, token, result);
+    }
+
+    fn am_request_arrived(&mut self, index: u32, len: usize, source: Option<u64>) {
+        let endpoint = self.slab.slots[index as usize].endpoint;
+        let space = self.am.tags;
+        let mut name = [0u8; MAX_NAME];
+        let parsed = self.slab.slots[index as usize]
+            .buffer
+            .as_ref()
+            .and_then(|b| b.payload_at(0, len.min(REQUEST_LEN)))
+            .and_then(|b| decode_request(space, b))
+            .map(|(r, n)| {
+                name[..n.len()].copy_from_slice(n);
+                (r, n.len())
+            });
+        let Some((req, name_len)) = parsed else {
+            // Not a request of ours: no reply can be addressed; dropped.
+            log::debug!("a malformed emulated-atomic request ({len} bytes) was dropped");
+            return self.am_repost(index);
+        };
+        let (status, value) = match apply(&self.am.regions, &req) {
+            Ok(v) => (Status::Ok, v),
+            Err(s) => (s, 0),
+        };
+        let to = match source.filter(|&s| s != ffi::FI_ADDR_NOTAVAIL) {
+            Some(s) => Some(s),
+            None => self.am_origin(endpoint, &name[..name_len]),
+        };
+        if let Some(addr) = to {
+            let mut buf = self.notify_bufs.pop().unwrap_or_else(|| Buffer::new(0));
+            *buf.header_mut() = encode_reply(status, value);
+            let o = Outgoing {
+                endpoint,
+                addr,
+                tag: req.reply_tag,
+                buf,
+            };
+            if let Some(o) = self.am_post_reply(o) {
+                if self.am.outbox.len() < MAX_OUTBOX {
+                    self.am.outbox.push(o);
+                } else {
+                    log::warn!("emulated atomics: {MAX_OUTBOX} replies wait for room; one was dropped");
+                    self.notify_bufs.push(o.buf);
+                }
+            }
+        }
+        self.am_repost(index);
+    }
+
+    /// The AV address of an origin that named itself `name`, inserted once.
+    fn am_origin(&mut self, endpoint: u32, name: &[u8]) -> Option<ffi::fi_addr_t> {
+        if let Some((_, a)) = self.am.origins.iter().find(|(n, _)| n == name) {
+            return Some(*a);
+        }
+        if self.am.origins.len() >= MAX_ORIGINS {
+            log::warn!("emulated atomics: more than {MAX_ORIGINS} origins; a request was dropped");
+            return None;
+        }
+        let own = self.am.names.get(endpoint as usize)?.clone()?;
+        self.check_peer_name(&own, name, "an emulated atomic's origin")
+            .ok()?;
+        let av = self.av.as_ref()?;
+        let mut addr: ffi::fi_addr_t = ffi::FI_ADDR_NOTAVAIL;
+        // SAFETY: av is open; `name` was checked to be an address of the
+        // provider's format; one address is inserted into `addr`.
+        let rc = unsafe { ffi::fi_av_insert(av.raw, name.as_ptr().cast(), 1, &mut addr, 0, ptr::null_mut()) };
+        if rc != 1 {
+            return None;
+        }
+        self.am.origins.push((name.to_vec(), addr));
+        Some(addr)
+    }
+
+    /// Post a reply once; it comes back if the queue has no room now.
+    fn am_post_reply(&mut self, mut o: Outgoing) -> Option<Outgoing> {
+        let Some(Some(ep)) = self.endpoints.get(o.endpoint as usize) else {
+            self.notify_bufs.push(o.buf);
+            return None;
+        };
+        let raw = ep.raw;
+        if self.slab.in_flight >= self.cq.capacity {
+            return Some(o);
+        }
+        let Ok(desc) = self.local_desc(&mut o.buf) else {
+            self.notify_bufs.push(o.buf);
+            return None;
+        };
+        let (addr, tag, endpoint) = (o.addr, o.tag, o.endpoint);
+        let bufp = o.buf.ptr(true);
+        let slot = self.slab.acquire(endpoint, OpKind::Send, Token::REMOTE);
+        // SAFETY: as in `am_init`.
+        let (index, ctx) = unsafe {
+            (*slot).internal = Internal::AmSend;
+            (*slot).link = u64::MAX;
+            (*slot).buffer = Some(o.buf);
+            ((*slot).index, slot.cast::<c_void>())
+        };
+        // SAFETY: raw is enabled; REPLY_LEN bytes at bufp are owned by the
+        // slot until its completion; ctx is the slot's.
+        let rc = unsafe { raw_send(raw, bufp, REPLY_LEN, desc, addr, Some(tag), None, ctx) };
+        if rc == 0 {
+            return None;
+        }
+        let buf = self.slab.release(index)?;
+        if rc == -(ffi::FI_EAGAIN as isize) {
+            return Some(Outgoing {
+                endpoint,
+                addr,
+                tag,
+                buf,
+            });
+        }
+        log::warn!(
+            "emulated atomic: a reply could not be sent: {}",
+            strerror(rc.unsigned_abs() as u32)
+        );
+        self.notify_bufs.push(buf);
+        None
+    }
+
+    /// Post a request receive again in its own slot.
+    fn am_repost(&mut self, index: u32) {
+        let endpoint = self.slab.slots[index as usize].endpoint;
+        let raw = match self.endpoints.get(endpoint as usize) {
+            Some(Some(ep)) => ep.raw,
+            _ => return self.am_drop_request(index),
+        };
+        let domain = self.domain.clone();
+        let s = &mut self.slab.slots[index as usize];
+        let ctx = (&mut **s as *mut slab::OpSlot).cast::<c_void>();
+        let Some(buf) = s.buffer.as_mut() else {
+            return self.am_drop_request(index);
+        };
+        let desc = if domain.mr_mode(ffi::FI_MR_LOCAL) {
+            match buf.desc(&domain) {
+                Ok(d) => d,
+                Err(_) => return self.am_drop_request(index),
+            }
+        } else {
+            ptr::null_mut()
+        };
+        let bufp = buf.ptr(false);
+        let tag = self.am.tags.request();
+        // SAFETY: the slot still owns its buffer (REQUEST_LEN bytes at bufp)
+        // and stays in use; raw is enabled; ctx is the slot's.
+        let rc = unsafe {
+            raw_recv(
+                raw,
+                bufp,
+                REQUEST_LEN,
+                desc,
+                ffi::FI_ADDR_UNSPEC,
+                Some((tag, 0)),
+                ctx,
+            )
+        };
+        if rc == -(ffi::FI_EAGAIN as isize) {
+            self.am.reposts.push(index);
+        } else if rc != 0 {
+            log::warn!(
+                "emulated atomics: a request receive could not be posted again: {}",
+                strerror(rc.unsigned_abs() as u32)
+            );
+            self.am_drop_request(index);
+        }
+    }
+
+    fn am_drop_request(&mut self, index: u32) {
+        if let Some(b) = self.slab.release(index) {
+            self.am.bufs.push(b);
+        }
+        self.am.posted = self.am.posted.saturating_sub(1);
+    }
+
+    fn am_recycle(&mut self, b: Buffer) {
+        if b.capacity() == 0 {
+            self.notify_bufs.push(b);
+        } else {
+            self.am.bufs.push(b);
+        }
+    }
+
+    /// Post replies and receives that met a full queue. Called by `poll`.
+    pub(super) fn am_flush(&mut self) {
+        let reposts = std::mem::take(&mut self.am.reposts);
+        for &i in &reposts {
+            self.am_repost(i);
+        }
+        let mut outbox = std::mem::take(&mut self.am.outbox);
+        for o in outbox.drain(..) {
+            if let Some(o) = self.am_post_reply(o) {
+                self.am.outbox.push(o);
+            }
+        }
+        if self.am.outbox.is_empty() {
+            self.am.outbox = outbox;
+        }
+        if self.am.reposts.is_empty() {
+            let mut r = reposts;
+            r.clear();
+            self.am.reposts = r;
+        }
+    }
+
+    /// Whether `am_flush` has work.
+    pub(super) fn am_pending(&self) -> bool {
+        !self.am.outbox.is_empty() || !self.am.reposts.is_empty()
+    }
+}
+
+fn refused((code, text): (u32, &'static str)) -> CompletionError {
+    CompletionError::Failed {
+        code: ErrorCode(code),
+        text: strerror(code),
+        prov_errno: 0,
+        prov_text: text.into(),
+    }
+}
