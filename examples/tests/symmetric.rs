@@ -46,36 +46,37 @@ fn mpirun_checks(shm: bool, args: &[&str], provider: &str, atomics: bool) {
     }
 }
 
+/// Native atomics (shm validates them all).
 #[test]
 fn mpirun_symmetric_put_get_and_atomics_on_shm() {
-    mpirun_checks(true, &["--need-atomics"], "shm", true);
+    mpirun_checks(true, &[], "shm", true);
 }
 
-/// tcp;ofi_rxm validates no atomics: puts and gets, atomics skipped loudly.
+/// tcp;ofi_rxm validates no atomics: the World's default asks for them, so
+/// fabric-msg emulates them (the ladder keeps tcp;ofi_rxm).
 #[test]
-fn mpirun_symmetric_put_get_on_tcp_rxm() {
-    mpirun_checks(false, &[], "tcp;ofi_rxm", false);
+fn mpirun_symmetric_put_get_and_emulated_atomics_on_tcp_rxm() {
+    mpirun_checks(false, &["--atomics", "20"], "tcp;ofi_rxm", true);
 }
 
-/// Over TCP with atomics required the ladder no longer moves to `sockets`:
-/// it keeps tcp;ofi_rxm, and fabric-msg emulates the atomics (issue 14).
+/// Without Capability::Atomic: puts and gets, atomics skipped loudly.
 #[test]
-fn mpirun_symmetric_atomics_over_tcp_emulated() {
+fn mpirun_symmetric_without_atomics() {
     let started = Instant::now();
     let e = wait_all(
-        vec![mpirun(CHECK, 3, false, &["--need-atomics", "--atomics", "20"])],
+        vec![mpirun(CHECK, 3, false, &["--no-atomics"])],
         started,
         DEADLINE,
     )
     .remove(0);
     assert!(e.status.success(), "{e:?}");
-    assert_all_checked(&e.stdout, &e.stderr, 3, "tcp;ofi_rxm", "pmix", true);
+    assert_all_checked(&e.stdout, &e.stderr, 3, "tcp;ofi_rxm", "pmix", false);
 }
 
 #[test]
 fn rendezvous_symmetric_memory() {
     let started = Instant::now();
-    let exits = wait_all(rendezvous(CHECK, 3, true, &["--need-atomics"]), started, DEADLINE);
+    let exits = wait_all(rendezvous(CHECK, 3, true, &[]), started, DEADLINE);
     let out: String = exits.iter().map(|e| e.stdout.as_str()).collect();
     let err: String = exits.iter().map(|e| e.stderr.as_str()).collect();
     for (r, e) in exits.iter().enumerate() {

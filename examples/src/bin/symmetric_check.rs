@@ -10,10 +10,11 @@
 //! mpirun -np 4 target/release/symmetric_check
 //! ```
 //!
-//! usage: symmetric_check [--slot BYTES] [--atomics N] [--need-atomics]
-//!        (--need-atomics: the world asks for Capability::Atomic: native
-//!        where the fabric has them all, shm or sockets, emulated by
-//!        fabric-msg elsewhere; the ladder's choice does not change)
+//! usage: symmetric_check [--slot BYTES] [--atomics N] [--no-atomics]
+//!        (the World asks for atomics by default: native where the fabric
+//!        has them all, shm or sockets, emulated by fabric-msg elsewhere;
+//!        --no-atomics takes Capability::Atomic out, and the atomics part
+//!        is then skipped, loudly)
 //!        symmetric_check --mismatch      the last rank asks for 8 bytes more
 
 use fabric_msg::{Access, Atomic, AtomicOperation, Capability, Symmetric, Token, World, WorldConfig};
@@ -29,7 +30,7 @@ const WINDOW: usize = 32;
 struct Opts {
     slot: usize,
     atomics: u64,
-    need_atomics: bool,
+    no_atomics: bool,
     mismatch: bool,
 }
 
@@ -37,7 +38,7 @@ fn parse() -> Result<Opts, String> {
     let mut o = Opts {
         slot: 4096,
         atomics: 50,
-        need_atomics: false,
+        no_atomics: false,
         mismatch: false,
     };
     let mut args = std::env::args().skip(1);
@@ -51,7 +52,7 @@ fn parse() -> Result<Opts, String> {
             "--slot" => o.slot = value("--slot")? as usize,
             "--atomics" => o.atomics = value("--atomics")?,
             "--mismatch" => o.mismatch = true,
-            "--need-atomics" => o.need_atomics = true,
+            "--no-atomics" => o.no_atomics = true,
             other => return Err(format!("unknown argument {other:?} (see the file's docs)")),
         }
     }
@@ -195,7 +196,7 @@ fn atomics(
     if !missing.is_empty() {
         say_err(&format!(
             "symmetric_check: rank {me}: ATOMICS SKIPPED: {} carries no {missing:?} (FI_EOPNOTSUPP: natively \
-             none, and not emulated without --need-atomics)",
+             none, and not emulated: the world was started with --no-atomics)",
             profile.provider
         ));
         return Ok(0);
@@ -282,8 +283,8 @@ fn main() -> ExitCode {
         }
     };
     let cfg = WorldConfig::from_env().map(|mut c| {
-        if o.need_atomics {
-            c.requirements.caps.push(Capability::Atomic);
+        if o.no_atomics {
+            c.requirements.caps.retain(|&cap| cap != Capability::Atomic);
         }
         c
     });

@@ -11,7 +11,7 @@ use std::time::Duration;
 ///
 /// | field | default | environment |
 /// |---|---|---|
-/// | `requirements` | tagged + untagged messages and RMA (for [`World::alloc_symmetric`](super::World::alloc_symmetric)); the World always asks for RDM endpoints and sets `same_host` and `max_peers` itself | |
+/// | `requirements` | tagged + untagged messages, RMA and atomics (for [`World::alloc_symmetric`](super::World::alloc_symmetric); atomics are native where the provider has them, emulated otherwise, and never change the fabric chosen); the World always asks for RDM endpoints and sets `same_host` and `max_peers` itself | |
 /// | `ladder` | `None`: `providers.toml` as [`LadderConfig::load`] finds it | `FABRIC_MSG_PROVIDERS` |
 /// | `loop_config` | `LoopConfig::default()` | |
 /// | `domain` | `None`: on IP fabrics, the interface that reaches rank 0 | `FABRIC_MSG_DOMAIN` |
@@ -41,7 +41,12 @@ impl Default for WorldConfig {
     fn default() -> Self {
         WorldConfig {
             requirements: Requirements {
-                caps: vec![Capability::Tagged, Capability::Msg, Capability::Rma],
+                caps: vec![
+                    Capability::Tagged,
+                    Capability::Msg,
+                    Capability::Rma,
+                    Capability::Atomic,
+                ],
                 ..Requirements::default()
             },
             ladder: None,
