@@ -4,6 +4,7 @@
 //! tool's measuring loop.
 #![deny(missing_docs)]
 
+pub mod control;
 pub mod opts;
 pub mod output;
 pub mod pattern;
