@@ -383,7 +383,7 @@ section peers && for round in $(seq "$ROUNDS"); do
       if row=$(ucx "ucx-$tag" "$tls" tag_bw "$size" "$n" "$w"); then
         read -r _ _ _ _ _ _ _ rate <<<"$row"
         m=$(awk -v r="$rate" -v s="$size" 'BEGIN { print r / 1e6, r * s / 1e6 }')
-        for prov in "${provs[@]}"; do record stream "$prov|$size" "$round" ucx ${m% *} ${m#* }; done
+        for prov in "${provs[@]}"; do record stream "$prov|$size" "$round" ucx "${m% *}" "${m#* }"; done
       fi
       if js=$(mpi "mpi-$tag" "$cls" rate -S "$size" -I "$n" -W "$w" -w "$WINDOW"); then
         for prov in "${provs[@]}"; do
@@ -447,6 +447,9 @@ if section wait; then
 fi
 
 if section peers; then
+  # A cell with no run (every round failed) prints nan.
+  med() { local v; v=$(values "$@" | median); echo "${v:-nan}"; }
+  ratio_or_nan() { local v; v=$(ratio "$@"); echo "${v:-nan}"; }
   echo
   echo "peers: load average at the start of each round (1, 5, 15 min): $(cut -d: -f2 "$OUT/loadavg.txt" | paste -sd';')"
   echo
@@ -459,7 +462,7 @@ if section peers; then
     key="$prov|$size"
     printf '| %-12s | %8s | %8.2f | %8.2f | %8.2f | %8.2f | %8.3f | %8.3f | %8.3f |\n' "$prov" "$size" \
       "$(med lat "$key" ours 5)" "$(med lat "$key" fi 5)" "$(med lat "$key" ucx 5)" "$(med lat "$key" mpi 5)" \
-      "$(ratio lat "$key" ours fi 5)" "$(ratio lat "$key" ours ucx 5)" "$(ratio lat "$key" ours mpi 5)"
+      "$(ratio_or_nan lat "$key" ours fi 5)" "$(ratio_or_nan lat "$key" ours ucx 5)" "$(ratio_or_nan lat "$key" ours mpi 5)"
   done < <(keys lat)
   echo
   echo "streaming a window of $WINDOW against the peers, median of $ROUNDS rounds: message rate at 8 B (million messages/s)"
@@ -471,6 +474,6 @@ if section peers; then
     if [ "$size" = 8 ]; then c=5 what=Mmsg/s fmt=%8.3f; else c=6 what=MB/s fmt=%8.0f; fi
     printf "| %-12s | %8s | %9s | $fmt | $fmt | $fmt | %8.3f | %8.3f |\n" "$prov" "$size" "$what" \
       "$(med stream "$key" ours $c)" "$(med stream "$key" ucx $c)" "$(med stream "$key" mpi $c)" \
-      "$(ratio stream "$key" ours ucx $c)" "$(ratio stream "$key" ours mpi $c)"
+      "$(ratio_or_nan stream "$key" ours ucx $c)" "$(ratio_or_nan stream "$key" ours mpi $c)"
   done < <(keys stream)
 fi
