@@ -37,7 +37,7 @@ static int usage(int rank, const char *what)
     return 2;
 }
 
-/* A positive decimal number, or -1. */
+/* A non-negative decimal number, or -1. */
 static long number(const char *s)
 {
     char *end;
