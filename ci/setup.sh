@@ -11,7 +11,8 @@ packages=(
   pkg-config
   gcc             # compiles bindgen's shims for libfabric's static inline functions
   openmpi-bin     # mpirun: the World's tests launch ranks through its PMIx server
-  libopenmpi-dev  # mpicc: ci/bench/world_vs_mpi.sh builds the Open MPI side of the comparison
+  libopenmpi-dev  # mpicc: ci/bench/world_vs_mpi.sh and ab.sh build the Open MPI side of the comparisons
+  ucx-utils       # ucx_perftest: ci/bench/ab.sh's peers section compares us with UCX
   libpmix-dev     # pmix.h and pmix.pc: the PMIx layout test checks our ABI against them
   slurmctld       # a one-node Slurm (ci/slurm.sh) runs the World under srun --mpi=pmix;
   slurmd          #   slurmd pulls slurm-wlm-basic-plugins, which ships mpi_pmix_v4.so

@@ -5,7 +5,8 @@
 #   ROUNDS=3 PROVIDERS="shm" SIZES="8 4096" ci/bench/ab.sh
 #   MODES="msg tagged" ci/bench/ab.sh     # untagged (default) and tagged
 #   PROVIDERS="tcp/rdm tcp;ofi_rxm" ci/bench/ab.sh  # tcp's own RDM endpoints (libfabric >= 1.18)
-#   SECTIONS=pp ci/bench/ab.sh     # only part 1 (default: "pp bw wait")
+#   SECTIONS=pp ci/bench/ab.sh     # only part 1 (default: "pp bw wait peers")
+#   SECTIONS=peers ROUNDS=3 ci/bench/ab.sh  # only part 4, UCX and Open MPI
 #
 # Provider tokens: `tcp` is tcp's connected (MSG) endpoints, `tcp/rdm` its
 # own RDM endpoints (libfabric 1.18 and newer; our tool is held to exactly
@@ -22,6 +23,16 @@
 # 2. bandwidth vs iperf3 at 1 MiB over 127.0.0.1, about 2 s each (10 GiB).
 # 3. pingpong -c fd (blocking, after the default 50 us spin) and
 #    -c fd --spin-us 0 (sleeping at once) vs -c spin on tcp;ofi_rxm at 8 bytes.
+# 4. peers: ours, fi_pingpong, UCX (ucx_perftest, Debian's ucx-utils) and
+#    Open MPI (ci/bench/pingpong_mpi.c, built with mpicc into target/bench/),
+#    one after the other for every size of every round, per transport class:
+#    TCP (ours and fi_pingpong on tcp msg endpoints and on tcp;ofi_rxm, UCX
+#    with UCX_TLS=tcp,self on lo, Open MPI's tcp BTL on lo) and shared
+#    memory (shm; UCX_TLS=posix,self,cma; Open MPI's vader BTL). Latency is
+#    one-way usec at PEER_SIZES, tagged (untagged on tcp msg endpoints, which
+#    have no tags); message rate at 8 B and bandwidth at 1 MiB stream a
+#    window of 64 (ours: `bandwidth -w 64`). The load average at the start of
+#    each round goes to $OUT/loadavg.txt.
 #
 # Every process runs under `timeout`; servers that outlive their client are
 # killed; ports are free ports the kernel picked. Raw outputs go to
@@ -33,12 +44,14 @@ ROUNDS=${ROUNDS:-5}
 SIZES=${SIZES:-"8 64 4096 65536 1048576"}
 PROVIDERS=${PROVIDERS:-"tcp tcp;ofi_rxm shm"}
 MODES=${MODES:-msg}
-SECTIONS=${SECTIONS:-"pp bw wait"}
+SECTIONS=${SECTIONS:-"pp bw wait peers"}
+PEER_SIZES=${PEER_SIZES:-"8 64 4096 65536 1048576"}
 LIMIT=${LIMIT:-60}     # seconds any one process may run
 OUT=${OUT:-target/bench/$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$OUT"
 
 log() { printf '%s\n' "$*" >&2; }
+section() { [[ " $SECTIONS " == *" $1 "* ]]; }
 
 # --- set-up ---------------------------------------------------------------
 need=()
@@ -46,6 +59,11 @@ command -v fi_pingpong >/dev/null || need+=(libfabric-bin)
 command -v iperf3 >/dev/null || need+=(iperf3)
 command -v jq >/dev/null || need+=(jq)
 command -v ss >/dev/null || need+=(iproute2)
+if section peers; then
+  command -v ucx_perftest >/dev/null || need+=(ucx-utils)
+  command -v mpicc >/dev/null || need+=(libopenmpi-dev)
+  command -v mpirun >/dev/null || need+=(openmpi-bin)
+fi
 if ((${#need[@]})); then
   log "ab.sh: installing ${need[*]}"
   SUDO=""
@@ -58,6 +76,10 @@ cargo build --release --locked -q -p fabric-msg-examples --bin pingpong --bin ba
 PP=${CARGO_TARGET_DIR:-target}/release/pingpong
 BW=${CARGO_TARGET_DIR:-target}/release/bandwidth
 # Our tool's ladder for `tcp/rdm`: tcp's own RDM endpoints and nothing else.
+if section peers; then
+  mkdir -p target/bench
+  mpicc -O2 -Wall -o target/bench/pingpong_mpi ci/bench/pingpong_mpi.c
+fi
 printf 'version = 1\n[[rung]]\nkind = "tcp"\nprovider = "tcp"\nendpoint = "rdm"\n' >"$OUT/tcp-rdm.toml"
 
 # --- processes ------------------------------------------------------------
@@ -140,8 +162,6 @@ results=$OUT/results.tsv
 record() { local IFS=$'\t'; printf '%s\n' "$*" >>"$results"; }
 
 log "ab.sh: $(nproc) CPUs; $(fi_info --version | grep '^libfabric:'); load before: $(cut -d' ' -f1-3 /proc/loadavg); raw output in $OUT"
-
-section() { [[ " $SECTIONS " == *" $1 "* ]]; }
 
 # --- 1. pingpong vs fi_pingpong ----------------------------------------------
 section pp && for round in $(seq "$ROUNDS"); do
@@ -239,6 +259,142 @@ section wait && for round in $(seq "$ROUNDS"); do
   done
 done
 
+# --- 4. peers: UCX and Open MPI ----------------------------------------------
+MPI_PP=target/bench/pingpong_mpi
+MPIRUN=(mpirun --allow-run-as-root --oversubscribe -np 2 --mca pml ob1)
+WINDOW=64
+
+# The provider our tool's header names (its first word after `# `).
+provider_of() { sed -n 's/^# \([^ ]*\) .*/\1/p' "$1" | head -n1; }
+
+# ucx NAME TLS TEST SIZE ITERS WARMUP: ucx_perftest's server and client over
+# 127.0.0.1; prints the client's final row: iterations, latency 50%ile,
+# average and overall (one-way usec for tag_lat), MB/s average and overall,
+# msg/s average and overall.
+ucx() {
+  local name=$1 tls=$2 test=$3 size=$4 n=$5 w=$6 p
+  local env=(env "UCX_TLS=$tls" UCX_NET_DEVICES=lo)
+  local args=(-t "$test" -s "$size" -n "$n" -w "$w" -f)
+  [ "$test" = tag_bw ] && args+=(-O "$WINDOW")
+  p=$(free_port)
+  pair "$name" "$p" "${env[@]}" ucx_perftest "${args[@]}" -p "$p" -- \
+    "${env[@]}" ucx_perftest 127.0.0.1 "${args[@]}" -p "$p" || return 1
+  awk 'NF == 8 && $1 ~ /^[0-9]+$/ { row = $0; n++ } END { if (n != 1) exit 1; print row }' "$OUT/$name.out"
+}
+
+# mpi NAME CLASS ARGS...: pingpong_mpi ARGS under mpirun on the class's BTL;
+# prints its JSON line.
+mpi() {
+  local name=$1 cls=$2 btl
+  shift 2
+  case $cls in
+    tcp) btl=(--mca btl self,tcp --mca btl_tcp_if_include lo) ;;
+    *) btl=(--mca btl self,vader) ;;
+  esac
+  echo "${MPIRUN[*]} ${btl[*]} $MPI_PP $*" >"$OUT/$name.cmd"
+  if ! timeout -k 5 "$LIMIT" "${MPIRUN[@]}" "${btl[@]}" "$MPI_PP" "$@" >"$OUT/$name.out" 2>"$OUT/$name.err"; then
+    log "ab.sh: $name failed: $(tail -n 3 "$OUT/$name.err")"
+    return 1
+  fi
+  tail -n 1 "$OUT/$name.out"
+}
+
+# Streaming iterations (message rate at 8 B, bandwidth at 1 MiB): about half
+# a second each for our tool.
+stream_iters() { # CLASS SIZE
+  case $1-$2 in
+    shm-8) echo 1000000 ;;
+    tcp-8) echo 100000 ;;
+    shm-*) echo 4000 ;;
+    *) echo 2000 ;;
+  esac
+}
+
+section peers && for round in $(seq "$ROUNDS"); do
+  echo "peers round $round: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/loadavg.txt"
+  log "ab.sh: peers round $round: load $(cut -d' ' -f1-3 /proc/loadavg)"
+  for cls in tcp shm; do
+    if [ "$cls" = tcp ]; then provs=("tcp" "tcp;ofi_rxm") tls=tcp,self; else provs=(shm) tls=posix,self,cma; fi
+    # Latency: ours and fi_pingpong on every provider of the class, then
+    # UCX and Open MPI once; each peer is the reference of every provider.
+    for size in $PEER_SIZES; do
+      n=$(iters "$cls" "$size")
+      w=$((n / 10))
+      for prov in "${provs[@]}"; do
+        case $prov in
+          tcp) ours=(-p tcp -e msg -d lo) theirs=(-p tcp -e msg -d lo -m msg) ;;
+          shm) ours=(-p shm --same-host) theirs=(-p shm -e rdm -m tagged) ;;
+          *) ours=(-p "$prov" -e rdm -d lo) theirs=(-p "$prov" -e rdm -d lo -m tagged) ;;
+        esac
+        key="$prov|$size"
+        tag="peers-${prov//;/+}-$size-r$round"
+        p=$(free_port)
+        if pair "ours-$tag" "$p" "$PP" "${ours[@]}" -S "$size" -I "$n" -W "$w" -B "$p" -- \
+          "$PP" "${ours[@]}" -S "$size" -I "$n" -W "$w" -P "$p" 127.0.0.1; then
+          used=$(provider_of "$OUT/ours-$tag.out")
+          if [ "$used" != "$prov" ]; then
+            log "ab.sh: $tag: our tool used $used, not $prov; row not recorded"
+          elif read -r mb us < <(row_of "$OUT/ours-$tag.out"); then
+            record lat "$key" "$round" ours "$us" "$mb"
+          fi
+        fi
+        p=$(free_port)
+        if pair "c-$tag" "$p" fi_pingpong "${theirs[@]}" -S "$size" -I "$n" -B "$p" -- \
+          fi_pingpong "${theirs[@]}" -S "$size" -I "$n" -P "$p" 127.0.0.1 &&
+          read -r mb us < <(row_of "$OUT/c-$tag.out"); then
+          record lat "$key" "$round" fi "$us" "$mb"
+        fi
+      done
+      tag="peers-$cls-$size-r$round"
+      if row=$(ucx "ucx-$tag" "$tls" tag_lat "$size" "$n" "$w"); then
+        read -r _ _ _ us _ _ _ _ <<<"$row"
+        for prov in "${provs[@]}"; do record lat "$prov|$size" "$round" ucx "$us" ""; done
+      fi
+      if js=$(mpi "mpi-$tag" "$cls" latency -S "$size" -I "$n" -W "$w"); then
+        us=$(jq .usec_per_xfer <<<"$js")
+        for prov in "${provs[@]}"; do record lat "$prov|$size" "$round" mpi "$us" ""; done
+      fi
+    done
+    # Streaming: message rate at 8 B (column 5: million messages per
+    # second) and bandwidth at 1 MiB (column 6: MB/s one way).
+    for size in 8 1048576; do
+      n=$(stream_iters "$cls" "$size")
+      w=$((n / 10))
+      for prov in "${provs[@]}"; do
+        case $prov in
+          tcp) ours=(-p tcp -e msg -d lo) ;;
+          shm) ours=(-p shm --same-host) ;;
+          *) ours=(-p "$prov" -e rdm -d lo) ;;
+        esac
+        tag="stream-${prov//;/+}-$size-r$round"
+        p=$(free_port)
+        if pair "ours-$tag" "$p" "$BW" "${ours[@]}" -B "$p" -- \
+          "$BW" "${ours[@]}" -S "$size" -I "$n" -W "$w" -w "$WINDOW" --json -P "$p" 127.0.0.1; then
+          js=$(tail -n 1 "$OUT/ours-$tag.out")
+          used=$(head -n 1 "$OUT/ours-$tag.out" | jq -r .provider)
+          if [ "$used" != "$prov" ]; then
+            log "ab.sh: $tag: our tool used $used, not $prov; row not recorded"
+          else
+            record stream "$prov|$size" "$round" ours "$(jq '1 / .usec_per_xfer' <<<"$js")" "$(jq .mb_per_sec <<<"$js")"
+          fi
+        fi
+      done
+      tag="stream-$cls-$size-r$round"
+      if row=$(ucx "ucx-$tag" "$tls" tag_bw "$size" "$n" "$w"); then
+        read -r _ _ _ _ _ _ _ rate <<<"$row"
+        m=$(awk -v r="$rate" -v s="$size" 'BEGIN { print r / 1e6, r * s / 1e6 }')
+        for prov in "${provs[@]}"; do record stream "$prov|$size" "$round" ucx "${m% *}" "${m#* }"; done
+      fi
+      if js=$(mpi "mpi-$tag" "$cls" rate -S "$size" -I "$n" -W "$w" -w "$WINDOW"); then
+        for prov in "${provs[@]}"; do
+          record stream "$prov|$size" "$round" mpi "$(jq '.msgs_per_sec / 1e6' <<<"$js")" "$(jq .mb_per_sec <<<"$js")"
+        done
+      fi
+    done
+  done
+  log "ab.sh: peers round $round of $ROUNDS done"
+done
+
 log "ab.sh: load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # --- summary --------------------------------------------------------------
@@ -255,33 +411,69 @@ ratio() { # KIND KEY A B COLUMN
 keys() { awk -F'\t' -v k="$1" '$1 == k && !seen[$2]++ { print $2 }' "$results"; }
 med() { values "$@" | median; }
 
-echo
-echo "pingpong vs fi_pingpong, median of $ROUNDS rounds (usec/xfer one-way; MB/sec both directions)"
-printf '| %-12s | %-8s | %8s | %10s | %10s | %9s | %10s | %10s | %8s |\n' \
-  provider messages bytes "usec ours" "usec C" "lat ratio" "MB/s ours" "MB/s C" "bw ratio"
-printf '|%s|\n' "--------------|----------|----------|------------|------------|-----------|------------|------------|----------"
-while IFS='|' read -r prov mode size; do
-  key="$prov|$mode|$size"
-  printf '| %-12s | %-8s | %8s | %10.2f | %10.2f | %9.3f | %10.2f | %10.2f | %8.3f |\n' \
-    "$prov" "$mode" "$size" "$(med pp "$key" ours 5)" "$(med pp "$key" c 5)" "$(ratio pp "$key" ours c 5)" \
-    "$(med pp "$key" ours 6)" "$(med pp "$key" c 6)" "$(ratio pp "$key" ours c 6)"
-done < <(keys pp)
+if section pp; then
+  echo
+  echo "pingpong vs fi_pingpong, median of $ROUNDS rounds (usec/xfer one-way; MB/sec both directions)"
+  printf '| %-12s | %-8s | %8s | %10s | %10s | %9s | %10s | %10s | %8s |\n' \
+    provider messages bytes "usec ours" "usec C" "lat ratio" "MB/s ours" "MB/s C" "bw ratio"
+  printf '|%s|\n' "--------------|----------|----------|------------|------------|-----------|------------|------------|----------"
+  while IFS='|' read -r prov mode size; do
+    key="$prov|$mode|$size"
+    printf '| %-12s | %-8s | %8s | %10.2f | %10.2f | %9.3f | %10.2f | %10.2f | %8.3f |\n' \
+      "$prov" "$mode" "$size" "$(med pp "$key" ours 5)" "$(med pp "$key" c 5)" "$(ratio pp "$key" ours c 5)" \
+      "$(med pp "$key" ours 6)" "$(med pp "$key" c 6)" "$(ratio pp "$key" ours c 6)"
+  done < <(keys pp)
+fi
 
-section bw || exit 0
-echo
-echo "bandwidth at 1 MiB vs iperf3 (MB/sec = 10^6 B/s one way), median of $ROUNDS rounds"
-printf '| %-12s | %10s | %10s | %15s |\n' provider "MB/s ours" "MB/s iperf3" "ratio ours/iperf3"
-printf '|%s|\n' "--------------|------------|-------------|-------------------"
-for prov in "tcp;ofi_rxm" tcp; do
-  key="$prov|1048576"
-  printf '| %-12s | %10.0f | %11.0f | %17.3f |\n' "$prov" "$(med bw "$key" ours 6)" "$(med bw "$key" c 6)" \
-    "$(ratio bw "$key" ours c 6)"
-done
+if section bw; then
+  echo
+  echo "bandwidth at 1 MiB vs iperf3 (MB/sec = 10^6 B/s one way), median of $ROUNDS rounds"
+  printf '| %-12s | %10s | %10s | %15s |\n' provider "MB/s ours" "MB/s iperf3" "ratio ours/iperf3"
+  printf '|%s|\n' "--------------|------------|-------------|-------------------"
+  for prov in "tcp;ofi_rxm" tcp; do
+    key="$prov|1048576"
+    printf '| %-12s | %10.0f | %11.0f | %17.3f |\n' "$prov" "$(med bw "$key" ours 6)" "$(med bw "$key" c 6)" \
+      "$(ratio bw "$key" ours c 6)"
+  done
+fi
 
-section wait || exit 0
-echo
-echo "pingpong tcp;ofi_rxm 8 bytes: blocking (-c fd: 50 us spin, then the fd; --spin-us 0: the fd at once)"
-echo "vs spinning, median of $ROUNDS rounds"
-printf '| usec spin %.2f | usec fd %.2f | fd/spin %.3f | usec fd, no spin %.2f | ratio %.3f |\n' \
-  "$(med wait "tcp;ofi_rxm|8" spin 5)" "$(med wait "tcp;ofi_rxm|8" fd 5)" "$(ratio wait "tcp;ofi_rxm|8" fd spin 5)" \
-  "$(med wait "tcp;ofi_rxm|8" fd0 5)" "$(ratio wait "tcp;ofi_rxm|8" fd0 spin 5)"
+if section wait; then
+  echo
+  echo "pingpong tcp;ofi_rxm 8 bytes: blocking (-c fd: 50 us spin, then the fd; --spin-us 0: the fd at once)"
+  echo "vs spinning, median of $ROUNDS rounds"
+  printf '| usec spin %.2f | usec fd %.2f | fd/spin %.3f | usec fd, no spin %.2f | ratio %.3f |\n' \
+    "$(med wait "tcp;ofi_rxm|8" spin 5)" "$(med wait "tcp;ofi_rxm|8" fd 5)" "$(ratio wait "tcp;ofi_rxm|8" fd spin 5)" \
+    "$(med wait "tcp;ofi_rxm|8" fd0 5)" "$(ratio wait "tcp;ofi_rxm|8" fd0 spin 5)"
+fi
+
+if section peers; then
+  # A cell with no run (every round failed) prints nan.
+  med() { local v; v=$(values "$@" | median); echo "${v:-nan}"; }
+  ratio_or_nan() { local v; v=$(ratio "$@"); echo "${v:-nan}"; }
+  echo
+  echo "peers: load average at the start of each round (1, 5, 15 min): $(cut -d: -f2 "$OUT/loadavg.txt" | paste -sd';')"
+  echo
+  echo "latency against the peers, one-way usec, median of $ROUNDS rounds; ratios ours/peer (below 1: ours is faster),"
+  echo "median of per-round ratios. ours and fi_pingpong tagged (untagged on tcp msg endpoints); UCX tag_lat; Open MPI pingpong_mpi"
+  printf '| %-12s | %8s | %8s | %8s | %8s | %8s | %8s | %8s | %8s |\n' \
+    provider bytes ours fi_pp UCX "Open MPI" "/fi_pp" "/UCX" "/MPI"
+  printf '|%s|\n' "--------------|----------|----------|----------|----------|----------|----------|----------|----------"
+  while IFS='|' read -r prov size; do
+    key="$prov|$size"
+    printf '| %-12s | %8s | %8.2f | %8.2f | %8.2f | %8.2f | %8.3f | %8.3f | %8.3f |\n' "$prov" "$size" \
+      "$(med lat "$key" ours 5)" "$(med lat "$key" fi 5)" "$(med lat "$key" ucx 5)" "$(med lat "$key" mpi 5)" \
+      "$(ratio_or_nan lat "$key" ours fi 5)" "$(ratio_or_nan lat "$key" ours ucx 5)" "$(ratio_or_nan lat "$key" ours mpi 5)"
+  done < <(keys lat)
+  echo
+  echo "streaming a window of $WINDOW against the peers, median of $ROUNDS rounds: message rate at 8 B (million messages/s)"
+  echo "and bandwidth at 1 MiB (MB/s = 10^6 B/s one way); ratios ours/peer (above 1: ours is faster). UCX tag_bw -O $WINDOW"
+  printf '| %-12s | %8s | %9s | %8s | %8s | %8s | %8s | %8s |\n' provider bytes measure ours UCX "Open MPI" "/UCX" "/MPI"
+  printf '|%s|\n' "--------------|----------|-----------|----------|----------|----------|----------|----------"
+  while IFS='|' read -r prov size; do
+    key="$prov|$size"
+    if [ "$size" = 8 ]; then c=5 what=Mmsg/s fmt=%8.3f; else c=6 what=MB/s fmt=%8.0f; fi
+    printf "| %-12s | %8s | %9s | $fmt | $fmt | $fmt | %8.3f | %8.3f |\n" "$prov" "$size" "$what" \
+      "$(med stream "$key" ours $c)" "$(med stream "$key" ucx $c)" "$(med stream "$key" mpi $c)" \
+      "$(ratio_or_nan stream "$key" ours ucx $c)" "$(ratio_or_nan stream "$key" ours mpi $c)"
+  done < <(keys stream)
+fi
