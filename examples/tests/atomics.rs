@@ -3,28 +3,14 @@
 //! sockets, emulated elsewhere, and emulated on shm by request), and the
 //! server's check passes; what cannot work says why and exits non-zero.
 
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+mod support;
+
+use std::process::Output;
+use std::time::Duration;
 
 /// Run with a hard limit, so a hang fails the test instead of CI.
 fn run(args: &[&str]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_atomics"))
-        .args(args)
-        .env_remove("FI_PROVIDER")
-        .env_remove("FABRIC_MSG_PROVIDERS")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("atomics starts");
-    let deadline = Instant::now() + Duration::from_secs(180);
-    while child.try_wait().expect("wait").is_none() {
-        if Instant::now() > deadline {
-            child.kill().ok();
-            panic!("atomics {args:?} did not finish within 180 s");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().expect("output")
+    support::run_tool(env!("CARGO_BIN_EXE_atomics"), args, Duration::from_secs(180))
 }
 
 fn loopback(provider: &str, extra: &[&str], carrier: &str) {

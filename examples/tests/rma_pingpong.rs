@@ -2,28 +2,14 @@
 //! live providers with every byte checked, in both memory modes, and bad
 //! arguments refused.
 
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+mod support;
+
+use std::process::Output;
+use std::time::Duration;
 
 /// Run with a hard limit, so a hang fails the test instead of CI.
 fn run(args: &[&str]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_rma_pingpong"))
-        .args(args)
-        .env_remove("FI_PROVIDER")
-        .env_remove("FABRIC_MSG_PROVIDERS")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("rma_pingpong starts");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while child.try_wait().expect("wait").is_none() {
-        if Instant::now() > deadline {
-            child.kill().ok();
-            panic!("rma_pingpong {args:?} did not finish within 60 s");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().expect("output")
+    support::run_tool(env!("CARGO_BIN_EXE_rma_pingpong"), args, Duration::from_secs(60))
 }
 
 fn json_lines(o: &Output) -> Vec<serde_json::Value> {

@@ -7,7 +7,10 @@ mod support;
 
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
-use support::{children_of, clean, environ_has, free_port, sigkill, wait_all, Exit, Watch};
+use support::{
+    assert_verified_ring, best_tcp, children_of, clean, environ_has, free_port, process_state, sigkill,
+    wait_all, Exit, Watch,
+};
 
 const SPMD: &str = env!("CARGO_BIN_EXE_spmd");
 /// Longest any one launch may take.
@@ -35,31 +38,6 @@ fn rendezvous(n: u32, args: &[&str], env: impl Fn(u32) -> Vec<(&'static str, Str
             cmd.spawn().expect("starting spmd")
         })
         .collect()
-}
-
-/// Rank 0's output holds one verified line per rank and the summary.
-fn assert_verified_ring(exits: &[Exit], n: u32, provider: &str, launcher: &str) {
-    for (r, e) in exits.iter().enumerate() {
-        assert!(e.status.success(), "rank {r} failed: {e:?}");
-    }
-    let out = &exits[0].stdout;
-    for r in 0..n {
-        let line = out
-            .lines()
-            .find(|l| l.starts_with(&format!("rank {r}/{n}:")))
-            .unwrap_or_else(|| panic!("no line for rank {r}: {out}"));
-        assert!(
-            line.contains("0 bad, 0 out of order: every byte verified"),
-            "{line}"
-        );
-        assert!(line.contains(&format!("({provider} via {launcher})")), "{line}");
-    }
-    assert!(
-        out.contains(&format!(
-            "summary: ring of {n} rank(s) over {provider} ({launcher})"
-        )) && out.contains("every byte verified on every rank"),
-        "{out}"
-    );
 }
 
 fn ring(n: u32, messages: &str, shm: bool) -> Vec<Exit> {
@@ -369,21 +347,4 @@ fn mpirun_rank_killed_mid_ring_is_named() {
         "ranks outlived mpirun by 5 s: {states:?}; mpirun stderr:\n{}",
         e.stderr
     );
-}
-
-/// The state letter of `/proc/<pid>/stat` (R, S, D, Z, ...); `None` once the
-/// process is reaped.
-fn process_state(pid: u32) -> Option<char> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit_once(')')?.1.trim_start().chars().next()
-}
-
-/// The provider of the first TCP rung this libfabric reaches
-/// (providers.toml): tcp's own RDM endpoints from 1.19, `tcp;ofi_rxm` before.
-fn best_tcp() -> &'static str {
-    if fabric_msg::ffi::runtime_version() >= (1, 19) {
-        "tcp"
-    } else {
-        "tcp;ofi_rxm"
-    }
 }

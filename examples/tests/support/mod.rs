@@ -294,3 +294,26 @@ pub fn processes_with(var: &str) -> Vec<u32> {
         .filter(|&p| environ_has(p, var))
         .collect()
 }
+
+/// Run one of the tools (`exe`) with `args` to its end, no provider
+/// variables from the test's environment, killed after `limit` so a hang
+/// fails the test instead of CI.
+pub fn run_tool(exe: &str, args: &[&str], limit: Duration) -> std::process::Output {
+    let mut child = Command::new(exe)
+        .args(args)
+        .env_remove("FI_PROVIDER")
+        .env_remove("FABRIC_MSG_PROVIDERS")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {exe}: {e}"));
+    let deadline = Instant::now() + limit;
+    while child.try_wait().expect("wait").is_none() {
+        if Instant::now() > deadline {
+            child.kill().ok();
+            panic!("{exe} {args:?} did not finish within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("output")
+}
