@@ -22,6 +22,7 @@
  *   mpirun -np 2 target/bench/pingpong_mpi latency -S 8 -I 10000 [-W 1000]
  *   mpirun -np 2 target/bench/pingpong_mpi rate -S 8 -I 1000000 [-w 64] [-W 6400]
  */
+#include "bench_args.h"
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,23 +30,7 @@
 
 static int usage(int rank, const char *what)
 {
-    if (rank == 0)
-        fprintf(stderr, "pingpong_mpi: %s\n"
-                        "usage: pingpong_mpi latency|rate -S BYTES -I ITERS [-W WARMUP] [-w WINDOW]\n",
-                what);
-    MPI_Finalize();
-    return 2;
-}
-
-/* A non-negative decimal number, or -1. */
-static long number(const char *s)
-{
-    char *end;
-    long v;
-    if (*s == '\0')
-        return -1;
-    v = strtol(s, &end, 10);
-    return (*end != '\0' || v < 0) ? -1 : v;
+    return bench_usage(rank, "pingpong_mpi", "latency|rate -S BYTES -I ITERS [-W WARMUP] [-w WINDOW]", what);
 }
 
 /* ITERS round trips of SIZE bytes from rank 0; returns the elapsed seconds on rank 0. */
@@ -108,7 +93,7 @@ int main(int argc, char **argv)
         long v;
         if (i + 1 >= argc)
             return usage(rank, "an option without its value");
-        v = number(argv[i + 1]);
+        v = bench_number(argv[i + 1]);
         if (v < 0)
             return usage(rank, "a value that is not a number");
         if (!strcmp(argv[i], "-S"))

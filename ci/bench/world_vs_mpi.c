@@ -16,6 +16,7 @@
  * Defaults as world_bench: 1000 iterations and 100 warm-up calls, 100 and
  * 10 above 8 KiB.
  */
+#include "bench_args.h"
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,23 +27,7 @@
 
 static int fail(int rank, const char *what)
 {
-    if (rank == 0)
-        fprintf(stderr, "world_vs_mpi: %s\n"
-                        "usage: world_vs_mpi barrier|bcast|allreduce [-S SIZES] [-I ITERATIONS] [-W WARMUP]\n",
-                what);
-    MPI_Finalize();
-    return 2;
-}
-
-/* Parse a non-negative decimal number; -1 if it is not one. */
-static long number(const char *s)
-{
-    char *end;
-    long v;
-    if (*s == '\0')
-        return -1;
-    v = strtol(s, &end, 10);
-    return (*end != '\0' || v < 0) ? -1 : v;
+    return bench_usage(rank, "world_vs_mpi", "barrier|bcast|allreduce [-S SIZES] [-I ITERATIONS] [-W WARMUP]", what);
 }
 
 int main(int argc, char **argv)
@@ -64,15 +49,15 @@ int main(int argc, char **argv)
         if (!strcmp(argv[i], "-S")) {
             char *list = argv[++i], *tok;
             for (tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
-                if (nsizes == MAX_SIZES || (sizes[nsizes] = number(tok)) < 0)
+                if (nsizes == MAX_SIZES || (sizes[nsizes] = bench_number(tok)) < 0)
                     return fail(rank, "-S: sizes in bytes, comma-separated, at most 64");
                 nsizes++;
             }
         } else if (!strcmp(argv[i], "-I")) {
-            if ((iters_opt = number(argv[++i])) < 1)
+            if ((iters_opt = bench_number(argv[++i])) < 1)
                 return fail(rank, "-I: at least one iteration");
         } else if (!strcmp(argv[i], "-W")) {
-            if ((warm_opt = number(argv[++i])) < 0)
+            if ((warm_opt = bench_number(argv[++i])) < 0)
                 return fail(rank, "-W: a number of warm-up calls");
         } else {
             return fail(rank, "unknown option");
