@@ -9,7 +9,8 @@ mod support;
 
 use std::time::{Duration, Instant};
 use support::{
-    children_of, environ_has, mpirun, remove_shm_regions, rendezvous, sigkill, wait_all, Exit, Watch,
+    best_tcp, children_of, environ_has, mpirun, remove_shm_regions, rendezvous, sigkill, wait_all, Exit,
+    Watch,
 };
 
 const CHECK: &str = env!("CARGO_BIN_EXE_collectives_check");
@@ -61,8 +62,8 @@ fn mpirun_checks_every_collective_on_shm() {
 }
 
 #[test]
-fn mpirun_checks_every_collective_on_tcp_rxm() {
-    mpirun_checks(false, "tcp;ofi_rxm");
+fn mpirun_checks_every_collective_on_tcp() {
+    mpirun_checks(false, best_tcp());
 }
 
 /// 16 ranks on shm, the short cases and one long broadcast: the world
@@ -84,7 +85,7 @@ fn mpirun_checks_sixteen_ranks_on_shm() {
 /// the short cases only).
 #[test]
 fn rendezvous_checks_every_collective() {
-    for (n, shm, provider) in [(4, true, "shm"), (3, false, "tcp;ofi_rxm")] {
+    for (n, shm, provider) in [(4, true, "shm"), (3, false, best_tcp())] {
         let started = Instant::now();
         let exits = wait_all(
             rendezvous(CHECK, n, shm, &["--seed", "7", "--quick"]),

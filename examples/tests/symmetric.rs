@@ -9,7 +9,7 @@
 mod support;
 
 use std::time::{Duration, Instant};
-use support::{mpirun, rendezvous, wait_all, Exit};
+use support::{best_tcp, mpirun, rendezvous, wait_all, Exit};
 
 const CHECK: &str = env!("CARGO_BIN_EXE_symmetric_check");
 /// Longest any one launch may take (5 ranks on 2 cores under load).
@@ -52,11 +52,12 @@ fn mpirun_symmetric_put_get_and_atomics_on_shm() {
     mpirun_checks(true, &[], "shm", true);
 }
 
-/// tcp;ofi_rxm validates no atomics: the World's default asks for them, so
-/// fabric-msg emulates them (the ladder keeps tcp;ofi_rxm).
+/// The best TCP rung (tcp;ofi_rxm on 1.17, tcp's own RDM from 1.19)
+/// validates no atomics: the World's default asks for them, so fabric-msg
+/// emulates them (the ladder's choice stays).
 #[test]
-fn mpirun_symmetric_put_get_and_emulated_atomics_on_tcp_rxm() {
-    mpirun_checks(false, &["--atomics", "20"], "tcp;ofi_rxm", true);
+fn mpirun_symmetric_put_get_and_emulated_atomics_on_tcp() {
+    mpirun_checks(false, &["--atomics", "20"], best_tcp(), true);
 }
 
 /// Without Capability::Atomic: puts and gets, atomics skipped loudly.
@@ -70,7 +71,7 @@ fn mpirun_symmetric_without_atomics() {
     )
     .remove(0);
     assert!(e.status.success(), "{e:?}");
-    assert_all_checked(&e.stdout, &e.stderr, 3, "tcp;ofi_rxm", "pmix", false);
+    assert_all_checked(&e.stdout, &e.stderr, 3, best_tcp(), "pmix", false);
 }
 
 #[test]
