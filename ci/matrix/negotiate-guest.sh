@@ -48,8 +48,11 @@ check iwarp-msg "chosen  iwarp via verbs (msg) on siw0" $bin -e msg -c msg,rma -
 check iwarp-no-cq-data "cq_data_size       0" $bin -e msg -c msg,rma -d siw0
 check roce-msg "chosen  roce via verbs (msg) on rxe0" $bin -e msg -c msg,rma -d rxe0
 check roce-cq-data "cq_data_size       4" $bin -e msg -c msg,rma -d rxe0
-# verbs has no tagged MSG endpoints and no atomics through rxm here: reasons, not choices.
-check verbs-no-atomics "roce via verbs;ofi_rxm (rdm) on rxe0: lacks required capabilities FI_ATOMIC" $bin -c tagged,atomic
+# Atomics no longer decide the fabric (docs/atomics.md): with atomics asked
+# for, RoCE stays chosen, and verbs;ofi_rxm, which validates none, carries
+# them emulated by fabric-msg.
+check verbs-atomics-keep-roce "chosen  roce via verbs;ofi_rxm (rdm) on rxe0" $bin -c tagged,atomic
+check verbs-atomics-carried "fetch_add=" $bin -c tagged,atomic
 
 # The data path on real RDMA devices, every byte checked.
 pp="$tdir/debug/pingpong --loopback --verify"
