@@ -245,28 +245,33 @@ fn child_fence_timeout() {
 fn mpirun_abort_ends_the_job() {
     let start = Instant::now();
     let out = mpirun(3, "child_abort", Duration::from_secs(60));
-    let took = start.elapsed();
+    assert_aborted(&out, start.elapsed(), "mpirun");
+}
+
+/// `child_abort` ended the job: `launcher` exited with the abort's status
+/// 7 within 20 s, the abort's message reached stderr, and no rank survived.
+pub(super) fn assert_aborted(out: &Output, took: Duration, launcher: &str) {
     assert_eq!(
         out.status.code(),
         Some(7),
-        "mpirun should exit with the abort status\n{}",
-        describe(&out)
+        "{launcher} should exit with the abort status\n{}",
+        describe(out)
     );
     assert!(
         took < Duration::from_secs(20),
         "the job took {took:?} to end\n{}",
-        describe(&out)
+        describe(out)
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains("aborts the job (status 7): fabric-msg test abort"),
         "{}",
-        describe(&out)
+        describe(out)
     );
     assert!(
         !String::from_utf8_lossy(&out.stdout).contains("survived"),
         "{}",
-        describe(&out)
+        describe(out)
     );
 }
 
