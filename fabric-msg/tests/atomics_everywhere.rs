@@ -63,28 +63,6 @@ fn atomics_profile(provider: &str, policy: AtomicPolicy) -> Profile {
         .profile
 }
 
-fn send_tagged(ev: &mut EventLoop, peer: &Peer, tag: u64, bytes: &[u8]) {
-    let opts = SendOpts {
-        tag: Some(tag),
-        data: None,
-    };
-    ev.send(peer, Buffer::from_slice(bytes), opts, Token(tag))
-        .unwrap();
-    let c = wait_n(ev, 1).remove(0);
-    c.result.unwrap();
-}
-
-fn recv_tagged(ev: &mut EventLoop, ep: fabric_msg::EndpointId, tag: u64) -> Vec<u8> {
-    let opts = RecvOpts {
-        tag: Some((tag, 0)),
-        from: None,
-    };
-    ev.recv(ep, Buffer::new(4096), opts, Token(tag)).unwrap();
-    let c = wait_n(ev, 1).remove(0);
-    c.result.unwrap();
-    c.buffer.unwrap().as_slice().to_vec()
-}
-
 /// Poll (the target applies emulated atomics while it polls) until `n`
 /// DONE messages arrived.
 fn serve_until_done(ev: &mut EventLoop, ep: fabric_msg::EndpointId, n: u64) {

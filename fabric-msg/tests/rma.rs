@@ -30,29 +30,6 @@ fn atomic_profile(provider: &str) -> fabric_msg::Profile {
     )
 }
 
-fn send_tagged(ev: &mut EventLoop, peer: &Peer, tag: u64, bytes: &[u8]) {
-    let opts = SendOpts {
-        tag: Some(tag),
-        data: None,
-    };
-    ev.send(peer, Buffer::from_slice(bytes), opts, Token(tag))
-        .unwrap();
-    let c = wait_n(ev, 1).remove(0);
-    assert_eq!((c.kind, c.token), (OpKind::Send, Token(tag)));
-    c.result.unwrap();
-}
-
-fn recv_tagged(ev: &mut EventLoop, ep: fabric_msg::EndpointId, tag: u64) -> Vec<u8> {
-    let opts = RecvOpts {
-        tag: Some((tag, 0)),
-        from: None,
-    };
-    ev.recv(ep, Buffer::new(256), opts, Token(tag)).unwrap();
-    let c = wait_n(ev, 1).remove(0);
-    c.result.unwrap();
-    c.buffer.unwrap().as_slice().to_vec()
-}
-
 /// Receive the server's memory descriptor and bring it in.
 fn import(c: &mut Side) -> RemoteMemory {
     let bytes = recv_tagged(&mut c.ev, c.ep, DESCRIPTOR);

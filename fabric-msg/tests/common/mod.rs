@@ -5,7 +5,8 @@
 
 use fabric_msg::discovery::negotiate::{Capability, EndpointChoice, Requirements};
 use fabric_msg::{
-    connect, negotiate, Completion, EndpointId, EventLoop, LadderConfig, Listener, LoopConfig, Peer, Profile,
+    connect, negotiate, Buffer, Completion, EndpointId, EventLoop, LadderConfig, Listener, LoopConfig,
+    OpKind, Peer, Profile, RecvOpts, SendOpts, Token,
 };
 use std::time::{Duration, Instant};
 
@@ -179,4 +180,30 @@ pub fn msg_profile() -> Profile {
     let p = negotiate(&req, &LadderConfig::default()).unwrap().profile;
     assert_eq!(p.endpoint_type, fabric_msg::EndpointType::Msg);
     p
+}
+
+/// Send `bytes` to `peer` with `tag` (the token is the tag) and wait for
+/// the send's completion, the only one expected.
+pub fn send_tagged(ev: &mut EventLoop, peer: &Peer, tag: u64, bytes: &[u8]) {
+    let opts = SendOpts {
+        tag: Some(tag),
+        data: None,
+    };
+    ev.send(peer, Buffer::from_slice(bytes), opts, Token(tag))
+        .unwrap();
+    let c = wait_n(ev, 1).remove(0);
+    assert_eq!((c.kind, c.token), (OpKind::Send, Token(tag)));
+    c.result.unwrap();
+}
+
+/// Receive one message with exactly `tag` (at most 4 KiB) on `ep`.
+pub fn recv_tagged(ev: &mut EventLoop, ep: EndpointId, tag: u64) -> Vec<u8> {
+    let opts = RecvOpts {
+        tag: Some((tag, 0)),
+        from: None,
+    };
+    ev.recv(ep, Buffer::new(4096), opts, Token(tag)).unwrap();
+    let c = wait_n(ev, 1).remove(0);
+    c.result.unwrap();
+    c.buffer.unwrap().as_slice().to_vec()
 }
