@@ -214,11 +214,7 @@ pub(crate) fn fuzz_frame(body: &[u8]) -> Option<(WireProfile, Vec<u8>)> {
     }
     match decode_frame(body).ok()? {
         Frame::Hello { profile, name, .. } => Some((profile, name)),
-        Frame::Reject { reason } => {
-            let _ = reason.len();
-            None
-        }
-        Frame::Ready => None,
+        Frame::Reject { .. } | Frame::Ready => None,
     }
 }
 
