@@ -113,6 +113,7 @@ pub use transport::event_loop::{
     Completion, CompletionError, EndpointId, EventLoop, LoopConfig, OpKind, Peer, PostError, RecvOpts,
     SendOpts, Token, WaitMode,
 };
+pub use transport::lifeline::LossKind;
 pub use transport::rma::Atomic;
 pub use world::collectives::{CombineFn, Element, Op, Reduction, Request};
 pub use world::symmetric::Symmetric;

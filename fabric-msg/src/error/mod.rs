@@ -182,6 +182,16 @@ pub enum Error {
         /// What went wrong and what to do.
         message: String,
     },
+    /// A peer connected through the bootstrap is lost (its process ended,
+    /// it closed its loop, or it was silent for `LoopConfig::peer_timeout`):
+    /// nothing can be posted to it any more.
+    #[error("peer {peer} is lost: {why}; connect to it again, or go on without it")]
+    PeerLost {
+        /// The peer's bootstrap address.
+        peer: String,
+        /// How it was lost.
+        why: String,
+    },
     /// A rank of the world is gone (its process exited or was killed
     /// without finishing); the world cannot go on.
     #[error("rank {rank} is lost: {why}")]

@@ -11,7 +11,10 @@
 //! it does not fit, tells the other why before failing, so both report the
 //! same mismatch. Frames larger than [`MAX_FRAME`] are refused before any
 //! allocation; every read and write has a timeout. The endpoint names are
-//! then inserted into the address vector (`fi_av_insert`).
+//! then inserted into the address vector (`fi_av_insert`), and the TCP
+//! connection stays open as the peer's lifeline: its heartbeats, or their
+//! end, tell the loop that the peer is alive, stalled or gone
+//! ([`lifeline`](super::lifeline)).
 
 use crate::discovery::info::EndpointType;
 use crate::discovery::profile::{check_peer, Agreement, WireProfile, PROTOCOL_VERSION};
@@ -128,6 +131,7 @@ impl Listener {
             peer
         };
         s.read_ready()?;
+        s.keep_as_lifeline(ev, &peer)?;
         Ok(peer)
     }
 }
@@ -192,6 +196,7 @@ pub fn connect_with(
         peer
     };
     s.write(&Frame::Ready)?;
+    s.keep_as_lifeline(ev, &peer)?;
     Ok(peer)
 }
 
@@ -266,6 +271,12 @@ impl Stream {
             .map_err(|e| io("setting timeouts", e))?;
         tcp.set_nodelay(true).ok();
         Ok(Stream { tcp, peer })
+    }
+
+    /// The handshake is done: the connection stays open as the peer's
+    /// lifeline (`lifeline.rs`), on which its death or stall is noticed.
+    fn keep_as_lifeline(self, ev: &mut EventLoop, peer: &Peer) -> Result<()> {
+        ev.watch_peer(peer, self.tcp, self.peer.to_string())
     }
 
     fn fail(&self, message: String) -> Error {

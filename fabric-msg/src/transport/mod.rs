@@ -7,7 +7,8 @@
 //! (`cm`); one-sided reads, writes and atomics on the loop ([`rma`]); and
 //! the TCP bootstrap that exchanges endpoint names and profiles
 //! ([`bootstrap`]), with the check every name from a peer passes before
-//! libfabric reads it (`address`).
+//! libfabric reads it (`address`); the bootstrap connection kept as each
+//! peer's lifeline, on which its death or stall is noticed ([`lifeline`]).
 //!
 //! May use: [`crate::memory`], [`crate::discovery`], [`crate::error`]. Must
 //! not use anything above it. The loop is the single owner of every
@@ -20,4 +21,5 @@ pub(crate) mod cm;
 pub(crate) mod eq;
 pub mod event_loop;
 pub(crate) mod framing;
+pub mod lifeline;
 pub mod rma;

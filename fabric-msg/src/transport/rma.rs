@@ -252,6 +252,7 @@ impl EventLoop {
         remote.check(offset, local.len as u64, needs, what)?;
         self.require_cap("FI_RMA", "RMA (ask for Capability::Rma when negotiating)")?;
         self.same_domain(local)?;
+        self.lost.check(peer.endpoint.0, peer.addr)?;
         let ep = self.ep(peer.endpoint)?;
         let raw = ep.raw;
         let profile = &self.domain.profile;
@@ -315,6 +316,7 @@ impl EventLoop {
             lease: local.lease,
             atomic: false,
             last_buffer: follow_up.map(|(b, _)| b),
+            peer: addr,
         };
         let (loff, len) = (local.offset, local.len);
         // A write completes once its bytes are in the peer's memory, so a
@@ -446,6 +448,7 @@ impl EventLoop {
                 )));
             }
         }
+        self.lost.check(peer.endpoint.0, peer.addr)?;
         let ep = self.ep(peer.endpoint)?;
         let raw = ep.raw;
         if self.atomic_scratch.is_none() {
@@ -467,6 +470,7 @@ impl EventLoop {
             lease: None,
             atomic: kind != AtomicForm::Plain,
             last_buffer: None,
+            peer: addr,
         };
         self.post_parts(parts, |_, index, ctx| {
             if index as usize >= entries {

@@ -109,6 +109,7 @@ impl EventLoop {
         token: Token,
     ) -> Result<()> {
         self.am_init(peer.endpoint)?;
+        self.lost.check(peer.endpoint.0, peer.addr)?;
         let raw = self.ep(peer.endpoint)?.raw;
         let (addr, key) = remote.target(offset);
         // The reply's receive: the operation's own slot.
@@ -121,6 +122,7 @@ impl EventLoop {
         // SAFETY: as in `am_init`.
         let (op_index, generation, ctx) = unsafe {
             (*slot).internal = Internal::AmReply;
+            (*slot).peer = peer.addr;
             (*slot).link = u64::from(req.op.code());
             (*slot).buffer = Some(reply);
             (*slot).posted_len = REPLY_LEN;

@@ -56,6 +56,9 @@ impl EventLoop {
             if self.am_pending() {
                 self.am_flush();
             }
+            if self.lost.changed() {
+                self.take_losses();
+            }
             if self.pending.is_empty() {
                 self.read_cq()?;
             }
@@ -67,8 +70,14 @@ impl EventLoop {
                 return Ok(0);
             }
             let mut remaining = None;
-            if timeout.is_some() || self.slab.timed > 0 {
+            if timeout.is_some() || self.slab.timed > 0 || self.lost.watching() {
                 let now = Instant::now();
+                if self.lost.closing_due(now) {
+                    self.close_lost_connections(now);
+                    if !self.pending.is_empty() {
+                        continue;
+                    }
+                }
                 if self.slab.timed > 0 && now >= self.next_expiry_scan {
                     self.next_expiry_scan = now + Duration::from_millis(10);
                     self.expire_overdue(now);
@@ -83,8 +92,8 @@ impl EventLoop {
                     }
                 }
             }
-            if self.slab.timed > 0 {
-                // Wake up to notice overdue one-sided operations.
+            if self.slab.timed > 0 || self.lost.watching() {
+                // Wake up to notice overdue one-sided operations and lost peers.
                 let tick = Duration::from_millis(50);
                 remaining = Some(remaining.map_or(tick, |r| r.min(tick)));
             }
@@ -354,17 +363,17 @@ impl EventLoop {
                     buffer_len: self.slab.slots[index as usize].posted_len,
                 }
             } else {
-                self.cq_failure(&err, code)
+                self.failure_of(index, &err, code)
             };
             self.am_failed(index, internal, failure);
             return Ok(());
         }
-        let (endpoint, kind, token, posted, group) = {
+        let (endpoint, kind, token, posted, group, lost) = {
             let s = &self.slab.slots[index as usize];
-            (s.endpoint, s.kind, s.token, s.posted_len, s.group)
+            (s.endpoint, s.kind, s.token, s.posted_len, s.group, s.lost)
         };
         if group != NO_GROUP {
-            let failure = self.cq_failure(&err, code);
+            let failure = self.failure_of(index, &err, code);
             self.finish_part(index, group, Err(failure));
             return Ok(());
         }
@@ -405,6 +414,8 @@ impl EventLoop {
                 message_len,
                 buffer_len: posted.saturating_sub(overhead),
             })
+        } else if lost {
+            Err(self.lost_failure(index))
         } else {
             Err(self.cq_failure(&err, code))
         };
@@ -414,6 +425,16 @@ impl EventLoop {
         failed.tag = tag;
         self.pending.push(failed);
         Ok(())
+    }
+
+    /// The error of a failed operation: `PeerLost` if its peer is lost,
+    /// else the provider's.
+    fn failure_of(&self, index: u32, err: &ffi::fi_cq_err_entry, code: u32) -> CompletionError {
+        if self.slab.slots[index as usize].lost {
+            self.lost_failure(index)
+        } else {
+            self.cq_failure(err, code)
+        }
     }
 
     /// A completion error other than truncation, with the provider's text.

@@ -2,7 +2,7 @@
 //! completes as timed out, and swallowing their late completions.
 
 use super::*;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 impl EventLoop {
     /// The late completion of an operation already reported as timed out.
@@ -19,7 +19,8 @@ impl EventLoop {
 
     /// Report one-sided operations past their deadline as timed out.
     pub(super) fn expire_overdue(&mut self, now: Instant) {
-        let Some(after) = self.cfg.rma_timeout else { return };
+        // Operations to a lost peer have a deadline even without rma_timeout.
+        let after = self.cfg.rma_timeout.unwrap_or(Duration::MAX);
         for i in 0..self.slab.slots.len() {
             let s = &mut self.slab.slots[i];
             if !s.in_use || s.abandoned || s.expires.map_or(true, |t| t > now) {
@@ -30,20 +31,24 @@ impl EventLoop {
             // operation the provider never completes does not make every
             // later poll tick.
             s.expires = None;
-            let (endpoint, kind, token, group) = (s.endpoint, s.kind, s.token, s.group);
+            let (endpoint, kind, token, group, lost) = (s.endpoint, s.kind, s.token, s.group, s.lost);
             self.slab.timed -= 1;
+            let failure = if lost {
+                self.lost_failure(i as u32)
+            } else {
+                CompletionError::TimedOut(after)
+            };
             if group != NO_GROUP {
                 let g = &mut self.groups[group as usize];
-                g.error.get_or_insert(CompletionError::TimedOut(after));
+                g.error.get_or_insert(failure);
                 g.remaining -= 1;
                 if g.remaining == 0 {
                     self.end_group(group);
                 }
                 continue;
             }
-            let timed_out = Err(CompletionError::TimedOut(after));
             self.pending
-                .push(Completion::outcome(token, endpoint, kind, timed_out));
+                .push(Completion::outcome(token, endpoint, kind, Err(failure)));
         }
     }
 }

@@ -100,12 +100,16 @@ impl EventLoop {
     }
 
     pub(crate) fn ep(&self, id: EndpointId) -> Result<&EndpointState> {
+        // A lost peer's connection, still open for its grace.
+        self.lost.check(id.0, ffi::FI_ADDR_UNSPEC)?;
         let ep = self
             .endpoints
             .get(id.0 as usize)
             .and_then(Option::as_ref)
-            .ok_or_else(|| Error::Closed {
-                what: format!("endpoint {}", id.0),
+            .ok_or_else(|| {
+                self.lost.closed(id.0).unwrap_or_else(|| Error::Closed {
+                    what: format!("endpoint {}", id.0),
+                })
             })?;
         if ep.raw.is_null() {
             return Err(Error::Unsupported {

@@ -44,6 +44,7 @@ mod completions;
 mod deadlines;
 mod endpoint;
 mod frame;
+mod lost_peers;
 mod multi_recv;
 mod post;
 mod resources;
@@ -53,6 +54,7 @@ mod types;
 
 pub(crate) use am::AtomicRequest;
 pub(crate) use frame::encode_notify;
+pub use lost_peers::LOSS_GRACE;
 
 /// For the fuzz targets: fabric-msg's message header as a receive reads
 /// it from whatever arrived.
@@ -156,6 +158,8 @@ pub struct EventLoop {
     /// gives up at once with [`Error::QueueFull`](crate::Error::QueueFull)
     /// instead of after `post_timeout`.
     pub(crate) give_up: Option<Arc<AtomicBool>>,
+    /// Peers watched through their lifelines, and those lost.
+    pub(crate) lost: lost_peers::LostPeers,
 }
 
 // SAFETY: an EventLoop is used through `&mut self` only, so by one thread at
@@ -284,6 +288,7 @@ impl EventLoop {
             next_expiry_scan: Instant::now(),
             close_failed: false,
             give_up: None,
+            lost: lost_peers::LostPeers::default(),
             scratch: vec![0; profile.inject_size + HEADROOM],
             domain,
             cfg,

@@ -39,6 +39,7 @@ impl EventLoop {
             len,
             framed: false,
             multi: true,
+            peer: ffi::FI_ADDR_UNSPEC,
         };
         self.post(what, buf, |bufp, ctx| {
             let iov = libc::iovec {

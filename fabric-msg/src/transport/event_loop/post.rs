@@ -30,6 +30,8 @@ pub(super) struct Posting {
     pub(super) framed: bool,
     /// A multi-receive buffer.
     pub(super) multi: bool,
+    /// The peer it is addressed to (`FI_ADDR_UNSPEC`: any).
+    pub(super) peer: ffi::fi_addr_t,
 }
 
 /// A one-sided operation to post: for [`EventLoop::post_parts`].
@@ -45,6 +47,8 @@ pub(crate) struct Parts<'a> {
     pub(crate) atomic: bool,
     /// Owned by the last part (write_data's follow-up message).
     pub(crate) last_buffer: Option<Buffer>,
+    /// The peer it is addressed to.
+    pub(crate) peer: ffi::fi_addr_t,
 }
 
 impl EventLoop {
@@ -69,6 +73,7 @@ impl EventLoop {
             len,
             framed,
             multi: false,
+            peer: addr,
         };
         self.post(what, buf, |bufp, ctx| {
             // SAFETY: raw is an enabled endpoint; bufp/len describe memory the
@@ -100,6 +105,7 @@ impl EventLoop {
             len,
             framed,
             multi: false,
+            peer: src,
         };
         self.post(what, buf, |bufp, ctx| {
             // SAFETY: as in `send`; the buffer has `len` writable bytes at bufp.
@@ -137,6 +143,7 @@ impl EventLoop {
             len,
             framed: false,
             multi: false,
+            peer: addr,
         };
         self.post_borrowed(what, data as *mut u8, move |bufp, desc, ctx| {
             // SAFETY: raw is enabled; the caller keeps `len` bytes at bufp
@@ -175,6 +182,7 @@ impl EventLoop {
             len,
             framed: false,
             multi: false,
+            peer: src,
         };
         self.post_borrowed(what, data, move |bufp, desc, ctx| {
             // SAFETY: as in `send_borrowed`; `len` writable bytes at bufp.
@@ -185,6 +193,7 @@ impl EventLoop {
     /// Refuse a message of `len` payload bytes (plus `overhead` of
     /// fabric-msg's header) that the fabric or the peer cannot take.
     pub(super) fn check_len(&self, peer: &Peer, len: usize, overhead: usize) -> Result<()> {
+        self.lost.check(peer.endpoint.0, peer.addr)?;
         let max = self.domain.profile.max_msg_size.min(peer.agreement.max_msg_size);
         if (len + overhead) as u64 > max {
             let max = usize::try_from(max).unwrap_or(usize::MAX) - overhead;
@@ -205,7 +214,7 @@ impl EventLoop {
                 what: "receiving from one peer only (FI_DIRECTED_RECV)".into(),
                 provider: self.domain.profile.provider.clone(),
             }),
-            Some(p) => Ok(p.addr),
+            Some(p) => self.lost.check(p.endpoint.0, p.addr).map(|()| p.addr),
         }
     }
 
@@ -246,6 +255,7 @@ impl EventLoop {
             (*slot).multi = false;
             (*slot).borrowed_mr = mr;
             (*slot).base = data as usize;
+            (*slot).peer = what.peer;
             ((*slot).index, slot.cast::<c_void>())
         };
         let bufp = data.cast::<c_void>();
@@ -263,6 +273,7 @@ impl EventLoop {
     /// header on framed endpoints).
     pub fn inject(&mut self, peer: &Peer, bytes: &[u8], opts: SendOpts) -> Result<()> {
         self.am.tags.check_send(opts.tag)?;
+        self.lost.check(peer.endpoint.0, peer.addr)?;
         let ep = self.ep(peer.endpoint)?;
         let (raw, framed) = (ep.raw, ep.framed);
         let overhead = if framed { HEADROOM } else { 0 };
@@ -354,6 +365,7 @@ impl EventLoop {
             (*slot).posted_len = what.len;
             (*slot).multi = what.multi;
             (*slot).base = bufp as usize;
+            (*slot).peer = what.peer;
             ((*slot).index, slot.cast::<c_void>())
         };
         match self.retry(|| op(bufp, ctx)) {
@@ -405,6 +417,7 @@ impl EventLoop {
                     (*slot).group = group.unwrap_or(NO_GROUP);
                     (*slot).atomic = p.atomic;
                     (*slot).expires = timeout.map(|t| Instant::now() + t);
+                    (*slot).peer = p.peer;
                     if part + 1 == p.count {
                         (*slot).buffer = p.last_buffer.take();
                     }

@@ -57,6 +57,11 @@ pub(super) struct OpSlot {
     /// AmReply: the operation's code; AmSend of a request: the operation's
     /// slot (low 32 bits) and generation (high bits).
     pub(super) link: u64,
+    /// The peer an operation is addressed to (`FI_ADDR_UNSPEC`: none or
+    /// any), so that a lost peer's operations can be failed.
+    pub(super) peer: u64,
+    /// Addressed to a peer found lost: it ends as `PeerLost` (`lost_peers`).
+    pub(super) lost: bool,
 }
 
 pub(super) const NO_GROUP: u32 = u32::MAX;
@@ -129,6 +134,8 @@ impl Slab {
                     abandoned: false,
                     internal: Internal::No,
                     link: 0,
+                    peer: ffi::FI_ADDR_UNSPEC,
+                    lost: false,
                 }));
                 let addr = &*self.slots[i as usize] as *const OpSlot as usize;
                 let at = self.by_addr.partition_point(|&(a, _)| a < addr);
@@ -152,6 +159,8 @@ impl Slab {
         slot.abandoned = false;
         slot.internal = Internal::No;
         slot.link = 0;
+        slot.peer = ffi::FI_ADDR_UNSPEC;
+        slot.lost = false;
         slot.generation += 1;
         self.in_flight += 1;
         &mut **slot

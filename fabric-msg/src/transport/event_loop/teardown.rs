@@ -33,6 +33,8 @@ impl EventLoop {
                 what: format!("endpoint {}", id.0),
             });
         };
+        // Its peers learn that it departs, and are watched no more.
+        self.lost.leave_endpoint(id.0);
         if state.raw.is_null() {
             return Ok(());
         }

@@ -17,6 +17,8 @@ impl Token {
     /// The token of a [`OpKind::RemoteWrite`] notice that used up no
     /// receive of this side (the provider delivers remote CQ data on its own).
     pub const REMOTE: Token = Token(u64::MAX);
+    /// The token of an [`OpKind::PeerLost`] notice.
+    pub const PEER_LOST: Token = Token(u64::MAX - 1);
 }
 
 /// An endpoint of an [`EventLoop`](super::EventLoop).
@@ -58,6 +60,12 @@ impl Peer {
     pub fn fi_addr(&self) -> u64 {
         self.addr
     }
+
+    /// Whether `c` is the notice that this peer is lost
+    /// ([`OpKind::PeerLost`]).
+    pub fn is_lost_in(&self, c: &Completion) -> bool {
+        c.kind == OpKind::PeerLost && c.endpoint == self.endpoint && c.source == Some(self.addr)
+    }
 }
 
 /// What kind of operation completed.
@@ -81,6 +89,14 @@ pub enum OpKind {
     /// the receive's token and (empty) buffer come back with it; elsewhere
     /// the token is [`Token::REMOTE`].
     RemoteWrite,
+    /// A peer connected through the bootstrap is lost: it died or went
+    /// silent for [`LoopConfig::peer_timeout`] ([`CompletionError::PeerLost`]
+    /// says which and names it). A peer that closed its loop departs
+    /// without this notice; its operations end as below all the same. Token
+    /// [`Token::PEER_LOST`]; `endpoint` and `source` identify the peer
+    /// ([`Peer::is_lost_in`]). Its operations then complete with the same
+    /// error, and later posts to it fail with [`Error::PeerLost`].
+    PeerLost,
 }
 
 /// How `poll` waits when nothing is ready.
@@ -107,6 +123,7 @@ pub enum WaitMode {
 /// | `min_multi_recv` | `None`: the provider's default |
 /// | `rma_chunk` | `None`: the fabric's and the peer's `max_msg_size` |
 /// | `rma_timeout` | 30 s |
+/// | `peer_timeout` | 10 s |
 #[derive(Debug, Clone)]
 pub struct LoopConfig {
     /// How long a post may retry on a full queue before giving up. Default: 5 s.
@@ -141,6 +158,13 @@ pub struct LoopConfig {
     /// complete an access the target refused (a revoked key on `shm` and
     /// `udp;ofi_rxd` in libfabric 1.17). `None`: wait for ever. Default: 30 s.
     pub rma_timeout: Option<Duration>,
+    /// A peer connected through the bootstrap from which nothing (not even
+    /// the heartbeat its loop sends every 250 ms on the bootstrap
+    /// connection) was heard for this long is reported lost
+    /// ([`OpKind::PeerLost`]): it is stopped, hung, or cut off. At least
+    /// 1 s. A peer whose process ends is reported at once, whatever this
+    /// is. `None`: only deaths and departures are reported. Default: 10 s.
+    pub peer_timeout: Option<Duration>,
 }
 
 impl Default for LoopConfig {
@@ -154,6 +178,7 @@ impl Default for LoopConfig {
             min_multi_recv: None,
             rma_chunk: None,
             rma_timeout: Some(Duration::from_secs(30)),
+            peer_timeout: Some(Duration::from_secs(10)),
         }
     }
 }
@@ -222,6 +247,18 @@ pub enum CompletionError {
     /// not frame its messages.
     #[error("received {0} bytes without a valid fabric-msg header: is the peer configured alike (framing)?")]
     BadFrame(usize),
+    /// The peer this operation was addressed to is lost (see
+    /// [`OpKind::PeerLost`]). On an RDM endpoint an operation the provider
+    /// still held after [`LOSS_GRACE`](super::LOSS_GRACE) comes back
+    /// without its buffer, which the loop frees once the provider lets go
+    /// of it or the endpoint closes.
+    #[error("peer {peer} is lost: {how}; connect to it again, or go on without it")]
+    PeerLost {
+        /// The peer's bootstrap address.
+        peer: String,
+        /// How it was lost.
+        how: crate::transport::lifeline::LossKind,
+    },
 }
 
 /// One finished operation.
