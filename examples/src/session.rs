@@ -216,8 +216,10 @@ impl Side {
 
     /// Wait (spinning or blocking, as `-c` says) for completions and hand
     /// each data completion to `f`; control completions are kept for
-    /// [`Side::wait_ctrl`]. A failed operation is an error. The watchdog
-    /// thread ends the process if the peer goes silent.
+    /// [`Side::wait_ctrl`]. A failed operation is an error, and so is the
+    /// peer's loss (its process ended or stopped: the bootstrap's
+    /// lifeline). The watchdog thread ends the process if the peer goes
+    /// silent otherwise.
     pub fn poll(&mut self, mut f: impl FnMut(&mut Side, &mut Completion) -> AnyResult<()>) -> AnyResult<()> {
         let mut out = std::mem::take(&mut self.out);
         let r = self
@@ -228,6 +230,9 @@ impl Side {
                 // By reference: a completion is a few hundred bytes, and only
                 // its buffer needs to move.
                 for c in out.iter_mut() {
+                    if let (OpKind::PeerLost, Err(e)) = (c.kind, &c.result) {
+                        return Err(format!("{e}").into());
+                    }
                     if c.token.0 & CTRL != 0 {
                         self.on_ctrl(c)?;
                     } else if let Err(e) = &c.result {

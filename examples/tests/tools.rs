@@ -546,3 +546,70 @@ fn best_tcp() -> &'static str {
         "tcp;ofi_rxm"
     }
 }
+
+/// A client SIGKILLed mid-run: the server says the client is lost, naming
+/// it, within a second (the bootstrap's lifeline), not after the 30 s
+/// stall watchdog.
+#[test]
+fn a_server_names_a_killed_client_within_a_second() {
+    for provider in ["tcp;ofi_rxm", "shm"] {
+        let domain = if provider == "shm" { "shm" } else { "lo" };
+        let started = Instant::now();
+        let mut srv = command(PINGPONG, &["-B", "0", "-p", provider, "-d", domain], &[])
+            .spawn()
+            .expect("the server starts");
+        let mut err = BufReader::new(srv.stderr.take().expect("piped"));
+        let mut line = String::new();
+        err.read_line(&mut line)
+            .expect("the server says where it listens");
+        let port = line
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("0.0.0.0:"))
+            .expect("a port")
+            .to_string();
+        let said = drain(Some(err));
+        let mut client = command(
+            PINGPONG,
+            &[
+                "-p",
+                provider,
+                "-d",
+                domain,
+                "-S",
+                "64",
+                "-I",
+                "100000000",
+                "-P",
+                &port,
+                "127.0.0.1",
+            ],
+            &[],
+        )
+        .spawn()
+        .expect("the client starts");
+        std::thread::sleep(Duration::from_millis(1500));
+        assert!(
+            client.try_wait().unwrap().is_none(),
+            "{provider}: the client is still running"
+        );
+        client.kill().unwrap();
+        client.wait().unwrap();
+        let killed = Instant::now();
+        let status = loop {
+            if let Some(s) = srv.try_wait().unwrap() {
+                break s;
+            }
+            assert!(started.elapsed() < DEADLINE, "{provider}: the server hangs");
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let took = killed.elapsed();
+        let said = said.join().unwrap();
+        eprintln!("{provider}: server ended {took:?} after the client's SIGKILL");
+        assert!(!status.success(), "{provider}: {said}");
+        assert!(
+            said.contains("is lost") && said.contains("127.0.0.1:"),
+            "{provider}: {said}"
+        );
+        assert!(took < Duration::from_secs(1), "{provider}: {took:?}: {said}");
+    }
+}
