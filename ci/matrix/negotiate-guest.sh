@@ -85,6 +85,13 @@ check roce-rdm-rma-regeach "1048576         5        5" $rp --mr each -p "verbs;
 if [ "$iwarp_rdm" = 1 ]; then
   check iwarp-rdm-rma-4K "4096           20       20" $rp -d siw0 -I 20 -W 2 -S 4096
 fi
+# RMA reads of the peer's memory (rma_pingpong -o read), every byte checked.
+check roce-rdm-read-64K "65536          10       10" $rp -o read -p "verbs;ofi_rxm" -d rxe0 -I 10 -W 1 -S 65536
+check roce-msg-read-64K "65536          10       10" $rp -o read -e msg -p verbs -d rxe0 -I 10 -W 1 -S 65536
+check iwarp-msg-read-64K "65536          10       10" $rp -o read -e msg -p verbs -d siw0 -I 10 -W 1 -S 65536
+if [ "$iwarp_rdm" = 1 ]; then
+  check iwarp-rdm-read-4K "4096           10       10" $rp -o read -d siw0 -I 10 -W 1 -S 4096
+fi
 
 echo "negotiate-guest: $failures failed"
 exit $((failures > 0))

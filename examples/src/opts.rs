@@ -59,7 +59,9 @@ the server; both sides must use the same provider and endpoint type.";
             ),
             Tool::RmaPingPong => (
                 "one-way latency of RMA writes with immediate data into the peer's registered memory",
-                "  --mr pool|each  client's source memory: a registered pool slot (default), or
+                "  -o write|read   write: a ping-pong of writes with immediate data (default);
+                  read: the client reads the server's memory, one read at a time
+  --mr pool|each  client's source memory: a registered pool slot (default), or
                   registered and deregistered around every write\n"
                     .to_string(),
                 "Sizes are 1 byte to 4 MiB. Give both sides the same -S, -I and -W, provider
@@ -132,6 +134,8 @@ pub struct Opts {
     pub borrowed: bool,
     /// `--mr each` (rma_pingpong): register the source memory per write.
     pub register_each: bool,
+    /// `-o read` (rma_pingpong): RMA reads instead of writes.
+    pub read: bool,
     /// `--loopback`.
     pub loopback: bool,
     /// `--same-host`.
@@ -178,6 +182,7 @@ pub fn parse(tool: Tool, args: impl IntoIterator<Item = String>) -> Result<Parse
         verify: false,
         borrowed: false,
         register_each: false,
+        read: false,
         loopback: false,
         same_host: false,
         json: false,
@@ -250,6 +255,13 @@ pub fn parse(tool: Tool, args: impl IntoIterator<Item = String>) -> Result<Parse
                     "pool" => false,
                     "each" => true,
                     other => return Err(format!("--mr {other}: expected pool or each")),
+                }
+            }
+            "-o" if tool == Tool::RmaPingPong => {
+                o.read = match val("-o")?.as_str() {
+                    "write" => false,
+                    "read" => true,
+                    other => return Err(format!("-o {other}: expected write or read")),
                 }
             }
             "--verify" => o.verify = true,

@@ -1,6 +1,6 @@
-//! `rma_pingpong` as a user runs it: RMA-write ping-pongs in loopback on
-//! live providers with every byte checked, in both memory modes, and bad
-//! arguments refused.
+//! `rma_pingpong` as a user runs it: RMA-write ping-pongs and RMA reads
+//! (`-o read`) in loopback on live providers with every byte checked, in
+//! both memory modes, and bad arguments refused.
 
 mod support;
 
@@ -84,11 +84,41 @@ fn tcp_msg_endpoints() {
     );
 }
 
+/// `-o read`: the client reads the server's memory, every byte checked,
+/// on RDM and connected endpoints.
+#[test]
+fn reads_on_rdm_and_msg() {
+    for args in [
+        &["-p", "tcp;ofi_rxm"][..],
+        &["-p", "shm"],
+        &["-p", "tcp", "-e", "msg"],
+    ] {
+        let mut all = vec![
+            "--loopback",
+            "--verify",
+            "--json",
+            "-o",
+            "read",
+            "-I",
+            "10",
+            "-S",
+            "1,4097,1048576",
+        ];
+        all.extend_from_slice(args);
+        let lines = json_lines(&run(&all));
+        assert_eq!(lines[0]["op"], "read", "{lines:?}");
+        let sizes: Vec<_> = lines[1..].iter().map(|l| l["bytes"].as_u64().unwrap()).collect();
+        assert_eq!(sizes, [1, 4097, 1 << 20], "{args:?}");
+        assert!(lines[1..].iter().all(|l| l["iters"] == 10), "{lines:?}");
+    }
+}
+
 #[test]
 fn bad_arguments_are_refused_with_a_reason() {
     for (args, says) in [
         (&["-S", "0"][..], "at least 1 byte"),
         (&["--mr", "sometimes"][..], "expected pool or each"),
+        (&["-o", "swap"][..], "expected write or read"),
         (&["--bogus"][..], "unknown option"),
         (&["--loopback", "-p", "nosuch"][..], "nosuch"),
     ] {

@@ -1,6 +1,9 @@
 //! `rma_pingpong`: a ping-pong of RMA writes with immediate data, the way
 //! fabtests' RMA tools work: each side writes into the other's registered
-//! memory, and the peer learns of it from the write's notice.
+//! memory, and the peer learns of it from the write's notice. With
+//! `-o read` the client reads the server's memory instead, one read at a
+//! time (the server only polls, which manual-progress providers need), and
+//! ends with a one-byte write whose notice tells the server it is done.
 //!
 //! Server: `rma_pingpong [options]`; client: `rma_pingpong [options] ADDRESS`;
 //! both in one process over 127.0.0.1: `rma_pingpong --loopback`.
@@ -19,6 +22,9 @@ use std::time::{Duration, Instant};
 
 /// Untagged receives kept posted for write notices that use one up.
 const NOTICE_RECVS: u64 = 4;
+/// The notice of the write that ends a read run (it fits the 4 bytes of
+/// remote CQ data verbs carries).
+const READS_DONE: u64 = 0x7fff_ffff;
 const NOTICE_TOKEN: u64 = 1 << 32;
 
 fn main() -> ExitCode {
@@ -113,7 +119,7 @@ impl Side {
         let ep = ev.endpoint()?;
         // Receives go up before the connection starts (iWARP needs that).
         let peer = listener.accept_with(&mut ev, ep, post_notice_recvs)?;
-        Side::exchange(ev, peer)
+        Side::exchange(ev, peer, o.read)
     }
 
     fn connect(p: &fabric_msg::Profile, addr: std::net::SocketAddr, o: &Opts) -> AnyResult<Side> {
@@ -122,12 +128,19 @@ impl Side {
         let peer = fabric_msg::connect_with(&mut ev, ep, addr, Duration::from_secs(10), |ev, e| {
             post_notice_recvs(ev, e)
         })?;
-        Side::exchange(ev, peer)
+        Side::exchange(ev, peer, o.read)
     }
 
-    /// Swap memory descriptors in one untagged message each way.
-    fn exchange(mut ev: EventLoop, peer: Peer) -> AnyResult<Side> {
-        let target = ev.register(MAX, Access::Write)?;
+    /// Swap memory descriptors in one untagged message each way; with
+    /// `read`, each side's memory may be read too.
+    fn exchange(mut ev: EventLoop, peer: Peer, read: bool) -> AnyResult<Side> {
+        let access = if read { Access::ReadWrite } else { Access::Write };
+        let target = ev.register(MAX, access)?;
+        if read {
+            // What the peer reads, in place before it can see the region.
+            let bytes: Vec<u8> = (0..MAX).map(|k| byte(0, k)).collect();
+            target.write_at(0, &bytes)?;
+        }
         let mine = target.remote().encode();
         ev.send(&peer, Buffer::from_slice(&mine), SendOpts::default(), Token(1))?;
         let mut s = Side {
@@ -193,6 +206,12 @@ impl Side {
     }
 
     fn serve(&mut self, o: &Opts) -> AnyResult<()> {
+        if o.read {
+            // The client reads what `exchange` put in place, and says when
+            // it is done; polling meanwhile gives manual-progress providers
+            // their progress.
+            return self.notice(READS_DONE);
+        }
         let source = self.ev.register(MAX, Access::Read)?;
         for (seq, size) in rounds(o) {
             self.notice(seq)?;
@@ -215,7 +234,62 @@ impl Side {
         Ok(())
     }
 
+    /// `-o read`: read `size` bytes of the server's memory per iteration.
+    fn drive_reads(&mut self, o: &Opts) -> AnyResult<()> {
+        let monitor = Monitor::start(Tool::RmaPingPong, !o.json);
+        monitor.arm();
+        let sink = self.ev.register(MAX, Access::ReadWrite)?;
+        header(o, self.ev.profile());
+        let mut seq = 0u64;
+        for &size in &o.sizes {
+            let mut started = Instant::now();
+            monitor.begin(size, o.warmup + o.iters);
+            for i in 0..o.warmup + o.iters {
+                monitor.tick(i);
+                if i == o.warmup {
+                    started = Instant::now();
+                }
+                seq += 1;
+                if o.verify {
+                    sink.write_at(0, &vec![!byte(0, 0); size])?;
+                }
+                self.ev
+                    .read(&self.peer, sink.local(0, size)?, &self.remote, 0, Token(seq))?;
+                self.wait(|c| c.kind == OpKind::Read)?;
+                if o.verify {
+                    let mut got = vec![0u8; size];
+                    sink.read_at(0, &mut got)?;
+                    if let Some(k) = got.iter().enumerate().position(|(k, &b)| b != byte(0, k)) {
+                        return Err(format!("read {seq}: byte {k} of {size} is wrong").into());
+                    }
+                }
+            }
+            let row = Row {
+                bytes: size,
+                sent: o.iters,
+                acked: o.iters,
+                elapsed: started.elapsed(),
+                xfers_per_iter: 1,
+            };
+            output::report_row(o.json, &row);
+        }
+        monitor.finish();
+        self.ev.write_data(
+            &self.peer,
+            sink.local(0, 1)?,
+            &self.remote,
+            0,
+            READS_DONE,
+            Token(0),
+        )?;
+        self.wait(|c| c.kind == OpKind::Write)?;
+        Ok(())
+    }
+
     fn drive(&mut self, o: &Opts) -> AnyResult<()> {
+        if o.read {
+            return self.drive_reads(o);
+        }
         let monitor = Monitor::start(Tool::RmaPingPong, !o.json);
         monitor.arm();
         let pool: RegionPool = self.ev.register_pool(MAX, 1, Access::Read)?;
@@ -300,6 +374,17 @@ fn byte(seq: u64, k: usize) -> u8 {
 }
 
 fn header(o: &Opts, p: &fabric_msg::Profile) {
+    if o.read {
+        let text = "RMA read, one at a time: time per read (a round trip)";
+        output::header_with(
+            o.json,
+            "rma_pingpong",
+            p,
+            serde_json::json!({ "op": "read" }),
+            text,
+        );
+        return;
+    }
     let mr = if o.register_each { "each" } else { "pool" };
     let text = format!(
         "RMA write ping-pong, source memory {}",
