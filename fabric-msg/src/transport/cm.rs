@@ -249,7 +249,9 @@ impl EventLoop {
                         message: "the peer shut the connection down".into(),
                     })
                 }
-                CmEvent::Failed { fid, message } if fid == want => {
+                // A provider that names no fid can only mean this attempt:
+                // nothing else on this loop is connecting now.
+                CmEvent::Failed { fid, message } if fid == want || fid.is_null() => {
                     return Err(Error::Handshake {
                         peer: "fabric".into(),
                         message,

@@ -77,6 +77,27 @@ impl fmt::Display for Refusal {
 ///
 /// Its handshakes belong to the event loop and endpoint it is driven with:
 /// drive one listener with one loop.
+///
+/// A server that accepts new peers while it serves the ones it has polls
+/// the listener between polls of its loop:
+///
+/// ```no_run
+/// # use fabric_msg::{Accepted, EventLoop, Listener};
+/// # use std::time::Duration;
+/// # fn serve(ev: &mut EventLoop, listener: &Listener) -> fabric_msg::Result<()> {
+/// let ep = ev.endpoint()?;
+/// let (mut peers, mut done) = (Vec::new(), Vec::new());
+/// loop {
+///     ev.poll(&mut done, Some(Duration::from_millis(1)))?;
+///     // ... serve `peers` with what `done` holds ...
+///     match listener.poll_accept(ev, ep, Some(Duration::ZERO))? {
+///         Some(Accepted::Peer(peer)) => peers.push(peer),
+///         Some(Accepted::Refused(r)) => eprintln!("{r}"),
+///         None => {}
+///     }
+/// }
+/// # }
+/// ```
 pub struct Listener {
     tcp: TcpListener,
     timeout: Duration,
