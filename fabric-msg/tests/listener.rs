@@ -450,3 +450,27 @@ fn on_msg_a_connection_request_without_the_handshakes_nonce_is_refused() {
     assert!(refused.is_empty(), "{refused:?}");
     drop(spy);
 }
+
+#[test]
+fn a_waiting_listener_still_answers_other_threads() {
+    let (_p, mut ev, ep) = rdm_server();
+    let listener = Arc::new(Listener::bind("127.0.0.1:0").unwrap());
+    let addr = listener.local_addr().unwrap();
+    let _silent = TcpStream::connect(addr).unwrap();
+    let l2 = listener.clone();
+    let asker = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        let t = Instant::now();
+        (l2.in_progress(), t.elapsed())
+    });
+    let r = listener
+        .poll_accept(&mut ev, ep, Some(Duration::from_secs(1)))
+        .unwrap();
+    assert!(r.is_none(), "{r:?}");
+    let (n, took) = asker.join().unwrap();
+    assert_eq!(n, 1);
+    assert!(
+        took < Duration::from_millis(200),
+        "in_progress waited {took:?} for a poll_accept"
+    );
+}

@@ -327,9 +327,14 @@ impl Listener {
                 })
                 .collect();
             let ms = wait.map_or(-1, |w| w.as_millis().clamp(1, i32::MAX as u128) as i32);
-            // SAFETY: fds is a live array of fds.len() pollfd structs, each
-            // naming a socket this listener owns for the call's duration.
+            // Not locked while asleep, so `in_progress` and the like answer
+            // from other threads meanwhile.
+            drop(st);
+            // SAFETY: fds is a live array of fds.len() pollfd structs; poll
+            // only reads the fd numbers (one closed meanwhile reports
+            // POLLNVAL, which only ends the wait early).
             let rc = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+            st = self.lock();
             if rc < 0 {
                 let e = std::io::Error::last_os_error();
                 if e.kind() != std::io::ErrorKind::Interrupted {
