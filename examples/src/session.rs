@@ -21,8 +21,8 @@ pub use crate::control::{Ctrl, Plan};
 use crate::opts::{Opts, Parsed, Tool};
 use crate::output::{self, Monitor, Row};
 use fabric_msg::{
-    connect_with, negotiate, Buffer, Completion, EndpointId, Error, EventLoop, LadderConfig, Listener,
-    LoopConfig, OpKind, Peer, Profile, RecvOpts, SendOpts, Token,
+    connect_with, negotiate, Accepted, Buffer, Completion, EndpointId, Error, EventLoop, LadderConfig,
+    Listener, LoopConfig, OpKind, Peer, Profile, RecvOpts, SendOpts, Token,
 };
 use std::collections::VecDeque;
 use std::net::ToSocketAddrs;
@@ -436,6 +436,25 @@ fn run<B: Bench>(o: &Opts) -> AnyResult<()> {
     r
 }
 
+/// A server's accept: wait for a peer whose handshake succeeds, printing
+/// one line for each connection refused meanwhile (who, why) instead of
+/// giving up: a port scan or a misconfigured client does not end a server.
+pub fn accept_serving(
+    tool: &str,
+    listener: &Listener,
+    ev: &mut EventLoop,
+    ep: EndpointId,
+    mut prepost: impl FnMut(&mut EventLoop, EndpointId) -> fabric_msg::Result<()>,
+) -> fabric_msg::Result<Peer> {
+    loop {
+        match listener.poll_accept_with(ev, ep, None, &mut prepost)? {
+            Some(Accepted::Peer(peer)) => return Ok(peer),
+            Some(Accepted::Refused(r)) => eprintln!("{tool}: {r}; still waiting for a client"),
+            None => {}
+        }
+    }
+}
+
 /// The event loop the options ask for (`-c`, `--spin-us`).
 pub fn loop_config(o: &Opts) -> LoopConfig {
     LoopConfig {
@@ -536,7 +555,9 @@ fn serve<B: Bench>(
     let mut ev = EventLoop::new(profile, loop_config(o))?;
     let ep = ev.endpoint()?;
     let mut ctrl = ctrl_buffers();
-    let peer = listener.accept_with(&mut ev, ep, |ev, e| post_ctrl(ev, e, &mut ctrl))?;
+    let peer = accept_serving(o.tool.name(), listener, &mut ev, ep, |ev, e| {
+        post_ctrl(ev, e, &mut ctrl)
+    })?;
     let mut side = Side::new(ev, peer, ctrl, 0, false);
     side.monitor = monitor.cloned();
     if let Some(m) = monitor {

@@ -3,8 +3,8 @@
 //! failing fast. Every process runs under a deadline, so a hang fails the test
 //! instead of hanging CI.
 
-use std::io::{BufRead, BufReader, Read};
-use std::net::TcpListener;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
@@ -335,6 +335,15 @@ fn blocking_waits_and_a_small_window() {
 
 /// A server on a port of its choosing (`-B 0`) and the port it printed.
 fn server(tool: &str, args: &[&str]) -> (Child, u16, Instant) {
+    let (child, port, started, _) = server_keeping_stderr(tool, args);
+    (child, port, started)
+}
+
+/// [`server`], and the rest of its stderr once it exits.
+fn server_keeping_stderr(
+    tool: &str,
+    args: &[&str],
+) -> (Child, u16, Instant, std::thread::JoinHandle<String>) {
     let started = Instant::now();
     let mut all = vec!["-B", "0"];
     all.extend_from_slice(args);
@@ -353,8 +362,36 @@ fn server(tool: &str, args: &[&str]) -> (Child, u16, Instant) {
             panic!("no port in the server's first line: {line}")
         });
     // Keep draining stderr so the server cannot block on it.
-    drop(drain(Some(err)));
-    (child, port, started)
+    (child, port, started, drain(Some(err)))
+}
+
+#[test]
+fn a_server_keeps_serving_after_a_port_scan_and_a_garbled_peer() {
+    let common = ["-p", "tcp;ofi_rxm", "-d", "lo"];
+    let (srv, port, started, stderr) = server_keeping_stderr(PINGPONG, &common);
+    // A connect-and-close, then a peer announcing a 4 GiB frame.
+    drop(TcpStream::connect(("127.0.0.1", port)).unwrap());
+    let mut garbled = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    garbled.write_all(&[0xff; 64]).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let port = port.to_string();
+    let mut args = common.to_vec();
+    args.extend(["-S", "8", "-I", "4", "-P", &port, "127.0.0.1"]);
+    let client = run(PINGPONG, &args, &[]);
+    let srv = finish(srv, started, "server");
+    ok(&client, "a client after the bad peers");
+    ok(&srv, "the server");
+    let said = stderr.join().expect("reader");
+    assert_eq!(
+        said.matches("pingpong: refused 127.0.0.1:").count(),
+        2,
+        "one line per refused connection: {said}"
+    );
+    assert!(
+        said.contains("connection closed") && said.contains("4294967295 bytes announced"),
+        "{said}"
+    );
+    drop(garbled);
 }
 
 #[test]
@@ -587,7 +624,22 @@ fn a_server_names_a_killed_client_within_a_second() {
         )
         .spawn()
         .expect("the client starts");
-        std::thread::sleep(Duration::from_millis(1500));
+        // Its header line: connected, and the server has taken its plan
+        // (killed before that, the client is a refused handshake, and the
+        // server rightly waits for the next one).
+        let mut out = BufReader::new(client.stdout.take().expect("piped"));
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut first = String::new();
+            out.read_line(&mut first).ok();
+            tx.send(first).ok();
+            std::io::copy(&mut out, &mut std::io::sink()).ok();
+        });
+        let header = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the client starts measuring");
+        assert!(header.starts_with("# "), "{provider}: {header}");
+        std::thread::sleep(Duration::from_millis(200));
         assert!(
             client.try_wait().unwrap().is_none(),
             "{provider}: the client is still running"

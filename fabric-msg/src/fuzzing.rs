@@ -36,9 +36,10 @@ fn local_profile() -> WireProfile {
 /// The bootstrap's handshake frame (after its 4-byte length, which the
 /// reader checks against `MAX_FRAME` first), then what the handshake does
 /// with a hello: the profile compared with ours, the endpoint name checked
-/// as each address format would.
+/// as each address format would (the nonce any `u64` may be, and is only
+/// sent back as connection data).
 pub fn bootstrap_frame(body: &[u8]) {
-    if let Some((profile, name)) = crate::transport::bootstrap::fuzz_frame(body) {
+    if let Some((profile, name, _nonce)) = crate::transport::bootstrap::fuzz_frame(body) {
         let _ = check_peer(&local_profile(), &profile);
         addresses(&name);
     }

@@ -108,7 +108,7 @@ pub use memory::buffer::Buffer;
 pub use memory::mr::{Local, MemoryRegion};
 pub use memory::pool::{PoolSlot, RegionPool};
 pub use memory::remote::RemoteMemory;
-pub use transport::bootstrap::{connect, connect_with, Listener};
+pub use transport::bootstrap::{connect, connect_with, Accepted, Listener, Refusal};
 pub use transport::event_loop::{
     Completion, CompletionError, EndpointId, EventLoop, LoopConfig, OpKind, Peer, PostError, RecvOpts,
     SendOpts, Token, WaitMode,

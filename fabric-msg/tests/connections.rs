@@ -318,6 +318,7 @@ fn hostile_handshakes_get_clear_errors_and_never_hang() {
         version: fabric_msg::PROTOCOL_VERSION,
         profile: wire.clone(),
         name: vec![],
+        nonce: 0,
     })
     .unwrap();
     assert!(hostile(&framed(&bad_magic), t).contains("bad magic"));
@@ -327,6 +328,7 @@ fn hostile_handshakes_get_clear_errors_and_never_hang() {
         version: 99,
         profile: wire,
         name: vec![],
+        nonce: 0,
     })
     .unwrap();
     let e = hostile(&framed(&future), t);

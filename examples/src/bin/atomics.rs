@@ -16,6 +16,7 @@ use fabric_msg::{
     WaitMode,
 };
 use fabric_msg_examples::output::atomic_op_name;
+use fabric_msg_examples::session::accept_serving;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -324,7 +325,7 @@ fn serve(p: &Profile, o: &Opts, listener: Listener, clients: u64) -> AnyResult<(
     let counter = ev.register(8, Access::ReadWrite)?;
     let mut peers = Vec::new();
     for _ in 0..clients {
-        peers.push(listener.accept(&mut ev, ep)?);
+        peers.push(accept_serving("atomics", &listener, &mut ev, ep, |_, _| Ok(()))?);
     }
     for (i, peer) in peers.iter().enumerate() {
         let opts = RecvOpts {

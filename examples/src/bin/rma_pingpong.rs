@@ -16,7 +16,7 @@ use fabric_msg::{
 };
 use fabric_msg_examples::opts::{parse, Opts, Parsed, Tool, MAX_RMA_SIZE};
 use fabric_msg_examples::output::{self, Monitor, Row};
-use fabric_msg_examples::session::loop_config;
+use fabric_msg_examples::session::{accept_serving, loop_config};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -118,7 +118,7 @@ impl Side {
         let mut ev = EventLoop::new(p, loop_config(o))?;
         let ep = ev.endpoint()?;
         // Receives go up before the connection starts (iWARP needs that).
-        let peer = listener.accept_with(&mut ev, ep, post_notice_recvs)?;
+        let peer = accept_serving("rma_pingpong", listener, &mut ev, ep, post_notice_recvs)?;
         Side::exchange(ev, peer, o.read)
     }
 

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 /// Version of fabric-msg's wire protocol (handshake and headers). Peers with
 /// different versions refuse each other.
-pub const PROTOCOL_VERSION: u16 = 2;
+pub const PROTOCOL_VERSION: u16 = 3;
 
 /// Queue sizes chosen to fit the domain's limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -94,42 +94,79 @@ impl EventLoop {
         EndpointId::new(self.endpoints.len() as u32 - 1)
     }
 
-    /// Wait for the next connection request on the passive endpoint and
-    /// accept it; `prepost` runs on the enabled endpoint before `fi_accept`.
-    pub(crate) fn msg_accept(&mut self, timeout: Duration, prepost: Prepost<'_>) -> Result<EndpointId> {
-        // Events of earlier connections may come first: a connection the
-        // provider ended (tcp ends one over a refused one-sided access)
-        // reports its shutdown here, and a new request follows it.
-        let deadline = Instant::now() + timeout;
-        let info = loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.eq()?.next(left)? {
-                CmEvent::ConnReq { info } => break info,
-                CmEvent::Shutdown { fid } => {
-                    log::debug!("msg_accept: an earlier connection ({fid:?}) was shut down");
-                }
-                CmEvent::Connected { fid } => {
-                    log::debug!("msg_accept: a late connected event ({fid:?}) before the request");
-                }
+    /// The next connection-management event, if any; never waits.
+    pub(crate) fn cm_try_next(&mut self) -> Result<Option<CmEvent>> {
+        self.eq()?.try_next()
+    }
+
+    /// Accept the connection request `info` (which this takes and frees):
+    /// open its endpoint, run `prepost` on it once enabled, then
+    /// `fi_accept`. Returns the endpoint and its fid (as an address, to
+    /// match the `FI_CONNECTED` that follows). On failure the request is
+    /// rejected and whatever was opened for it is closed.
+    pub(crate) fn msg_accept_request(
+        &mut self,
+        info: *mut ffi::fi_info,
+        prepost: Prepost<'_>,
+    ) -> Result<(EndpointId, usize)> {
+        // SAFETY: info is the provider's live request.
+        let handle = unsafe { (*info).handle };
+        let ep = self.msg_endpoint(info);
+        // SAFETY: the connreq's info was allocated by the provider for us to
+        // free, once; the handle it names lives on (fi_accept or fi_reject
+        // releases it).
+        unsafe { ffi::fi_freeinfo(info) };
+        let ep = match ep {
+            Ok(ep) => ep,
+            Err(e) => {
+                self.reject_handle(handle);
+                return Err(e);
             }
         };
-        let ep = self.msg_endpoint(info);
-        // SAFETY: the connreq's info was allocated by the provider for us to free.
-        unsafe { ffi::fi_freeinfo(info) };
-        let ep = ep?;
         let id = self.adopt(ep);
-        self.enable_and_prepost(ep, id, prepost)?;
+        // SAFETY: ep is live; only its fid's address is kept, for matching.
+        let fid = unsafe { &mut (*ep).fid as *mut ffi::fid } as usize;
+        if let Err(e) = self.enable_and_prepost(ep, id, prepost) {
+            self.close_endpoint(id).ok();
+            self.reject_handle(handle);
+            return Err(e);
+        }
         // SAFETY: ep was opened from the request's info, bound and enabled.
-        check("fi_accept", unsafe { ffi::fi_accept(ep, ptr::null(), 0) })?;
-        self.wait_connected(ep, timeout)?;
-        Ok(id)
+        if let Err(e) = check("fi_accept", unsafe { ffi::fi_accept(ep, ptr::null(), 0) }) {
+            self.close_endpoint(id).ok();
+            return Err(e);
+        }
+        Ok((id, fid))
+    }
+
+    /// Refuse the connection request `info` and free it (once).
+    pub(crate) fn msg_reject(&mut self, info: *mut ffi::fi_info) {
+        // SAFETY: info is the provider's live request.
+        self.reject_handle(unsafe { (*info).handle });
+        // SAFETY: the request's info is ours to free, once; fi_freeinfo
+        // does not touch the handle fi_reject released.
+        unsafe { ffi::fi_freeinfo(info) };
+    }
+
+    /// `fi_reject` a request's handle (which that releases).
+    fn reject_handle(&mut self, handle: *mut ffi::fid) {
+        let Some(pep) = &self.pep else { return };
+        // SAFETY: handle is a pending request's, not yet accepted or
+        // rejected; the pep that received it is listening.
+        let rc = unsafe { ffi::fi_reject(pep.raw, handle, ptr::null(), 0) };
+        if rc != 0 {
+            log::warn!("{}", Error::from_rc("fi_reject", rc.into()));
+        }
     }
 
     /// Connect a new endpoint to a listening peer's passive endpoint `name`;
     /// `prepost` runs on the enabled endpoint before `fi_connect`.
+    /// `cm_data` goes to the listener as the connection's private data: the
+    /// handshake's nonce, by which it knows this request is ours.
     pub(crate) fn msg_connect(
         &mut self,
         name: &[u8],
+        cm_data: &[u8],
         timeout: Duration,
         prepost: Prepost<'_>,
     ) -> Result<EndpointId> {
@@ -171,9 +208,10 @@ impl EventLoop {
         let id = self.adopt(ep);
         self.enable_and_prepost(ep, id, prepost)?;
         // SAFETY: ep is bound and enabled; name is the peer's address in this
-        // provider's format, read for the duration of the call.
+        // provider's format and cm_data its private data, both read for the
+        // duration of the call.
         check("fi_connect", unsafe {
-            ffi::fi_connect(ep, name.as_ptr().cast(), ptr::null(), 0)
+            ffi::fi_connect(ep, name.as_ptr().cast(), cm_data.as_ptr().cast(), cm_data.len())
         })?;
         self.wait_connected(ep, timeout)?;
         Ok(id)
@@ -193,6 +231,10 @@ impl EventLoop {
         prepost(self, id)
     }
 
+    /// Wait for `ep`'s `FI_CONNECTED`. A connection request arriving
+    /// meanwhile is refused (freed): this loop is connecting, and a
+    /// [`Listener`](crate::Listener) driven with the same loop would not
+    /// see it. Other connections' events are logged and dropped.
     fn wait_connected(&mut self, ep: *mut ffi::fid_ep, timeout: Duration) -> Result<()> {
         // SAFETY: ep is a live endpoint; only its fid address is compared.
         let want = unsafe { &mut (*ep).fid as *mut ffi::fid };
@@ -207,19 +249,20 @@ impl EventLoop {
                         message: "the peer shut the connection down".into(),
                     })
                 }
-                CmEvent::ConnReq { info } => {
-                    // Nobody did a handshake for this one (ours is under
-                    // way): refuse it, and free its info.
-                    log::warn!("refusing a connection request that arrived without a handshake");
-                    if let Some(pep) = &self.pep {
-                        // SAFETY: info is the provider's request, live until
-                        // freed just below; the pep is listening.
-                        unsafe { ffi::fi_reject(pep.raw, (*info).handle, ptr::null(), 0) };
-                    }
-                    // SAFETY: the request's info is ours to free, once.
-                    unsafe { ffi::fi_freeinfo(info) };
+                // A provider that names no fid can only mean this attempt:
+                // nothing else on this loop is connecting now.
+                CmEvent::Failed { fid, message } if fid == want || fid.is_null() => {
+                    return Err(Error::Handshake {
+                        peer: "fabric".into(),
+                        message,
+                    })
                 }
-                _ => continue,
+                CmEvent::ConnReq { info, .. } => {
+                    log::warn!("refusing a connection request that arrived while this loop was connecting");
+                    self.msg_reject(info);
+                }
+                CmEvent::Failed { message, .. } => log::debug!("another connection: {message}"),
+                CmEvent::Connected { .. } | CmEvent::Shutdown { .. } => continue,
             }
         }
     }

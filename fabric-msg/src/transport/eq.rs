@@ -31,14 +31,30 @@ pub(crate) struct Pep {
 
 /// One event read from the EQ.
 pub(crate) enum CmEvent {
-    ConnReq { info: *mut ffi::fi_info },
-    Connected { fid: *mut ffi::fid },
-    Shutdown { fid: *mut ffi::fid },
+    /// A connection request on the passive endpoint: its info (ours to
+    /// free, or to open an endpoint from) and the connection data the
+    /// connecting side passed to `fi_connect`.
+    ConnReq {
+        info: *mut ffi::fi_info,
+        data: Vec<u8>,
+    },
+    Connected {
+        fid: *mut ffi::fid,
+    },
+    Shutdown {
+        fid: *mut ffi::fid,
+    },
+    /// A connection attempt failed (`fi_eq_readerr`): which fid, and why.
+    Failed {
+        fid: *mut ffi::fid,
+        message: String,
+    },
 }
 
-// Room for a cm entry and the connection data a provider may attach.
+// Room for a cm entry and the connection data a provider may attach (tcp
+// carries up to 256 bytes, verbs 55; longer data is cut, never overrun).
 #[repr(C, align(8))]
-struct CmBuf([u8; 256]);
+struct CmBuf([u8; 512]);
 
 impl Eq {
     pub(crate) fn open(domain: &Arc<DomainInner>) -> Result<Eq> {
@@ -58,23 +74,31 @@ impl Eq {
         })
     }
 
-    /// Wait up to `timeout` for the next connection-management event.
-    pub(crate) fn next(&self, timeout: Duration) -> Result<CmEvent> {
-        let deadline = Instant::now() + timeout;
+    /// The next connection-management event, if one is there; never waits.
+    pub(crate) fn try_next(&self) -> Result<Option<CmEvent>> {
         loop {
             let mut event = 0u32;
-            let mut buf = CmBuf([0; 256]);
+            let mut buf = CmBuf([0; 512]);
             // SAFETY: the EQ is open; buf is large and aligned enough for an
-            // fi_eq_cm_entry plus connection data.
+            // fi_eq_cm_entry plus connection data, and the provider copies
+            // at most buf.0.len() bytes.
             let rc =
                 unsafe { ffi::fi_eq_read(self.raw, &mut event, buf.0.as_mut_ptr().cast(), buf.0.len(), 0) };
             if rc >= 0 {
+                let head = std::mem::size_of::<ffi::fi_eq_cm_entry>();
                 // SAFETY: a successful read of a CM event fills an fi_eq_cm_entry.
                 let entry = unsafe { &*(buf.0.as_ptr() as *const ffi::fi_eq_cm_entry) };
+                let got = (rc as usize).min(buf.0.len());
                 match event {
-                    ffi::FI_CONNREQ => return Ok(CmEvent::ConnReq { info: entry.info }),
-                    ffi::FI_CONNECTED => return Ok(CmEvent::Connected { fid: entry.fid }),
-                    ffi::FI_SHUTDOWN => return Ok(CmEvent::Shutdown { fid: entry.fid }),
+                    ffi::FI_CONNREQ => {
+                        let data = buf.0[head.min(got)..got].to_vec();
+                        return Ok(Some(CmEvent::ConnReq {
+                            info: entry.info,
+                            data,
+                        }));
+                    }
+                    ffi::FI_CONNECTED => return Ok(Some(CmEvent::Connected { fid: entry.fid })),
+                    ffi::FI_SHUTDOWN => return Ok(Some(CmEvent::Shutdown { fid: entry.fid })),
                     other => log::debug!("ignoring event queue event {other}"),
                 }
             } else if rc == -(ffi::FI_EAVAIL as isize) {
@@ -83,16 +107,28 @@ impl Eq {
                 let rc = unsafe { ffi::fi_eq_readerr(self.raw, &mut err, 0) };
                 check("fi_eq_readerr", rc as i64)?;
                 let code = err.err.unsigned_abs();
-                return Err(Error::Handshake {
-                    peer: "fabric".into(),
+                return Ok(Some(CmEvent::Failed {
+                    fid: err.fid,
                     message: format!(
                         "connection failed: {} (provider errno {}): is the peer's address reachable on this fabric?",
                         strerror(code),
                         err.prov_errno
                     ),
-                });
-            } else if rc != -(ffi::FI_EAGAIN as isize) {
+                }));
+            } else if rc == -(ffi::FI_EAGAIN as isize) {
+                return Ok(None);
+            } else {
                 return Err(Error::from_rc("fi_eq_read", rc as i64));
+            }
+        }
+    }
+
+    /// Wait up to `timeout` for the next connection-management event.
+    pub(crate) fn next(&self, timeout: Duration) -> Result<CmEvent> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(e) = self.try_next()? {
+                return Ok(e);
             }
             if Instant::now() >= deadline {
                 return Err(Error::Handshake {

@@ -138,6 +138,9 @@ pub enum Frame {
         version: u16,
         profile: fabric_msg::WireProfile,
         name: Vec<u8>,
+        /// The server's per-handshake nonce on connected endpoints, which
+        /// the client's `fi_connect` carries; 0 otherwise.
+        nonce: u64,
     },
     Reject {
         reason: String,
@@ -163,6 +166,7 @@ pub fn hello(profile: &Profile, name: Vec<u8>) -> Vec<u8> {
             version: fabric_msg::PROTOCOL_VERSION,
             profile: profile.wire(),
             name,
+            nonce: 0,
         })
         .unwrap(),
     )
