@@ -53,6 +53,14 @@ check roce-cq-data "cq_data_size       4" $bin -e msg -c msg,rma -d rxe0
 # them emulated by fabric-msg.
 check verbs-atomics-keep-roce "chosen  roce via verbs;ofi_rxm (rdm) on rxe0" $bin -c tagged,atomic
 check verbs-atomics-carried "fetch_add=" $bin -c tagged,atomic
+# verbs' connected endpoints validate u64 fetch-add and compare-swap on
+# rxe0, but libfabric before 2.2 passes the operand's address as its value
+# (ofiwg/libfabric#10923): providers.toml refuses them with that reason.
+# siw0 does no atomics at all (atomic_cap NONE), whatever libfabric says.
+check roce-msg-atomics-refused "passes the operand's address as its value" $bin -e msg -c msg,atomic -d rxe0
+check iwarp-msg-atomics-none "siw0 does no remote atomics" $bin -e msg -c msg,atomic -d siw0
+# Emulated atomics over RoCE's RDM endpoints: three clients, the exact total.
+check roce-rdm-atomics-total "counter 600, expected 600" $tdir/debug/atomics --loopback -I 200 -p "verbs;ofi_rxm" -d rxe0
 
 # The data path on real RDMA devices, every byte checked.
 pp="$tdir/debug/pingpong --loopback --verify"

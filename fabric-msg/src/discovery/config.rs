@@ -101,6 +101,10 @@ pub struct ProviderSettings {
     /// provider over with this reason.
     #[serde(default)]
     pub atomics_broken: Option<String>,
+    /// The first libfabric (`"MAJOR.MINOR"`) whose atomics on this
+    /// provider work: `atomics_broken` applies only before it.
+    #[serde(default)]
+    pub atomics_fixed_in: Option<String>,
 }
 
 /// The whole ladder configuration.
@@ -202,6 +206,14 @@ impl LadderConfig {
             if name.trim().is_empty() {
                 return Err(err("a [provider.\"...\"] table has an empty name".into()));
             }
+            if let Some(v) = &settings.atomics_fixed_in {
+                if parse_version(v).is_none() {
+                    return Err(err(format!(
+                        "[provider.\"{name}\"] key `atomics_fixed_in` = {:?} is not MAJOR.MINOR, e.g. \"2.2\"",
+                        quote(v)
+                    )));
+                }
+            }
             for (key, value) in &settings.env {
                 if let Some(why) = env_problem(key, value) {
                     return Err(err(format!(
@@ -226,9 +238,17 @@ impl LadderConfig {
 
     /// Why `provider`'s atomics are not to be used, if they are not.
     pub fn atomics_broken(&self, provider: &str) -> Option<&str> {
-        self.providers
-            .get(provider)
-            .and_then(|s| s.atomics_broken.as_deref())
+        self.atomics_broken_in(provider, crate::ffi::runtime_version())
+    }
+
+    /// [`LadderConfig::atomics_broken`] for libfabric `version`.
+    pub fn atomics_broken_in(&self, provider: &str, version: (u32, u32)) -> Option<&str> {
+        let s = self.providers.get(provider)?;
+        let fixed = s.atomics_fixed_in.as_deref().and_then(parse_version);
+        if fixed.is_some_and(|f| version >= f) {
+            return None;
+        }
+        s.atomics_broken.as_deref()
     }
 
     /// Environment tunables for `provider`.
@@ -315,6 +335,34 @@ fn read_bounded(path: &Path) -> std::result::Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn atomics_broken_holds_only_before_the_version_that_fixed_them() {
+        let text = r#"
+version = 1
+[[rung]]
+kind = "roce"
+provider = "verbs"
+endpoint = "msg"
+[provider."verbs"]
+atomics_broken = "operands by address"
+atomics_fixed_in = "2.2"
+"#;
+        let cfg = LadderConfig::parse(text, "test").unwrap();
+        assert_eq!(
+            cfg.atomics_broken_in("verbs", (1, 17)),
+            Some("operands by address")
+        );
+        assert_eq!(
+            cfg.atomics_broken_in("verbs", (2, 1)),
+            Some("operands by address")
+        );
+        assert_eq!(cfg.atomics_broken_in("verbs", (2, 2)), None);
+        assert_eq!(cfg.atomics_broken_in("tcp", (1, 17)), None);
+        let bad = text.replace("\"2.2\"", "\"soon\"");
+        let e = LadderConfig::parse(&bad, "test").unwrap_err().to_string();
+        assert!(e.contains("atomics_fixed_in") && e.contains("MAJOR.MINOR"), "{e}");
+    }
 
     #[test]
     fn built_in_ladder_parses_and_starts_with_rdma() {

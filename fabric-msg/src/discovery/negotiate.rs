@@ -585,11 +585,24 @@ fn open(req: &Requirements, cfg: &LadderConfig, attempt: &Attempt, prepared: &Pr
         req.wants_atomics() && listed & ffi::FI_ATOMIC as u64 != 0,
     )?;
     let native_only = req.wants_atomics() && req.atomics == AtomicPolicy::Native;
-    if let Some(why) = cfg.atomics_broken(&granted.provider) {
+    let device = prepared.devices.iter().find(|d| d.name == granted.device());
+    let no_device_atomics = device
+        .filter(|d| !d.atomics)
+        .map(|d| format!("{} does no remote atomics (atomic_cap IBV_ATOMIC_NONE)", d.name));
+    // The device's own answer first: it holds whatever libfabric says.
+    let broken = cfg.atomics_broken(&granted.provider).map(str::to_owned);
+    if let Some(why) = no_device_atomics.or(broken) {
         probed.atomics.clear();
-        if native_only {
+        // Connected endpoints cannot carry fabric-msg's emulation either.
+        let msg = granted.endpoint_type == EndpointType::Msg;
+        if native_only || (req.wants_atomics() && msg) {
+            let no_emulation = if msg {
+                "; fabric-msg emulates atomics only over tagged RDM endpoints"
+            } else {
+                ""
+            };
             return Err(Error::Unsupported {
-                what: format!("u64 atomics (listed and validated, but {why})"),
+                what: format!("u64 atomics (listed and validated, but {why}{no_emulation})"),
                 provider: granted.provider.clone(),
             });
         }

@@ -233,6 +233,9 @@ pub(crate) fn open_candidate(
             )?;
             fids.0.push(&mut (*pep).fid);
             check("fi_pep_bind(eq)", ffi::fi_pep_bind(pep, &mut (*eq).fid, 0))?;
+            if want_atomics {
+                result.atomics = connected_atomics(domain, info, &mut fids);
+            }
         } else {
             let mut av = ptr::null_mut();
             let mut av_attr = ffi::fi_av_attr {
@@ -320,10 +323,63 @@ const ATOMIC_OPS: &[(&str, ffi::fi_op)] = &[
     ("FI_MSWAP", ffi::FI_MSWAP),
 ];
 
-/// Which u64 atomics the enabled endpoint accepts.
+/// Which u64 atomics a connected (MSG) endpoint of `info` would accept.
+/// verbs assigns an endpoint's atomic operations when it is opened and
+/// validates them against the domain alone, so an endpoint that is never
+/// connected (nor enabled) answers as a connected one would. It needs a
+/// peer address to open (rdma_cm resolves a route): its own is given.
+///
+/// The endpoint joins `fids`, to be closed with the rest.
 ///
 /// # Safety
-/// `ep` must be an enabled endpoint.
+/// `domain` must be an open domain of `info`.
+unsafe fn connected_atomics(
+    domain: *mut ffi::fid_domain,
+    info: *mut ffi::fi_info,
+    fids: &mut Fids,
+) -> Vec<AtomicOp> {
+    // SAFETY: info is live (the caller's promise); fi_dupinfo copies it,
+    // and the copy is freed below, once.
+    let dup = unsafe { ffi::fi_dupinfo(info) };
+    if dup.is_null() {
+        return Vec::new();
+    }
+    let mut ep = ptr::null_mut();
+    // SAFETY: dup is our copy; its dest_addr gets malloc'd memory holding
+    // src_addrlen bytes, which fi_freeinfo frees with it.
+    let rc = unsafe {
+        let (src, len) = ((*dup).src_addr, (*dup).src_addrlen);
+        if !src.is_null() && len > 0 && (*dup).dest_addr.is_null() {
+            let dest = libc::malloc(len);
+            if !dest.is_null() {
+                ptr::copy_nonoverlapping(src.cast::<u8>(), dest.cast::<u8>(), len);
+                (*dup).dest_addr = dest;
+                (*dup).dest_addrlen = len;
+            }
+        }
+        ffi::fi_endpoint(domain, dup, &mut ep, ptr::null_mut())
+    };
+    // SAFETY: the endpoint keeps its own copy of what it needs.
+    unsafe { ffi::fi_freeinfo(dup) };
+    if rc != 0 {
+        log::debug!(
+            "no connected endpoint to ask for atomics: {}",
+            Error::from_rc("fi_endpoint", rc.into())
+        );
+        return Vec::new();
+    }
+    // SAFETY: ep was just opened; `fids` closes it once, before the domain.
+    unsafe {
+        fids.0.push(&mut (*ep).fid);
+        valid_atomics(ep)
+    }
+}
+
+/// Which u64 atomics the endpoint accepts.
+///
+/// # Safety
+/// `ep` must be an open endpoint (enabled, except on connected endpoints,
+/// whose atomics verbs validates on the domain).
 unsafe fn valid_atomics(ep: *mut ffi::fid_ep) -> Vec<AtomicOp> {
     let mut out = Vec::new();
     for &(name, op) in ATOMIC_OPS {
@@ -331,7 +387,7 @@ unsafe fn valid_atomics(ep: *mut ffi::fid_ep) -> Vec<AtomicOp> {
         let cmp = matches!(op, ffi::FI_CSWAP | ffi::FI_CSWAP_NE | ffi::FI_MSWAP);
         let kinds: &[&str] = if cmp { &["compare"] } else { &["atomic", "fetch"] };
         for &kind in kinds {
-            // SAFETY: ep is enabled (the caller's promise); count is a valid out-pointer.
+            // SAFETY: ep is open (the caller's promise); count is a valid out-pointer.
             let rc = unsafe {
                 match kind {
                     "atomic" => ffi::fi_atomicvalid(ep, ffi::FI_UINT64, op, &mut count),

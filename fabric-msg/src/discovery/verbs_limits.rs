@@ -22,6 +22,10 @@ pub struct DeviceLimits {
     pub max_cqe: u32,
     /// Most outstanding work requests on one queue pair (`max_qp_wr`).
     pub max_qp_wr: u32,
+    /// Whether the device does remote atomics at all (`atomic_cap` other
+    /// than `IBV_ATOMIC_NONE`): soft-iWARP has none, though libfabric's
+    /// `fi_atomicvalid` on verbs does not ask the device.
+    pub atomics: bool,
 }
 
 /// ofi_rxm's default MSG endpoint queue depth (`RXM_MSG_RXTX_SIZE`).
@@ -59,7 +63,7 @@ pub fn query_devices() -> Vec<DeviceLimits> {
 }
 
 // The start of `struct ibv_device_attr` (rdma-core's <infiniband/verbs.h>,
-// stable ABI since libibverbs 1.1) up to `max_cqe`. The buffer passed to
+// stable ABI since libibverbs 1.1) up to `atomic_cap`. The buffer passed to
 // ibv_query_device is larger than the whole struct (232 bytes); only these
 // leading fields are read.
 #[repr(C)]
@@ -79,6 +83,15 @@ struct DeviceAttrHead {
     max_sge_rd: c_int,
     max_cq: c_int,
     max_cqe: c_int,
+    max_mr: c_int,
+    max_pd: c_int,
+    max_qp_rd_atom: c_int,
+    max_ee_rd_atom: c_int,
+    max_res_rd_atom: c_int,
+    max_qp_init_rd_atom: c_int,
+    max_ee_init_rd_atom: c_int,
+    /// `enum ibv_atomic_cap`: 0 is `IBV_ATOMIC_NONE`.
+    atomic_cap: c_int,
 }
 
 #[repr(C, align(8))]
@@ -180,6 +193,7 @@ impl Verbs {
                     name,
                     max_cqe: u32::try_from(head.max_cqe).unwrap_or(0),
                     max_qp_wr: u32::try_from(head.max_qp_wr).unwrap_or(0),
+                    atomics: head.atomic_cap != 0,
                 });
             }
             // SAFETY: ctx was opened above and is closed once.
@@ -207,6 +221,7 @@ mod tests {
             name: "d".into(),
             max_cqe,
             max_qp_wr: 16384,
+            atomics: true,
         }
     }
 
