@@ -315,6 +315,11 @@ impl EventLoop {
             lease: local.lease,
             atomic: false,
             last_buffer: follow_up.map(|(b, _)| b),
+            call: if kind == OpKind::Read {
+                "fi_readmsg"
+            } else {
+                "fi_writemsg"
+            },
         };
         let (loff, len) = (local.offset, local.len);
         // A write completes once its bytes are in the peer's memory, so a
@@ -467,6 +472,11 @@ impl EventLoop {
             lease: None,
             atomic: kind != AtomicForm::Plain,
             last_buffer: None,
+            call: match kind {
+                AtomicForm::Plain => "fi_atomic",
+                AtomicForm::Fetch => "fi_fetch_atomic",
+                AtomicForm::Compare => "fi_compare_atomic",
+            },
         };
         self.post_parts(parts, |_, index, ctx| {
             if index as usize >= entries {

@@ -39,6 +39,7 @@ impl EventLoop {
             len,
             framed: false,
             multi: true,
+            call: "fi_recvmsg",
         };
         self.post(what, buf, |bufp, ctx| {
             let iov = libc::iovec {
