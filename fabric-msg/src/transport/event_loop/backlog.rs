@@ -47,6 +47,9 @@ struct Deferred {
     len: usize,
     args: SendArgs,
     since: Instant,
+    /// `since` plus the `post_timeout` in force when it was kept (the
+    /// World's collectives set it to zero while they post).
+    deadline: Instant,
 }
 
 /// The sends waiting for room, oldest first, and the peers found full
@@ -115,13 +118,15 @@ impl EventLoop {
                 post()
             };
             if rc == -(ffi::FI_EAGAIN as isize) {
+                let since = Instant::now();
                 self.backlog.queue.push_back(Deferred {
                     index,
                     generation,
                     bufp,
                     len,
                     args: a,
-                    since: Instant::now(),
+                    since,
+                    deadline: since + self.cfg.post_timeout,
                 });
                 return Ok(());
             }
@@ -159,7 +164,7 @@ impl EventLoop {
             }
             let call = send_call(d.args.tag, d.args.data);
             let waited = now.saturating_duration_since(d.since);
-            if give_up || waited >= self.cfg.post_timeout {
+            if give_up || now >= d.deadline {
                 self.backlog.queue.remove(i);
                 let code = Some(ErrorCode(ffi::FI_EAGAIN));
                 let in_flight = self.slab.in_flight;

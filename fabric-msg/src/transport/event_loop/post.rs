@@ -507,10 +507,15 @@ impl EventLoop {
         }
     }
 
-    /// Progress: post what the backlog holds, then read the CQ.
+    /// Progress while a post waits: read the CQ, then post the send
+    /// backlog, which then takes room before the waiting post tries again.
+    /// Flushed before the read, or not at all here, backlogged sends
+    /// starved behind a retrying write in the shm soak (20 messages/s for
+    /// 3 s in 4 of 32 runs; none in 16 runs with this order).
     pub(super) fn progress(&mut self) -> Result<()> {
+        let read = self.read_cq();
         self.flush_backlog();
-        self.read_cq()
+        read
     }
 
     /// Whether the layer above asked posts to stop waiting for room.
