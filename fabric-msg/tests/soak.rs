@@ -425,13 +425,13 @@ fn soak_tcp_rxm() {
 /// has no room for wait in the loop's backlog, see
 /// `tests/flow_control.rs`), but a `write_data` is refused by `fi_writemsg`
 /// (`FI_EAGAIN`) for 5 s while the server polls with receives posted
-/// (1 pair: 1 of 8 runs, 3 pairs: 2 of 8). Writes ask for
+/// (1 pair: 3 of 16 runs, 3 pairs: 3 of 16). Writes ask for
 /// `FI_DELIVERY_COMPLETE`, which shm carries with its SAR protocol, one
 /// transfer at a time per peer; a SAR left unfinished blocks that peer,
 /// as with a write to a revoked key (docs/decisions.md's defects table).
 /// `cargo test --test soak -- --ignored` runs it.
 #[test]
-#[ignore = "shm: an RMA write (fi_writemsg, FI_DELIVERY_COMPLETE, shm's SAR) is refused for 5 s in about 1 of 8 runs; messages no longer wedge (issue 11); run with --ignored"]
+#[ignore = "shm: an RMA write (fi_writemsg, FI_DELIVERY_COMPLETE, shm's SAR) is refused for 5 s in about 1 of 5 runs; messages no longer wedge (issue 11); run with --ignored"]
 fn soak_shm() {
     in_child("shm");
 }
