@@ -295,6 +295,14 @@ fn mpirun_ring_of_5000_without_flow_control() {
     assert_verified_ring(&[e], 4, "shm", "pmix");
 }
 
+/// Issue 11's flood under mpirun (shm): 4 of 4 runs wedged with QueueFull
+/// before the send backlog.
+#[test]
+fn mpirun_ring_flooding_unexpected_messages_completes() {
+    let e = run_mpirun(&["-np", "4", SPMD, "-n", "5000", "-w", "5000", "-r", "64"]);
+    assert_verified_ring(&[e], 4, "shm", "pmix");
+}
+
 /// Ranks 0 and 1 could use shm; rank 2 is held to TCP: every rank uses
 /// the best TCP rung and rank 0 says why.
 #[test]
