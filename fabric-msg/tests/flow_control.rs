@@ -49,7 +49,8 @@ fn collect(ev: &mut fabric_msg::EventLoop, kind: OpKind, want: usize) -> Vec<Com
 /// 10 times the receiver's room, sent at once to a peer that is not yet
 /// polling: every `send` returns at once (none spins for room), and once
 /// the peer receives, every message arrives, in order, each send
-/// completing successfully.
+/// completing successfully; an `inject` made after them to the same peer
+/// waits for them and arrives last.
 #[test]
 fn a_flood_of_unexpected_messages_waits_in_the_backlog_and_arrives_in_order() {
     const N: u64 = 10 * DEPTH as u64;
@@ -67,7 +68,7 @@ fn a_flood_of_unexpected_messages_waits_in_the_backlog_and_arrives_in_order() {
             s.ev.recv(s.ep, Buffer::new(LEN), any, Token(1)).expect("recv");
         }
         let deadline = Instant::now() + TIMEOUT;
-        while next < N {
+        while next <= N {
             assert!(Instant::now() < deadline, "received {next} of {N}");
             s.ev.poll(&mut out, Some(Duration::from_millis(20)))
                 .expect("poll");
@@ -98,6 +99,8 @@ fn a_flood_of_unexpected_messages_waits_in_the_backlog_and_arrives_in_order() {
         "posting {N} sends took {posting:?}"
     );
     go_tx.send(()).expect("go");
+    c.ev.inject(&c.peer, numbered(N).as_slice(), opts())
+        .expect("inject after the backlog");
     let done = collect(&mut c.ev, OpKind::Send, N as usize);
     for d in &done {
         d.result

@@ -138,6 +138,37 @@ impl EventLoop {
         })
     }
 
+    /// Wait (progressing, for at most `post_timeout`) until no send to
+    /// `addr` on `raw` is backlogged: an `inject` or a borrowed send to
+    /// that peer is posted in place and must not pass them. Not with a
+    /// zero `post_timeout`: that is the World's collectives posting, whose
+    /// class of tags no application receive matches, so order against the
+    /// application's sends does not matter, and waiting here for them
+    /// could wait for a peer that is itself inside the collective.
+    pub(super) fn behind_backlog(
+        &mut self,
+        raw: *mut ffi::fid_ep,
+        addr: ffi::fi_addr_t,
+        call: &'static str,
+    ) -> Result<()> {
+        if self.cfg.post_timeout.is_zero() {
+            return Ok(());
+        }
+        let started = Instant::now();
+        while self.backlog.holds(raw, addr) {
+            if started.elapsed() >= self.cfg.post_timeout || self.giving_up() {
+                return Err(Error::QueueFull {
+                    call,
+                    waited: started.elapsed(),
+                    in_flight: self.slab.in_flight,
+                    code: Some(ErrorCode(ffi::FI_EAGAIN)),
+                });
+            }
+            self.progress()?;
+        }
+        Ok(())
+    }
+
     /// Post what the backlog holds, oldest first, skipping peers found
     /// full in this pass; fail what waited longer than `post_timeout`.
     pub(super) fn flush_backlog(&mut self) {

@@ -139,6 +139,8 @@ impl EventLoop {
         self.check_len(peer, len, 0)?;
         self.am.tags.check_send(opts.tag)?;
         let addr = peer.addr;
+        let call = send_call(opts.tag, opts.data);
+        self.behind_backlog(raw, addr, call)?;
         let what = Posting {
             endpoint: peer.endpoint,
             kind: OpKind::Send,
@@ -146,7 +148,7 @@ impl EventLoop {
             len,
             framed: false,
             multi: false,
-            call: send_call(opts.tag, opts.data),
+            call,
         };
         self.post_borrowed(what, data as *mut u8, move |bufp, desc, ctx| {
             // SAFETY: raw is enabled; the caller keeps `len` bytes at bufp
@@ -299,6 +301,7 @@ impl EventLoop {
             (None, Some(_)) => "fi_injectdata",
             (Some(_), Some(_)) => "fi_tinjectdata",
         };
+        self.behind_backlog(raw, addr, call)?;
         self.retry(call, || {
             // SAFETY: raw is enabled; inject copies the `len` bytes at `p` before returning.
             unsafe {
