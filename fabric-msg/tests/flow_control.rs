@@ -53,10 +53,31 @@ fn collect(ev: &mut fabric_msg::EventLoop, kind: OpKind, want: usize) -> Vec<Com
 /// waits for them and arrives last.
 #[test]
 fn a_flood_of_unexpected_messages_waits_in_the_backlog_and_arrives_in_order() {
+    flood(LoopConfig::default(), None);
+}
+
+/// The same flood drained slowly (a pause every other message), for
+/// longer than `post_timeout`: a backlog that keeps draining never times
+/// out; the timeout is for a peer that takes nothing.
+#[test]
+fn a_backlog_that_drains_slowly_does_not_time_out() {
+    let cfg = LoopConfig {
+        post_timeout: Duration::from_millis(200),
+        ..Default::default()
+    };
+    let started = Instant::now();
+    flood(cfg, Some(Duration::from_millis(1)));
+    assert!(
+        started.elapsed() > Duration::from_millis(300),
+        "drained too fast to show it"
+    );
+}
+
+fn flood(cfg: LoopConfig, pace: Option<Duration>) {
     const N: u64 = 10 * DEPTH as u64;
     let p = profile_with("shm", DEPTH);
     let (go_tx, go_rx) = mpsc::channel::<()>();
-    let (mut c, server) = pair(p.clone(), p, LoopConfig::default(), move |mut s| {
+    let (mut c, server) = pair(p.clone(), p, cfg, move |mut s| {
         go_rx.recv().expect("go");
         let mut next = 0u64;
         let mut out = Vec::new();
@@ -83,6 +104,9 @@ fn a_flood_of_unexpected_messages_waits_in_the_backlog_and_arrives_in_order() {
                     "message {seq} damaged"
                 );
                 next += 1;
+                if let Some(pause) = pace.filter(|_| next % 2 == 0) {
+                    std::thread::sleep(pause);
+                }
                 s.ev.recv(s.ep, b, any, Token(1)).expect("recv again");
             }
         }

@@ -15,7 +15,8 @@
 //! allocated per message), does not count against the CQ's bound (it is
 //! not posted), and completes like any send: successfully once posted and
 //! done, or with [`CompletionError::NotPosted`] if the provider still had
-//! no room after [`LoopConfig::post_timeout`] or refused it otherwise.
+//! no room for [`LoopConfig::post_timeout`] (counted from when the send
+//! ahead of it to the same peer was posted) or refused it otherwise.
 //! Later sends to the same peer queue behind it, so per-peer order holds;
 //! sends to other peers are not held up by it.
 
@@ -154,8 +155,12 @@ impl EventLoop {
         if self.cfg.post_timeout.is_zero() {
             return Ok(());
         }
-        let started = Instant::now();
+        // The wait is bounded while nothing moves, not while the backlog drains.
+        let (mut left, mut started) = (self.backlog.len(), Instant::now());
         while self.backlog.holds(raw, addr) {
+            if self.backlog.len() < left {
+                (left, started) = (self.backlog.len(), Instant::now());
+            }
             if started.elapsed() >= self.cfg.post_timeout || self.giving_up() {
                 return Err(Error::QueueFull {
                     call,
@@ -225,6 +230,16 @@ impl EventLoop {
             if rc < 0 {
                 let e = Error::from_rc(call, rc as i64);
                 self.fail_backlogged(d.index, call, e.to_string());
+                continue;
+            }
+            // The peer took one: its next send's wait starts now (the
+            // timeout is for a peer that makes no room, not for a long
+            // queue that drains).
+            let next = self.backlog.queue.range_mut(i..);
+            if let Some(next) = next.into_iter().find(|n| (n.args.raw, n.args.addr) == key) {
+                let timeout = next.deadline.saturating_duration_since(next.since);
+                next.since = now;
+                next.deadline = now + timeout;
             }
         }
         self.backlog.full = full;

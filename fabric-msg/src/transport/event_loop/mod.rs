@@ -18,8 +18,8 @@
 //!   [`Buffer`] is not held that long: the loop keeps it (in order per
 //!   peer) and posts it as `poll` progresses, so an application that sends
 //!   before it receives cannot deadlock with a peer doing the same; it
-//!   completes with [`CompletionError::NotPosted`] if the peer never makes
-//!   room within `post_timeout`.
+//!   completes with [`CompletionError::NotPosted`] if the peer takes none
+//!   of the sends waiting for it for `post_timeout`.
 //! - A message larger than the posted buffer completes with
 //!   [`CompletionError::Truncated`] naming both sizes; nothing overflows.
 //! - Buffers are owned by the loop while their operation is in flight, and
