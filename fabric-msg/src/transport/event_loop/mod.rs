@@ -273,7 +273,7 @@ impl EventLoop {
                 timed: 0,
             },
             pending: Vec::with_capacity(CQ_BATCH * 4),
-            backlog: backlog::Backlog::default(),
+            backlog: backlog::Backlog::new(),
             pep: None,
             eq,
             av,
