@@ -173,15 +173,19 @@ fn provider_settings_reach_the_environment_unless_the_user_set_them() {
 
 #[test]
 fn impossible_requirements_exit_non_zero_with_every_reason() {
-    let o = run(&["-e", "msg", "-c", "atomic", "--atomics", "native"], &[]);
+    let o = run(
+        &["-p", "tcp", "-e", "msg", "-c", "atomic", "--atomics", "native"],
+        &[],
+    );
     let (_, err) = text(&o);
     assert_eq!(o.status.code(), Some(1));
     assert!(
         err.contains("no usable fabric") && err.contains("lacks required capabilities FI_ATOMIC"),
         "{err}"
     );
-    // Without native atomics, connected endpoints cannot carry them either.
-    let o = run(&["-e", "msg", "-c", "atomic"], &[]);
+    // Without native atomics, connected endpoints cannot carry them either
+    // (sockets' connected endpoints have native ones).
+    let o = run(&["-p", "tcp", "-e", "msg", "-c", "atomic"], &[]);
     let (_, err) = text(&o);
     assert_eq!(o.status.code(), Some(1));
     assert!(err.contains("cannot emulate"), "{err}");

@@ -41,12 +41,14 @@ fn rendezvous(n: u32, args: &[&str], env: impl Fn(u32) -> Vec<(&'static str, Str
 }
 
 fn ring(n: u32, messages: &str, shm: bool) -> Vec<Exit> {
+    ring_with(n, &["-n", messages, "-S", "4096"], shm)
+}
+
+fn ring_with(n: u32, args: &[&str], shm: bool) -> Vec<Exit> {
     let started = Instant::now();
     let shm = if shm { "1" } else { "0" };
     wait_all(
-        rendezvous(n, &["-n", messages, "-S", "4096"], |_| {
-            vec![("FABRIC_MSG_SHM", shm.to_string())]
-        }),
+        rendezvous(n, args, |_| vec![("FABRIC_MSG_SHM", shm.to_string())]),
         started,
         DEADLINE,
     )
@@ -82,6 +84,19 @@ fn rendezvous_rings_on_shm() {
 fn rendezvous_ring_of_5000_without_flow_control() {
     assert_verified_ring(&ring(4, "5000", true), 4, "shm", "rendezvous");
     assert_verified_ring(&ring(4, "5000", false), 4, best_tcp(), "rendezvous");
+}
+
+/// Issue 11's flood: every rank posts all 5000 sends of 4 KiB at once
+/// while its neighbour keeps only 64 receives posted, so nearly every
+/// message arrives unexpected. shm (1.17) refuses a sender once the
+/// receiver holds rx_size of them; before the send backlog each rank then
+/// spun inside `send` waiting for a neighbour that was itself spinning in
+/// `send`, and the ring wedged with QueueFull (3 of 3 runs).
+#[test]
+fn a_ring_flooding_unexpected_messages_completes_on_every_provider() {
+    let flood = ["-n", "5000", "-S", "4096", "-w", "5000", "-r", "64"];
+    assert_verified_ring(&ring_with(4, &flood, true), 4, "shm", "rendezvous");
+    assert_verified_ring(&ring_with(4, &flood, false), 4, best_tcp(), "rendezvous");
 }
 
 #[test]
@@ -277,6 +292,14 @@ fn mpirun_rings_on_shm_and_tcp() {
 #[test]
 fn mpirun_ring_of_5000_without_flow_control() {
     let e = run_mpirun(&["-np", "4", SPMD, "-n", "5000"]);
+    assert_verified_ring(&[e], 4, "shm", "pmix");
+}
+
+/// Issue 11's flood under mpirun (shm): 4 of 4 runs wedged with QueueFull
+/// before the send backlog.
+#[test]
+fn mpirun_ring_flooding_unexpected_messages_completes() {
+    let e = run_mpirun(&["-np", "4", SPMD, "-n", "5000", "-w", "5000", "-r", "64"]);
     assert_verified_ring(&[e], 4, "shm", "pmix");
 }
 

@@ -196,11 +196,13 @@ fn same_host_peers_get_shared_memory() {
 
 #[test]
 fn a_capability_no_provider_has_is_a_clear_error() {
-    // Connected endpoints with atomics: tcp's MSG endpoints have none, and
-    // sockets' MSG endpoints have none either.
+    // tcp's connected endpoints with native atomics: they have none.
+    // (sockets' MSG endpoints do, validated on an unconnected endpoint and
+    // exact under `atomics -e msg -p sockets`.)
     let req = Requirements {
         caps: vec![Capability::Atomic],
         endpoint: EndpointChoice::Msg,
+        provider: Some("tcp".into()),
         atomics: fabric_msg::AtomicPolicy::Native,
         ..Default::default()
     };

@@ -372,8 +372,10 @@ fn an_orderly_close_is_a_quiet_departure() {
         let mut s = Survivor::new(provider, Duration::from_secs(10));
         let mut c = s.spawn("close");
         let peer = c.peer;
-        s.ev.recv(peer.endpoint(), Buffer::new(64), RecvOpts::default(), Token(40))
-            .unwrap();
+        // Posted before the departure is taken in, or refused after.
+        let posted =
+            s.ev.recv(peer.endpoint(), Buffer::new(64), RecvOpts::default(), Token(40))
+                .is_ok();
         assert!(c.child.wait().unwrap().success());
         let t = Instant::now();
         let refused = loop {
@@ -403,7 +405,7 @@ fn an_orderly_close_is_a_quiet_departure() {
             matches!(&refused.error, fabric_msg::Error::PeerLost { why, .. } if why.contains("closed its event loop")),
             "{provider}: {refused}"
         );
-        if provider == "tcp-msg" {
+        if provider == "tcp-msg" && posted {
             let recv = s.until(|c| c.token == Token(40));
             assert!(recv.result.is_err() && recv.buffer.is_some(), "{recv:?}");
         }

@@ -12,8 +12,14 @@
 //! target/release/spmd                                 # a world of one
 //! ```
 //!
-//! usage: spmd [-n MESSAGES] [-S BYTES] [-w WINDOW] [--json]
+//! usage: spmd [-n MESSAGES] [-S BYTES] [-w WINDOW] [-r RECEIVES] [--json]
 //!             [--exit-early RANK] [--hold SECONDS] [--announce]
+//!
+//! `-w` bounds the sends in flight and, unless `-r` says otherwise, the
+//! receives posted ahead. `-w 5000 -r 64` is a flood without
+//! application-level credits: each rank posts all its sends at once while
+//! its neighbour keeps only 64 receives posted, so most messages arrive
+//! before their receive (unexpected) and the fabric must hold or refuse them.
 //!
 //! `--exit-early RANK` makes that rank leave without finishing right after
 //! the world forms, and `--hold` makes every rank wait that long before the
@@ -33,6 +39,7 @@ struct Opts {
     messages: u64,
     size: usize,
     window: usize,
+    recvs: Option<usize>,
     json: bool,
     exit_early: Option<u32>,
     hold: Duration,
@@ -44,6 +51,7 @@ fn parse() -> Result<Opts, String> {
         messages: 1000,
         size: 4096,
         window: 64,
+        recvs: None,
         json: false,
         exit_early: None,
         hold: Duration::ZERO,
@@ -60,13 +68,14 @@ fn parse() -> Result<Opts, String> {
         match a.as_str() {
             "-n" => o.messages = num(val("a number of messages")?)?,
             "-S" => o.size = num(val("a size in bytes")?)? as usize,
-            "-w" => o.window = num(val("a window")?)?.clamp(1, 4096) as usize,
+            "-w" => o.window = num(val("a window")?)?.clamp(1, 1 << 20) as usize,
+            "-r" => o.recvs = Some(num(val("a number of receives")?)?.clamp(1, 4096) as usize),
             "--json" => o.json = true,
             "--exit-early" => o.exit_early = Some(num(val("a rank")?)? as u32),
             "--hold" => o.hold = Duration::from_secs(num(val("seconds")?)?),
             "--announce" => o.announce = true,
             "-h" | "--help" => {
-                return Err("usage: spmd [-n MESSAGES] [-S BYTES] [-w WINDOW] [--json] [--exit-early RANK] [--hold SECONDS] [--announce]".into())
+                return Err("usage: spmd [-n MESSAGES] [-S BYTES] [-w WINDOW] [-r RECEIVES] [--json] [--exit-early RANK] [--hold SECONDS] [--announce]".into())
             }
             other => return Err(format!("unknown option {other}; try --help")),
         }
@@ -203,7 +212,7 @@ fn run(world: &mut World, o: &Opts, formed: Duration) -> Result<bool, fabric_msg
     let mut posted_recvs = 0u64;
     let mut in_flight_sends = 0usize;
     let mut free: Vec<Buffer> = (0..o.window).map(|_| Buffer::new(o.size)).collect();
-    for _ in 0..o.window.min(o.messages as usize) {
+    for _ in 0..o.recvs.unwrap_or(o.window).min(o.messages as usize) {
         world.recv(Some(prev), Some(RING), Buffer::new(o.size), Token(0))?;
         posted_recvs += 1;
     }

@@ -82,17 +82,22 @@ pub enum Error {
         /// `FI_PROVIDER` filter hides them all).
         available: Vec<String>,
     },
-    /// A queue stayed full: posts kept returning `FI_EAGAIN` although the
-    /// completion queue was progressed.
-    #[error(
-        "queue full for {waited:?} with {in_flight} operations in flight: the peer is not receiving, or \
-         completions are not being reaped; poll more often, post fewer at once, or raise queue_depth"
-    )]
+    /// A queue stayed full: `call` kept refusing for lack of room
+    /// (`FI_EAGAIN`, or `FI_ENOMEM` for a receive) although the completion
+    /// queue was progressed, or the loop's own bound on operations in
+    /// flight (the CQ's size) was reached and nothing completed.
+    #[error("{call}: {}", queue_full_text(.call, .waited, .in_flight, .code))]
     QueueFull {
+        /// The libfabric function that refused (`fi_tsend`, `fi_trecv`,
+        /// ...), or `fi_cq_read` when the loop waited for its own bound.
+        call: &'static str,
         /// How long the post retried.
         waited: std::time::Duration,
         /// Operations in flight at the time.
         in_flight: usize,
+        /// What the call returned: `FI_EAGAIN` or `FI_ENOMEM`; `None` when
+        /// the loop's bound, not the provider, kept the post waiting.
+        code: Option<ErrorCode>,
     },
     /// A message (or injected message) larger than the fabric allows.
     #[error("{what} of {len} bytes exceeds the limit of {max} bytes for this fabric")]
@@ -417,6 +422,39 @@ impl Error {
             Error::NoData { .. } => Some(ffi::FI_ENODATA),
             _ => None,
         }
+    }
+}
+
+/// The text of [`Error::QueueFull`]: what refused, and what to do.
+fn queue_full_text(
+    call: &str,
+    waited: &std::time::Duration,
+    in_flight: &usize,
+    code: &Option<ErrorCode>,
+) -> String {
+    match code {
+        None => format!(
+            "{in_flight} operations in flight, as many as the completion queue holds, and none completed \
+             in {waited:?}: poll more often, post fewer at once, or raise cq_size"
+        ),
+        Some(c) if c.0 == ffi::FI_ENOMEM => format!(
+            "the provider had no room for another receive ({c}) for {waited:?}, with {in_flight} \
+             operations in flight: its receive entries are all taken by receives already posted and by \
+             messages that arrived before a matching receive (shm shares one pool of rx_size entries \
+             between both); post fewer receives at once, consume the messages that arrived, or raise \
+             queue_depth"
+        ),
+        Some(c) if call.starts_with("fi_recv") || call.starts_with("fi_trecv") => format!(
+            "the provider's receive queue stayed full ({c}) for {waited:?} with {in_flight} operations \
+             in flight: post fewer receives at once, or raise queue_depth"
+        ),
+        Some(c) => format!(
+            "the provider refused for lack of room ({c}) for {waited:?} with {in_flight} operations in \
+             flight although this loop kept progressing: the peer's provider holds as many of our \
+             messages as it can take (it is not posting receives for them, or is itself blocked), or \
+             this side's transmit queue is full; poll more often, post fewer at once, or raise \
+             queue_depth"
+        ),
     }
 }
 

@@ -317,6 +317,11 @@ impl EventLoop {
             atomic: false,
             last_buffer: follow_up.map(|(b, _)| b),
             peer: addr,
+            call: if kind == OpKind::Read {
+                "fi_readmsg"
+            } else {
+                "fi_writemsg"
+            },
         };
         let (loff, len) = (local.offset, local.len);
         // A write completes once its bytes are in the peer's memory, so a
@@ -471,6 +476,11 @@ impl EventLoop {
             atomic: kind != AtomicForm::Plain,
             last_buffer: None,
             peer: addr,
+            call: match kind {
+                AtomicForm::Plain => "fi_atomic",
+                AtomicForm::Fetch => "fi_fetch_atomic",
+                AtomicForm::Compare => "fi_compare_atomic",
+            },
         };
         self.post_parts(parts, |_, index, ctx| {
             if index as usize >= entries {

@@ -73,7 +73,7 @@ impl EventLoop {
             };
             // SAFETY: raw is enabled; the buffer (REQUEST_LEN bytes at bufp)
             // is owned by the slot until its completion; ctx is the slot's.
-            let posted = self.retry(|| unsafe {
+            let posted = self.retry("fi_trecv", || unsafe {
                 raw_recv(
                     raw,
                     bufp,
@@ -140,8 +140,9 @@ impl EventLoop {
         };
         // SAFETY: raw is enabled; REPLY_LEN bytes at replyp are owned by the
         // slot until its completion; ctx is the slot's.
-        let posted =
-            self.retry(|| unsafe { raw_recv(raw, replyp, REPLY_LEN, desc, src, Some((tag, 0)), ctx) });
+        let posted = self.retry("fi_trecv", || unsafe {
+            raw_recv(raw, replyp, REPLY_LEN, desc, src, Some((tag, 0)), ctx)
+        });
         if let Err(e) = posted {
             if let Some(b) = self.slab.release(op_index) {
                 self.notify_bufs.push(b);
@@ -197,8 +198,9 @@ impl EventLoop {
         let (dest, request_tag) = (peer.addr, self.am.tags.request());
         // SAFETY: raw is enabled; `len` bytes at bufp are owned by the slot
         // until its completion; ctx is the slot's.
-        let sent =
-            self.retry(|| unsafe { raw_send(raw, bufp, len, desc, dest, Some(request_tag), None, ctx) });
+        let sent = self.retry("fi_tsend", || unsafe {
+            raw_send(raw, bufp, len, desc, dest, Some(request_tag), None, ctx)
+        });
         if sent.is_err() {
             if let Some(b) = self.slab.release(index) {
                 self.am.bufs.push(b);

@@ -59,6 +59,7 @@ impl EventLoop {
             if self.lost.changed() {
                 self.take_losses();
             }
+            self.flush_backlog();
             if self.pending.is_empty() {
                 self.read_cq()?;
             }
@@ -66,7 +67,7 @@ impl EventLoop {
                 self.deliver(out);
                 return Ok(out.len());
             }
-            if timeout == Some(Duration::ZERO) && self.slab.timed == 0 {
+            if timeout == Some(Duration::ZERO) && self.slab.timed == 0 && self.backlog.len() == 0 {
                 return Ok(0);
             }
             let mut remaining = None;
@@ -95,6 +96,10 @@ impl EventLoop {
             if self.slab.timed > 0 || self.lost.watching() {
                 // Wake up to notice overdue one-sided operations and lost peers.
                 let tick = Duration::from_millis(50);
+                remaining = Some(remaining.map_or(tick, |r| r.min(tick)));
+            }
+            if let Some(tick) = self.backlog_tick() {
+                // Sends wait for room at a peer: no CQ event says when.
                 remaining = Some(remaining.map_or(tick, |r| r.min(tick)));
             }
             if self.cfg.wait == WaitMode::Block && !self.cfg.spin_before_block.is_zero() {

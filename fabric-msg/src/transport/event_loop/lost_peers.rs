@@ -181,6 +181,8 @@ impl EventLoop {
                 self.pending.push(notice);
             }
             self.lost.addrs.push((endpoint, addr));
+            // Sends the provider had no room for never reached it.
+            self.fail_backlog_to(endpoint, addr, &failure);
             if addr == ffi::FI_ADDR_UNSPEC {
                 // What the peer sent before it went may still be on its way
                 // through the provider: close after the grace.

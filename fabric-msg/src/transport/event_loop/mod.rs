@@ -11,9 +11,15 @@
 //!   endpoint is closed first; then it yields none, and its buffer is freed
 //!   by the loop.
 //! - A token never comes back after its endpoint was closed.
-//! - When a post meets a full queue (`-FI_EAGAIN`) the loop progresses the
-//!   CQ and retries, for at most [`LoopConfig::post_timeout`]; completions
-//!   reaped meanwhile are kept for the next `poll`, never lost.
+//! - When a post meets a full queue (`-FI_EAGAIN`, or `-FI_ENOMEM` for a
+//!   receive) the loop progresses the CQ and retries, for at most
+//!   [`LoopConfig::post_timeout`]; completions reaped meanwhile are kept
+//!   for the next `poll`, never lost. A [`send`](EventLoop::send) of a
+//!   [`Buffer`] is not held that long: the loop keeps it (in order per
+//!   peer) and posts it as `poll` progresses, so an application that sends
+//!   before it receives cannot deadlock with a peer doing the same; it
+//!   completes with [`CompletionError::NotPosted`] if the peer takes none
+//!   of the sends waiting for it for `post_timeout`.
 //! - A message larger than the posted buffer completes with
 //!   [`CompletionError::Truncated`] naming both sizes; nothing overflows.
 //! - Buffers are owned by the loop while their operation is in flight, and
@@ -40,6 +46,7 @@
 
 mod am;
 mod am_wire;
+mod backlog;
 mod completions;
 mod deadlines;
 mod endpoint;
@@ -124,6 +131,8 @@ pub struct EventLoop {
     slab: Slab,
     /// Completions reaped and not yet handed out, oldest first.
     pending: Vec<Completion>,
+    /// Sends the provider had no room for, posted again as the loop progresses.
+    backlog: backlog::Backlog,
     pub(crate) pep: Option<Pep>,
     pub(crate) eq: Option<Eq>,
     av: Option<Av>,
@@ -268,6 +277,7 @@ impl EventLoop {
                 timed: 0,
             },
             pending: Vec::with_capacity(CQ_BATCH * 4),
+            backlog: backlog::Backlog::new(),
             pep: None,
             eq,
             av,

@@ -40,6 +40,7 @@ impl EventLoop {
             framed: false,
             multi: true,
             peer: ffi::FI_ADDR_UNSPEC,
+            call: "fi_recvmsg",
         };
         self.post(what, buf, |bufp, ctx| {
             let iov = libc::iovec {

@@ -61,6 +61,7 @@ impl EventLoop {
             }
         }
         self.pending.retain(|c| c.endpoint != id);
+        self.drop_stale_backlog();
         // Its request receives for emulated atomics went with it.
         self.am.posted = self
             .slab

@@ -243,6 +243,18 @@ pub enum CompletionError {
         /// Why the next part could not be posted.
         error: String,
     },
+    /// A send the loop kept while the provider had no room for it (see
+    /// [`EventLoop::send`](super::EventLoop::send)) and could not post: the
+    /// peer made no room within [`LoopConfig::post_timeout`] (it is not
+    /// posting receives, or a rank was lost), or `call` failed otherwise.
+    /// Nothing was sent.
+    #[error("{call}: the send was never posted: {reason}")]
+    NotPosted {
+        /// The libfabric function (`fi_tsend`, ...).
+        call: &'static str,
+        /// Why, in words.
+        reason: String,
+    },
     /// A message on a framed endpoint without a valid header: the peer does
     /// not frame its messages.
     #[error("received {0} bytes without a valid fabric-msg header: is the peer configured alike (framing)?")]
