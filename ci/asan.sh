@@ -70,11 +70,13 @@ net_tests=(tagged_ping_pong_net on_net_or_tcp_rdm on_tcp_rdm_or_net atomics_skip
   each_software_provider_negotiates_and_opens)
 skips=()
 for t in "${net_tests[@]}"; do skips+=(--skip "$t"); done
-# Timing, not memory: on sockets, two clients' 1,200 atomic round trips
-# exceed the server's 60 s bound for DONE under ASan on a loaded 2-core
-# machine (twice at load 15; 29 s when alone). The other providers'
-# atomics_under_contention run, through the same fabric-msg code.
-slow=(--skip atomics_under_contention_sockets)
+# Timing, not memory: sockets' atomics are slow, and under ASan on a loaded
+# 2-core machine two tests exceed their bounds: atomics_under_contention's
+# server waits 60 s for DONE (failed twice at load 15; 29 s when alone),
+# exact_total's clients 120 s (654 of 1,667 compare-swaps done at load 12).
+# The same tests on the other providers run, through the same fabric-msg
+# code.
+slow=(--skip atomics_under_contention_sockets --skip exact_total_on_sockets)
 
 failed=()
 run() { # NAME UNWIND(fast|slow) SUPPRESSIONS CARGO-ARGS... [-- TEST-ARGS...]
