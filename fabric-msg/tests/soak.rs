@@ -10,7 +10,7 @@
 //! `FABRIC_MSG_SOAK_PAIRS` (default 3; 1 on shm, see `soak`).
 //!
 //! Any other provider and domain, e.g. soft-RoCE in the ci/vm guest
-//! (`ci/matrix/soak-guest.sh`): run the soak in this process with
+//! (`ci/matrix/negotiate-guest.sh`): run the soak in this process with
 //! `FABRIC_MSG_SOAK_CHILD="verbs;ofi_rxm" FABRIC_MSG_SOAK_DOMAIN=rxe0
 //! soak-<hash> --exact soak_child --nocapture`.
 
