@@ -61,8 +61,11 @@ unset RUSTDOCFLAGS
 asan_options=detect_leaks=1:malloc_context_size=40
 # Tests run from their package's directory: absolute paths.
 supp=$repo/ci/asan/lsan.supp
-net_supp=$(mktemp)
-trap 'rm -f "$net_supp"' EXIT
+# The net pass reads both files: LSan takes one. Kept under target/asan/,
+# not /tmp, where a temporary file vanished mid-run once (every test
+# process then dies reading its suppressions).
+net_supp=$CARGO_TARGET_DIR/lsan-with-net.supp
+mkdir -p "$CARGO_TARGET_DIR"
 cat "$supp" ci/asan/lsan-net.supp >"$net_supp"
 
 # The tests that open `net` endpoints (libtest name filters, substrings).
