@@ -2,7 +2,7 @@
 # fabric-msg's tests under AddressSanitizer and LeakSanitizer (nightly
 # `-Zsanitizer=address`): no invalid access, no leak that is fabric-msg's.
 #
-#   ci/asan.sh            # build (target/asan/) and run; about 4 minutes here
+#   ci/asan.sh            # build (target/asan/) and run; 4 to 9 minutes here
 #
 # What runs: fabric-msg's unit and integration tests (tests/*.rs, the soak
 # included, each provider in its child process), libfabric-sys' live test,
@@ -82,15 +82,41 @@ for t in "${net_tests[@]}"; do skips+=(--skip "$t"); done
 slow=(--skip atomics_under_contention_sockets --skip exact_total_on_sockets)
 
 failed=()
+retried=()
+log=$CARGO_TARGET_DIR/asan-run.log
 run() { # NAME UNWIND(fast|slow) SUPPRESSIONS CARGO-ARGS... [-- TEST-ARGS...]
   local name=$1 unwind=$2 file=$3
   shift 3
   echo "ci/asan.sh: $name ($unwind unwinder, suppressions: ${file#"$repo"/})" >&2
   local fast=1
   [ "$unwind" = slow ] && fast=0
-  ASAN_OPTIONS=$asan_options:fast_unwind_on_malloc=$fast \
-  LSAN_OPTIONS=suppressions=$file:print_suppressions=0 \
-    timeout 900 cargo +nightly test --locked --target "$target" --no-fail-fast "$@" || failed+=("$name")
+  export ASAN_OPTIONS=$asan_options:fast_unwind_on_malloc=$fast
+  export LSAN_OPTIONS=suppressions=$file:print_suppressions=0
+  if timeout 900 cargo +nightly test --locked --target "$target" --no-fail-fast "$@" 2>&1 | tee "$log"; then
+    return 0
+  fi
+  # A sanitizer's report fails the step at once. A test that failed with
+  # none is a test whose time bound ASan's slowness (2 to 3 times, more on
+  # a loaded machine) broke: each such test runs once more, alone, and
+  # must pass then; it is named either way. (Seen: tests with 0.5 to 120 s
+  # bounds on sockets and udp;ofi_rxd, each in 1 of 3 runs.)
+  if grep -q "ERROR: AddressSanitizer\|ERROR: LeakSanitizer\|AddressSanitizer:" "$log"; then
+    failed+=("$name"); return 0
+  fi
+  local tests=()
+  mapfile -t tests < <(sed -n 's/^test \(.*\) \.\.\. FAILED$/\1/p' "$log" | sort -u)
+  if [ ${#tests[@]} -eq 0 ]; then
+    failed+=("$name"); return 0
+  fi
+  local pkgs=()
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do pkgs+=("$1"); shift; done
+  echo "ci/asan.sh: RETRYING, no sanitizer report, so timing: ${tests[*]}" >&2
+  if timeout 900 cargo +nightly test --locked --target "$target" --no-fail-fast "${pkgs[@]}" -- --exact \
+      --test-threads 1 "${tests[@]}" 2>&1 | tee "$log"; then
+    retried+=("${tests[@]}")
+  else
+    failed+=("$name (also on retry: ${tests[*]})")
+  fi
 }
 
 lib=(-p fabric-msg --lib)
@@ -112,6 +138,8 @@ took="build $((built - start)) s, tests $((SECONDS - built)) s"
 if [ ${#failed[@]} -gt 0 ]; then
   die "FAILED ($took): ${failed[*]}; an ASan report or a leak above (a leak whose stack allocates in fabric-msg's code is ours to fix)"
 fi
+[ ${#retried[@]} -eq 0 ] ||
+  echo "ci/asan.sh: passed on retry (failed first with no sanitizer report: a time bound): ${retried[*]}" >&2
 echo "ci/asan.sh: no invalid access, no leak of fabric-msg's ($took)" >&2
 exit 0
 }

@@ -23,7 +23,7 @@ step "cargo test"
 timeout 1200 cargo test --workspace --locked
 
 step "AddressSanitizer and LeakSanitizer (nightly): the tests, no invalid access, no leak of ours"
-# About 4 minutes (ci/asan.sh; docs/reliability.md, "Hygiene").
+# 4 to 9 minutes here (ci/asan.sh; docs/reliability.md, "Hygiene").
 bash ci/asan.sh
 
 step "cargo doc"
