@@ -14,16 +14,31 @@ if [ "${FABRIC_MSG_SKIP_VM:-0}" = 1 ]; then
   exit 0
 fi
 bins=(-p fabric-msg-examples --bin fabric_info --bin pingpong --bin rma_pingpong --bin atomics)
+# The soak (fabric-msg/tests/soak.rs) is a test binary: cargo names it
+# soak-<hash>; its path comes from cargo's JSON messages.
+soak=(test --locked --no-run -q -p fabric-msg --test soak --message-format=json)
+soak_exe() {
+  python3 -c '
+import json, os, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "soak" and m.get("executable"):
+        print(os.path.relpath(m["executable"]))
+'
+}
 case $userland in
   bookworm)
     cargo build --locked -q "${bins[@]}"
+    soak_bin=$(cargo "${soak[@]}" | soak_exe)
     tdir=target
     ;;
   trixie)
     bash ci/libfabric2.sh -- cargo build --locked -q "${bins[@]}"
+    soak_bin=$(bash ci/libfabric2.sh -- cargo "${soak[@]}" | soak_exe)
     tdir=target/libfabric-2
     ;;
   *) echo "ci/fabric-matrix.sh: bookworm or trixie, not $userland" >&2; exit 2 ;;
 esac
+[ -n "$soak_bin" ] || { echo "ci/fabric-matrix.sh: cargo named no soak test binary" >&2; exit 1; }
 ci/vm/run.sh --userland "$userland" --timeout 600 --env FABRIC_MSG_TARGET_DIR="$tdir" \
-  -- bash ci/matrix/negotiate-guest.sh
+  --env FABRIC_MSG_SOAK_BIN="$soak_bin" -- bash ci/matrix/negotiate-guest.sh

