@@ -41,3 +41,6 @@ if [ "${FABRIC_MSG_SKIP_LIBFABRIC2:-0}" = 1 ]; then
 else
   bash ci/fabric-matrix.sh trixie
 fi
+
+step "two hosts: RoCE and iWARP between two QEMU guests, libfabric 1.17"
+bash ci/two-host.sh
