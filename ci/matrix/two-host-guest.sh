@@ -135,6 +135,10 @@ local_check iwarp-classified "iWARP" "fabric_info" \
   "iWARP \(sysfs siw0 node_type 4" -- "$bin/fabric_info" -e msg -c msg,rma -d siw0
 local_check iwarp-msg-chosen "iWARP MSG" "fabric_info" \
   "chosen  iwarp via verbs \(msg\) on siw0" -- "$bin/fabric_info" -e msg -c msg,rma -d siw0
+if [ "$iwarp_rdm" = 1 ]; then
+  local_check iwarp-rdm-chosen "iWARP RDM" "fabric_info" \
+    "chosen  iwarp via verbs;ofi_rxm \(rdm\) on siw0" -- "$bin/fabric_info" -d siw0
+fi
 
 # --- RoCE RDM: verbs;ofi_rxm on rxe0 ----------------------------------------
 hdr_roce_rdm='^# verbs;ofi_rxm \(RoCE\) domain rxe0 endpoint rdm'

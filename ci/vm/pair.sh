@@ -37,8 +37,14 @@ die() { echo "pair.sh: error: $*" >&2; exit 125; }
 usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0" >&2; exit "${1:-125}"; }
 
 case ${1:-} in -h | --help) usage 0 ;; '') usage ;; esac
-for a in "$@"; do
-    case $a in --node | --link) die "$a is set by pair.sh" ;; --) break ;; esac
+args=("$@")
+for i in "${!args[@]}"; do
+    case ${args[$i]} in
+    --node | --link) die "${args[$i]} is set by pair.sh" ;;
+    # For the image check below; run.sh reads the option itself too.
+    --userland) export FABRIC_MSG_VM_USERLAND=${args[$((i + 1))]:-} ;;
+    --) break ;;
+    esac
 done
 
 export FABRIC_MSG_VM_CPUS=${FABRIC_MSG_VM_CPUS:-1}
