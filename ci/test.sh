@@ -45,3 +45,13 @@ if [ "${FABRIC_MSG_SKIP_LIBFABRIC2:-0}" = 1 ]; then
 else
   bash ci/fabric-matrix.sh trixie
 fi
+
+step "two hosts: RoCE and iWARP between two QEMU guests, libfabric 1.17"
+bash ci/two-host.sh
+
+step "two hosts, libfabric 2.1 (trixie's packages in both guests)"
+if [ "${FABRIC_MSG_SKIP_LIBFABRIC2:-0}" = 1 ]; then
+  echo "ci/test.sh: SKIPPED (FABRIC_MSG_SKIP_LIBFABRIC2=1): RoCE and iWARP between two hosts on libfabric 2.x NOT tested" >&2
+else
+  bash ci/two-host.sh trixie
+fi

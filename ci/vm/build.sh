@@ -41,7 +41,7 @@ guest_packages=(libfabric1 libfabric-bin ibverbs-providers ibverbs-utils
 
 # Modules the guest's /init loads; their dependencies are added automatically.
 guest_modules=(crc32_generic crc32_pclmul ib_uverbs rdma_ucm rdma_rxe siw
-    dummy 9p 9pnet_virtio virtio_pci)
+    dummy 9p 9pnet_virtio virtio_pci virtio_net)
 
 log() { echo "build.sh: $*" >&2; }
 die() { echo "build.sh: error: $*" >&2; exit 1; }

@@ -1,7 +1,10 @@
 #!/bin/busybox sh
 # /init of the fabric-msg test VM (runs under busybox sh as PID 1).
 #
-# Sets up soft-RoCE (rxe0 on dummy0) and soft-iWARP (siw0 on dummy1), mounts
+# Sets up soft-RoCE (rxe0 on dummy0) and soft-iWARP (siw0 on dummy1), or,
+# when the kernel command line says fabric_msg.node=N (one guest of a pair,
+# see ci/vm/pair.sh), rxe0 and siw0 on two virtio NICs linked to the other
+# guest; mounts
 # the host's 9p share (mount tag host0) at /host, runs /host/run.sh with its
 # output in /host/log, writes its exit status to /host/rc and powers off.
 # Messages printed here go to the serial console (ttyS0); ci/vm/run.sh keeps
@@ -48,20 +51,60 @@ done
 # numdummies=0: otherwise the module creates dummy0 by itself.
 modprobe dummy numdummies=0 || say "WARNING: modprobe dummy failed"
 
-# Networking: nothing leaves the guest (QEMU runs with -nic none).
-# 198.18.0.0/15 is the benchmarking range (RFC 2544). Fixed, locally
-# administered MAC addresses (02:00 + the IPv4 address) keep the node GUIDs
-# and IPv6 link-local addresses the same from boot to boot.
+# Networking. 198.18.0.0/15 is the benchmarking range (RFC 2544). Fixed,
+# locally administered MAC addresses (02:00 + the IPv4 address) keep the
+# node GUIDs and IPv6 link-local addresses the same from boot to boot.
 ip link set lo up
-ip link add dummy0 address 02:00:c6:12:00:01 type dummy &&
-    ip addr add 198.18.0.1/24 dev dummy0 && ip link set dummy0 up ||
-    say "WARNING: dummy0 set-up failed"
-ip link add dummy1 address 02:00:c6:12:01:01 type dummy &&
-    ip addr add 198.18.1.1/24 dev dummy1 && ip link set dummy1 up ||
-    say "WARNING: dummy1 set-up failed"
-
-rdma link add rxe0 type rxe netdev dummy0 || say "WARNING: rxe0 not created"
-rdma link add siw0 type siw netdev dummy1 || say "WARNING: siw0 not created"
+node=
+for arg in $(cat /proc/cmdline); do
+    case $arg in fabric_msg.node=[12]) node=${arg#fabric_msg.node=} ;; esac
+done
+if [ -z "$node" ]; then
+    # One guest: nothing leaves it (QEMU runs with -nic none).
+    ip link add dummy0 address 02:00:c6:12:00:01 type dummy &&
+        ip addr add 198.18.0.1/24 dev dummy0 && ip link set dummy0 up ||
+        say "WARNING: dummy0 set-up failed"
+    ip link add dummy1 address 02:00:c6:12:01:01 type dummy &&
+        ip addr add 198.18.1.1/24 dev dummy1 && ip link set dummy1 up ||
+        say "WARNING: dummy1 set-up failed"
+    rdma link add rxe0 type rxe netdev dummy0 || say "WARNING: rxe0 not created"
+    rdma link add siw0 type siw netdev dummy1 || say "WARNING: siw0 not created"
+else
+    # One guest of a pair: two virtio NICs, each a link to the other guest
+    # (ci/vm/run.sh --node). rxe0 and siw0 get one each: on one interface
+    # libfabric's verbs lists only rxe0. The NICs are found by the MAC
+    # run.sh gave them: 02:00:c6:12:02:0N (198.18.2.N, RoCE) and
+    # 02:00:c6:12:03:0N (198.18.3.N, iWARP).
+    hostname "fabric-msg-vm$node"
+    modprobe virtio_net || say "WARNING: modprobe virtio_net failed"
+    {
+        echo '127.0.0.1 localhost'
+        echo '198.18.2.1 fabric-msg-vm1'
+        echo '198.18.2.2 fabric-msg-vm2'
+    } >/etc/hosts
+    for net in 2 3; do
+        mac=02:00:c6:12:0$net:0$node
+        dev=
+        for i in 1 2 3 4 5; do
+            for d in /sys/class/net/*; do
+                [ "$(cat "$d/address" 2>/dev/null)" = "$mac" ] && dev=${d##*/}
+            done
+            [ -n "$dev" ] && break
+            sleep 1
+        done
+        if [ -z "$dev" ]; then
+            say "WARNING: no NIC with MAC $mac"
+            continue
+        fi
+        ip addr add "198.18.$net.$node/24" dev "$dev" && ip link set "$dev" up ||
+            say "WARNING: $dev set-up failed"
+        if [ "$net" = 2 ]; then
+            rdma link add rxe0 type rxe netdev "$dev" || say "WARNING: rxe0 not created on $dev"
+        else
+            rdma link add siw0 type siw netdev "$dev" || say "WARNING: siw0 not created on $dev"
+        fi
+    done
+fi
 
 # The job share. When run.sh also offers host1 (the repository, or the
 # directory given to run.sh --share) it creates /host/repo as its mount point.

@@ -16,6 +16,13 @@
 #                    2.1) packages in the guest; same kernel. Also
 #                    FABRIC_MSG_VM_USERLAND. Binaries for the trixie guest
 #                    are built in ci/libfabric2.sh's root (target/libfabric-2/).
+#   --node 1|2       one guest of a pair (see ci/vm/pair.sh): instead of
+#                    -nic none and dummy netdevs, two virtio NICs linked to
+#                    the other guest through the UNIX sockets in --link DIR;
+#                    guest N has 198.18.2.N (rxe0) and 198.18.3.N (siw0).
+#                    Node 1 listens on the sockets, node 2 connects to them
+#                    (start node 2 once DIR/roce.sock and DIR/iwarp.sock exist)
+#   --link DIR       directory of the pair's link sockets (with --node)
 #   --console        also stream the guest's serial console to stderr
 #   --keep           keep the temporary share directory (log, rc, console.log)
 #
@@ -40,6 +47,8 @@ timeout=900
 share_dir=$repo
 console=0
 keep=0
+node=
+link=
 script_mode=1  # until "--" is seen
 envs=()
 while [ $# -gt 0 ]; do
@@ -49,6 +58,8 @@ while [ $# -gt 0 ]; do
     --no-share) share_dir=; shift ;;
     --env) [[ ${2:-} == [A-Za-z_]*=* ]] || die "--env needs NAME=VALUE"; envs+=("$2"); shift 2 ;;
     --userland) export FABRIC_MSG_VM_USERLAND=${2:?--userland needs bookworm or trixie}; shift 2 ;;
+    --node) node=${2:?--node needs 1 or 2}; shift 2 ;;
+    --link) link=$(cd "${2:?--link needs a directory}" && pwd) || die "no such directory: $2"; shift 2 ;;
     --console) console=1; shift ;;
     --keep) keep=1; shift ;;
     -h | --help) usage 0 ;;
@@ -59,6 +70,11 @@ while [ $# -gt 0 ]; do
 done
 [ $# -gt 0 ] || usage
 [[ $timeout =~ ^[0-9]+$ ]] || die "--timeout needs a number of seconds"
+case $node in
+'') [ -z "$link" ] || die "--link needs --node" ;;
+1 | 2) [ -n "$link" ] || die "--node needs --link DIR" ;;
+*) die "--node is 1 or 2, not $node" ;;
+esac
 [ "$script_mode" = 0 ] || [ -f "$1" ] ||
     die "no such script: $1 (to run a guest command, put it after --)"
 
@@ -116,14 +132,30 @@ if [ -n "$share_dir" ]; then
     virtfs+=(-virtfs "local,path=$share_dir,mount_tag=host1,security_model=none,multidevs=remap,id=host1")
 fi
 
+# Networking: none, or (--node) two virtio NICs joined to the other guest
+# of a pair by QEMU stream netdevs over UNIX sockets, one link for rxe0 and
+# one for siw0. The MACs tell the guest's /init which NIC is which.
+net=(-nic none)
+append="console=ttyS0 quiet loglevel=3 panic=-1"
+if [ -n "$node" ]; then
+    server=on
+    [ "$node" = 2 ] && server=off
+    net=()
+    for l in 2:roce 3:iwarp; do
+        net+=(-netdev "stream,id=${l#*:},server=$server,addr.type=unix,addr.path=$link/${l#*:}.sock"
+            -device "virtio-net-pci,netdev=${l#*:},mac=02:00:c6:12:0${l%%:*}:0$node")
+    done
+    append+=" fabric_msg.node=$node"
+fi
+
 accel=${FABRIC_MSG_VM_ACCEL:-tcg}
 cpu=max
 [ "$accel" = kvm ] && cpu=host
 qemu=(qemu-system-x86_64 -machine "q35,accel=$accel" -cpu "$cpu"
     -m "${FABRIC_MSG_VM_MEM:-2G}" -smp "${FABRIC_MSG_VM_CPUS:-2}"
-    -nographic -nic none -no-reboot
+    -nographic "${net[@]}" -no-reboot
     -kernel "$image/vmlinuz" -initrd "$image/initrd.img"
-    -append "console=ttyS0 quiet loglevel=3 panic=-1"
+    -append "$append"
     "${virtfs[@]}")
 
 start=$SECONDS
