@@ -591,20 +591,8 @@ fn best_tcp() -> &'static str {
 fn a_server_names_a_killed_client_within_a_second() {
     for provider in ["tcp;ofi_rxm", "shm"] {
         let domain = if provider == "shm" { "shm" } else { "lo" };
-        let started = Instant::now();
-        let mut srv = command(PINGPONG, &["-B", "0", "-p", provider, "-d", domain], &[])
-            .spawn()
-            .expect("the server starts");
-        let mut err = BufReader::new(srv.stderr.take().expect("piped"));
-        let mut line = String::new();
-        err.read_line(&mut line)
-            .expect("the server says where it listens");
-        let port = line
-            .split_whitespace()
-            .find_map(|w| w.strip_prefix("0.0.0.0:"))
-            .expect("a port")
-            .to_string();
-        let said = drain(Some(err));
+        let (mut srv, port, started, said) = server_keeping_stderr(PINGPONG, &["-p", provider, "-d", domain]);
+        let port = port.to_string();
         let mut client = command(
             PINGPONG,
             &[

@@ -257,13 +257,7 @@ impl Side {
         header(o, self.ev.profile());
         let mut seq = 0u64;
         for &size in &o.sizes {
-            let mut started = Instant::now();
-            monitor.begin(size, o.warmup + o.iters);
-            for i in 0..o.warmup + o.iters {
-                monitor.tick(i);
-                if i == o.warmup {
-                    started = Instant::now();
-                }
+            timed(o, &monitor, size, 1, |_| {
                 seq += 1;
                 if o.verify {
                     sink.write_at(0, &vec![!byte(0, 0); size])?;
@@ -278,15 +272,8 @@ impl Side {
                         return Err(format!("read {seq}: byte {k} of {size} is wrong").into());
                     }
                 }
-            }
-            let row = Row {
-                bytes: size,
-                sent: o.iters,
-                acked: o.iters,
-                elapsed: started.elapsed(),
-                xfers_per_iter: 1,
-            };
-            output::report_row(o.json, &row);
+                Ok(())
+            })?;
         }
         monitor.finish();
         self.ev.write_data(
@@ -312,13 +299,7 @@ impl Side {
         header(o, self.ev.profile());
         let mut seq_all = rounds(o).into_iter().peekable();
         while let Some(&(_, size)) = seq_all.peek() {
-            let mut started = Instant::now();
-            monitor.begin(size, o.warmup + o.iters);
-            for i in 0..o.warmup + o.iters {
-                monitor.tick(i);
-                if i == o.warmup {
-                    started = Instant::now();
-                }
+            timed(o, &monitor, size, 2, |i| {
                 let (seq, _) = seq_all.next().expect("rounds cover every iteration");
                 let fill: Vec<u8> = if o.verify || i == 0 {
                     (0..size).map(|k| byte(seq, k)).collect()
@@ -352,19 +333,41 @@ impl Side {
                 if o.verify {
                     self.check(seq, size)?;
                 }
-            }
-            let row = Row {
-                bytes: size,
-                sent: o.iters,
-                acked: o.iters,
-                elapsed: started.elapsed(),
-                xfers_per_iter: 2,
-            };
-            output::report_row(o.json, &row);
+                Ok(())
+            })?;
         }
         monitor.finish();
         Ok(())
     }
+}
+
+/// One size's warm-up and measured iterations (`one(i)` does iteration
+/// `i`), its progress line, and its row: `xfers` transfers per iteration.
+fn timed(
+    o: &Opts,
+    monitor: &Monitor,
+    size: usize,
+    xfers: usize,
+    mut one: impl FnMut(usize) -> AnyResult<()>,
+) -> AnyResult<()> {
+    let mut started = Instant::now();
+    monitor.begin(size, o.warmup + o.iters);
+    for i in 0..o.warmup + o.iters {
+        monitor.tick(i);
+        if i == o.warmup {
+            started = Instant::now();
+        }
+        one(i)?;
+    }
+    let row = Row {
+        bytes: size,
+        sent: o.iters,
+        acked: o.iters,
+        elapsed: started.elapsed(),
+        xfers_per_iter: xfers,
+    };
+    output::report_row(o.json, &row);
+    Ok(())
 }
 
 fn post_notice_recvs(ev: &mut EventLoop, ep: fabric_msg::EndpointId) -> fabric_msg::Result<()> {

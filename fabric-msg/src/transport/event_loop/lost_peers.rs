@@ -268,13 +268,7 @@ impl EventLoop {
             );
         }
         self.endpoints[endpoint as usize] = None;
-        self.am.posted = self
-            .slab
-            .slots
-            .iter()
-            .filter(|s| s.in_use && s.internal == slab::Internal::AmRequest)
-            .count();
-        self.am.reposts.retain(|&i| self.slab.slots[i as usize].in_use);
+        self.forget_reclaimed(endpoint);
     }
 
     /// Operations addressed to a lost peer of an RDM endpoint: cancel the

@@ -61,18 +61,7 @@ impl EventLoop {
             }
         }
         self.pending.retain(|c| c.endpoint != id);
-        self.drop_stale_backlog();
-        // Its request receives for emulated atomics went with it.
-        self.am.posted = self
-            .slab
-            .slots
-            .iter()
-            .filter(|s| s.in_use && s.internal == slab::Internal::AmRequest)
-            .count();
-        self.am.reposts.retain(|&i| self.slab.slots[i as usize].in_use);
-        if let Some(n) = self.am.names.get_mut(id.0 as usize) {
-            *n = None;
-        }
+        self.forget_reclaimed(id.0);
         for (i, g) in self.groups.iter_mut().enumerate() {
             if g.remaining > 0 && g.endpoint == id.0 {
                 g.remaining = 0;
@@ -81,6 +70,25 @@ impl EventLoop {
         }
         check("fi_close(endpoint)", rc)?;
         drained
+    }
+}
+
+impl EventLoop {
+    /// The loop's bookkeeping once endpoint `id`'s operations were
+    /// reclaimed: backlogged sends whose slots went, and the request
+    /// receives for emulated atomics that went with the endpoint.
+    pub(super) fn forget_reclaimed(&mut self, id: u32) {
+        self.drop_stale_backlog();
+        self.am.posted = self
+            .slab
+            .slots
+            .iter()
+            .filter(|s| s.in_use && s.internal == slab::Internal::AmRequest)
+            .count();
+        self.am.reposts.retain(|&i| self.slab.slots[i as usize].in_use);
+        if let Some(n) = self.am.names.get_mut(id as usize) {
+            *n = None;
+        }
     }
 }
 
