@@ -177,6 +177,18 @@ fn a_send_the_peer_never_makes_room_for_completes_not_posted() {
     }
     let done = collect(&mut c.ev, OpKind::Send, N as usize);
     let refused: Vec<_> = done.iter().filter(|d| d.result.is_err()).collect();
+    if refused.is_empty() && fabric_msg::ffi::runtime_version() >= (2, 0) {
+        // shm of libfabric 2.x keeps unexpected messages without bound
+        // here: no send is refused, so there is nothing to end NotPosted.
+        skipped(
+            "a_send_the_peer_never_makes_room_for_completes_not_posted",
+            &format!("shm took all {N} sends as unexpected messages; none was refused"),
+        );
+        done_tx.send(()).expect("done");
+        let s = server.join().expect("server");
+        drop((c, s));
+        return;
+    }
     assert!(
         !refused.is_empty() && refused.len() < N as usize,
         "{} refused",
@@ -224,11 +236,21 @@ fn a_receive_the_provider_has_no_room_for_names_fi_trecv() {
         }
         assert!(posted <= 4 * DEPTH as u64, "shm took {posted} receives");
     };
-    assert_eq!(posted, p.queues.rx as u64, "as many as the receive queue holds");
-    assert!(
-        matches!(e.error, Error::QueueFull { call: "fi_trecv", code: Some(c), .. } if c.name() == Some("FI_ENOMEM")),
-        "{e}"
-    );
+    // libfabric 1.17's shm has exactly the receive queue's entries; 2.1's
+    // takes more (256 of a 64-deep queue here) before it refuses.
+    if fabric_msg::ffi::runtime_version() < (2, 0) {
+        assert_eq!(posted, p.queues.rx as u64, "as many as the receive queue holds");
+        assert!(
+            matches!(e.error, Error::QueueFull { call: "fi_trecv", code: Some(c), .. } if c.name() == Some("FI_ENOMEM")),
+            "{e}"
+        );
+    } else {
+        assert!(posted >= p.queues.rx as u64, "{posted} receives");
+        assert!(
+            matches!(e.error, Error::QueueFull { call: "fi_trecv", .. }),
+            "{e}"
+        );
+    }
     assert!(e.to_string().contains("fi_trecv"), "{e}");
     assert_eq!(e.buffer.map(|b| b.capacity()), Some(64));
 }
