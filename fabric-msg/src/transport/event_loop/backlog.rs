@@ -103,17 +103,8 @@ impl EventLoop {
             });
         }
         let bufp = buf.ptr(what.framed);
-        let slot = self.slab.acquire(what.endpoint.0, what.kind, what.token);
-        // SAFETY: slot points into a live Box in the slab that is not moved
-        // or freed until released below or by its completion.
-        let (index, generation, ctx) = unsafe {
-            (*slot).buffer = Some(buf);
-            (*slot).posted_len = what.len;
-            (*slot).multi = false;
-            (*slot).base = bufp as usize;
-            (*slot).peer = what.peer;
-            ((*slot).index, (*slot).generation, slot.cast::<c_void>())
-        };
+        let (index, generation, ctx) = self.slot_for(&what, bufp as usize);
+        self.slab.slots[index as usize].buffer = Some(buf);
         let len = what.len;
         let post = move || {
             // SAFETY: raw is an enabled endpoint; bufp/len describe the

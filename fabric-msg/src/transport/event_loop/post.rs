@@ -261,16 +261,8 @@ impl EventLoop {
         };
         let desc = mr.as_ref().map_or(ptr::null_mut(), |m| m.desc());
         self.wait_for_room()?;
-        let slot = self.slab.acquire(what.endpoint.0, what.kind, what.token);
-        // SAFETY: slot points into a live Box in the slab (see `post`).
-        let (index, ctx) = unsafe {
-            (*slot).posted_len = what.len;
-            (*slot).multi = false;
-            (*slot).borrowed_mr = mr;
-            (*slot).base = data as usize;
-            (*slot).peer = what.peer;
-            ((*slot).index, slot.cast::<c_void>())
-        };
+        let (index, _, ctx) = self.slot_for(&what, data as usize);
+        self.slab.slots[index as usize].borrowed_mr = mr;
         let bufp = data.cast::<c_void>();
         match self.retry(what.call, || op(bufp, desc, ctx)) {
             Ok(_) => Ok(()),
@@ -362,6 +354,22 @@ impl EventLoop {
         }
     }
 
+    /// A slot for `what`, whose memory starts at `base`, with every field
+    /// a posting sets (one place, so none is forgotten on one path): its
+    /// index, generation and the context libfabric is handed.
+    pub(super) fn slot_for(&mut self, what: &Posting, base: usize) -> (u32, u64, *mut c_void) {
+        let slot = self.slab.acquire(what.endpoint.0, what.kind, what.token);
+        // SAFETY: slot points into a live Box in the slab that is not moved or
+        // freed until it is released or its operation completes.
+        unsafe {
+            (*slot).posted_len = what.len;
+            (*slot).multi = what.multi;
+            (*slot).base = base;
+            (*slot).peer = what.peer;
+            ((*slot).index, (*slot).generation, slot.cast::<c_void>())
+        }
+    }
+
     /// Take a slot, post, and retry on `-FI_EAGAIN` while progressing.
     pub(super) fn post(
         &mut self,
@@ -377,17 +385,8 @@ impl EventLoop {
             });
         }
         let bufp = buf.ptr(what.framed);
-        let slot = self.slab.acquire(what.endpoint.0, what.kind, what.token);
-        // SAFETY: slot points into a live Box in the slab that is not moved or
-        // freed until released below or by its completion.
-        let (index, ctx) = unsafe {
-            (*slot).buffer = Some(buf);
-            (*slot).posted_len = what.len;
-            (*slot).multi = what.multi;
-            (*slot).base = bufp as usize;
-            (*slot).peer = what.peer;
-            ((*slot).index, slot.cast::<c_void>())
-        };
+        let (index, _, ctx) = self.slot_for(&what, bufp as usize);
+        self.slab.slots[index as usize].buffer = Some(buf);
         match self.retry(what.call, || op(bufp, ctx)) {
             Ok(_) => Ok(()),
             Err(error) => Err(PostError {
