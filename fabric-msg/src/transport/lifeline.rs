@@ -113,6 +113,9 @@ impl Lifelines {
     pub(crate) fn start(timeout: Option<Duration>) -> std::io::Result<Lifelines> {
         let (wake, woken) = UnixStream::pair()?;
         woken.set_nonblocking(true)?;
+        // A poke that finds the socket full is not needed: the thread has
+        // unread pokes and will wake anyway.
+        wake.set_nonblocking(true)?;
         let shared = Arc::new(Shared::default());
         let s = shared.clone();
         let timeout = timeout.map(|t| t.max(MIN_PEER_TIMEOUT));

@@ -67,11 +67,15 @@ impl EventLoop {
                 self.deliver(out);
                 return Ok(out.len());
             }
-            if timeout == Some(Duration::ZERO) && self.slab.timed == 0 && self.backlog.len() == 0 {
+            if timeout == Some(Duration::ZERO)
+                && self.slab.timed == 0
+                && self.backlog.len() == 0
+                && !self.lost.closing()
+            {
                 return Ok(0);
             }
             let mut remaining = None;
-            if timeout.is_some() || self.slab.timed > 0 || self.lost.watching() {
+            if timeout.is_some() || self.slab.timed > 0 || self.lost.closing() {
                 let now = Instant::now();
                 if self.lost.closing_due(now) {
                     self.close_lost_connections(now);

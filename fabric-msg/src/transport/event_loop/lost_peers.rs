@@ -63,6 +63,12 @@ impl LostPeers {
         self.lifelines.is_some()
     }
 
+    /// Whether a lost peer's connection waits for its grace to end (so
+    /// `poll` must read the clock).
+    pub(super) fn closing(&self) -> bool {
+        !self.closing.is_empty()
+    }
+
     /// Whether a lost peer's connection is due to be closed.
     pub(super) fn closing_due(&self, now: Instant) -> bool {
         self.closing.iter().any(|&(_, t, _)| t <= now)
