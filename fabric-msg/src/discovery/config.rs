@@ -105,6 +105,15 @@ pub struct ProviderSettings {
     /// provider work: `atomics_broken` applies only before it.
     #[serde(default)]
     pub atomics_fixed_in: Option<String>,
+    /// Why tagged receives with an ignore mask cannot be trusted against
+    /// messages that arrived before them, if they cannot: the profile says
+    /// so ([`Profile::tag_mask_defect`](crate::Profile::tag_mask_defect)).
+    #[serde(default)]
+    pub masked_receives_broken: Option<String>,
+    /// The first libfabric (`"MAJOR.MINOR"`) whose masked receives on
+    /// this provider work: `masked_receives_broken` applies only before it.
+    #[serde(default)]
+    pub masked_receives_fixed_in: Option<String>,
 }
 
 /// The whole ladder configuration.
@@ -206,10 +215,14 @@ impl LadderConfig {
             if name.trim().is_empty() {
                 return Err(err("a [provider.\"...\"] table has an empty name".into()));
             }
-            if let Some(v) = &settings.atomics_fixed_in {
-                if parse_version(v).is_none() {
+            let fixed = [
+                ("atomics_fixed_in", &settings.atomics_fixed_in),
+                ("masked_receives_fixed_in", &settings.masked_receives_fixed_in),
+            ];
+            for (key, value) in fixed {
+                if let Some(v) = value.as_deref().filter(|v| parse_version(v).is_none()) {
                     return Err(err(format!(
-                        "[provider.\"{name}\"] key `atomics_fixed_in` = {:?} is not MAJOR.MINOR, e.g. \"2.2\"",
+                        "[provider.\"{name}\"] key `{key}` = {:?} is not MAJOR.MINOR, e.g. \"2.2\"",
                         quote(v)
                     )));
                 }
@@ -244,11 +257,19 @@ impl LadderConfig {
     /// [`LadderConfig::atomics_broken`] for libfabric `version`.
     pub fn atomics_broken_in(&self, provider: &str, version: (u32, u32)) -> Option<&str> {
         let s = self.providers.get(provider)?;
-        let fixed = s.atomics_fixed_in.as_deref().and_then(parse_version);
-        if fixed.is_some_and(|f| version >= f) {
-            return None;
-        }
-        s.atomics_broken.as_deref()
+        broken_before(&s.atomics_broken, &s.atomics_fixed_in, version)
+    }
+
+    /// Why masked tagged receives on `provider` cannot be trusted with the
+    /// running libfabric, if they cannot.
+    pub fn masked_receives_broken(&self, provider: &str) -> Option<&str> {
+        self.masked_receives_broken_in(provider, crate::ffi::runtime_version())
+    }
+
+    /// [`LadderConfig::masked_receives_broken`] for libfabric `version`.
+    pub fn masked_receives_broken_in(&self, provider: &str, version: (u32, u32)) -> Option<&str> {
+        let s = self.providers.get(provider)?;
+        broken_before(&s.masked_receives_broken, &s.masked_receives_fixed_in, version)
     }
 
     /// Environment tunables for `provider`.
@@ -332,6 +353,19 @@ fn read_bounded(path: &Path) -> std::result::Result<String, String> {
         .map_err(|e| format!("not UTF-8 text (byte {} is not)", e.utf8_error().valid_up_to()))
 }
 
+/// `broken`, unless `fixed_in` names a version at or below `version`.
+fn broken_before<'a>(
+    broken: &'a Option<String>,
+    fixed_in: &Option<String>,
+    version: (u32, u32),
+) -> Option<&'a str> {
+    let fixed = fixed_in.as_deref().and_then(parse_version);
+    if fixed.is_some_and(|f| version >= f) {
+        return None;
+    }
+    broken.as_deref()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -362,6 +396,28 @@ atomics_fixed_in = "2.2"
         let bad = text.replace("\"2.2\"", "\"soon\"");
         let e = LadderConfig::parse(&bad, "test").unwrap_err().to_string();
         assert!(e.contains("atomics_fixed_in") && e.contains("MAJOR.MINOR"), "{e}");
+    }
+
+    #[test]
+    fn the_built_in_ladder_distrusts_shm_masked_receives_before_1_19() {
+        let cfg = LadderConfig::default();
+        let why = cfg
+            .masked_receives_broken_in("shm", (1, 17))
+            .expect("shm 1.17 is flagged");
+        assert!(why.contains("ignore"), "{why}");
+        assert!(cfg.masked_receives_broken_in("shm", (1, 18)).is_some());
+        assert_eq!(cfg.masked_receives_broken_in("shm", (1, 19)), None);
+        assert_eq!(cfg.masked_receives_broken_in("shm", (2, 1)), None);
+        assert_eq!(cfg.masked_receives_broken_in("tcp;ofi_rxm", (1, 17)), None);
+        let bad = DEFAULT_PROVIDERS_TOML.replace(
+            "masked_receives_fixed_in = \"1.19\"",
+            "masked_receives_fixed_in = \"next\"",
+        );
+        let e = LadderConfig::parse(&bad, "test").unwrap_err().to_string();
+        assert!(
+            e.contains("masked_receives_fixed_in") && e.contains("MAJOR.MINOR"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -615,7 +615,7 @@ fn open(req: &Requirements, cfg: &LadderConfig, attempt: &Attempt, prepared: &Pr
         });
     }
     let framed = granted.cq_data_size == 0 || cfg.framed(&granted.provider);
-    let profile = Profile::new(
+    let mut profile = Profile::new(
         req,
         &attempt.rung,
         &granted,
@@ -627,6 +627,7 @@ fn open(req: &Requirements, cfg: &LadderConfig, attempt: &Attempt, prepared: &Pr
         framed,
         cfg.trust_source(&granted.provider),
     );
+    profile.tag_mask_defect = cfg.masked_receives_broken(&granted.provider).map(str::to_owned);
     if req.wants_atomics() && profile.atomic_carrier(AtomicOperation::FetchAdd).is_none() {
         return Err(Error::Unsupported {
             what: format!(

@@ -111,6 +111,13 @@ pub struct Profile {
     /// Completions report the sender's address (`FI_SOURCE` granted and
     /// trusted by the ladder).
     pub source: bool,
+    /// Why tagged receives with an ignore mask cannot be trusted against
+    /// messages that arrived before them, on this provider and libfabric
+    /// (`masked_receives_broken` in providers.toml); `None` where they can.
+    /// Exact-tag receives are unaffected as long as the loop posts no
+    /// masked one.
+    #[serde(default)]
+    pub tag_mask_defect: Option<String>,
     /// Send scatter-gather limit.
     pub iov_limit: usize,
     /// RMA scatter-gather limit.
@@ -263,6 +270,7 @@ impl Profile {
             tag_bits: tag_bits(info),
             framed,
             source: trust_source && info.caps & crate::ffi::FI_SOURCE != 0,
+            tag_mask_defect: None,
             iov_limit: info.iov_limit,
             rma_iov_limit: info.rma_iov_limit,
             atomics: probed.atomics,
