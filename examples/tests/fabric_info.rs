@@ -81,6 +81,30 @@ fn shm_says_how_remote_access_is_guarded() {
     }
 }
 
+/// shm before libfabric 1.19 matches masked tagged receives wrongly
+/// against messages that arrived first (docs/reliability.md): the text
+/// says so and the JSON profile names it; from 1.19 neither does.
+#[test]
+fn shm_says_whether_tag_masks_are_reliable() {
+    let o = run(&["-c", "tagged"], &[("FI_PROVIDER", "shm")]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    let row = out.lines().find(|l| l.trim_start().starts_with("tag masks"));
+    let j = run(&["-c", "tagged", "--json"], &[("FI_PROVIDER", "shm")]);
+    let defect = &json(&j)["negotiation"]["profile"]["tag_mask_defect"];
+    if fabric_msg::ffi::runtime_version() >= (1, 19) {
+        assert_eq!(row, None, "{out}");
+        assert!(defect.is_null(), "{defect}");
+    } else {
+        let row = row.unwrap_or_else(|| panic!("no tag masks row in\n{out}"));
+        assert!(
+            row.contains("NOT RELIABLE") && row.contains("ignore mask"),
+            "{row}"
+        );
+        assert!(defect.as_str().is_some_and(|d| d.contains("1.19")), "{defect}");
+    }
+}
+
 #[test]
 fn fi_provider_is_honoured_and_wins() {
     let o = run(&["--json"], &[("FI_PROVIDER", "tcp")]);

@@ -212,6 +212,9 @@ fn print_text(n: &fabric_msg::Negotiation) {
     row("max_msg_size", p.max_msg_size.to_string());
     row("cq_data_size", p.cq_data_size.to_string());
     row("tag bits", p.tag_bits.to_string());
+    if let Some(why) = &p.tag_mask_defect {
+        row("tag masks", format!("NOT RELIABLE: {why}"));
+    }
     row("iov / rma_iov", format!("{} / {}", p.iov_limit, p.rma_iov_limit));
     let atomics: Vec<String> = p
         .atomics

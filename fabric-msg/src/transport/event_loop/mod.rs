@@ -159,6 +159,9 @@ pub struct EventLoop {
     cq_entries: Option<CqEntries>,
     /// When `poll` next looks for overdue one-sided operations.
     next_expiry_scan: Instant,
+    /// Whether the first masked receive on a provider that matches them
+    /// wrongly (`Profile::tag_mask_defect`) was warned of.
+    warned_tag_mask: bool,
     /// An endpoint failed to close: its operations' slots are kept for
     /// good, and leaked when the loop drops.
     close_failed: bool,
@@ -296,6 +299,7 @@ impl EventLoop {
             rx_cq_data: profile.mode.iter().any(|m| m == "FI_RX_CQ_DATA"),
             cq_entries: Some(CqEntries::default()),
             next_expiry_scan: Instant::now(),
+            warned_tag_mask: false,
             close_failed: false,
             give_up: None,
             lost: lost_peers::LostPeers::default(),

@@ -90,6 +90,20 @@ impl EventLoop {
         self.post_send(what, buf, args)
     }
 
+    /// Once per loop: a masked receive on a provider that matches masks
+    /// wrongly against messages that arrived first.
+    #[cold]
+    fn warn_tag_mask(&mut self) {
+        self.warned_tag_mask = true;
+        if let Some(why) = &self.domain.profile.tag_mask_defect {
+            log::warn!(
+                "a tagged receive with an ignore mask on {}: {why}. Receive with exact tags here, or use \
+                 libfabric 1.19 or newer, or another provider (docs/reliability.md, \"Tag masks on shm\")",
+                self.domain.profile.provider
+            );
+        }
+    }
+
     /// Post a receive into `buf` (its whole capacity).
     pub fn recv(
         &mut self,
@@ -105,6 +119,9 @@ impl EventLoop {
             tag = self.am.tags.recv(opts.tag)?;
             Ok(())
         })?;
+        if opts.tag.is_some_and(|(_, ignore)| ignore != 0) && !self.warned_tag_mask {
+            self.warn_tag_mask();
+        }
         let len = buf.capacity() + if framed { HEADROOM } else { 0 };
         let what = Posting {
             endpoint: id,
