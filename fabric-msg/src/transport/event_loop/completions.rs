@@ -249,7 +249,7 @@ impl EventLoop {
         if internal != slab::Internal::No {
             return self.am_complete(index, internal, e.len, source);
         }
-        let (endpoint, mut kind, token, multi, posted, group, atomic) = {
+        let (endpoint, mut kind, token, multi, posted, group, atomic, want) = {
             let s = &self.slab.slots[index as usize];
             (
                 s.endpoint,
@@ -259,6 +259,7 @@ impl EventLoop {
                 s.posted_len,
                 s.group,
                 s.atomic,
+                s.want,
             )
         };
         if multi {
@@ -326,6 +327,15 @@ impl EventLoop {
             }
         }
         let tag = tag_of(e.flags, e.tag);
+        if let Some((wanted, ignore)) = want.filter(|_| self.check_tags && kind == OpKind::Recv) {
+            if (e.tag & !ignore) != (wanted & !ignore) && result.is_ok() {
+                result = Err(CompletionError::Misdelivered {
+                    wanted,
+                    ignore,
+                    got: e.tag,
+                });
+            }
+        }
         self.pending.push(Completion {
             token,
             endpoint: EndpointId(endpoint),

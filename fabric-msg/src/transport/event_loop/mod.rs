@@ -162,6 +162,9 @@ pub struct EventLoop {
     /// Whether the first masked receive on a provider that matches them
     /// wrongly (`Profile::tag_mask_defect`) was warned of.
     warned_tag_mask: bool,
+    /// Tagged receives are checked against their message's tag: the
+    /// provider matches masked receives wrongly (`Profile::tag_mask_defect`).
+    check_tags: bool,
     /// An endpoint failed to close: its operations' slots are kept for
     /// good, and leaked when the loop drops.
     close_failed: bool,
@@ -300,6 +303,7 @@ impl EventLoop {
             cq_entries: Some(CqEntries::default()),
             next_expiry_scan: Instant::now(),
             warned_tag_mask: false,
+            check_tags: profile.tag_mask_defect.is_some(),
             close_failed: false,
             give_up: None,
             lost: lost_peers::LostPeers::default(),

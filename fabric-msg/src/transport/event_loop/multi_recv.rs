@@ -41,6 +41,7 @@ impl EventLoop {
             multi: true,
             peer: ffi::FI_ADDR_UNSPEC,
             call: "fi_recvmsg",
+            want: None,
         };
         self.post(what, buf, |bufp, ctx| {
             let iov = libc::iovec {

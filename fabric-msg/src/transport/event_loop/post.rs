@@ -34,6 +34,8 @@ pub(super) struct Posting {
     pub(super) peer: ffi::fi_addr_t,
     /// The libfabric function that posts it, for errors.
     pub(super) call: &'static str,
+    /// A tagged receive's `(tag, ignore)`.
+    pub(super) want: Option<(u64, u64)>,
 }
 
 /// A one-sided operation to post: for [`EventLoop::post_parts`].
@@ -79,6 +81,7 @@ impl EventLoop {
             multi: false,
             peer: addr,
             call: send_call(opts.tag, data),
+            want: None,
         };
         let args = backlog::SendArgs {
             raw,
@@ -132,6 +135,7 @@ impl EventLoop {
             multi: false,
             peer: src,
             call: recv_call(tag),
+            want: tag,
         };
         self.post(what, buf, |bufp, ctx| {
             // SAFETY: as in `send`; the buffer has `len` writable bytes at bufp.
@@ -173,6 +177,7 @@ impl EventLoop {
             multi: false,
             peer: addr,
             call,
+            want: None,
         };
         self.post_borrowed(what, data as *mut u8, move |bufp, desc, ctx| {
             // SAFETY: raw is enabled; the caller keeps `len` bytes at bufp
@@ -213,6 +218,7 @@ impl EventLoop {
             multi: false,
             peer: src,
             call: recv_call(tag),
+            want: tag,
         };
         self.post_borrowed(what, data, move |bufp, desc, ctx| {
             // SAFETY: as in `send_borrowed`; `len` writable bytes at bufp.
@@ -383,6 +389,7 @@ impl EventLoop {
             (*slot).multi = what.multi;
             (*slot).base = base;
             (*slot).peer = what.peer;
+            (*slot).want = what.want;
             ((*slot).index, (*slot).generation, slot.cast::<c_void>())
         }
     }

@@ -62,6 +62,9 @@ pub(super) struct OpSlot {
     pub(super) peer: u64,
     /// Addressed to a peer found lost: it ends as `PeerLost` (`lost_peers`).
     pub(super) lost: bool,
+    /// A tagged receive's `(tag, ignore)` as posted, checked against the
+    /// message's tag where the provider matches masks wrongly.
+    pub(super) want: Option<(u64, u64)>,
 }
 
 pub(super) const NO_GROUP: u32 = u32::MAX;
@@ -136,6 +139,7 @@ impl Slab {
                     link: 0,
                     peer: ffi::FI_ADDR_UNSPEC,
                     lost: false,
+                    want: None,
                 }));
                 let addr = &*self.slots[i as usize] as *const OpSlot as usize;
                 let at = self.by_addr.partition_point(|&(a, _)| a < addr);

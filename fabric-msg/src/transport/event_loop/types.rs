@@ -255,6 +255,27 @@ pub enum CompletionError {
         /// Why, in words.
         reason: String,
     },
+    /// The provider gave this tagged receive a message whose tag its
+    /// `(tag, ignore)` does not match. Seen only where the provider matches
+    /// masked receives wrongly (shm before libfabric 1.19:
+    /// [`Profile::tag_mask_defect`](crate::Profile::tag_mask_defect)), where
+    /// the loop checks every tagged receive. The message is in this
+    /// completion (its buffer, [`Completion::tag`](super::Completion::tag)),
+    /// and the receive it was meant for will not get it.
+    #[error(
+        "the provider gave a receive for tag {wanted:#x} (ignoring {ignore:#x}) a message with tag {got:#x}; \
+         the message is in this completion. libfabric's shm before 1.19 matches receives against earlier \
+         messages with a stale ignore mask: receive with exact tags only there, or use libfabric 1.19 or \
+         newer, or another provider"
+    )]
+    Misdelivered {
+        /// The tag the receive was posted for.
+        wanted: u64,
+        /// Its ignore mask.
+        ignore: u64,
+        /// The tag of the message it got.
+        got: u64,
+    },
     /// A message on a framed endpoint without a valid header: the peer does
     /// not frame its messages.
     #[error("received {0} bytes without a valid fabric-msg header: is the peer configured alike (framing)?")]
