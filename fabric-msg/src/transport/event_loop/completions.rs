@@ -173,6 +173,9 @@ impl EventLoop {
 
     pub(super) fn read_cq_into(&mut self, bufs: &mut CqEntries) -> Result<()> {
         let CqEntries { tagged, data, srcs } = bufs;
+        if let Some(p) = &self.progress {
+            p.polled();
+        }
         loop {
             // The buffer must have the CQ's own entry format: entries are
             // written back to back at that format's size.
