@@ -21,13 +21,13 @@
 //! A loop that polls pays one relaxed store per CQ read ([`Progress::polled`]);
 //! the thread then sleeps through its period without calling libfabric.
 //!
-//! `FI_THREAD_SAFE` is not enough in practice: `tcp;ofi_rxm` in libfabric
-//! 1.17 crashed (SIGSEGV inside `fi_cq_read`, on the thread) when the
-//! thread progressed the CQ while the loop was opening, binding and
-//! enabling an endpoint on it. So the thread holds a gate for each progress
-//! call, and the loop holds the same gate around what changes the set of
-//! endpoints and addresses the CQ serves: opening, binding, enabling,
-//! accepting, connecting and closing endpoints, and inserting addresses
+//! `FI_THREAD_SAFE` was not enough in practice: with `tcp;ofi_rxm` in
+//! libfabric 1.17 the thread crashed (SIGSEGV inside `fi_cq_read`) in 3 of
+//! 4 runs of `tests/idle_target.rs`, while loops were being set up, and in
+//! none since the thread holds a gate for each progress call and the loop
+//! holds the same gate around what changes the set of endpoints and
+//! addresses the CQ serves: opening, binding, enabling, accepting,
+//! connecting and closing endpoints, and inserting addresses
 //! ([`Progress::gate`]). None of those is on the data path.
 
 use crate::ffi;
