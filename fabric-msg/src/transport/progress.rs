@@ -22,8 +22,8 @@
 //! the thread then sleeps through its period without calling libfabric.
 //!
 //! `FI_THREAD_SAFE` was not enough in practice: with `tcp;ofi_rxm` in
-//! libfabric 1.17 the thread crashed (SIGSEGV inside `fi_cq_read`) in 3 of
-//! 4 runs of `tests/idle_target.rs`, while loops were being set up, and in
+//! libfabric 1.17 the thread crashed (SIGSEGV inside `fi_cq_read`) in 5 of
+//! 6 runs of `tests/idle_target.rs`, while loops were being set up, and in
 //! none since the thread holds a gate for each progress call and the loop
 //! holds the same gate around what changes the set of endpoints and
 //! addresses the CQ serves: opening, binding, enabling, accepting,
