@@ -14,6 +14,10 @@
 //! the control. Once the target polls again everything completes and both
 //! sides check every byte.
 //!
+//! `busy_target_*`: a target that polls every 1.5 ms and echoes messages
+//! while a 100 µs thread drives its provider between polls, so the thread's
+//! progress runs beside the loop's own posts.
+//!
 //! The target runs in a process of its own (this binary again, as
 //! `target_role`), as a World's ranks do; `shm` is also tried with both
 //! loops in one process, where its reads never take the cross-memory
@@ -435,4 +439,102 @@ fn where_needed_starts_the_thread_where_progress_is_manual() {
         let ev = EventLoop::new(&p, cfg.clone()).unwrap();
         assert!(ev.progress_thread(), "{provider}");
     }
+}
+
+/// A target that polls now and then (every 1.5 ms, with a 100 µs thread
+/// running between its polls) while it echoes messages, posting its own
+/// receives and sends as the thread drives its provider: 300 rounds of a
+/// 4 KiB write, a read of it back and a tagged echo, every byte checked.
+fn busy_target(provider: &str) {
+    const ROUNDS: u64 = 300;
+    const SIZE: usize = 4096;
+    let p = profile(provider, EndpointChoice::Rdm, false);
+    let cfg = LoopConfig {
+        progress_thread: ProgressThread::On,
+        progress_period: Duration::from_micros(100),
+        ..Default::default()
+    };
+    let (desc_tx, desc_rx) = mpsc::channel::<Vec<u8>>();
+    let (mut c, server) = pair(p.clone(), p, cfg.clone(), move |mut s| {
+        let region = s.ev.register(SIZE, Access::ReadWrite).unwrap();
+        desc_tx.send(region.remote().encode()).unwrap();
+        let mut batch = Vec::new();
+        let mut echoed = 0;
+        let opts = |i: u64| fabric_msg::RecvOpts {
+            tag: Some((i, 0)),
+            from: None,
+        };
+        s.ev.recv(s.ep, fabric_msg::Buffer::new(64), opts(0), Token(0))
+            .unwrap();
+        let deadline = Instant::now() + TIMEOUT;
+        while echoed < ROUNDS {
+            assert!(Instant::now() < deadline, "target: {echoed} of {ROUNDS} echoes");
+            s.ev.poll(&mut batch, Some(Duration::ZERO)).unwrap();
+            for done in batch.drain(..) {
+                done.result.unwrap();
+                if done.kind == OpKind::Recv {
+                    let tag = done.tag;
+                    let buf = done.buffer.unwrap();
+                    if tag + 1 < ROUNDS {
+                        s.ev.recv(s.ep, fabric_msg::Buffer::new(64), opts(tag + 1), Token(tag + 1))
+                            .unwrap();
+                    }
+                    let send = fabric_msg::SendOpts {
+                        tag: Some(tag),
+                        data: None,
+                    };
+                    s.ev.send(&s.peer, buf, send, Token(1000 + tag)).unwrap();
+                    echoed += 1;
+                }
+            }
+            std::thread::sleep(Duration::from_micros(1500));
+        }
+        // The last sends' completions.
+        while s.ev.in_flight() > 0 {
+            assert!(Instant::now() < deadline, "target: sends never completed");
+            s.ev.poll(&mut batch, Some(Duration::from_millis(10))).unwrap();
+        }
+        assert!(s.ev.progress_runs() > 0);
+    });
+    let remote = c.ev.import(&desc_rx.recv().unwrap()).unwrap();
+    let local = c.ev.register(2 * SIZE, Access::ReadWrite).unwrap();
+    for i in 0..ROUNDS {
+        let bytes = pattern(i, SIZE);
+        local.write_at(0, &bytes).unwrap();
+        c.ev.write(&c.peer, local.local(0, SIZE).unwrap(), &remote, 0, WRITE)
+            .unwrap();
+        assert!(wait_n(&mut c.ev, 1)[0].result.is_ok());
+        c.ev.read(&c.peer, local.local(SIZE, SIZE).unwrap(), &remote, 0, READ)
+            .unwrap();
+        assert!(wait_n(&mut c.ev, 1)[0].result.is_ok());
+        let mut back = vec![0u8; SIZE];
+        local.read_at(SIZE, &mut back).unwrap();
+        assert!(back == bytes, "{provider}: round {i}: read back differs");
+        let msg = fabric_msg::Buffer::from_slice(&i.to_le_bytes());
+        let send = fabric_msg::SendOpts {
+            tag: Some(i),
+            data: None,
+        };
+        let recv = fabric_msg::RecvOpts {
+            tag: Some((i, 0)),
+            from: None,
+        };
+        c.ev.recv(c.ep, fabric_msg::Buffer::new(64), recv, Token(2000 + i))
+            .unwrap();
+        c.ev.send(&c.peer, msg, send, Token(3000 + i)).unwrap();
+        let done = wait_n(&mut c.ev, 2);
+        let echo = done.iter().find(|d| d.kind == OpKind::Recv).unwrap();
+        assert_eq!(echo.buffer.as_ref().unwrap().as_slice(), i.to_le_bytes());
+    }
+    server.join().unwrap();
+}
+
+#[test]
+fn busy_target_tcp_rxm() {
+    busy_target("tcp;ofi_rxm");
+}
+
+#[test]
+fn busy_target_shm() {
+    busy_target("shm");
 }
