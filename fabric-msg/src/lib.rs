@@ -66,7 +66,10 @@
 //! Negotiation may run on any thread; its results are plain data. An
 //! [`EventLoop`] is `Send`, not `Sync`: one thread drives it at a time
 //! (`&mut self`), which satisfies every libfabric threading level.
-//! Completions and buffers are `Send` and can be consumed elsewhere.
+//! Completions and buffers are `Send` and can be consumed elsewhere. A loop
+//! opened with [`LoopConfig::progress_thread`] adds one thread of its own
+//! that drives the provider's progress while the loop does not poll; it
+//! needs a domain at `FI_THREAD_SAFE` and takes no completion.
 //!
 //! # Resource cleanup
 //!
