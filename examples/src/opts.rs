@@ -62,7 +62,10 @@ the server; both sides must use the same provider and endpoint type.";
                 "  -o write|read   write: a ping-pong of writes with immediate data (default);
                   read: the client reads the server's memory, one read at a time
   --mr pool|each  client's source memory: a registered pool slot (default), or
-                  registered and deregistered around every write\n"
+                  registered and deregistered around every write
+  --idle-ms N     with -o read, server: a busy target that polls only once
+                  every N ms; reads then complete through its progress
+                  thread (--progress-us) or wait for that poll\n"
                     .to_string(),
                 "Sizes are 1 byte to 4 MiB. Give both sides the same -S, -I and -W, provider
 and endpoint type.",
@@ -80,6 +83,8 @@ usage: {name} [options] [ADDRESS]
   -c spin|fd      completion wait: spin on the CQ (default) or sleep on its fd
   --spin-us N     with -c fd: spin this many microseconds before sleeping
                   (default 50; 0 sleeps at once)
+  --progress-us N a progress thread that drives the provider every N
+                  microseconds while the loop does not poll (default 0: none)
   -S SIZES|all    message size in bytes (0 allowed) or a comma list, or all:
                   powers of two to 4 MiB (default all)
   -I ITERATIONS   measured messages per size (default 1000)
@@ -136,6 +141,10 @@ pub struct Opts {
     pub register_each: bool,
     /// `-o read` (rma_pingpong): RMA reads instead of writes.
     pub read: bool,
+    /// `--progress-us`: the progress thread's period; 0: no thread.
+    pub progress_us: u64,
+    /// `--idle-ms` (rma_pingpong, server, `-o read`): poll only this often.
+    pub idle_ms: u64,
     /// `--loopback`.
     pub loopback: bool,
     /// `--same-host`.
@@ -183,6 +192,8 @@ pub fn parse(tool: Tool, args: impl IntoIterator<Item = String>) -> Result<Parse
         borrowed: false,
         register_each: false,
         read: false,
+        progress_us: 0,
+        idle_ms: 0,
         loopback: false,
         same_host: false,
         json: false,
@@ -263,6 +274,18 @@ pub fn parse(tool: Tool, args: impl IntoIterator<Item = String>) -> Result<Parse
                     "read" => true,
                     other => return Err(format!("-o {other}: expected write or read")),
                 }
+            }
+            "--progress-us" => {
+                let v = val("--progress-us")?;
+                o.progress_us = v
+                    .parse()
+                    .map_err(|_| format!("--progress-us {v}: not a number of microseconds"))?;
+            }
+            "--idle-ms" if tool == Tool::RmaPingPong => {
+                let v = val("--idle-ms")?;
+                o.idle_ms = v
+                    .parse()
+                    .map_err(|_| format!("--idle-ms {v}: not a number of milliseconds"))?;
             }
             "--verify" => o.verify = true,
             "--borrowed" if tool == Tool::PingPong => o.borrowed = true,

@@ -56,7 +56,16 @@ pub fn header(o: &Opts, p: &Profile) {
         extra["window"] = o.window.into();
         text += &format!(", window {}", o.window);
     }
+    progress(o, &mut extra, &mut text);
     header_with(o.json, o.tool.name(), p, extra, &text);
+}
+
+/// The progress thread (`--progress-us`), where there is one, in a header.
+pub fn progress(o: &Opts, extra: &mut serde_json::Value, text: &mut String) {
+    if o.progress_us > 0 {
+        extra["progress_us"] = o.progress_us.into();
+        *text += &format!(", progress thread every {} µs", o.progress_us);
+    }
 }
 
 /// The header of any tool: the fabric, what else `extra` (JSON) and

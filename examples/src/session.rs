@@ -455,11 +455,17 @@ pub fn accept_serving(
     }
 }
 
-/// The event loop the options ask for (`-c`, `--spin-us`).
+/// The event loop the options ask for (`-c`, `--spin-us`, `--progress-us`).
 pub fn loop_config(o: &Opts) -> LoopConfig {
     LoopConfig {
         wait: o.wait,
         spin_before_block: Duration::from_micros(o.spin_us),
+        progress_thread: if o.progress_us > 0 {
+            fabric_msg::ProgressThread::On
+        } else {
+            fabric_msg::ProgressThread::Off
+        },
+        progress_period: Duration::from_micros(o.progress_us.max(1)),
         ..Default::default()
     }
 }

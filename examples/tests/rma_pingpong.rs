@@ -128,3 +128,37 @@ fn bad_arguments_are_refused_with_a_reason() {
         assert!(err.contains(says), "{args:?}: {err}");
     }
 }
+
+/// Reads from a busy target (`--idle-ms`: it polls every 200 ms) served
+/// by its progress thread (`--progress-us`): 20 reads take far less than
+/// one of its polls each, every byte checked, and the header says so.
+#[test]
+fn reads_from_a_busy_target_with_a_progress_thread() {
+    let started = std::time::Instant::now();
+    let lines = json_lines(&run(&[
+        "--loopback",
+        "--verify",
+        "--json",
+        "-p",
+        "tcp;ofi_rxm",
+        "-o",
+        "read",
+        "--idle-ms",
+        "200",
+        "--progress-us",
+        "100",
+        "-I",
+        "20",
+        "-W",
+        "2",
+        "-S",
+        "4096",
+    ]));
+    assert_eq!(lines[0]["progress_us"], 100, "{lines:?}");
+    let usec = lines[1]["usec_per_xfer"].as_f64().unwrap();
+    assert!(
+        usec < 50_000.0,
+        "{usec} µs per read: the thread did not serve them"
+    );
+    assert!(started.elapsed() < Duration::from_secs(30));
+}

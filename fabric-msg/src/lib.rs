@@ -66,7 +66,10 @@
 //! Negotiation may run on any thread; its results are plain data. An
 //! [`EventLoop`] is `Send`, not `Sync`: one thread drives it at a time
 //! (`&mut self`), which satisfies every libfabric threading level.
-//! Completions and buffers are `Send` and can be consumed elsewhere.
+//! Completions and buffers are `Send` and can be consumed elsewhere. A loop
+//! opened with [`LoopConfig::progress_thread`] adds one thread of its own
+//! that drives the provider's progress while the loop does not poll; it
+//! needs a domain at `FI_THREAD_SAFE` and takes no completion.
 //!
 //! # Resource cleanup
 //!
@@ -110,8 +113,8 @@ pub use memory::pool::{PoolSlot, RegionPool};
 pub use memory::remote::RemoteMemory;
 pub use transport::bootstrap::{connect, connect_with, Accepted, Listener, Refusal};
 pub use transport::event_loop::{
-    Completion, CompletionError, EndpointId, EventLoop, LoopConfig, OpKind, Peer, PostError, RecvOpts,
-    SendOpts, Token, WaitMode,
+    Completion, CompletionError, EndpointId, EventLoop, LoopConfig, OpKind, Peer, PostError, ProgressThread,
+    RecvOpts, SendOpts, Token, WaitMode,
 };
 pub use transport::lifeline::LossKind;
 pub use transport::rma::Atomic;

@@ -6,7 +6,7 @@
 use fabric_msg::discovery::negotiate::{Capability, EndpointChoice, Requirements};
 use fabric_msg::{
     connect, negotiate, Access, Buffer, Completion, EventLoop, LadderConfig, Listener, LoopConfig, OpKind,
-    Peer, RecvOpts, SendOpts, Token,
+    Peer, ProgressThread, RecvOpts, SendOpts, Token,
 };
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -107,6 +107,15 @@ fn pair(
     caps: Vec<Capability>,
     serve: impl FnOnce(&mut EventLoop, &Peer) + Send + 'static,
 ) -> (EventLoop, Peer, Server) {
+    pair_with(caps, LoopConfig::default(), serve)
+}
+
+/// `pair`, both loops opened with `cfg`.
+fn pair_with(
+    caps: Vec<Capability>,
+    cfg: LoopConfig,
+    serve: impl FnOnce(&mut EventLoop, &Peer) + Send + 'static,
+) -> (EventLoop, Peer, Server) {
     let req = Requirements {
         caps,
         endpoint: EndpointChoice::Rdm,
@@ -119,15 +128,16 @@ fn pair(
     let addr = listener.local_addr().unwrap();
     let sp = p.clone();
     let (counted, wait) = std::sync::mpsc::channel::<()>();
+    let scfg = cfg.clone();
     let thread = std::thread::spawn(move || {
-        let mut ev = EventLoop::new(&sp, LoopConfig::default()).unwrap();
+        let mut ev = EventLoop::new(&sp, scfg).unwrap();
         let ep = ev.endpoint().unwrap();
         let peer = listener.accept(&mut ev, ep).unwrap();
         serve(&mut ev, &peer);
         let _ = wait.recv();
     });
     let server = Server { counted, thread };
-    let mut ev = EventLoop::new(&p, LoopConfig::default()).unwrap();
+    let mut ev = EventLoop::new(&p, cfg).unwrap();
     let ep = ev.endpoint().unwrap();
     let peer = connect(&mut ev, ep, addr, Duration::from_secs(10)).unwrap();
     (ev, peer, server)
@@ -284,6 +294,47 @@ fn warmed_up_rma_allocates_nothing_per_operation() {
     assert_eq!(
         n, 0,
         "{n} allocations in {MEASURED} RMA rounds (both sides), sizes {sizes:?}"
+    );
+}
+
+/// The same RMA rounds with a progress thread on both sides, waking every
+/// 100 µs: the loop's note that it read its CQ is a store, the thread's
+/// progress calls allocate nothing of ours.
+#[test]
+fn warmed_up_rma_with_progress_threads_allocates_nothing_per_operation() {
+    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    const WARMUP: u64 = 100;
+    const MEASURED: u64 = 1000;
+    let caps = vec![Capability::Tagged, Capability::Msg, Capability::Rma];
+    let cfg = LoopConfig {
+        progress_thread: ProgressThread::On,
+        progress_period: Duration::from_micros(100),
+        ..Default::default()
+    };
+    let (mut ev, peer, server) = pair_with(caps, cfg, |ev, peer| {
+        assert!(ev.progress_thread());
+        let mut reused = Reused::new(1);
+        let mem = rma_setup(ev, peer, &mut reused);
+        rma_rounds(ev, peer, &mut reused, &mem, 0..WARMUP + MEASURED, true);
+    });
+    assert!(ev.progress_thread());
+    let mut reused = Reused::new(1);
+    let mem = rma_setup(&mut ev, &peer, &mut reused);
+    rma_rounds(&mut ev, &peer, &mut reused, &mem, 0..WARMUP, false);
+    let (n, sizes) = counted(|| {
+        rma_rounds(
+            &mut ev,
+            &peer,
+            &mut reused,
+            &mem,
+            WARMUP..WARMUP + MEASURED,
+            false,
+        )
+    });
+    server.join().unwrap();
+    assert_eq!(
+        n, 0,
+        "{n} allocations in {MEASURED} RMA rounds with progress threads (both sides), sizes {sizes:?}"
     );
 }
 

@@ -247,6 +247,16 @@ fn print_text(n: &fabric_msg::Negotiation) {
         "progress",
         format!("data {:?}, control {:?}", p.data_progress, p.control_progress),
     );
+    row(
+        "idle targets",
+        if fabric_msg::ProgressThread::needed(p) {
+            "peers' RMA to this side completes only while it polls, or with a progress thread \
+             (LoopConfig::progress_thread: WhereNeeded or On)"
+        } else {
+            "peers' RMA completes without this side polling (no progress thread needed)"
+        }
+        .into(),
+    );
     row("wait fd", p.wait_fd.to_string());
     row("threading", format!("{:?}", p.threading));
     row(

@@ -224,7 +224,15 @@ impl Side {
         if o.read {
             // The client reads what `exchange` put in place, and says when
             // it is done; polling meanwhile gives manual-progress providers
-            // their progress.
+            // their progress. A busy target (`--idle-ms`) polls only now
+            // and then: its progress thread, if any, serves the reads.
+            if o.idle_ms > 0 {
+                while !self.held.iter().any(|c| c.kind == OpKind::RemoteWrite) {
+                    std::thread::sleep(Duration::from_millis(o.idle_ms));
+                    self.ev.poll(&mut self.out, Some(Duration::ZERO))?;
+                    self.held.append(&mut self.out);
+                }
+            }
             return self.notice(READS_DONE);
         }
         let source = self.ev.register(MAX, Access::Read)?;
@@ -393,14 +401,10 @@ fn byte(seq: u64, k: usize) -> u8 {
 
 fn header(o: &Opts, p: &fabric_msg::Profile) {
     if o.read {
-        let text = "RMA read, one at a time: time per read (a round trip)";
-        output::header_with(
-            o.json,
-            "rma_pingpong",
-            p,
-            serde_json::json!({ "op": "read" }),
-            text,
-        );
+        let mut text = "RMA read, one at a time: time per read (a round trip)".to_string();
+        let mut extra = serde_json::json!({ "op": "read" });
+        output::progress(o, &mut extra, &mut text);
+        output::header_with(o.json, "rma_pingpong", p, extra, &text);
         return;
     }
     let mr = if o.register_each { "each" } else { "pool" };
@@ -412,5 +416,7 @@ fn header(o: &Opts, p: &fabric_msg::Profile) {
             "pooled"
         }
     );
-    output::header_with(o.json, "rma_pingpong", p, serde_json::json!({ "mr": mr }), &text);
+    let (mut text, mut extra) = (text, serde_json::json!({ "mr": mr }));
+    output::progress(o, &mut extra, &mut text);
+    output::header_with(o.json, "rma_pingpong", p, extra, &text);
 }

@@ -67,6 +67,9 @@ impl EventLoop {
     /// Open an endpoint from `info`, bound to the loop's CQ and EQ.
     fn msg_endpoint(&mut self, info: *mut ffi::fi_info) -> Result<*mut ffi::fid_ep> {
         let eq = self.eq()?.raw;
+        // The progress thread waits while the CQ gains an endpoint.
+        let gate = self.progress_gate();
+        let _gate = gate.as_ref().map(|g| g.lock());
         let mut ep = ptr::null_mut();
         // SAFETY: the domain is open and `info` is a live fi_info.
         check("fi_endpoint", unsafe {
@@ -131,8 +134,12 @@ impl EventLoop {
             self.reject_handle(handle);
             return Err(e);
         }
+        let gate = self.progress_gate();
+        let gated = gate.as_ref().map(|g| g.lock());
         // SAFETY: ep was opened from the request's info, bound and enabled.
-        if let Err(e) = check("fi_accept", unsafe { ffi::fi_accept(ep, ptr::null(), 0) }) {
+        let accepted = check("fi_accept", unsafe { ffi::fi_accept(ep, ptr::null(), 0) });
+        drop(gated);
+        if let Err(e) = accepted {
             self.close_endpoint(id).ok();
             return Err(e);
         }
@@ -207,12 +214,16 @@ impl EventLoop {
         let ep = ep?;
         let id = self.adopt(ep);
         self.enable_and_prepost(ep, id, prepost)?;
+        let gate = self.progress_gate();
+        let gated = gate.as_ref().map(|g| g.lock());
         // SAFETY: ep is bound and enabled; name is the peer's address in this
         // provider's format and cm_data its private data, both read for the
         // duration of the call.
-        check("fi_connect", unsafe {
+        let connected = check("fi_connect", unsafe {
             ffi::fi_connect(ep, name.as_ptr().cast(), cm_data.as_ptr().cast(), cm_data.len())
-        })?;
+        });
+        drop(gated);
+        connected?;
         self.wait_connected(ep, timeout)?;
         Ok(id)
     }
@@ -226,8 +237,12 @@ impl EventLoop {
         id: EndpointId,
         prepost: Prepost<'_>,
     ) -> Result<()> {
+        let gate = self.progress_gate();
+        let gated = gate.as_ref().map(|g| g.lock());
         // SAFETY: ep is open and bound to its CQ and EQ.
-        check("fi_enable", unsafe { ffi::fi_enable(ep) })?;
+        let enabled = check("fi_enable", unsafe { ffi::fi_enable(ep) });
+        drop(gated);
+        enabled?;
         prepost(self, id)
     }
 

@@ -8,7 +8,9 @@
 //! the TCP bootstrap that exchanges endpoint names and profiles
 //! ([`bootstrap`]), with the check every name from a peer passes before
 //! libfabric reads it (`address`); the bootstrap connection kept as each
-//! peer's lifeline, on which its death or stall is noticed ([`lifeline`]).
+//! peer's lifeline, on which its death or stall is noticed ([`lifeline`]);
+//! the thread that drives a loop's progress while its application does not
+//! poll (`progress`).
 //!
 //! May use: [`crate::memory`], [`crate::discovery`], [`crate::error`]. Must
 //! not use anything above it. The loop is the single owner of every
@@ -22,4 +24,5 @@ pub(crate) mod eq;
 pub mod event_loop;
 pub(crate) mod framing;
 pub mod lifeline;
+pub(crate) mod progress;
 pub mod rma;

@@ -378,6 +378,8 @@ impl EventLoop {
             .ok()?;
         let av = self.av.as_ref()?;
         let mut addr: ffi::fi_addr_t = ffi::FI_ADDR_NOTAVAIL;
+        let gate = self.progress_gate();
+        let _gate = gate.as_ref().map(|g| g.lock());
         // SAFETY: av is open; `name` was checked to be an address of the
         // provider's format; one address is inserted into `addr`.
         let rc = unsafe { ffi::fi_av_insert(av.raw, name.as_ptr().cast(), 1, &mut addr, 0, ptr::null_mut()) };

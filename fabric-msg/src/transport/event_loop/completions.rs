@@ -173,6 +173,9 @@ impl EventLoop {
 
     pub(super) fn read_cq_into(&mut self, bufs: &mut CqEntries) -> Result<()> {
         let CqEntries { tagged, data, srcs } = bufs;
+        if let Some(p) = &self.progress {
+            p.polled();
+        }
         loop {
             // The buffer must have the CQ's own entry format: entries are
             // written back to back at that format's size.
@@ -354,7 +357,15 @@ impl EventLoop {
 
     pub(super) fn read_error(&mut self) -> Result<()> {
         let mut err = ffi::fi_cq_err_entry::default();
-        // SAFETY: the CQ is open and reported FI_EAVAIL; err is a valid out-struct.
+        // The provider's error data is copied here, not lent: a lent buffer
+        // lives only until the CQ's next read (libfabric 2.1 frees it
+        // there), which a progress thread may make at any time.
+        let mut err_data = [0u8; 256];
+        err.err_data = err_data.as_mut_ptr().cast();
+        err.err_data_size = err_data.len();
+        // SAFETY: the CQ is open and reported FI_EAVAIL; err is a valid
+        // out-struct, and err_data (valid for its length) outlives every
+        // use of `err` in this function, fi_cq_strerror's included.
         let rc = unsafe { ffi::fi_cq_readerr(self.cq.raw, &mut err, 0) };
         if rc == -(ffi::FI_EAGAIN as isize) {
             return Ok(());

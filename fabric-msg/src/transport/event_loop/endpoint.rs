@@ -56,6 +56,9 @@ impl EventLoop {
         &mut self,
         av: *mut ffi::fid_av,
     ) -> std::result::Result<*mut ffi::fid_ep, (Error, Option<Vec<u8>>)> {
+        // The progress thread waits while the CQ gains an endpoint.
+        let gate = self.progress_gate();
+        let _gate = gate.as_ref().map(|g| g.lock());
         let mut raw = ptr::null_mut();
         // SAFETY: the domain and its fi_info are alive (self.domain).
         check("fi_endpoint", unsafe {
@@ -163,6 +166,8 @@ impl EventLoop {
             what: "address vector".into(),
         })?;
         let mut addr: ffi::fi_addr_t = ffi::FI_ADDR_NOTAVAIL;
+        let gate = self.progress_gate();
+        let _gate = gate.as_ref().map(|g| g.lock());
         // SAFETY: av is open; `name` is a readable address of the provider's
         // format (the peer's fi_getname); one address is inserted into `addr`.
         let rc = unsafe { ffi::fi_av_insert(av.raw, name.as_ptr().cast(), 1, &mut addr, 0, ptr::null_mut()) };
@@ -211,6 +216,8 @@ impl EventLoop {
         })?;
         let packed: Vec<u8> = names.concat();
         let mut addrs: Vec<ffi::fi_addr_t> = vec![ffi::FI_ADDR_NOTAVAIL; names.len()];
+        let gate = self.progress_gate();
+        let _gate = gate.as_ref().map(|g| g.lock());
         // SAFETY: av is open; `packed` holds names.len() well-formed
         // addresses of the provider's format back to back (checked above:
         // each is read to its own length or NUL), and `addrs` has room for

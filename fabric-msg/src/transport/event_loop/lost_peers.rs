@@ -230,10 +230,14 @@ impl EventLoop {
         if state.raw.is_null() {
             return;
         }
-        // SAFETY: the endpoint is open; it stays in the table (so that
-        // completions read below are delivered) but nothing posts to it
-        // again: it is removed at the end of this function.
-        let rc = unsafe { ffi::fi_close(&mut (*state.raw).fid) };
+        let rc = {
+            let gate = self.progress_gate();
+            let _gate = gate.as_ref().map(|g| g.lock());
+            // SAFETY: the endpoint is open; it stays in the table (so that
+            // completions read below are delivered) but nothing posts to it
+            // again: it is removed at the end of this function.
+            unsafe { ffi::fi_close(&mut (*state.raw).fid) }
+        };
         if let Err(e) = self.read_cq() {
             log::warn!("reading completions of a lost peer's connection: {e}");
         }

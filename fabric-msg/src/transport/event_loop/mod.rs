@@ -103,8 +103,8 @@ pub(crate) fn fuzz_header_seeds() -> Vec<Vec<u8>> {
 pub(crate) use post::Parts;
 pub(crate) use resources::{Cq, EndpointState};
 pub use types::{
-    Completion, CompletionError, EndpointId, LoopConfig, OpKind, Peer, PostError, RecvOpts, SendOpts, Token,
-    WaitMode,
+    Completion, CompletionError, EndpointId, LoopConfig, OpKind, Peer, PostError, ProgressThread, RecvOpts,
+    SendOpts, Token, WaitMode,
 };
 
 use crate::discovery::info::EndpointType;
@@ -175,6 +175,9 @@ pub struct EventLoop {
     pub(crate) give_up: Option<Arc<AtomicBool>>,
     /// Peers watched through their lifelines, and those lost.
     pub(crate) lost: lost_peers::LostPeers,
+    /// The thread that drives progress while the application does not
+    /// poll ([`LoopConfig::progress_thread`]); stopped first in `Drop`.
+    pub(crate) progress: Option<crate::transport::progress::Progress>,
 }
 
 // SAFETY: an EventLoop is used through `&mut self` only, so by one thread at
@@ -273,6 +276,7 @@ impl EventLoop {
             None
         };
         let has = |c: &str| profile.caps_granted.iter().any(|g| g == c);
+        let progress = start_progress(profile, &cfg, &cq)?;
         Ok(EventLoop {
             endpoints: Vec::new(),
             slab: Slab {
@@ -307,6 +311,7 @@ impl EventLoop {
             close_failed: false,
             give_up: None,
             lost: lost_peers::LostPeers::default(),
+            progress,
             scratch: vec![0; profile.inject_size + HEADROOM],
             domain,
             cfg,
@@ -335,11 +340,74 @@ impl EventLoop {
         self.cq.capacity
     }
 
+    /// Whether this loop runs a progress thread
+    /// ([`LoopConfig::progress_thread`]).
+    pub fn progress_thread(&self) -> bool {
+        self.progress.is_some()
+    }
+
+    /// How many times the progress thread has driven the provider's
+    /// progress (it does only while the loop does not read its CQ); 0
+    /// without a thread.
+    pub fn progress_runs(&self) -> u64 {
+        self.progress.as_ref().map_or(0, |p| p.runs())
+    }
+
+    /// The progress thread's gate, to hold (`let _g = gate.as_ref().map(|g| g.lock())`)
+    /// around opening, enabling and closing endpoints and inserting
+    /// addresses; `None` without a thread.
+    pub(crate) fn progress_gate(&self) -> Option<Arc<parking_lot::Mutex<()>>> {
+        self.progress.as_ref().map(|p| p.gate())
+    }
+
     /// Operations posted and not yet completed (the loop's own receives
     /// for peers' emulated atomics are not counted).
     pub fn in_flight(&self) -> usize {
         self.slab.in_flight.saturating_sub(self.am.posted)
     }
+}
+
+/// The progress thread `cfg` asks for, if the profile needs or allows it.
+fn start_progress(
+    profile: &Profile,
+    cfg: &LoopConfig,
+    cq: &Cq,
+) -> Result<Option<crate::transport::progress::Progress>> {
+    use crate::discovery::info::Threading;
+    let want = match cfg.progress_thread {
+        ProgressThread::Off => false,
+        ProgressThread::On => true,
+        ProgressThread::WhereNeeded => ProgressThread::needed(profile),
+    };
+    if !want {
+        return Ok(None);
+    }
+    if profile.threading != Threading::Safe {
+        if cfg.progress_thread == ProgressThread::WhereNeeded {
+            log::warn!(
+                "{}: no progress thread at threading level {:?} (it needs FI_THREAD_SAFE): peers' one-sided \
+                 operations complete only while this loop polls",
+                profile.provider,
+                profile.threading
+            );
+            return Ok(None);
+        }
+        return Err(crate::error::Error::Unsupported {
+            what: format!(
+                "a progress thread at threading level {:?} (it calls into the CQ beside the loop: \
+                 FI_THREAD_SAFE is needed); use ProgressThread::Off and poll",
+                profile.threading
+            ),
+            provider: profile.provider.clone(),
+        });
+    }
+    // SAFETY: the CQ is open, its domain is at FI_THREAD_SAFE (checked
+    // above), and the loop drops the thread before it closes the CQ.
+    let p = unsafe { crate::transport::progress::Progress::start(cq.raw, cq.tagged, cfg.progress_period) };
+    p.map(Some).map_err(|e| crate::error::Error::Io {
+        context: "starting the progress thread".into(),
+        source: e,
+    })
 }
 
 #[cfg(test)]
@@ -369,5 +437,7 @@ mod tests {
         assert_eq!(c.rma_timeout, Some(Duration::from_secs(30)));
         assert!(c.cq_size.is_none() && c.min_multi_recv.is_none() && c.rma_chunk.is_none());
         assert!(!c.force_framing);
+        assert_eq!(c.progress_thread, ProgressThread::Off);
+        assert_eq!(c.progress_period, Duration::from_millis(1));
     }
 }

@@ -38,9 +38,12 @@ impl EventLoop {
         if state.raw.is_null() {
             return Ok(());
         }
+        let gate = self.progress_gate();
+        let gated = gate.as_ref().map(|g| g.lock());
         // SAFETY: the endpoint is open and removed from the table, so nothing
         // posts to it again; closing it stops the provider using its buffers.
         let rc = unsafe { ffi::fi_close(&mut (*state.raw).fid) };
+        drop(gated);
         // Entries already in the CQ for it are discarded by `complete`, which
         // ignores closed endpoints; read them now so their slots are freed.
         // Whatever that read says, the endpoint's operations are reclaimed
@@ -94,6 +97,8 @@ impl EventLoop {
 
 impl Drop for EventLoop {
     fn drop(&mut self) {
+        // The progress thread calls into the CQ: stop it before anything closes.
+        self.progress = None;
         let mut all_closed = true;
         for state in self
             .endpoints

@@ -109,6 +109,41 @@ pub enum WaitMode {
     Block,
 }
 
+/// Whether an [`EventLoop`](super::EventLoop) runs a progress thread,
+/// so that peers' one-sided operations on this side's memory complete
+/// while the application does not call `poll` (see
+/// [`LoopConfig::progress_thread`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ProgressThread {
+    /// No thread: peers' RMA to this side (and `shm`'s native atomics)
+    /// progress only while the application polls, on the providers where
+    /// [`ProgressThread::needed`] is true.
+    Off,
+    /// A thread wherever the domain allows it (`FI_THREAD_SAFE`); opening
+    /// the loop fails at any other threading level.
+    On,
+    /// A thread where the provider needs one ([`ProgressThread::needed`])
+    /// and the domain allows it; none elsewhere.
+    WhereNeeded,
+}
+
+impl ProgressThread {
+    /// Whether peers' one-sided operations on this side's memory need this
+    /// side to call into libfabric on the provider `profile` names: its
+    /// core provider (the first of a `core;utility` chain such as
+    /// `tcp;ofi_rxm`) moves bytes in software, inside a CQ read.
+    /// True for `tcp` (whose connected endpoints report
+    /// `FI_PROGRESS_AUTO` in libfabric 1.17 yet serve no read without
+    /// one), `shm`, `udp`, `net` and `sm2`; false for `sockets`, which runs
+    /// its own progress threads, and for RDMA devices, whose NICs serve
+    /// one-sided operations.
+    pub fn needed(profile: &crate::discovery::profile::Profile) -> bool {
+        let core = profile.provider.split(';').next().unwrap_or("");
+        matches!(core, "tcp" | "shm" | "udp" | "net" | "sm2")
+    }
+}
+
 /// Tuning for an [`EventLoop`](super::EventLoop).
 ///
 /// `LoopConfig::default()`:
@@ -124,6 +159,8 @@ pub enum WaitMode {
 /// | `rma_chunk` | `None`: the fabric's and the peer's `max_msg_size` |
 /// | `rma_timeout` | 30 s |
 /// | `peer_timeout` | 10 s |
+/// | `progress_thread` | [`ProgressThread::Off`] |
+/// | `progress_period` | 1 ms |
 #[derive(Debug, Clone)]
 pub struct LoopConfig {
     /// How long a post may retry on a full queue before giving up. Default: 5 s.
@@ -165,6 +202,22 @@ pub struct LoopConfig {
     /// 1 s. A peer whose process ends is reported at once, whatever this
     /// is. `None`: only deaths and departures are reported. Default: 10 s.
     pub peer_timeout: Option<Duration>,
+    /// Run a thread that drives the provider's progress while the
+    /// application does not poll, so that peers' RMA reads and writes to
+    /// this side's memory, and native atomics on it, complete while it
+    /// computes or sleeps. Emulated atomics
+    /// ([`AtomicCarrier::Emulated`](crate::AtomicCarrier::Emulated)) still
+    /// wait for this side's `poll`: the loop applies them. The thread calls
+    /// libfabric only when the loop has not read its CQ for
+    /// `progress_period`, so a polling application pays one relaxed store
+    /// per CQ read. Default: [`ProgressThread::Off`] (see
+    /// `docs/decisions.md`, "A progress thread for idle targets").
+    pub progress_thread: ProgressThread,
+    /// How often the progress thread wakes: the longest a peer's one-sided
+    /// operation waits for an idle target, per provider round trip (an
+    /// RMA read over `tcp;ofi_rxm` takes one or two). At least 10 µs.
+    /// Default: 1 ms.
+    pub progress_period: Duration,
 }
 
 impl Default for LoopConfig {
@@ -179,6 +232,8 @@ impl Default for LoopConfig {
             rma_chunk: None,
             rma_timeout: Some(Duration::from_secs(30)),
             peer_timeout: Some(Duration::from_secs(10)),
+            progress_thread: ProgressThread::Off,
+            progress_period: Duration::from_millis(1),
         }
     }
 }

@@ -1,0 +1,162 @@
+//! The progress thread: one per [`EventLoop`](super::event_loop::EventLoop)
+//! that asks for it ([`LoopConfig::progress_thread`](super::event_loop::LoopConfig::progress_thread)),
+//! so that one-sided operations *to* this process complete while its
+//! application does not call `poll`.
+//!
+//! On `tcp;ofi_rxm`, on `tcp`'s connected endpoints and on `shm`, a peer's
+//! RMA read or write (and `shm`'s native atomics) is carried out by this
+//! side's provider, and the provider works only inside a libfabric call on
+//! this side's CQ: a target that computes or sleeps stalls its initiators.
+//!
+//! The thread wakes every `period` and, if the loop has not read its CQ
+//! since the last wake, calls `fi_cq_read(cq, buf, 0)`. In libfabric 1.17
+//! and 2.1 every one of those providers reads through `ofi_cq_readfrom`
+//! (`prov/util/src/util_cq.c`; `tcp` in 2.1 through `xnet_cq_readfrom`,
+//! which wraps it), which runs the provider's progress first and then
+//! copies at most `count` entries: with a count of 0 it copies none, so no
+//! completion is taken from the application. That needs a domain opened
+//! at `FI_THREAD_SAFE` (two threads call into one CQ): the loop refuses to
+//! start the thread at any other level.
+//!
+//! A loop that polls pays one relaxed store per CQ read ([`Progress::polled`]);
+//! the thread then sleeps through its period without calling libfabric.
+//!
+//! `FI_THREAD_SAFE` was not enough in practice: with `tcp;ofi_rxm` in
+//! libfabric 1.17 the thread crashed (SIGSEGV inside `fi_cq_read`) in 5 of
+//! 6 runs of `tests/idle_target.rs`, while loops were being set up, and in
+//! none since the thread holds a gate for each progress call and the loop
+//! holds the same gate around what changes the set of endpoints and
+//! addresses the CQ serves: opening, binding, enabling, accepting,
+//! connecting and closing endpoints, and inserting addresses
+//! ([`Progress::gate`]). None of those is on the data path.
+
+use crate::ffi;
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+#[derive(Default)]
+struct Shared {
+    /// Set by the loop on every CQ read; cleared by the thread.
+    polled: AtomicBool,
+    stop: AtomicBool,
+    /// Progress calls the thread made (for tests and diagnostics).
+    runs: AtomicU64,
+    /// Held by the thread for each progress call, and by the loop around
+    /// endpoint and address changes.
+    gate: Arc<Mutex<()>>,
+}
+
+/// The CQ handed to the thread.
+struct RawCq(*mut ffi::fid_cq);
+
+// SAFETY: the CQ belongs to a domain opened at FI_THREAD_SAFE (checked by
+// `EventLoop::new` before starting the thread), so libfabric allows calls
+// on it from any thread, concurrently with the loop's own; the loop stops
+// and joins the thread before it closes any endpoint or the CQ.
+unsafe impl Send for RawCq {}
+
+/// A running progress thread; dropping it stops and joins it.
+pub(crate) struct Progress {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Progress {
+    /// Start driving `cq`'s progress every `period` (at least 10 µs).
+    ///
+    /// # Safety
+    /// `cq` must be an open CQ of a domain opened at `FI_THREAD_SAFE`, and
+    /// must stay open until the returned value is dropped.
+    pub(crate) unsafe fn start(
+        cq: *mut ffi::fid_cq,
+        tagged: bool,
+        period: Duration,
+    ) -> std::io::Result<Progress> {
+        let shared = Arc::new(Shared::default());
+        let s = shared.clone();
+        let cq = RawCq(cq);
+        let period = period.max(Duration::from_micros(10));
+        let thread = std::thread::Builder::new()
+            .name("fabric-msg-progress".into())
+            .spawn(move || drive(&s, cq, tagged, period))?;
+        Ok(Progress {
+            shared,
+            thread: Some(thread),
+        })
+    }
+
+    /// The loop read its CQ (and so ran the provider's progress) itself.
+    #[inline]
+    pub(crate) fn polled(&self) {
+        self.shared.polled.store(true, Ordering::Relaxed);
+    }
+
+    /// The gate the thread holds while it calls into libfabric: the loop
+    /// holds it around opening, enabling and closing endpoints and inserting
+    /// addresses (a clone, so the loop can lock it while it borrows itself).
+    pub(crate) fn gate(&self) -> Arc<Mutex<()>> {
+        self.shared.gate.clone()
+    }
+
+    /// Progress calls the thread has made so far.
+    pub(crate) fn runs(&self) -> u64 {
+        self.shared.runs.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Progress {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            t.thread().unpark();
+            if t.join().is_err() {
+                log::warn!("the progress thread panicked");
+            }
+        }
+    }
+}
+
+/// The thread's body.
+fn drive(shared: &Shared, cq: RawCq, tagged: bool, period: Duration) {
+    // One entry of the CQ's format, never written (count 0), passed so that
+    // no provider meets a null buffer.
+    let mut tagged_entry = ffi::fi_cq_tagged_entry::default();
+    let mut data_entry = ffi::fi_cq_data_entry::default();
+    let buf: *mut std::os::raw::c_void = if tagged {
+        (&mut tagged_entry as *mut ffi::fi_cq_tagged_entry).cast()
+    } else {
+        (&mut data_entry as *mut ffi::fi_cq_data_entry).cast()
+    };
+    let mut warned = false;
+    loop {
+        std::thread::park_timeout(period);
+        if shared.stop.load(Ordering::Acquire) {
+            return;
+        }
+        if shared.polled.swap(false, Ordering::Relaxed) {
+            continue;
+        }
+        let rc = {
+            let _gate = shared.gate.lock();
+            // SAFETY: the CQ is open (the owner joins this thread before
+            // closing it) and thread-safe (see RawCq); the loop changes no
+            // endpoint while the gate is held; a count of 0 runs the
+            // provider's progress and copies no entry into `buf`, which is
+            // valid anyway.
+            unsafe { ffi::fi_cq_read(cq.0, buf, 0) }
+        };
+        shared.runs.fetch_add(1, Ordering::Relaxed);
+        let eagain = -(ffi::FI_EAGAIN as isize);
+        let eavail = -(ffi::FI_EAVAIL as isize);
+        if rc < 0 && rc != eagain && rc != eavail && !warned {
+            warned = true;
+            log::warn!(
+                "progress thread: {}",
+                crate::error::Error::from_rc("fi_cq_read", rc as i64)
+            );
+        }
+    }
+}
