@@ -61,6 +61,26 @@ check roce-msg-atomics-refused "passes the operand's address as its value" $bin 
 check iwarp-msg-atomics-none "siw0 does no remote atomics" $bin -e msg -c msg,atomic -d siw0
 # Emulated atomics over RoCE's RDM endpoints: three clients, the exact total.
 check roce-rdm-atomics-total "counter 600, expected 600" $tdir/debug/atomics --loopback -I 200 -p "verbs;ofi_rxm" -d rxe0
+# Four fetch-adds in flight per client (issue 14): with FI_ATOMIC among the
+# domain's capabilities rxm refused the second of two registrations the
+# verbs cache gave one key (FI_ENOKEY); emulated atomics now open the
+# domain without it. In this process and between two processes.
+check roce-rdm-atomics-window "counter 600, expected 600" $tdir/debug/atomics --loopback -I 200 -w 4 -p "verbs;ofi_rxm" -d rxe0
+atomics_pair() { # server and one client in two processes, -w 4
+  local out rc
+  timeout 150 $tdir/debug/atomics -I 200 -w 4 -p "verbs;ofi_rxm" -d rxe0 -B 9229 >/tmp/atomics-server.out 2>&1 &
+  local server=$!
+  for _ in $(seq 1 30); do
+    out=$(timeout 150 $tdir/debug/atomics -I 200 -w 4 -p "verbs;ofi_rxm" -d rxe0 -P 9229 198.18.0.1 2>&1)
+    rc=$?
+    [ $rc != 0 ] && grep -q 'Connection refused' <<<"$out" || break
+    sleep 1
+  done
+  wait $server
+  echo "client (exit $rc): $out"
+  cat /tmp/atomics-server.out
+}
+check roce-rdm-atomics-window-2proc "counter 200, expected 200 (1 clients x 200 increments): ok" atomics_pair
 
 # The data path on real RDMA devices, every byte checked.
 pp="$tdir/debug/pingpong --loopback --verify"
