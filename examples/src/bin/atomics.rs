@@ -245,11 +245,17 @@ fn run(o: &Opts) -> AnyResult<bool> {
                 }
             }
         }
-        let (ok, ev) = server.join().map_err(|_| "the server panicked")??;
-        loops.push(ev);
+        let served = server.join().map_err(|_| "the server panicked")?;
+        // A client's failure is the cause; the server then only sees
+        // silence ("no word ... in 120s"), so the client's error comes first.
         if let Some(e) = first_error {
-            return Err(e);
+            return Err(match served {
+                Err(s) => format!("{e} (and the server: {s})").into(),
+                Ok(_) => e,
+            });
         }
+        let (ok, ev) = served?;
+        loops.push(ev);
         return Ok(ok);
     }
     match &o.address {

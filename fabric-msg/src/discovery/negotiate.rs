@@ -491,6 +491,15 @@ pub fn negotiate(req: &Requirements, cfg: &LadderConfig) -> Result<Negotiation> 
             });
             continue;
         }
+        if let Some(reason) = memlock_too_low(&attempt, prepared) {
+            log::info!("{} on {}: {reason}", attempt.rung, attempt.info.domain);
+            rejections.push(Rejection {
+                rung: attempt.rung,
+                domain: Some(attempt.info.domain),
+                reason,
+            });
+            continue;
+        }
         match open(req, cfg, &attempt, prepared) {
             Ok(profile) => chosen = Some(profile),
             Err(e) => {
@@ -528,6 +537,20 @@ pub fn negotiate(req: &Requirements, cfg: &LadderConfig) -> Result<Negotiation> 
             reasons: rejections,
         }),
     }
+}
+
+/// `ofi_rxm` over verbs registers its buffers at its first message; where
+/// the device counts them against a lower `RLIMIT_MEMLOCK` that message
+/// fails with `FI_ENOMEM` (soft-iWARP with 8 MiB: issue 14). Say so first.
+fn memlock_too_low(attempt: &Attempt, prepared: &Prepared) -> Option<Reason> {
+    let s = (attempt.info.provider == "verbs;ofi_rxm")
+        .then(|| verbs_limits::rxm_memlock_here(&prepared.devices, &attempt.info.domain))??;
+    Some(Reason::LockedMemoryTooLow {
+        device: s.device,
+        limit: s.limit,
+        need: s.need,
+        counts_always: s.counts_always,
+    })
 }
 
 /// Ask libfabric for exactly this candidate with the capabilities required

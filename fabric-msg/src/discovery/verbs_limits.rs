@@ -26,6 +26,108 @@ pub struct DeviceLimits {
     /// than `IBV_ATOMIC_NONE`): soft-iWARP has none, though libfabric's
     /// `fi_atomicvalid` on verbs does not ask the device.
     pub atomics: bool,
+    /// `vendor_id` from `ibv_query_device`: soft-iWARP's is
+    /// [`SIW_VENDOR_ID`].
+    pub vendor_id: u32,
+}
+
+/// soft-iWARP's `vendor_id` (`SIW_VENDOR_ID`, "bmt", in the kernel's
+/// `drivers/infiniband/sw/siw/siw.h`).
+pub const SIW_VENDOR_ID: u32 = 0x626d74;
+
+/// ofi_rxm's eager buffer size (`FI_OFI_RXM_BUFFER_SIZE`, 16 KiB by default).
+const RXM_DEFAULT_BUFFER_SIZE: u64 = 16384;
+/// Buffers in one chunk of ofi_rxm's receive and transmit pools
+/// (`chunk_cnt` in `rxm_ep_create_pools`, 1.17 and 2.1).
+const RXM_POOL_CHUNK: u64 = 1024;
+/// Room for rxm's per-buffer header (`struct rxm_rx_buf`/`rxm_tx_buf` and
+/// the packet header, a few hundred bytes), rounded up.
+const RXM_BUFFER_OVERHEAD: u64 = 512;
+
+/// The memory one `ofi_rxm` endpoint registers for its own buffers by its
+/// first message: the first chunk of its receive pool and of its transmit
+/// pool, each 1024 buffers of `FI_OFI_RXM_BUFFER_SIZE` plus a header. With
+/// the defaults about 33 MiB; measured on soft-iWARP with libfabric 1.17:
+/// `VmPin` 33,616 kB per `fi_pingpong` process.
+pub fn rxm_pinned_bytes(buffer_size: Option<u64>) -> u64 {
+    let b = buffer_size.filter(|&v| v > 0).unwrap_or(RXM_DEFAULT_BUFFER_SIZE);
+    2 * RXM_POOL_CHUNK * (b + RXM_BUFFER_OVERHEAD)
+}
+
+/// A locked-memory limit too low for `ofi_rxm` on one device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemlockShortfall {
+    /// The device, e.g. `siw0`.
+    pub device: String,
+    /// The soft `RLIMIT_MEMLOCK`, bytes.
+    pub limit: u64,
+    /// What one rxm endpoint registers, bytes ([`rxm_pinned_bytes`]).
+    pub need: u64,
+    /// Whether the device counts registrations even with `CAP_IPC_LOCK`
+    /// (soft-iWARP does; other verbs devices exempt such processes).
+    pub counts_always: bool,
+}
+
+/// Whether `ofi_rxm` on `domain` must fail its first message for lack of
+/// locked memory: the device's registrations count against the process's
+/// `RLIMIT_MEMLOCK` (`limit`, `None` when unlimited) and the limit is below
+/// what rxm registers for its buffers. Registrations count on soft-iWARP
+/// always (`siw_umem_get` checks the limit and nothing else); on other
+/// devices only without `CAP_IPC_LOCK` (`ib_umem_get`).
+pub fn rxm_memlock_shortfall(
+    devices: &[DeviceLimits],
+    domain: &str,
+    limit: Option<u64>,
+    cap_ipc_lock: bool,
+    buffer_size: Option<u64>,
+) -> Option<MemlockShortfall> {
+    let limit = limit?;
+    let dev = devices.iter().find(|d| d.name == domain)?;
+    let counts_always = dev.vendor_id == SIW_VENDOR_ID;
+    let need = rxm_pinned_bytes(buffer_size);
+    (limit < need && (counts_always || !cap_ipc_lock)).then(|| MemlockShortfall {
+        device: dev.name.clone(),
+        limit,
+        need,
+        counts_always,
+    })
+}
+
+/// [`rxm_memlock_shortfall`] for this process: its limit, its
+/// `CAP_IPC_LOCK`, and `FI_OFI_RXM_BUFFER_SIZE` if set.
+pub fn rxm_memlock_here(devices: &[DeviceLimits], domain: &str) -> Option<MemlockShortfall> {
+    let (limit, cap_ipc_lock) = locked_memory();
+    let buffer = std::env::var("FI_OFI_RXM_BUFFER_SIZE")
+        .ok()
+        .and_then(|v| v.parse().ok());
+    rxm_memlock_shortfall(devices, domain, limit, cap_ipc_lock, buffer)
+}
+
+/// This process's soft `RLIMIT_MEMLOCK` in bytes (`None`: unlimited or
+/// unknown) and whether it has `CAP_IPC_LOCK` (from `/proc/self/status`).
+pub fn locked_memory() -> (Option<u64>, bool) {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one struct rlimit, which lim is.
+    let limit = if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut lim) } == 0
+        && lim.rlim_cur != libc::RLIM_INFINITY
+    {
+        Some(lim.rlim_cur)
+    } else {
+        None
+    };
+    const CAP_IPC_LOCK: u32 = 14;
+    let cap = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        })
+        .is_some_and(|caps| caps & (1 << CAP_IPC_LOCK) != 0);
+    (limit, cap)
 }
 
 /// ofi_rxm's default MSG endpoint queue depth (`RXM_MSG_RXTX_SIZE`).
@@ -194,6 +296,7 @@ impl Verbs {
                     max_cqe: u32::try_from(head.max_cqe).unwrap_or(0),
                     max_qp_wr: u32::try_from(head.max_qp_wr).unwrap_or(0),
                     atomics: head.atomic_cap != 0,
+                    vendor_id: head.vendor_id,
                 });
             }
             // SAFETY: ctx was opened above and is closed once.
@@ -222,7 +325,70 @@ mod tests {
             max_cqe,
             max_qp_wr: 16384,
             atomics: true,
+            vendor_id: 0x02c9,
         }
+    }
+
+    fn siw() -> DeviceLimits {
+        DeviceLimits {
+            name: "siw0".into(),
+            max_cqe: 3_276_800,
+            max_qp_wr: 32768,
+            atomics: false,
+            vendor_id: SIW_VENDOR_ID,
+        }
+    }
+
+    #[test]
+    fn rxm_registers_two_pool_chunks_of_its_buffer_size() {
+        // 2 x 1024 x (16 KiB + header): the 33,616 kB VmPin measured on siw0.
+        assert_eq!(rxm_pinned_bytes(None), 2 * 1024 * (16384 + 512));
+        assert!(rxm_pinned_bytes(None) > 33_616 * 1024);
+        assert_eq!(rxm_pinned_bytes(Some(4096)), 2 * 1024 * (4096 + 512));
+    }
+
+    #[test]
+    fn a_low_memlock_limit_passes_rxm_over_on_siw_even_for_root() {
+        let devs = [dev(32767), siw()];
+        let mib = 1 << 20;
+        // The guest's old default (8 MiB), root (CAP_IPC_LOCK): siw still counts.
+        let s = rxm_memlock_shortfall(&devs, "siw0", Some(8 * mib), true, None).expect("shortfall");
+        assert_eq!(
+            (s.device.as_str(), s.limit, s.counts_always),
+            ("siw0", 8 * mib, true)
+        );
+        // 32 MiB failed in the VM too; 64 MiB and unlimited worked.
+        assert!(rxm_memlock_shortfall(&devs, "siw0", Some(32 * mib), true, None).is_some());
+        assert_eq!(
+            rxm_memlock_shortfall(&devs, "siw0", Some(64 * mib), true, None),
+            None
+        );
+        assert_eq!(rxm_memlock_shortfall(&devs, "siw0", None, false, None), None);
+        // Other devices exempt CAP_IPC_LOCK (rxe0 ran with 8 MiB as root).
+        assert_eq!(rxm_memlock_shortfall(&devs, "d", Some(8 * mib), true, None), None);
+        assert!(rxm_memlock_shortfall(&devs, "d", Some(8 * mib), false, None).is_some());
+        // A smaller rxm buffer needs less; an unknown domain is not judged.
+        assert_eq!(
+            rxm_memlock_shortfall(&devs, "siw0", Some(8 * mib), true, Some(2048)),
+            None
+        );
+        assert_eq!(
+            rxm_memlock_shortfall(&devs, "mlx5_0", Some(mib), false, None),
+            None
+        );
+    }
+
+    #[test]
+    fn this_process_reads_its_locked_memory_limit() {
+        let (limit, _cap) = locked_memory();
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit writes one struct rlimit.
+        assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut lim) }, 0);
+        let want = (lim.rlim_cur != libc::RLIM_INFINITY).then_some(lim.rlim_cur);
+        assert_eq!(limit, want);
     }
 
     #[test]

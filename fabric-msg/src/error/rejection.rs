@@ -80,6 +80,20 @@ pub enum Reason {
         /// Why, from the ladder's `note`.
         why: String,
     },
+    /// The device counts registered memory against the process's
+    /// locked-memory limit, and the limit is below what the provider
+    /// registers for its own buffers (`ofi_rxm`: about 33 MiB per endpoint).
+    LockedMemoryTooLow {
+        /// The device, e.g. `siw0`.
+        device: String,
+        /// The soft `RLIMIT_MEMLOCK`, bytes.
+        limit: u64,
+        /// What the provider registers, bytes.
+        need: u64,
+        /// The device counts even for processes with `CAP_IPC_LOCK`
+        /// (soft-iWARP).
+        counts_always: bool,
+    },
     /// A better rung was already chosen; this one was not tried.
     NotNeeded,
     /// Opening it failed.
@@ -128,8 +142,57 @@ impl fmt::Display for Reason {
             Reason::NeedsNewerLibfabric { need, have, why } => {
                 write!(f, "needs libfabric {need}, this is {have}: {why}")
             }
+            Reason::LockedMemoryTooLow {
+                device,
+                limit,
+                need,
+                counts_always,
+            } => {
+                let who = if *counts_always {
+                    "even for root (soft-iWARP ignores CAP_IPC_LOCK)"
+                } else {
+                    "as this process lacks CAP_IPC_LOCK"
+                };
+                write!(
+                    f,
+                    "{device} counts registered memory against the locked-memory limit {who}, which is \
+                     {} KiB; ofi_rxm registers about {} MiB per endpoint for its buffers, so the first \
+                     message would fail with FI_ENOMEM: raise the limit (`ulimit -l unlimited`, \
+                     LimitMEMLOCK= for services, memlock in /etc/security/limits.conf)",
+                    limit / 1024,
+                    need.div_ceil(1 << 20)
+                )
+            }
             Reason::NotNeeded => write!(f, "not tried: a preferred rung was chosen"),
             Reason::OpenFailed { error } => write!(f, "failed to open: {error}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_low_locked_memory_limit_says_what_to_do() {
+        let r = Rejection {
+            rung: "iwarp via verbs;ofi_rxm (rdm)".into(),
+            domain: Some("siw0".into()),
+            reason: Reason::LockedMemoryTooLow {
+                device: "siw0".into(),
+                limit: 8 << 20,
+                need: 2 * 1024 * (16384 + 512),
+                counts_always: true,
+            },
+        };
+        let text = r.to_string();
+        for want in [
+            "iwarp via verbs;ofi_rxm (rdm) on siw0: siw0 counts registered memory against the locked-memory limit even for root",
+            "which is 8192 KiB",
+            "about 33 MiB per endpoint",
+            "`ulimit -l unlimited`",
+        ] {
+            assert!(text.contains(want), "{want:?} not in {text:?}");
         }
     }
 }

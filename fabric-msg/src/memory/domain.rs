@@ -67,16 +67,7 @@ unsafe impl Sync for DomainInner {}
 impl DomainInner {
     /// Open the fabric and domain the profile describes.
     pub(crate) fn open(profile: &Profile) -> Result<Arc<DomainInner>> {
-        let caps = profile
-            .caps_requested
-            .iter()
-            .filter_map(|n| {
-                crate::discovery::info::CAP_NAMES
-                    .iter()
-                    .find(|(name, _)| name == n)
-                    .map(|(_, b)| *b)
-            })
-            .fold(0, |a, b| a | b);
+        let caps = domain_caps(&profile.caps_requested, profile.atomics_emulated());
         // Negotiation asked for FI_SOURCE where it will be used; libfabric
         // 2.x grants a secondary capability only when asked, and sizes the
         // CQ's source table from the domain's.
@@ -135,5 +126,51 @@ impl Drop for DomainInner {
         // SAFETY: raw was opened by fi_domain; every child (CQ, AV, MR,
         // endpoint) holds an Arc to this value and is closed already.
         unsafe { close_fid("domain", &mut (*self.raw).fid) }
+    }
+}
+
+/// The capabilities a loop's domain is opened with: those negotiated,
+/// without `FI_ATOMIC` where fabric-msg emulates every atomic (the loop
+/// then issues no native one). With `FI_ATOMIC` among a domain's
+/// capabilities, libfabric's `ofi_rxm` (1.17 and 2.1) enters every memory
+/// registration in a map keyed by the registration's key, to check
+/// incoming atomics; on `verbs;ofi_rxm` the verbs registration cache hands
+/// two small buffers that fall in one cached region the same key, so the
+/// second registration failed with `FI_ENOKEY` ("MR map insert for atomic
+/// verification failed -266"): `atomics -w 4` on soft-RoCE, issue 14.
+fn domain_caps(requested: &[String], atomics_emulated: bool) -> u64 {
+    let caps = requested
+        .iter()
+        .filter_map(|n| {
+            crate::discovery::info::CAP_NAMES
+                .iter()
+                .find(|(name, _)| name == n)
+                .map(|(_, b)| *b)
+        })
+        .fold(0, |a, b| a | b);
+    if atomics_emulated {
+        caps & !(ffi::FI_ATOMIC as u64)
+    } else {
+        caps
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(n: &[&str]) -> Vec<String> {
+        n.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn emulated_atomics_open_the_domain_without_fi_atomic() {
+        let req = names(&["FI_MSG", "FI_TAGGED", "FI_ATOMIC"]);
+        let atomic = ffi::FI_ATOMIC as u64;
+        let tagged = ffi::FI_TAGGED as u64;
+        assert_eq!(domain_caps(&req, true) & atomic, 0);
+        assert_eq!(domain_caps(&req, true) & tagged, tagged);
+        // Native atomics need it.
+        assert_eq!(domain_caps(&req, false) & atomic, atomic);
     }
 }
