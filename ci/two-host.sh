@@ -2,9 +2,8 @@
 # The two-host matrix: two ci/vm guests joined by a virtual network
 # (ci/vm/pair.sh), each with its own soft-RoCE (rxe0) and soft-iWARP (siw0)
 # device, run pingpong (tagged and untagged), rma_pingpong, atomics and the
-# World's spmd ring between them on RoCE RDM, RoCE MSG and iWARP MSG (and
-# iWARP RDM with libfabric 2.1), every byte checked, with binaries built
-# here. Set FABRIC_MSG_SKIP_VM=1 to skip (it says so loudly).
+# World's spmd ring between them on RoCE RDM, RoCE MSG, iWARP MSG and
+# iWARP RDM, every byte checked, with binaries built here. Set FABRIC_MSG_SKIP_VM=1 to skip (it says so loudly).
 #
 #   ci/two-host.sh            # bookworm guests, libfabric 1.17, host-built binaries
 #   ci/two-host.sh trixie     # trixie guests, libfabric 2.1, binaries built

@@ -10,11 +10,6 @@ bin=$tdir/debug/fabric_info
 failures=0
 libfabric=$(fi_info --version | sed -n 's/^libfabric: //p')
 echo "negotiate-guest: libfabric $libfabric, binaries from $tdir/debug"
-# rxm over iWARP is a rung from libfabric 2.1 on (providers.toml); on 1.17
-# its data path is checked with -p naming it.
-iwarp_rdm=$(awk -v v="$libfabric" 'BEGIN { split(v, a, "."); print (a[1] > 2 || (a[1] == 2 && a[2] >= 1)) }')
-iw=(-d siw0)
-[ "$iwarp_rdm" = 1 ] || iw=(-p "verbs;ofi_rxm" -d siw0)
 
 check() { # name, expected text, command...
   local name=$1 want=$2; shift 2
@@ -33,28 +28,17 @@ check universe-sized "FI_UNIVERSE_SIZE=64  (fabric-msg: min(max_peers 64, 127 so
 check roce-classified "RoCE (sysfs rxe0 node_type 1: CA, port 1 link_layer Ethernet)" $bin
 # With libfabric's default universe forced by the user, rxe0 fails to open and the ladder moves on.
 check user-universe-fails "roce via verbs;ofi_rxm (rdm) on rxe0: failed to open: fi_enable failed" env FI_UNIVERSE_SIZE=256 $bin
-# (siw0's max_cqe is large: with 2.1 its rxm rung comes next.)
-if [ "$iwarp_rdm" = 1 ]; then
-  check user-universe-next "chosen  iwarp via verbs;ofi_rxm (rdm) on siw0" env FI_UNIVERSE_SIZE=256 $bin
-else
-  check user-universe-next "chosen  tcp via" env FI_UNIVERSE_SIZE=256 $bin
-fi
-# iWARP: RDM through rxm from libfabric 2.1: the ladder chooses it for
-# tagged messages on siw0, and its data path checks every byte. On 1.17
-# the rung says why it waits (closing rxm endpoints over siw can crash
-# there, issue 14).
-if [ "$iwarp_rdm" = 1 ]; then
-  check iwarp-rdm-chosen "chosen  iwarp via verbs;ofi_rxm (rdm) on siw0" $bin -d siw0
-  check iwarp-tagged-chosen "chosen  iwarp via verbs;ofi_rxm (rdm) on siw0" $bin -c tagged -d siw0
-else
-  check iwarp-rdm-waits "iwarp via verbs;ofi_rxm (rdm): needs libfabric 2.1, this is 1.17: with libfabric 1.17, closing an rxm endpoint over iWARP can crash" $bin -c tagged -d siw0
-fi
+# (siw0's max_cqe is large: its rxm rung comes next.)
+check user-universe-next "chosen  iwarp via verbs;ofi_rxm (rdm) on siw0" env FI_UNIVERSE_SIZE=256 $bin
+# iWARP: RDM through rxm, on 1.17 as on 2.1 (issue 14): the ladder chooses
+# it for tagged messages on siw0, and its data path checks every byte.
+check iwarp-rdm-chosen "chosen  iwarp via verbs;ofi_rxm (rdm) on siw0" $bin -d siw0
+check iwarp-tagged-chosen "chosen  iwarp via verbs;ofi_rxm (rdm) on siw0" $bin -c tagged -d siw0
 # rxm registers about 33 MiB for its buffers at the first message, and siw
-# counts that against RLIMIT_MEMLOCK even for root: below it a verbs;ofi_rxm
-# candidate on siw0 is passed over, saying what to do (the first failure
-# on 1.17 was this; issue 14).
+# counts that against RLIMIT_MEMLOCK even for root: below it the rung is
+# passed over, saying what to do (the first failure on 1.17 was this).
 check iwarp-rdm-memlock "siw0 counts registered memory against the locked-memory limit even for root (soft-iWARP ignores CAP_IPC_LOCK), which is 8192 KiB" \
-  bash -c "ulimit -l 8192; $bin -p 'verbs;ofi_rxm' -d siw0"
+  bash -c "ulimit -l 8192; $bin -d siw0"
 # iWARP through plain verbs MSG endpoints when connected endpoints are asked for.
 check iwarp-msg "chosen  iwarp via verbs (msg) on siw0" $bin -e msg -c msg,rma -d siw0
 check iwarp-no-cq-data "cq_data_size       0" $bin -e msg -c msg,rma -d siw0
@@ -104,12 +88,11 @@ check roce-borrowed-4K "4096           10       10" $pp --borrowed -p "verbs;ofi
 check iwarp-msg-64K "65536          10       10" $pp -e msg -p verbs -d siw0 -I 10 -W 1 -S 65536
 
 check iwarp-msg-4M "4194304         2        2" $pp -e msg -p verbs -d siw0 -I 2 -W 0 -S 4194304
-# rxm on siw0, tagged (pingpong's default): the ladder's own choice on 2.1,
-# named with -p on 1.17.
-check iwarp-rdm-1B "1              20       20" $pp "${iw[@]}" -I 20 -W 2 -S 1
-check iwarp-rdm-tagged-over-iwarp "# verbs;ofi_rxm (iWARP) domain siw0 endpoint rdm, tagged" $pp "${iw[@]}" -I 5 -W 1 -S 64
-check iwarp-rdm-64K "65536          10       10" $pp "${iw[@]}" -I 10 -W 1 -S 65536
-check iwarp-rdm-untagged-4K "4096           10       10" $pp --msg "${iw[@]}" -I 10 -W 1 -S 4096
+# Through the ladder's own choice on siw0: verbs;ofi_rxm, tagged (pingpong's default).
+check iwarp-rdm-1B "1              20       20" $pp -d siw0 -I 20 -W 2 -S 1
+check iwarp-rdm-tagged-over-iwarp "# verbs;ofi_rxm (iWARP) domain siw0 endpoint rdm, tagged" $pp -d siw0 -I 5 -W 1 -S 64
+check iwarp-rdm-64K "65536          10       10" $pp -d siw0 -I 10 -W 1 -S 65536
+check iwarp-rdm-untagged-4K "4096           10       10" $pp --msg -d siw0 -I 10 -W 1 -S 4096
 # Pinned memory counts against RLIMIT_MEMLOCK: a low limit is a clear error.
 check memlock-error "locked-memory limit, which is 1024 KiB" \
   bash -c "ulimit -l 1024; $pp -e msg -p verbs -d siw0 -I 1 -W 0 -S 4194304"
@@ -122,12 +105,12 @@ check roce-rdm-rma-4K "4096           20       20" $rp -p "verbs;ofi_rxm" -d rxe
 check roce-msg-rma-64K "65536          10       10" $rp -e msg -p verbs -d rxe0 -I 10 -W 1 -S 65536
 check iwarp-msg-rma-64K "65536          10       10" $rp -e msg -p verbs -d siw0 -I 10 -W 1 -S 65536
 check roce-rdm-rma-regeach "1048576         5        5" $rp --mr each -p "verbs;ofi_rxm" -d rxe0 -I 5 -W 1 -S 1048576
-check iwarp-rdm-rma-4K "4096           20       20" $rp "${iw[@]}" -I 20 -W 2 -S 4096
+check iwarp-rdm-rma-4K "4096           20       20" $rp -d siw0 -I 20 -W 2 -S 4096
 # RMA reads of the peer's memory (rma_pingpong -o read), every byte checked.
 check roce-rdm-read-64K "65536          10       10" $rp -o read -p "verbs;ofi_rxm" -d rxe0 -I 10 -W 1 -S 65536
 check roce-msg-read-64K "65536          10       10" $rp -o read -e msg -p verbs -d rxe0 -I 10 -W 1 -S 65536
 check iwarp-msg-read-64K "65536          10       10" $rp -o read -e msg -p verbs -d siw0 -I 10 -W 1 -S 65536
-check iwarp-rdm-read-4K "4096           10       10" $rp -o read "${iw[@]}" -I 10 -W 1 -S 4096
+check iwarp-rdm-read-4K "4096           10       10" $rp -o read -d siw0 -I 10 -W 1 -S 4096
 
 # The soak (fabric-msg/tests/soak.rs, in this process) on real RDMA
 # devices: one pair exchanges sequenced, checksummed tagged messages on four
@@ -156,12 +139,10 @@ soak() { # name, domain[, retry]
   fi
 }
 soak roce-rdm-soak rxe0
-if [ "$iwarp_rdm" = 1 ]; then
-  # Retried once: in 1 of 5 runs here the rxm connection over siw0 ended
-  # mid-soak (both sides' sends FI_ECANCELED; docs/reliability.md, Soak),
-  # not understood yet. The first attempt's output stays in the log.
-  soak iwarp-rdm-soak siw0 "the rxm connection over siw0 ended mid-soak in 1 of 5 runs"
-fi
+# Retried once: in 1 of 5 runs here the rxm connection over siw0 ended
+# mid-soak (both sides' sends FI_ECANCELED; docs/reliability.md, Soak),
+# not understood yet. The first attempt's output stays in the log.
+soak iwarp-rdm-soak siw0 "the rxm connection over siw0 ended mid-soak in 1 of 5 runs"
 
 echo "negotiate-guest: $failures failed"
 exit $((failures > 0))
