@@ -29,6 +29,25 @@ pub struct DeviceLimits {
     /// `vendor_id` from `ibv_query_device`: soft-iWARP's is
     /// [`SIW_VENDOR_ID`].
     pub vendor_id: u32,
+    /// An iWARP device (sysfs `node_type` `4: RNIC`).
+    pub iwarp: bool,
+}
+
+/// Whether `device` is an iWARP device, from sysfs.
+fn is_iwarp(device: &str) -> bool {
+    std::fs::read_to_string(format!("/sys/class/infiniband/{device}/node_type"))
+        .is_ok_and(|t| t.trim_start().starts_with('4'))
+}
+
+/// The iWARP device ofi_rxm will run on, if it will: the domain asked for,
+/// when that is an iWARP device, or with no domain asked for, the only
+/// kind of device there is.
+pub fn rxm_iwarp_device<'a>(devices: &'a [DeviceLimits], domain: Option<&str>) -> Option<&'a DeviceLimits> {
+    match domain {
+        Some(d) => devices.iter().find(|x| x.name == d && x.iwarp),
+        None if devices.iter().all(|x| x.iwarp) => devices.first(),
+        None => None,
+    }
 }
 
 /// soft-iWARP's `vendor_id` (`SIW_VENDOR_ID`, "bmt", in the kernel's
@@ -291,12 +310,14 @@ impl Verbs {
                 // SAFETY: buf holds an initialised ibv_device_attr whose leading
                 // fields have the layout of DeviceAttrHead.
                 let head = unsafe { &*(buf.0.as_ptr() as *const DeviceAttrHead) };
+                let iwarp = is_iwarp(&name);
                 out.push(DeviceLimits {
                     name,
                     max_cqe: u32::try_from(head.max_cqe).unwrap_or(0),
                     max_qp_wr: u32::try_from(head.max_qp_wr).unwrap_or(0),
                     atomics: head.atomic_cap != 0,
                     vendor_id: head.vendor_id,
+                    iwarp,
                 });
             }
             // SAFETY: ctx was opened above and is closed once.
@@ -326,6 +347,7 @@ mod tests {
             max_qp_wr: 16384,
             atomics: true,
             vendor_id: 0x02c9,
+            iwarp: false,
         }
     }
 
@@ -336,7 +358,24 @@ mod tests {
             max_qp_wr: 32768,
             atomics: false,
             vendor_id: SIW_VENDOR_ID,
+            iwarp: true,
         }
+    }
+
+    #[test]
+    fn rxm_runs_on_iwarp_when_asked_for_it_or_when_all_there_is() {
+        let both = [dev(32767), siw()];
+        assert_eq!(
+            rxm_iwarp_device(&both, Some("siw0")).map(|d| d.name.as_str()),
+            Some("siw0")
+        );
+        assert!(rxm_iwarp_device(&both, Some("d")).is_none());
+        assert!(
+            rxm_iwarp_device(&both, None).is_none(),
+            "RoCE comes first on the ladder"
+        );
+        assert!(rxm_iwarp_device(&[siw()], None).is_some());
+        assert!(rxm_iwarp_device(&[], None).is_none());
     }
 
     #[test]
