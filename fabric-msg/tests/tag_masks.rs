@@ -67,6 +67,37 @@ fn let_arrive(ev: &mut EventLoop) {
     }
 }
 
+/// The first receive to complete, among `seen` (what completed while the
+/// client sent) or later.
+fn first_recv(s: &mut Side, mut seen: Vec<Completion>, what: &str) -> Completion {
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        if let Some(i) = seen.iter().position(|c| c.kind == OpKind::Recv) {
+            return seen.swap_remove(i);
+        }
+        assert!(Instant::now() < deadline, "{what} never arrived");
+        s.ev.poll(&mut seen, Some(Duration::from_millis(20)))
+            .expect("poll");
+    }
+}
+
+/// A receive for exactly 0x40, while messages of other tags wait, takes
+/// none of them; then 0x40, sent now, reaches it.
+fn exact_receive_waits_for_its_own(
+    provider: &str,
+    send: &mut dyn FnMut(&mut Side, u64) -> Vec<Completion>,
+    s: &mut Side,
+) {
+    let early = recv(&mut s.ev, s.ep, 0x40, 0, Duration::from_millis(500));
+    assert_eq!(
+        early, None,
+        "{provider}: a receive for exactly 0x40 took {early:#x?}"
+    );
+    let seen = send(s, 0x40);
+    let got = first_recv(s, seen, &format!("{provider}: 0x40"));
+    assert_eq!(got.tag, 0x40, "{got:?}");
+}
+
 /// The client sends each tag when the server asks, and waits for it to
 /// complete; the server runs `script` with a way to ask.
 /// While the client sends, the server polls (rxm connects, shm maps the
@@ -153,14 +184,8 @@ fn exact_receive_passes_an_earlier_message_of_another_tag(provider: &'static str
                 ..Default::default()
             };
             s.ev.recv(s.ep, Buffer::new(64), masked, Token(1)).expect("recv");
-            let mut out = send(s, 0x21);
-            let deadline = Instant::now() + TIMEOUT;
-            while !out.iter().any(|c| c.kind == OpKind::Recv) {
-                assert!(Instant::now() < deadline, "{provider}: 0x21 never arrived");
-                s.ev.poll(&mut out, Some(Duration::from_millis(20)))
-                    .expect("poll");
-            }
-            let first = out.iter().find(|c| c.kind == OpKind::Recv).expect("found");
+            let seen = send(s, 0x21);
+            let first = first_recv(s, seen, &format!("{provider}: 0x21"));
             assert!(first.result.is_ok() && first.tag == 0x21, "{first:?}");
             assert!(send(s, 0x35).is_empty());
             let_arrive(&mut s.ev);
@@ -168,22 +193,7 @@ fn exact_receive_passes_an_earlier_message_of_another_tag(provider: &'static str
                 return misdelivery_is_reported(provider, s);
             }
             // Not 0x35: if anything, it is the 0x40 sent next.
-            let early = recv(&mut s.ev, s.ep, 0x40, 0, Duration::from_millis(500));
-            assert_eq!(
-                early, None,
-                "{provider}: a receive for exactly 0x40 took {early:#x?}"
-            );
-            let mut out = send(s, 0x40);
-            let deadline = Instant::now() + TIMEOUT;
-            let got = loop {
-                if let Some(c) = out.iter().find(|c| c.kind == OpKind::Recv) {
-                    break c.tag;
-                }
-                assert!(Instant::now() < deadline, "{provider}: 0x40 never arrived");
-                s.ev.poll(&mut out, Some(Duration::from_millis(20)))
-                    .expect("poll");
-            };
-            assert_eq!(got, 0x40);
+            exact_receive_waits_for_its_own(provider, send, s);
             assert_eq!(recv(&mut s.ev, s.ep, 0x35, 0, TIMEOUT), Some(0x35));
         },
     );
@@ -242,22 +252,7 @@ fn exact_receives_take_only_their_own_tag(provider: &'static str) {
                 assert!(send(s, tag).is_empty());
             }
             let_arrive(&mut s.ev);
-            let early = recv(&mut s.ev, s.ep, 0x40, 0, Duration::from_millis(500));
-            assert_eq!(
-                early, None,
-                "{provider}: a receive for exactly 0x40 took {early:#x?}"
-            );
-            let mut out = send(s, 0x40);
-            let deadline = Instant::now() + TIMEOUT;
-            while !out.iter().any(|c| c.kind == OpKind::Recv) {
-                assert!(Instant::now() < deadline, "{provider}: 0x40 never arrived");
-                s.ev.poll(&mut out, Some(Duration::from_millis(20)))
-                    .expect("poll");
-            }
-            assert_eq!(
-                out.iter().find(|c| c.kind == OpKind::Recv).map(|c| c.tag),
-                Some(0x40)
-            );
+            exact_receive_waits_for_its_own(provider, send, s);
             for tag in [0x35, 0x22, 0x21] {
                 assert_eq!(recv(&mut s.ev, s.ep, tag, 0, TIMEOUT), Some(tag), "{provider}");
             }
