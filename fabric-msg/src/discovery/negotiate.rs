@@ -317,21 +317,8 @@ fn prepare(cfg: &LadderConfig, req: &Requirements) -> &'static Prepared {
         }
 
         let devices = verbs_limits::query_devices();
-        // rxm over iWARP receives into a shared receive context: without
-        // one, closing a connection reposts a receive on that connection's
-        // closed MSG endpoint (rxm_close_conn, 1.17 and 2.1; SIGSEGV between
-        // two soft-iWARP guests). Not on RoCE: there, RMA writes with
-        // immediate data to an rxm endpoint with a shared context never
-        // completed on rxe0 (1.17). docs/decisions.md, "rxm over soft-iWARP".
-        if let Some(d) = verbs_limits::rxm_iwarp_device(&devices, req.domain.as_deref()) {
-            set(
-                "FI_OFI_RXM_USE_SRX",
-                "1".into(),
-                format!(
-                    "fabric-msg: ofi_rxm over iWARP ({}) reposts receives on a closed connection's endpoint without a shared receive context",
-                    d.name
-                ),
-            );
+        if let Some(why) = verbs_limits::rxm_needs_srx(&devices, req.domain.as_deref()) {
+            set("FI_OFI_RXM_USE_SRX", "1".into(), why);
         }
 
         // Size FI_UNIVERSE_SIZE so ofi_rxm's CQ fits every RDMA device.

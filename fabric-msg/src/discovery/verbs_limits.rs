@@ -39,6 +39,22 @@ fn is_iwarp(device: &str) -> bool {
         .is_ok_and(|t| t.trim_start().starts_with('4'))
 }
 
+/// Why ofi_rxm must receive into a shared receive context
+/// (`FI_OFI_RXM_USE_SRX=1`), if it must: it will run on an iWARP device
+/// ([`rxm_iwarp_device`]). Without one, closing a connection reposts a
+/// receive on that connection's closed MSG endpoint (`rxm_close_conn`, 1.17
+/// and 2.1; SIGSEGV between two soft-iWARP guests). Not on RoCE: there, RMA
+/// writes with immediate data to an rxm endpoint with a shared context
+/// never completed on rxe0 (1.17). docs/decisions.md, "rxm over soft-iWARP".
+pub fn rxm_needs_srx(devices: &[DeviceLimits], domain: Option<&str>) -> Option<String> {
+    rxm_iwarp_device(devices, domain).map(|d| {
+        format!(
+            "fabric-msg: ofi_rxm over iWARP ({}) reposts receives on a closed connection's endpoint without a shared receive context",
+            d.name
+        )
+    })
+}
+
 /// The iWARP device ofi_rxm will run on, if it will: the domain asked for,
 /// when that is an iWARP device, or with no domain asked for, the only
 /// kind of device there is.
