@@ -268,33 +268,7 @@ fn rma_setup(ev: &mut EventLoop, peer: &Peer, r: &mut Reused) -> RmaMem {
 
 #[test]
 fn warmed_up_rma_allocates_nothing_per_operation() {
-    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    const WARMUP: u64 = 100;
-    const MEASURED: u64 = 1000;
-    let caps = vec![Capability::Tagged, Capability::Msg, Capability::Rma];
-    let (mut ev, peer, server) = pair(caps, |ev, peer| {
-        let mut reused = Reused::new(1);
-        let mem = rma_setup(ev, peer, &mut reused);
-        rma_rounds(ev, peer, &mut reused, &mem, 0..WARMUP + MEASURED, true);
-    });
-    let mut reused = Reused::new(1);
-    let mem = rma_setup(&mut ev, &peer, &mut reused);
-    rma_rounds(&mut ev, &peer, &mut reused, &mem, 0..WARMUP, false);
-    let (n, sizes) = counted(|| {
-        rma_rounds(
-            &mut ev,
-            &peer,
-            &mut reused,
-            &mem,
-            WARMUP..WARMUP + MEASURED,
-            false,
-        )
-    });
-    server.join().unwrap();
-    assert_eq!(
-        n, 0,
-        "{n} allocations in {MEASURED} RMA rounds (both sides), sizes {sizes:?}"
-    );
+    rma_allocations(LoopConfig::default(), "");
 }
 
 /// The same RMA rounds with a progress thread on both sides, waking every
@@ -302,22 +276,29 @@ fn warmed_up_rma_allocates_nothing_per_operation() {
 /// progress calls allocate nothing of ours.
 #[test]
 fn warmed_up_rma_with_progress_threads_allocates_nothing_per_operation() {
-    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    const WARMUP: u64 = 100;
-    const MEASURED: u64 = 1000;
-    let caps = vec![Capability::Tagged, Capability::Msg, Capability::Rma];
     let cfg = LoopConfig {
         progress_thread: ProgressThread::On,
         progress_period: Duration::from_micros(100),
         ..Default::default()
     };
-    let (mut ev, peer, server) = pair_with(caps, cfg, |ev, peer| {
-        assert!(ev.progress_thread());
+    rma_allocations(cfg, " with progress threads");
+}
+
+/// Warmed-up RMA rounds between two loops opened with `cfg`: no allocation
+/// on either side while they are counted.
+fn rma_allocations(cfg: LoopConfig, what: &'static str) {
+    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    const WARMUP: u64 = 100;
+    const MEASURED: u64 = 1000;
+    let caps = vec![Capability::Tagged, Capability::Msg, Capability::Rma];
+    let threads = cfg.progress_thread == ProgressThread::On;
+    let (mut ev, peer, server) = pair_with(caps, cfg, move |ev, peer| {
+        assert_eq!(ev.progress_thread(), threads);
         let mut reused = Reused::new(1);
         let mem = rma_setup(ev, peer, &mut reused);
         rma_rounds(ev, peer, &mut reused, &mem, 0..WARMUP + MEASURED, true);
     });
-    assert!(ev.progress_thread());
+    assert_eq!(ev.progress_thread(), threads);
     let mut reused = Reused::new(1);
     let mem = rma_setup(&mut ev, &peer, &mut reused);
     rma_rounds(&mut ev, &peer, &mut reused, &mem, 0..WARMUP, false);
@@ -334,7 +315,7 @@ fn warmed_up_rma_with_progress_threads_allocates_nothing_per_operation() {
     server.join().unwrap();
     assert_eq!(
         n, 0,
-        "{n} allocations in {MEASURED} RMA rounds with progress threads (both sides), sizes {sizes:?}"
+        "{n} allocations in {MEASURED} RMA rounds{what} (both sides), sizes {sizes:?}"
     );
 }
 
