@@ -32,7 +32,7 @@ envs=(--env FABRIC_MSG_TARGET_DIR="$tdir")
 [ -n "${FABRIC_MSG_TWO_HOST_ONLY:-}" ] && envs+=(--env FABRIC_MSG_TWO_HOST_ONLY="$FABRIC_MSG_TWO_HOST_ONLY")
 start=$SECONDS
 rc=0
-ci/vm/pair.sh --userland "$userland" --timeout 900 "${envs[@]}" \
+ci/vm/pair.sh --userland "$userland" --timeout 600 "${envs[@]}" \
   -- bash ci/matrix/two-host-guest.sh || rc=$?
 echo "ci/two-host.sh: $userland, status $rc after $((SECONDS - start)) s" >&2
 exit "$rc"
