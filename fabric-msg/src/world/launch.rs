@@ -168,13 +168,14 @@ impl Launcher {
         }
     }
 
-    /// Leave the world in order, waiting at most `timeout` for the others.
-    pub(crate) fn finish(&mut self, timeout: Duration) -> Result<()> {
+    /// Leave the world in order, waiting at most `timeout` for the others
+    /// and calling `progress` while it waits.
+    pub(crate) fn finish(&mut self, timeout: Duration, progress: &mut dyn FnMut()) -> Result<()> {
         match self {
             // The liveness connections' Bye/Done is already a barrier of
             // every rank; PMIx_Finalize (on drop) needs no fence before it.
-            Launcher::Pmix(_, star) => star.finish(timeout),
-            Launcher::Rendezvous(r) => r.finish(timeout),
+            Launcher::Pmix(_, star) => star.finish(timeout, progress),
+            Launcher::Rendezvous(r) => r.finish(timeout, progress),
             Launcher::Single => Ok(()),
         }
     }

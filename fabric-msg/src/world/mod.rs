@@ -449,7 +449,14 @@ impl World {
                 self.finish_timeout
             );
         }
-        let left = self.launcher.finish(self.finish_timeout);
+        let mut progress = progress_while_leaving(&mut self.ev, &self.live);
+        let left = self.launcher.finish(self.finish_timeout, &mut progress);
+        // Every rank has said goodbye: give the provider's own traffic
+        // still in flight (ofi_rxm's acknowledgements) a last chance to
+        // complete before the endpoint closes.
+        for _ in 0..3 {
+            progress();
+        }
         drained.and(left)
     }
 
@@ -474,9 +481,34 @@ impl Drop for World {
         // rank's shm lock.
         self.live.enter_for_good();
         if !self.finished {
-            if let Err(e) = self.launcher.finish(self.finish_timeout) {
+            let mut progress = progress_while_leaving(&mut self.ev, &self.live);
+            if let Err(e) = self.launcher.finish(self.finish_timeout, &mut progress) {
                 log::warn!("leaving the world: {e}");
             }
+        }
+    }
+}
+
+/// What a rank does while it waits for the others to leave: keep its
+/// provider progressing. Under manual progress (`tcp;ofi_rxm`, `shm`,
+/// `verbs;ofi_rxm`) a rank that stops reading its CQ stalls whatever the
+/// others still need from it (a rendezvous read of its send buffer, a
+/// one-sided operation on its memory, ofi_rxm's acknowledgements), and
+/// leaves such operations to be flushed when its endpoint closes: with
+/// libfabric 1.17's `verbs;ofi_rxm` that flush crashed a rank of a
+/// finished two-host ring (SIGSEGV in `rxm_ep_close`'s completion-error
+/// path, docs/world.md). Completions that arrive now are the
+/// application's no longer: they are dropped, with their buffers. Once a
+/// rank is lost it stops: the others are leaving with an error anyway, and
+/// on shm a read of the CQ can spin for ever on a lock the lost rank held.
+fn progress_while_leaving<'a>(ev: &'a mut EventLoop, live: &Arc<Liveness>) -> impl FnMut() + 'a {
+    let mut scratch = Vec::new();
+    let live = live.clone();
+    move || {
+        if live.first_lost().is_none() {
+            let _call = live.call();
+            let _ = ev.poll(&mut scratch, Some(Duration::ZERO));
+            scratch.clear();
         }
     }
 }

@@ -480,8 +480,9 @@ impl Rendezvous {
     }
 
     /// Leave the world: say `Bye` and wait (up to `timeout`) for the root's
-    /// `Done`, which it sends once every rank has said `Bye`.
-    pub(crate) fn finish(&mut self, timeout: Duration) -> Result<()> {
+    /// `Done`, which it sends once every rank has said `Bye`, calling
+    /// `progress` about every millisecond meanwhile.
+    pub(crate) fn finish(&mut self, timeout: Duration, progress: &mut dyn FnMut()) -> Result<()> {
         let Some(w) = self.watcher.take() else {
             return Ok(());
         };
@@ -493,6 +494,7 @@ impl Rendezvous {
         }
         let deadline = Instant::now() + timeout;
         while !w.done.load(Ordering::Acquire) && Instant::now() < deadline && !w.thread.is_finished() {
+            progress();
             std::thread::sleep(Duration::from_millis(1));
         }
         let clean = w.done.load(Ordering::Acquire);
