@@ -413,7 +413,8 @@ impl Engine {
     fn pending_work(&self, io: &Io<'_>) -> bool {
         !self.notices_out.is_empty()
             || !self.notices.is_empty()
-            || (!self.runs.is_empty() && (io.live.first_lost().is_some() || self.runs.iter().any(|r| r.stalled())))
+            || (!self.runs.is_empty()
+                && (io.live.first_lost().is_some() || self.runs.iter().any(|r| r.stalled())))
     }
 
     /// Take the collectives' completions out of `out` (the application's

@@ -185,8 +185,14 @@ fn barrier_lets_nobody_through_until_everyone_arrives() {
     }
     assert_eq!(barrier::choose(2), barrier::Algorithm::Dissemination);
     assert_eq!(barrier::choose(3), barrier::Algorithm::Linear);
-    assert_eq!(barrier::choose(barrier::LINEAR_MAX_RANKS), barrier::Algorithm::Linear);
-    assert_eq!(barrier::choose(barrier::LINEAR_MAX_RANKS + 1), barrier::Algorithm::Dissemination);
+    assert_eq!(
+        barrier::choose(barrier::LINEAR_MAX_RANKS),
+        barrier::Algorithm::Linear
+    );
+    assert_eq!(
+        barrier::choose(barrier::LINEAR_MAX_RANKS + 1),
+        barrier::Algorithm::Dissemination
+    );
 }
 
 #[test]
