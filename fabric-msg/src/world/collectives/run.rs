@@ -374,14 +374,18 @@ impl<T: Element> Progress for Run<T> {
         let zero_copy = *self.zero_copy.get_or_insert_with(|| !io.ev.framed());
         loop {
             self.flush(io, sh)?;
-            self.post_recvs(io, sh)?;
-            if self.round == self.rounds.len() {
-                return Ok(self.outbox.is_empty() && !self.busy());
-            }
-            if !self.sent {
+            // A round's sends go out before its receives are posted: other
+            // ranks wait for them, while a message that arrives before its
+            // receive waits in the provider (matched by exact source and
+            // tag) for the moment it takes to post it.
+            if !self.sent && self.round < self.rounds.len() {
                 self.stage_sends(io, sh);
                 self.sent = true;
                 self.flush(io, sh)?;
+            }
+            self.post_recvs(io, sh)?;
+            if self.round == self.rounds.len() {
+                return Ok(self.outbox.is_empty() && !self.busy());
             }
             // The round's receives, and no send still reading a block the
             // round writes.
