@@ -4,6 +4,12 @@
 #
 #   ci/bench/world_vs_mpi.sh                       # 3 rounds, 2 4 8 ranks, tcp and shm
 #   ROUNDS=5 RANKS="4" TRANSPORTS="shm" ci/bench/world_vs_mpi.sh
+#   CASES="barrier -S 0;bcast -S 8" ci/bench/world_vs_mpi.sh   # some cases only
+#   BEFORE=path/to/an/older/world_bench ci/bench/world_vs_mpi.sh
+#
+# BEFORE adds a third run to every case, alternating with the other two:
+# another build of world_bench (an older commit's), so that a change is
+# measured against its predecessor in the same period as against Open MPI.
 #
 # Cases: barrier; allreduce of 8 B, 64 KiB and 4 MiB (f32 sum); broadcast of
 # 8 B and 1 MiB from rank 0. Transports, each side on its own kind:
@@ -35,8 +41,17 @@ mkdir -p target/bench
 mpicc -O2 -Wall -o target/bench/world_vs_mpi ci/bench/world_vs_mpi.c
 OURS=target/release/world_bench
 THEIRS=target/bench/world_vs_mpi
+BEFORE=${BEFORE:-}
+if [ -n "$BEFORE" ] && [ ! -x "$BEFORE" ]; then
+  log "world_vs_mpi.sh: BEFORE=$BEFORE is not an executable"
+  exit 2
+fi
 
-CASES=("barrier -S 0" "allreduce -S 8,65536,4194304" "bcast -S 8,1048576")
+if [ -n "${CASES:-}" ]; then
+  IFS=';' read -r -a CASES <<<"$CASES"
+else
+  CASES=("barrier -S 0" "allreduce -S 8,65536,4194304" "bcast -S 8,1048576")
+fi
 MPIRUN=(mpirun --allow-run-as-root --oversubscribe)
 
 # run IMPL TRANSPORT RANKS ROUND CASE...: one mpirun, its JSON to $OUT.
@@ -44,8 +59,10 @@ run() {
   local impl=$1 tr=$2 n=$3 round=$4
   shift 4
   local name="$OUT/$impl-$tr-$n-$1-r$round.json" cmd
-  if [ "$impl" = ours ]; then
-    cmd=("${MPIRUN[@]}" -x "FABRIC_MSG_SHM=$([ "$tr" = shm ] && echo 1 || echo 0)" -np "$n" "$OURS" "$@" --json)
+  if [ "$impl" = ours ] || [ "$impl" = before ]; then
+    local bin=$OURS
+    [ "$impl" = before ] && bin=$BEFORE
+    cmd=("${MPIRUN[@]}" -x "FABRIC_MSG_SHM=$([ "$tr" = shm ] && echo 1 || echo 0)" -np "$n" "$bin" "$@" --json)
   elif [ "$tr" = tcp ]; then
     cmd=("${MPIRUN[@]}" --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo -np "$n" "$THEIRS" "$@")
   else
@@ -66,6 +83,13 @@ for round in $(seq 1 "$ROUNDS"); do
       for c in "${CASES[@]}"; do
         # Alternate which side goes first, so neither always runs warm.
         if ((round % 2)); then order="ours theirs"; else order="theirs ours"; fi
+        if [ -n "$BEFORE" ]; then
+          case $((round % 3)) in
+            1) order="ours before theirs" ;;
+            2) order="before theirs ours" ;;
+            0) order="theirs ours before" ;;
+          esac
+        fi
         for impl in $order; do
           log "round $round: $impl $tr $n ranks: $c"
           # shellcheck disable=SC2086
@@ -92,10 +116,16 @@ for path in glob.glob(os.path.join(out, "*.json")):
 names = {"barrier": "barrier", "allreduce": "allreduce", "bcast": "broadcast"}
 def size(b):
     return "" if b == 0 else (f"{b >> 20} MiB" if b >= 1 << 20 else f"{b >> 10} KiB" if b >= 1 << 10 else f"{b} B")
+before = any("before" in v for r in rows.values() for v in r.values())
 tsv = open(os.path.join(out, "results.tsv"), "w")
-tsv.write("transport\tranks\tbenchmark\tbytes\tours_us\topenmpi_us\tratio\trounds\n")
-print("| transport | ranks | collective | size | ours µs | Open MPI µs | ratio | rounds |")
-print("|---|---|---|---|---|---|---|---|")
+tsv.write("transport\tranks\tbenchmark\tbytes\tours_us\topenmpi_us\tratio\trounds"
+          + ("\tbefore_us\tbefore_ratio" if before else "") + "\n")
+if before:
+    print("| transport | ranks | collective | size | ours µs | Open MPI µs | ratio | rounds | before µs | before ratio |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+else:
+    print("| transport | ranks | collective | size | ours µs | Open MPI µs | ratio | rounds |")
+    print("|---|---|---|---|---|---|---|---|")
 order = {"tcp": 0, "shm": 1}
 for key in sorted(rows, key=lambda k: (order.get(k[0], 2), k[1], list(names).index(k[2]), k[3])):
     tr, n, bench, b = key
@@ -105,7 +135,20 @@ for key in sorted(rows, key=lambda k: (order.get(k[0], 2), k[1], list(names).ind
     ours = statistics.median(p[0] for p in pairs)
     theirs = statistics.median(p[1] for p in pairs)
     ratio = statistics.median(p[0] / p[1] for p in pairs)
-    print(f"| {tr} | {n} | {names[bench]} | {size(b)} | {ours:.1f} | {theirs:.1f} | {ratio:.2f} | {len(pairs)} |")
-    tsv.write(f"{tr}\t{n}\t{bench}\t{b}\t{ours:.3f}\t{theirs:.3f}\t{ratio:.4f}\t{len(pairs)}\n")
+    line = f"| {tr} | {n} | {names[bench]} | {size(b)} | {ours:.1f} | {theirs:.1f} | {ratio:.2f} | {len(pairs)} |"
+    row = f"{tr}\t{n}\t{bench}\t{b}\t{ours:.3f}\t{theirs:.3f}\t{ratio:.4f}\t{len(pairs)}"
+    if before:
+        # The older build against Open MPI, over the rounds that have all three.
+        trio = [(v["before"], v["theirs"]) for v in rows[key].values() if "before" in v and "theirs" in v]
+        if trio:
+            old = statistics.median(p[0] for p in trio)
+            old_ratio = statistics.median(p[0] / p[1] for p in trio)
+            line += f" {old:.1f} | {old_ratio:.2f} |"
+            row += f"\t{old:.3f}\t{old_ratio:.4f}"
+        else:
+            line += " | |"
+            row += "\t\t"
+    print(line)
+    tsv.write(row + "\n")
 EOF
 log "raw outputs and results.tsv: $OUT"

@@ -404,11 +404,24 @@ impl Engine {
         None
     }
 
+    /// Whether a poll that brought none of the collectives' completions
+    /// leaves something to do: a rank was lost (every run fails), a notice
+    /// is to be posted or applied, or a run has posts the provider refused.
+    /// Otherwise no run can move before one of its operations completes,
+    /// and a wait skips the progress pass between empty polls (the pass
+    /// costs as much as an empty poll on shm).
+    fn pending_work(&self, io: &Io<'_>) -> bool {
+        !self.notices_out.is_empty()
+            || !self.notices.is_empty()
+            || (!self.runs.is_empty()
+                && (io.live.first_lost().is_some() || self.runs.iter().any(|r| r.stalled())))
+    }
+
     /// Take the collectives' completions out of `out` (the application's
     /// stay, in order) and move the runs on.
     pub(crate) fn filter(&mut self, io: &mut Io<'_>, out: &mut Vec<Completion>) {
         if !out.iter().any(|c| is_reserved(c.token)) {
-            if !self.runs.is_empty() || !self.notices_out.is_empty() {
+            if self.pending_work(io) {
                 self.progress(io);
             }
             return;
@@ -438,7 +451,9 @@ impl Engine {
             }
         }
         self.batch = batch;
-        self.progress(io);
+        if n > 0 || self.pending_work(io) {
+            self.progress(io);
+        }
         match polled {
             Ok(_) => Ok(n > 0),
             Err(e) => Err(lost(io, Duration::ZERO).unwrap_or(e)),

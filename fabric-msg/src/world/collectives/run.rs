@@ -73,6 +73,9 @@ pub(crate) struct Run<T: Element> {
     /// Sends not yet accepted by the provider (its queue was full):
     /// retried at every progress.
     outbox: VecDeque<Pending>,
+    /// The provider refused a receive for a full queue at the last
+    /// `advance`: the run must be advanced again even if nothing completes.
+    recv_refused: bool,
     /// Blocks (`at`, `len`) of the working array that sends in flight read,
     /// by slot (the slot is the send's token index).
     sending: Vec<Option<(usize, usize)>>,
@@ -94,6 +97,10 @@ pub(crate) trait Progress: Send {
     fn seq(&self) -> u32;
     fn what(&self) -> &'static str;
     fn alive(&self) -> &Arc<()>;
+    /// Whether the run has posts the provider refused for a full queue:
+    /// only then can advancing it help before one of its operations
+    /// completes (every other reason a run waits ends with a completion).
+    fn stalled(&self) -> bool;
     /// Post what can be posted and apply finished rounds; `true` once done.
     fn advance(&mut self, io: &mut Io<'_>, sh: &mut Shared) -> Result<bool, Failure>;
     /// Receive number `index` completed.
@@ -134,6 +141,7 @@ impl<T: Element> Run<T> {
             round: 0,
             sent: false,
             outbox: VecDeque::new(),
+            recv_refused: false,
             sending: Vec::new(),
             direct_recvs: 0,
             zero_copy: None,
@@ -202,7 +210,10 @@ impl<T: Element> Run<T> {
                         self.direct_recvs += 1;
                         Ok(())
                     }
-                    Err(Error::QueueFull { .. }) => break,
+                    Err(Error::QueueFull { .. }) => {
+                        self.recv_refused = true;
+                        break;
+                    }
                     Err(e) => Err(Failure::seen(format!(
                         "posting a receive from rank {} failed: {e}",
                         x.peer
@@ -216,6 +227,7 @@ impl<T: Element> Run<T> {
                         buffer,
                     }) => {
                         sh.pool.give_opt(buffer);
+                        self.recv_refused = true;
                         break;
                     }
                     Err(e) => Err(post_failed(sh, e, &format!("a receive from rank {}", x.peer))),
@@ -353,18 +365,27 @@ impl<T: Element> Progress for Run<T> {
         &self.alive
     }
 
+    fn stalled(&self) -> bool {
+        self.recv_refused || !self.outbox.is_empty()
+    }
+
     fn advance(&mut self, io: &mut Io<'_>, sh: &mut Shared) -> Result<bool, Failure> {
+        self.recv_refused = false;
         let zero_copy = *self.zero_copy.get_or_insert_with(|| !io.ev.framed());
         loop {
             self.flush(io, sh)?;
-            self.post_recvs(io, sh)?;
-            if self.round == self.rounds.len() {
-                return Ok(self.outbox.is_empty() && !self.busy());
-            }
-            if !self.sent {
+            // A round's sends go out before its receives are posted: other
+            // ranks wait for them, while a message that arrives before its
+            // receive waits in the provider (matched by exact source and
+            // tag) for the moment it takes to post it.
+            if !self.sent && self.round < self.rounds.len() {
                 self.stage_sends(io, sh);
                 self.sent = true;
                 self.flush(io, sh)?;
+            }
+            self.post_recvs(io, sh)?;
+            if self.round == self.rounds.len() {
+                return Ok(self.outbox.is_empty() && !self.busy());
             }
             // The round's receives, and no send still reading a block the
             // round writes.

@@ -169,18 +169,30 @@ fn reference(op: Op, inputs: &[Vec<i64>]) -> Vec<i64> {
 #[test]
 fn barrier_lets_nobody_through_until_everyone_arrives() {
     for p in SIZES {
-        let scheds: Vec<Schedule> = (0..p).map(|r| barrier::schedule(r, p)).collect();
-        run::<u8>(&scheds, vec![vec![]; p as usize], None);
-        if p > 1 {
-            for late in [0, p as usize / 2, p as usize - 1] {
-                let (_, done) = simulate::<u8>(&scheds, vec![vec![]; p as usize], None, &[late]).unwrap();
-                assert!(
-                    done.iter().all(|d| !d),
-                    "{p} ranks, rank {late} absent: {done:?} got through"
-                );
+        for algo in [barrier::Algorithm::Linear, barrier::Algorithm::Dissemination] {
+            let scheds: Vec<Schedule> = (0..p).map(|r| barrier::schedule(r, p, algo)).collect();
+            run::<u8>(&scheds, vec![vec![]; p as usize], None);
+            if p > 1 {
+                for late in [0, p as usize / 2, p as usize - 1] {
+                    let (_, done) = simulate::<u8>(&scheds, vec![vec![]; p as usize], None, &[late]).unwrap();
+                    assert!(
+                        done.iter().all(|d| !d),
+                        "{p} ranks, {algo:?}, rank {late} absent: {done:?} got through"
+                    );
+                }
             }
         }
     }
+    assert_eq!(barrier::choose(2), barrier::Algorithm::Dissemination);
+    assert_eq!(barrier::choose(3), barrier::Algorithm::Linear);
+    assert_eq!(
+        barrier::choose(barrier::LINEAR_MAX_RANKS),
+        barrier::Algorithm::Linear
+    );
+    assert_eq!(
+        barrier::choose(barrier::LINEAR_MAX_RANKS + 1),
+        barrier::Algorithm::Dissemination
+    );
 }
 
 #[test]
