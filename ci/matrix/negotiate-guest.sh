@@ -78,6 +78,14 @@ atomics_pair() { # server and one client in two processes, -w 4
 }
 check roce-rdm-atomics-window-2proc "counter 200, expected 200 (1 clients x 200 increments): ok" atomics_pair
 
+# libfabric's default memory monitor (memhooks) patches libc's mmap/munmap
+# code as verbs domains open and close: a thread in munmap then crashed
+# (issue 14's note). fabric-msg picks userfaultfd where an RDMA device is
+# present; loops opened and closed beside a thread that maps and unmaps.
+check mr-monitor-chosen "FI_MR_CACHE_MONITOR=userfaultfd  (fabric-msg: libfabric's default memory monitor (memhooks)" $bin
+check mr-monitor-race "monitor_race: 200 loops opened and closed on verbs;ofi_rxm domain rxe0" \
+  $tdir/debug/monitor_race -p "verbs;ofi_rxm" -d rxe0 -n 200
+
 # The data path on real RDMA devices, every byte checked.
 pp="$tdir/debug/pingpong --loopback --verify"
 check roce-rdm-1B "1              20       20" $pp -p "verbs;ofi_rxm" -d rxe0 -I 20 -W 2 -S 1

@@ -317,8 +317,8 @@ fn prepare(cfg: &LadderConfig, req: &Requirements) -> &'static Prepared {
         }
 
         let devices = verbs_limits::query_devices();
-        if let Some(why) = verbs_limits::rxm_needs_srx(&devices, req.domain.as_deref()) {
-            set("FI_OFI_RXM_USE_SRX", "1".into(), why);
+        for (name, value, why) in verbs_limits::env_settings(&devices, req.domain.as_deref()) {
+            set(name, value.into(), why);
         }
 
         // Size FI_UNIVERSE_SIZE so ofi_rxm's CQ fits every RDMA device.

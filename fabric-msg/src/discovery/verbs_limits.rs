@@ -13,6 +13,40 @@
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_int, c_void};
 
+/// Why fabric-msg picks libfabric's userfaultfd memory monitor where an
+/// RDMA device is present (unless the user chose one). The default,
+/// memhooks, rewrites the first instructions of libc's `mmap`, `munmap`,
+/// `brk` and friends in place when a registration cache (verbs opens one
+/// per domain) starts it, and writes them back when the last one stops: a
+/// thread inside one of those functions at that moment runs half-written
+/// code. On rxe0, opening and closing a `verbs;ofi_rxm` domain 300 times
+/// beside a thread that maps and unmaps memory died of SIGSEGV in 3 of 3
+/// runs on libfabric 1.17 and on 2.1, and passed 3 of 3 with userfaultfd
+/// (`monitor_race`, docs/fabrics.md). Where userfaultfd is not permitted,
+/// verbs opens its domain without a cache (registrations are not reused).
+pub(crate) const MONITOR_WHY: &str =
+    "fabric-msg: libfabric's default memory monitor (memhooks) patches libc's \
+     mmap/munmap code while the process runs, which crashed a thread in munmap as a verbs domain opened or \
+     closed; userfaultfd watches the same events from the kernel";
+
+/// The libfabric settings the RDMA devices present call for, as (name,
+/// value, why): rxm's shared receive context on iWARP
+/// ([`rxm_needs_srx`]), the userfaultfd memory monitor wherever there is a
+/// device ([`MONITOR_WHY`]).
+pub(crate) fn env_settings(
+    devices: &[DeviceLimits],
+    domain: Option<&str>,
+) -> Vec<(&'static str, &'static str, String)> {
+    let mut v = Vec::new();
+    if let Some(why) = rxm_needs_srx(devices, domain) {
+        v.push(("FI_OFI_RXM_USE_SRX", "1", why));
+    }
+    if !devices.is_empty() {
+        v.push(("FI_MR_CACHE_MONITOR", "userfaultfd", MONITOR_WHY.to_string()));
+    }
+    v
+}
+
 /// Limits of one RDMA device.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceLimits {
@@ -392,6 +426,21 @@ mod tests {
         );
         assert!(rxm_iwarp_device(&[siw()], None).is_some());
         assert!(rxm_iwarp_device(&[], None).is_none());
+    }
+
+    #[test]
+    fn any_rdma_device_asks_for_the_userfaultfd_monitor_and_iwarp_for_srx() {
+        let names = |devs: &[DeviceLimits], d: Option<&str>| -> Vec<&str> {
+            env_settings(devs, d).into_iter().map(|(n, _, _)| n).collect()
+        };
+        assert!(env_settings(&[], None).is_empty(), "no device, no setting");
+        assert_eq!(names(&[dev(32767)], None), ["FI_MR_CACHE_MONITOR"]);
+        assert_eq!(
+            names(&[siw()], None),
+            ["FI_OFI_RXM_USE_SRX", "FI_MR_CACHE_MONITOR"]
+        );
+        let (_, value, _) = env_settings(&[dev(32767)], None).remove(0);
+        assert_eq!(value, "userfaultfd");
     }
 
     #[test]
