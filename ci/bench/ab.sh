@@ -7,6 +7,8 @@
 #   PROVIDERS="tcp/rdm tcp;ofi_rxm" ci/bench/ab.sh  # tcp's own RDM endpoints (libfabric >= 1.18)
 #   SECTIONS=pp ci/bench/ab.sh     # only part 1 (default: "pp bw wait peers")
 #   SECTIONS=peers ROUNDS=3 ci/bench/ab.sh  # only part 4, UCX and Open MPI
+#   SECTIONS=peers PIN=cores PEER_CLASSES=shm PEER_SIZES=8 STREAM_SIZES=8 ci/bench/ab.sh
+#                                  # part 4, shm at 8 B only, each side on its own core
 #
 # Provider tokens: `tcp` is tcp's connected (MSG) endpoints, `tcp/rdm` its
 # own RDM endpoints (libfabric 1.18 and newer; our tool is held to exactly
@@ -32,7 +34,14 @@
 #    one-way usec at PEER_SIZES, tagged (untagged on tcp msg endpoints, which
 #    have no tags); message rate at 8 B and bandwidth at 1 MiB stream a
 #    window of 64 (ours: `bandwidth -w 64`). The load average at the start of
-#    each round goes to $OUT/loadavg.txt.
+#    each round goes to $OUT/loadavg.txt. PIN says where every tool of
+#    part 4 runs, all alike: `none` (the default) leaves both processes to
+#    the scheduler (mpirun --bind-to none; without it Open MPI binds two
+#    ranks to a core each, unlike the others), `cores` puts the server (or
+#    rank 1) on CPU 1 and the client (rank 0) on CPU 0 (taskset -c;
+#    mpirun --bind-to core). On 2 cores unpinned runs are bimodal: both
+#    processes sometimes share one core. PEER_CLASSES ("tcp shm") and
+#    STREAM_SIZES ("8 1048576") narrow part 4.
 #
 # Every process runs under `timeout`; servers that outlive their client are
 # killed; ports are free ports the kernel picked. Raw outputs go to
@@ -46,6 +55,14 @@ PROVIDERS=${PROVIDERS:-"tcp tcp;ofi_rxm shm"}
 MODES=${MODES:-msg}
 SECTIONS=${SECTIONS:-"pp bw wait peers"}
 PEER_SIZES=${PEER_SIZES:-"8 64 4096 65536 1048576"}
+PEER_CLASSES=${PEER_CLASSES:-"tcp shm"}
+STREAM_SIZES=${STREAM_SIZES:-"8 1048576"}
+PIN=${PIN:-none}
+case $PIN in
+  none) PIN_S=() PIN_C=() MPI_BIND=(--bind-to none) ;;
+  cores) PIN_S=(taskset -c 1) PIN_C=(taskset -c 0) MPI_BIND=(--bind-to core) ;;
+  *) echo "ab.sh: PIN is none or cores, not $PIN" >&2; exit 2 ;;
+esac
 LIMIT=${LIMIT:-60}     # seconds any one process may run
 OUT=${OUT:-target/bench/$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$OUT"
@@ -261,7 +278,7 @@ done
 
 # --- 4. peers: UCX and Open MPI ----------------------------------------------
 MPI_PP=target/bench/pingpong_mpi
-MPIRUN=(mpirun --allow-run-as-root --oversubscribe -np 2 --mca pml ob1)
+MPIRUN=(mpirun --allow-run-as-root --oversubscribe -np 2 --mca pml ob1 "${MPI_BIND[@]}")
 WINDOW=64
 
 # The provider our tool's header names (its first word after `# `).
@@ -277,8 +294,8 @@ ucx() {
   local args=(-t "$test" -s "$size" -n "$n" -w "$w" -f)
   [ "$test" = tag_bw ] && args+=(-O "$WINDOW")
   p=$(free_port)
-  pair "$name" "$p" "${env[@]}" ucx_perftest "${args[@]}" -p "$p" -- \
-    "${env[@]}" ucx_perftest 127.0.0.1 "${args[@]}" -p "$p" || return 1
+  pair "$name" "$p" "${env[@]}" "${PIN_S[@]}" ucx_perftest "${args[@]}" -p "$p" -- \
+    "${env[@]}" "${PIN_C[@]}" ucx_perftest 127.0.0.1 "${args[@]}" -p "$p" || return 1
   awk 'NF == 8 && $1 ~ /^[0-9]+$/ { row = $0; n++ } END { if (n != 1) exit 1; print row }' "$OUT/$name.out"
 }
 
@@ -312,8 +329,8 @@ stream_iters() { # CLASS SIZE
 
 section peers && for round in $(seq "$ROUNDS"); do
   echo "peers round $round: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/loadavg.txt"
-  log "ab.sh: peers round $round: load $(cut -d' ' -f1-3 /proc/loadavg)"
-  for cls in tcp shm; do
+  log "ab.sh: peers round $round (PIN=$PIN): load $(cut -d' ' -f1-3 /proc/loadavg)"
+  for cls in $PEER_CLASSES; do
     if [ "$cls" = tcp ]; then provs=("tcp" "tcp;ofi_rxm") tls=tcp,self; else provs=(shm) tls=posix,self,cma; fi
     # Latency: ours and fi_pingpong on every provider of the class, then
     # UCX and Open MPI once; each peer is the reference of every provider.
@@ -329,8 +346,8 @@ section peers && for round in $(seq "$ROUNDS"); do
         key="$prov|$size"
         tag="peers-${prov//;/+}-$size-r$round"
         p=$(free_port)
-        if pair "ours-$tag" "$p" "$PP" "${ours[@]}" -S "$size" -I "$n" -W "$w" -B "$p" -- \
-          "$PP" "${ours[@]}" -S "$size" -I "$n" -W "$w" -P "$p" 127.0.0.1; then
+        if pair "ours-$tag" "$p" "${PIN_S[@]}" "$PP" "${ours[@]}" -S "$size" -I "$n" -W "$w" -B "$p" -- \
+          "${PIN_C[@]}" "$PP" "${ours[@]}" -S "$size" -I "$n" -W "$w" -P "$p" 127.0.0.1; then
           used=$(provider_of "$OUT/ours-$tag.out")
           if [ "$used" != "$prov" ]; then
             log "ab.sh: $tag: our tool used $used, not $prov; row not recorded"
@@ -339,8 +356,8 @@ section peers && for round in $(seq "$ROUNDS"); do
           fi
         fi
         p=$(free_port)
-        if pair "c-$tag" "$p" fi_pingpong "${theirs[@]}" -S "$size" -I "$n" -B "$p" -- \
-          fi_pingpong "${theirs[@]}" -S "$size" -I "$n" -P "$p" 127.0.0.1 &&
+        if pair "c-$tag" "$p" "${PIN_S[@]}" fi_pingpong "${theirs[@]}" -S "$size" -I "$n" -B "$p" -- \
+          "${PIN_C[@]}" fi_pingpong "${theirs[@]}" -S "$size" -I "$n" -P "$p" 127.0.0.1 &&
           read -r mb us < <(row_of "$OUT/c-$tag.out"); then
           record lat "$key" "$round" fi "$us" "$mb"
         fi
@@ -357,7 +374,7 @@ section peers && for round in $(seq "$ROUNDS"); do
     done
     # Streaming: message rate at 8 B (column 5: million messages per
     # second) and bandwidth at 1 MiB (column 6: MB/s one way).
-    for size in 8 1048576; do
+    for size in $STREAM_SIZES; do
       n=$(stream_iters "$cls" "$size")
       w=$((n / 10))
       for prov in "${provs[@]}"; do
@@ -368,8 +385,8 @@ section peers && for round in $(seq "$ROUNDS"); do
         esac
         tag="stream-${prov//;/+}-$size-r$round"
         p=$(free_port)
-        if pair "ours-$tag" "$p" "$BW" "${ours[@]}" -B "$p" -- \
-          "$BW" "${ours[@]}" -S "$size" -I "$n" -W "$w" -w "$WINDOW" --json -P "$p" 127.0.0.1; then
+        if pair "ours-$tag" "$p" "${PIN_S[@]}" "$BW" "${ours[@]}" -B "$p" -- \
+          "${PIN_C[@]}" "$BW" "${ours[@]}" -S "$size" -I "$n" -W "$w" -w "$WINDOW" --json -P "$p" 127.0.0.1; then
           js=$(tail -n 1 "$OUT/ours-$tag.out")
           used=$(head -n 1 "$OUT/ours-$tag.out" | jq -r .provider)
           if [ "$used" != "$prov" ]; then
@@ -451,7 +468,7 @@ if section peers; then
   med() { local v; v=$(values "$@" | median); echo "${v:-nan}"; }
   ratio_or_nan() { local v; v=$(ratio "$@"); echo "${v:-nan}"; }
   echo
-  echo "peers: load average at the start of each round (1, 5, 15 min): $(cut -d: -f2 "$OUT/loadavg.txt" | paste -sd';')"
+  echo "peers (PIN=$PIN): load average at the start of each round (1, 5, 15 min): $(cut -d: -f2 "$OUT/loadavg.txt" | paste -sd';')"
   echo
   echo "latency against the peers, one-way usec, median of $ROUNDS rounds; ratios ours/peer (below 1: ours is faster),"
   echo "median of per-round ratios. ours and fi_pingpong tagged (untagged on tcp msg endpoints); UCX tag_lat; Open MPI pingpong_mpi"

@@ -2,9 +2,9 @@
 //! `fi_rdm_tagged_bw` measure it.
 //!
 //! The client keeps a window (`-w`, default 64) of sends in flight; the
-//! server keeps as many receives posted, and once a window has arrived it
-//! posts the next window's receives and answers with a small ack, which
-//! lets the client send the next window. `MB/sec` is payload in one
+//! server keeps as many receives posted, reposting each buffer for the
+//! next window as its message arrives, and once a window has arrived it
+//! answers with a small ack, which lets the client send the next window. `MB/sec` is payload in one
 //! direction, 10^6 bytes per second; `usec/xfer` is elapsed / messages.
 //! Messages smaller than the provider's inject size go out with
 //! `fi_inject`, as fabtests sends them. Warm-up (`-W`) is rounded up to
@@ -116,14 +116,22 @@ impl Bench for Bandwidth {
         provision(&mut self.free, w, size);
         let total = Self::messages(plan);
         let mut seq = 0;
-        self.post_window(side, seq, w.min(total))?;
+        // Receives are posted for messages `..posted`: the first window's
+        // now, and each later message's as soon as the buffer it will use
+        // is free again (message `s + w` takes the buffer of `s`). So a
+        // window's receives are up before the ack that lets the client
+        // send it, as before, but they are posted while the client is
+        // still sending the current window, not between its last message
+        // and the ack, where the client waits for them.
+        let mut posted = w.min(total);
+        self.post_window(side, seq, posted)?;
         side.ready(k)?;
         while seq < total {
             let count = w.min(total - seq);
             let mut arrived = 0;
             while arrived < count {
                 let free = &mut self.free;
-                side.poll(|_, c| {
+                side.poll(|side, c| {
                     let b = c.buffer.take().ok_or("a receive completes with its buffer")?;
                     if c.kind != OpKind::Recv {
                         return Err("the server sends no data".into());
@@ -131,16 +139,18 @@ impl Bench for Bandwidth {
                     if plan.verify {
                         check(b.as_slice(), c.token.0 as usize, size)?;
                     }
-                    free.push(b);
+                    if posted < total {
+                        side.recv(b, posted)?;
+                        posted += 1;
+                    } else {
+                        free.push(b);
+                    }
                     arrived += 1;
                     Ok(())
                 })?;
                 side.tick(seq + arrived);
             }
             seq += count;
-            // Receives for the next window go up before the ack lets the
-            // client send it.
-            self.post_window(side, seq, w.min(total - seq))?;
             if seq == total && k + 1 == plan.sizes.len() {
                 side.post_ctrl_recv()?; // for the client's Done
             }
