@@ -1,7 +1,7 @@
 //! The World as users start it: `spmd` launched by the rendezvous variables,
 //! by `mpirun` (PMIx), and alone; every byte of the ring checked by the
 //! program itself; ranks that exit early or are killed; ranks that disagree
-//! on the fabric. Every process has a deadline, so a hang fails the test.
+//! on the fabric; a finished rank serving the others' one-sided reads. Every process has a deadline, so a hang fails the test.
 
 mod support;
 
@@ -103,6 +103,36 @@ fn a_ring_flooding_unexpected_messages_completes_on_every_provider() {
 fn eight_ranks_on_two_cores() {
     assert_verified_ring(&ring(8, "500", true), 8, "shm", "rendezvous");
     assert_verified_ring(&ring(8, "500", false), 8, best_tcp(), "rendezvous");
+}
+
+/// A rank that has finished keeps serving the others until all have:
+/// rank 0 of `finish_serves` finishes at once, and ranks 1 and 2 then read
+/// its 1 MiB region one-sided, every byte checked. Over TCP (manual
+/// progress) the reads complete only because `World::finish` keeps reading
+/// the CQ while it waits: before it did, every rank failed ("not every rank
+/// finished within 10s"). shm reads by CMA without the target's help; it is
+/// covered too.
+#[test]
+fn a_finished_rank_serves_one_sided_reads_until_all_have_finished() {
+    const FINISH_SERVES: &str = env!("CARGO_BIN_EXE_finish_serves");
+    for (shm, provider) in [(false, best_tcp()), (true, "shm")] {
+        let started = Instant::now();
+        let exits = wait_all(support::rendezvous(FINISH_SERVES, 3, shm, &[]), started, DEADLINE);
+        for (r, e) in exits.iter().enumerate() {
+            let want = if r == 0 {
+                "rank 0/3: finished at once; 2 rank(s) read its 1048576 bytes meanwhile".to_string()
+            } else {
+                format!("rank {r}/3: read rank 0's 1048576 bytes after rank 0 finished")
+            };
+            assert!(
+                e.status.success() && e.stdout.contains(&want) && e.stdout.contains(&format!("({provider})")),
+                "rank {r} on {provider}: {:?}\n{}{}",
+                e.status,
+                e.stdout,
+                e.stderr
+            );
+        }
+    }
 }
 
 fn assert_others_name(exits: &[Exit], lost: usize, started_loss: Duration) {
