@@ -1,7 +1,7 @@
 //! `finish_serves`: a rank that has finished keeps serving the ranks that
 //! have not, until all have.
 //!
-//! Rank 0 registers a region, fills it with a pattern, sends its
+//! Rank 0 registers a region, fills it with the tools' `--verify` pattern, sends its
 //! descriptor to every other rank and calls [`World::finish`] at once.
 //! Every other rank then reads the whole region from rank 0, one-sided,
 //! checks every byte and finishes. On providers whose progress is manual
@@ -17,6 +17,7 @@
 //! than 20 s, or brings a wrong byte.
 
 use fabric_msg::{Access, Buffer, Completion, Token, World};
+use fabric_msg_examples::pattern::{check, fill};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -35,10 +36,6 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-fn pattern(i: usize) -> u8 {
-    (i % 251) as u8
 }
 
 /// Poll until the completion with `token` arrives; its result must be Ok.
@@ -67,7 +64,8 @@ fn run() -> Result<String, String> {
             .event_loop()
             .register(LEN, Access::Read)
             .map_err(|e| e.to_string())?;
-        let bytes: Vec<u8> = (0..LEN).map(pattern).collect();
+        let mut bytes = vec![0u8; LEN];
+        fill(&mut bytes, 0);
         region.write_at(0, &bytes).map_err(|e| e.to_string())?;
         let desc = region.remote().encode();
         for r in 1..size {
@@ -109,13 +107,7 @@ fn run() -> Result<String, String> {
     let took = started.elapsed();
     let mut got = vec![0u8; LEN];
     local.read_at(0, &mut got).map_err(|e| e.to_string())?;
-    if let Some(i) = (0..LEN).find(|&i| got[i] != pattern(i)) {
-        return Err(format!(
-            "byte {i} of rank 0's region read as {}, not {}",
-            got[i],
-            pattern(i)
-        ));
-    }
+    check(&got, 0, LEN).map_err(|e| format!("rank 0's region, read after it finished: {e}"))?;
     world.finish().map_err(|e| e.to_string())?;
     drop(local);
     Ok(format!(
