@@ -52,9 +52,14 @@ verdict() { # name, fabric, feature, status, output, wanted ERE...
 # out its timeout (a CI run seen on 2026-11-23 lost the iWARP link in the
 # middle of a 1 MiB RMA write and spent 900 s on the checks after it).
 declare -A down=()
+answers() { # address tries: true once a ping of it is answered
+  local _
+  for _ in $(seq 1 "$2"); do ping -c 1 -W 1 "$1" >/dev/null 2>&1 && return 0; done
+  return 1
+}
 link_check() { # peer-address (guest 1's on the link) check-name
-  local _ other_guest=${1%.*}.$((3 - node))
-  for _ in 1 2 3; do ping -c 1 -W 1 "$other_guest" >/dev/null 2>&1 && return 0; done
+  local other_guest=${1%.*}.$((3 - node))
+  answers "$other_guest" 3 && return 0
   down[$1]=$2
   echo "    two-host: vm$node: $other_guest no longer answers ping after $2; the link and the kernel:"
   { ip -s link; ip neigh; rdma link; grep -A1 '^Tcp:' /proc/net/snmp
@@ -143,8 +148,8 @@ ip -br addr | sed 's/^/  /'
 rdma link | sed 's/^/  /'
 other=$((3 - node))
 for net in 2 3; do
-  ok=1
-  for _ in $(seq 1 60); do ping -c 1 -W 1 "198.18.$net.$other" >/dev/null 2>&1 && ok=0 && break; done
+  answers "198.18.$net.$other" 60
+  ok=$?
   verdict "link-198.18.$net" "link" "ping the other guest 198.18.$net.$other" "$ok" ""
 done
 if [ "$failures" -gt 0 ]; then
