@@ -496,8 +496,8 @@ impl Drop for World {
 /// one-sided operation on its memory, ofi_rxm's acknowledgements), and
 /// leaves such operations to be flushed when its endpoint closes: with
 /// libfabric 1.17's `verbs;ofi_rxm` that flush crashed a rank of a
-/// finished two-host ring (SIGSEGV in `rxm_ep_close`'s completion-error
-/// path, docs/world.md). Completions that arrive now are the
+/// finished two-host ring (SIGSEGV: `rxm_close_conn` reposts a receive
+/// completion on the connection's closed MSG endpoint; docs/world.md). Completions that arrive now are the
 /// application's no longer: they are dropped, with their buffers. Once a
 /// rank is lost it stops: the others are leaving with an error anyway, and
 /// on shm a read of the CQ can spin for ever on a lock the lost rank held.
