@@ -10,6 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BW=${1:-target/release/bandwidth}
+command -v jq >/dev/null || { echo "rate_one.sh: needs jq (ci/bench/ab.sh installs it; or apt-get install jq)" >&2; exit 2; }
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 timeout -k 5 60 taskset -c 1 "$BW" -p shm --same-host -B "$port" >/dev/null 2>&1 &
 server=$!
