@@ -13,7 +13,7 @@ if [ "${FABRIC_MSG_SKIP_VM:-0}" = 1 ]; then
   echo "ci/fabric-matrix.sh: SKIPPED (FABRIC_MSG_SKIP_VM=1): RoCE and iWARP paths NOT tested ($userland)" >&2
   exit 0
 fi
-bins=(-p fabric-msg-examples --bin fabric_info --bin pingpong --bin rma_pingpong --bin atomics --bin monitor_race)
+bins=(-p fabric-msg-examples --bin fabric_info --bin pingpong --bin rma_pingpong --bin atomics --bin monitor_race --bin close_race)
 # The soak (fabric-msg/tests/soak.rs) is a test binary: cargo names it
 # soak-<hash>; its path comes from cargo's JSON messages.
 soak=(test --locked --no-run -q -p fabric-msg --test soak --message-format=json)

@@ -85,6 +85,13 @@ check roce-rdm-atomics-window-2proc "counter 200, expected 200 (1 clients x 200 
 check mr-monitor-chosen "FI_MR_CACHE_MONITOR=userfaultfd  (fabric-msg: libfabric's default memory monitor (memhooks)" $bin
 check mr-monitor-race "monitor_race: 200 loops opened and closed on verbs;ofi_rxm domain rxe0" \
   $tdir/debug/monitor_race -p "verbs;ofi_rxm" -d rxe0 -n 200
+# rxm over verbs without a shared receive context sends receive credits
+# every 64 reposted buffers; one that arrived after the last poll was
+# reposted on the closed MSG endpoint by rxm's close (SIGSEGV; 1.17 crashed
+# 5 of 5 runs before the loop read its queue before closing). 1024 messages
+# put a credit on the wire with the last one.
+check roce-rdm-close-race "close_race: 10 rounds of 1024 messages on verbs;ofi_rxm domain rxe0" \
+  $tdir/debug/close_race -p "verbs;ofi_rxm" -d rxe0 -n 10 -m 1024
 
 # The data path on real RDMA devices, every byte checked.
 pp="$tdir/debug/pingpong --loopback --verify"

@@ -5,6 +5,18 @@ use super::*;
 use crate::error::{check, Error, Result};
 use crate::ffi;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long a loop on `verbs;ofi_rxm` reads its completion queue before it
+/// closes an endpoint ([`EventLoop::settle_rxm`]): long enough for the
+/// receive credits a peer sent as it took the last messages to arrive and
+/// be taken (the same host's soft-RoCE delivers in microseconds; a
+/// hardware fabric's round trip is a few).
+const RXM_SETTLE: Duration = Duration::from_millis(5);
+/// Reads at least this many times, even if the thread was descheduled for
+/// the whole of [`RXM_SETTLE`]: rxm takes at most 32 completions from its
+/// own queue per read.
+const RXM_SETTLE_READS: u32 = 16;
 
 impl EventLoop {
     /// Close an endpoint. Its operations still in flight produce no
@@ -38,6 +50,9 @@ impl EventLoop {
         if state.raw.is_null() {
             return Ok(());
         }
+        // Completions read here for this endpoint are dropped below with
+        // the rest of its operations; others wait for the next poll.
+        self.settle_rxm();
         let gate = self.progress_gate();
         let gated = gate.as_ref().map(|g| g.lock());
         // SAFETY: the endpoint is open and removed from the table, so nothing
@@ -77,6 +92,38 @@ impl EventLoop {
 }
 
 impl EventLoop {
+    /// On `verbs;ofi_rxm`, read the completion queue for [`RXM_SETTLE`]
+    /// before an endpoint closes, so that rxm's own queue is empty when the
+    /// endpoint's connections close.
+    ///
+    /// Without a shared receive context (RoCE and InfiniBand; fabric-msg
+    /// sets one only on iWARP) a receiver gives a sender its credits back
+    /// in a message of rxm's own every 64 receive buffers it reposts
+    /// (verbs' flow control), whatever the application does. Closing the
+    /// endpoint, `rxm_close_conn` (libfabric 1.17 and 2.1) closes each
+    /// connection's MSG endpoint, then handles what is left in rxm's queue
+    /// and reposts each receive buffer it finds there on the endpoint it
+    /// has just closed: SIGSEGV. A credit that came after the application's
+    /// last poll is such a buffer (`close_race`: 1024 messages, then 20 ms
+    /// before closing, crashed 5 of 5 runs on rxe0). Each read here hands
+    /// rxm's queue to rxm while the connections are open; a credit that
+    /// arrives after the last read finds the endpoint already gone and is
+    /// dropped by the device. docs/decisions.md, "rxm over soft-iWARP".
+    pub(super) fn settle_rxm(&mut self) {
+        if self.domain.profile.provider != "verbs;ofi_rxm" {
+            return;
+        }
+        let until = Instant::now() + RXM_SETTLE;
+        let mut reads = 0;
+        while reads < RXM_SETTLE_READS || Instant::now() < until {
+            if let Err(e) = self.read_cq() {
+                log::warn!("reading the completion queue before closing: {e}");
+                return;
+            }
+            reads += 1;
+        }
+    }
+
     /// The loop's bookkeeping once endpoint `id`'s operations were
     /// reclaimed: backlogged sends whose slots went, and the request
     /// receives for emulated atomics that went with the endpoint.
@@ -99,6 +146,9 @@ impl Drop for EventLoop {
     fn drop(&mut self) {
         // The progress thread calls into the CQ: stop it before anything closes.
         self.progress = None;
+        if self.endpoints.iter().flatten().any(|s| !s.raw.is_null()) {
+            self.settle_rxm();
+        }
         let mut all_closed = true;
         for state in self
             .endpoints
