@@ -10,7 +10,7 @@ use fabric_msg::{
 };
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 struct Counting;
@@ -88,14 +88,36 @@ fn next(
 /// lifeline thread records the server's goodbye, and that allocates; seen
 /// as 4 allocations of 96, 96, 15 and 64 bytes on a loaded machine).
 struct Server {
-    counted: std::sync::mpsc::Sender<()>,
+    counted: Arc<Counted>,
     thread: std::thread::JoinHandle<()>,
+}
+
+/// Set once the client has counted; the server thread waits for it after
+/// its rounds, inside the client's count. A futex-backed mutex and condvar
+/// allocate nothing to wait: an `mpsc` channel did, the first time a thread
+/// blocked on it (its context, 48 bytes, and its waiter list, 96), which
+/// failed the count in CI whenever the server got there before the client
+/// had finished (2.1, loaded machine: "2 allocations ... sizes [48, 96]").
+#[derive(Default)]
+struct Counted {
+    done: Mutex<bool>,
+    cv: std::sync::Condvar,
+}
+
+impl Counted {
+    fn wait(&self) {
+        let mut done = self.done.lock().unwrap_or_else(|e| e.into_inner());
+        while !*done {
+            done = self.cv.wait(done).unwrap_or_else(|e| e.into_inner());
+        }
+    }
 }
 
 impl Server {
     /// The client has counted: let the server close, and wait for it.
     fn join(self) -> std::thread::Result<()> {
-        let _ = self.counted.send(());
+        *self.counted.done.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        self.counted.cv.notify_all();
         self.thread.join()
     }
 }
@@ -127,14 +149,15 @@ fn pair_with(
     let listener = Listener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     let sp = p.clone();
-    let (counted, wait) = std::sync::mpsc::channel::<()>();
+    let counted = Arc::new(Counted::default());
+    let wait = counted.clone();
     let scfg = cfg.clone();
     let thread = std::thread::spawn(move || {
         let mut ev = EventLoop::new(&sp, scfg).unwrap();
         let ep = ev.endpoint().unwrap();
         let peer = listener.accept(&mut ev, ep).unwrap();
         serve(&mut ev, &peer);
-        let _ = wait.recv();
+        wait.wait();
     });
     let server = Server { counted, thread };
     let mut ev = EventLoop::new(&p, cfg).unwrap();
