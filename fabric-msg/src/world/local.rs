@@ -149,6 +149,9 @@ pub(crate) struct Local {
     batch: Vec<Completion>,
     /// shm matches masked receives wrongly: post exact ones only.
     exact_only: bool,
+    /// More ranks than cores on this node: give the core away between
+    /// empty looks instead of spinning (set by the World).
+    pub(crate) yield_when_idle: bool,
 }
 
 impl Local {
@@ -200,6 +203,7 @@ impl Local {
             spares: Vec::new(),
             batch: Vec::new(),
             exact_only: ev_defect,
+            yield_when_idle: false,
         }))
     }
 
@@ -483,7 +487,11 @@ impl Local {
             if !out.is_empty() || deadline.is_some_and(|d| Instant::now() >= d) {
                 return Ok(out.len());
             }
-            std::thread::yield_now();
+            if self.yield_when_idle {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
         }
     }
 

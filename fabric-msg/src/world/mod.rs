@@ -220,6 +220,9 @@ impl World {
         } else {
             Idle::Spin
         };
+        if let Some(l) = shm.as_mut() {
+            l.yield_when_idle = idle != Idle::Spin;
+        }
         let mut world = World {
             ev,
             ep,
