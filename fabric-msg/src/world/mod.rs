@@ -22,7 +22,9 @@
 //! memory, discovery, errors) and which nothing below uses. How the process
 //! was launched (`launch`: PMIx, the rendezvous, or alone), the exchanges
 //! each launcher offers (`pmix`, `rendezvous`), how the ranks agree on one
-//! fabric (`agree`), the tag layout that carries the sending rank (`tags`),
+//! fabric (`agree`, with `startup`'s helpers), the same-node ranks reached
+//! over shared memory beside it (`local`), the tag layout that carries the
+//! sending rank (`tags`),
 //! what is known of ranks that went away (`liveness`), the collectives
 //! (`collectives/`) and the memory every rank registers at once
 //! (`symmetric`). See `docs/world.md` and `docs/collectives.md`.
@@ -88,9 +90,10 @@ pub struct World {
     finished: bool,
     /// The collectives: their numbering, runs in flight, and the
     /// application's completions that arrived while one was waited for.
-    /// Declared after `ev`, so dropped after it: runs that failed with
-    /// operations in flight keep their memory here until the event loop has
-    /// closed the endpoint those operations were posted on.
+    /// Declared after `ev` and `local`, so dropped after both: runs that
+    /// failed with operations in flight keep their memory here until the
+    /// event loops have closed the endpoints those operations were posted
+    /// on.
     coll: Engine,
 }
 

@@ -1,4 +1,5 @@
-//! Runs schedules on the World's endpoint, through its event loop.
+//! Runs schedules on the World's endpoints, through its event loops (the
+//! main one, and the same-node shm one where there is one: `Io::lane`).
 //!
 //! Every collective is a [`Run`]: its schedule, its working array and where
 //! it stands. Runs live in the [`Engine`] (one per World) until they finish,

@@ -193,15 +193,15 @@ impl<T: Element> Run<T> {
             let t = token(Kind::Recv, self.seq, self.next_post as u32);
             let posted = if direct {
                 let region = &mut self.work[x.at..x.at + x.len];
+                let (ev, ep, _) = io.lane(x.peer);
                 // SAFETY: the block lies in the working array, which is never
                 // reallocated and outlives the operation: the run ends only
                 // once this receive completed (its round must arrive), or is
-                // kept by the engine while busy until the World's event loop
-                // is closed. No send reads the block meanwhile: none in
-                // flight does (checked just above), and a round never sends
-                // a block it receives into. Any bit pattern is a valid
-                // element.
-                let (ev, ep, _) = io.lane(x.peer);
+                // kept by the engine while busy until the World's event loops
+                // (the main one and the same-node one) are closed. No send
+                // reads the block meanwhile: none in flight does (checked
+                // just above), and a round never sends a block it receives
+                // into. Any bit pattern is a valid element.
                 let r = unsafe { ev.recv_borrowed(ep, region.as_mut_ptr().cast(), x.len * T::SIZE, opts, t) };
                 match r {
                     Ok(()) => {
@@ -289,13 +289,13 @@ impl<T: Element> Run<T> {
                         .iter()
                         .position(Option::is_none)
                         .unwrap_or(self.sending.len());
+                    let (ev, _, to) = io.lane(peer);
                     // SAFETY: the block lies in the working array, which is
                     // never reallocated and outlives the send: nothing writes
                     // a block a send in flight reads (`read_by_sends` holds
                     // back applies and direct receives), and a run that ends
                     // with one in flight is kept by the engine until the
-                    // World's event loop is closed.
-                    let (ev, _, to) = io.lane(peer);
+                    // World's event loops are closed.
                     let r = unsafe {
                         ev.send_borrowed(
                             to,
