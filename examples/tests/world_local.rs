@@ -9,7 +9,7 @@ mod support;
 
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
-use support::{best_tcp, clean, free_port, wait_all, Exit};
+use support::{best_tcp, clean, free_port, wait_all, Exit, Watch};
 
 const CHECK: &str = env!("CARGO_BIN_EXE_same_node_check");
 const DEADLINE: Duration = Duration::from_secs(180);
@@ -17,8 +17,12 @@ const DEADLINE: Duration = Duration::from_secs(180);
 /// `n` ranks through the rendezvous, rank r on node `node{r/2}`.
 fn rendezvous(n: u32, shm: bool, args: &[&str]) -> Vec<Exit> {
     let started = Instant::now();
+    wait_all(start(n, shm, args), started, DEADLINE)
+}
+
+fn start(n: u32, shm: bool, args: &[&str]) -> Vec<Child> {
     let root = format!("127.0.0.1:{}", free_port());
-    let children: Vec<Child> = (0..n)
+    (0..n)
         .map(|r| {
             let mut cmd = Command::new(CHECK);
             clean(&mut cmd)
@@ -30,8 +34,7 @@ fn rendezvous(n: u32, shm: bool, args: &[&str]) -> Vec<Exit> {
                 .env("FABRIC_MSG_SHM", if shm { "1" } else { "0" });
             cmd.spawn().expect("starting same_node_check")
         })
-        .collect();
-    wait_all(children, started, DEADLINE)
+        .collect()
 }
 
 /// The same under `mpirun`, each rank's node set from its rank by `sh -c`.
@@ -163,4 +166,41 @@ fn any_source_receives_racing_shm_and_tcp_lose_and_duplicate_nothing() {
     assert_exits(&exits, 4, "rendezvous", true);
     let exits = rendezvous(4, true, &["-n", "0", "-a", "500", "-w", "1"]);
     assert_exits(&exits, 4, "rendezvous", true);
+}
+
+/// A rank killed mid-ring: every other rank names it, on both paths (rank
+/// 3 shares its node, and shm, with rank 2; ranks 0 and 1 reach it over
+/// TCP), within the bound `examples/tests/world.rs` holds the one-fabric
+/// world to. Ranks whose `tcp;ofi_rxm` endpoint does not close after the
+/// loss are ended by the World's watchdog (status 70, naming the lost rank
+/// too), as in a world on TCP alone.
+#[test]
+fn a_rank_killed_mid_ring_is_named_by_every_other() {
+    let started = Instant::now();
+    let mut children = start(4, true, &["-n", "100000000", "-a", "0"]);
+    let watches: Vec<Watch> = children.iter_mut().map(Watch::stdout).collect();
+    for (r, w) in watches.iter().enumerate() {
+        assert!(
+            w.wait_for("shm ranks", 1, Duration::from_secs(60)),
+            "rank {r} did not start: {}",
+            w.text()
+        );
+    }
+    std::thread::sleep(Duration::from_millis(1000));
+    assert!(
+        children[3].try_wait().expect("rank 3").is_none(),
+        "rank 3 ended early"
+    );
+    children[3].kill().expect("SIGKILL rank 3");
+    let killed = started.elapsed();
+    let exits = wait_all(children, started, DEADLINE);
+    for (r, e) in exits.iter().enumerate().take(3) {
+        assert!(!e.status.success(), "rank {r} should have failed: {e:?}");
+        assert!(e.stderr.contains("rank 3 is lost"), "rank {r}: {}", e.stderr);
+        let after = e.at.saturating_sub(killed);
+        assert!(
+            after < Duration::from_secs(12),
+            "rank {r} took {after:?} to give up"
+        );
+    }
 }

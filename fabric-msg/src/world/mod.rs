@@ -377,7 +377,7 @@ impl World {
 
     /// Receive into `buf` from `from` (`None`: any rank) with `tag`
     /// (`None`: any tag). [`World::source`] and [`World::tag`] say what
-    /// arrived. Tokens whose top byte is `0xFE` are refused, as for
+    /// arrived. Tokens whose top byte is `0xFE` or `0xFD` are refused, as for
     /// [`World::send`].
     pub fn recv(
         &mut self,
