@@ -168,6 +168,25 @@ fn any_source_receives_racing_shm_and_tcp_lose_and_duplicate_nothing() {
     assert_exits(&exits, 4, "rendezvous", true);
 }
 
+/// Receives from one rank interleaved with receives from any rank, with the
+/// same tag: a message that a cancelled part of a receive from any rank took
+/// must go to the oldest receive still waiting that matches it, one from
+/// that rank included, or a later message of that rank overtakes it. When
+/// exact-source receives bypassed the World's numbering, every rank saw
+/// that ("receive 337 holds message 129 where message 127 was due").
+#[test]
+fn receives_from_one_rank_and_from_any_keep_each_ranks_order() {
+    let exits = rendezvous(4, true, &["-n", "0", "-a", "2000", "-w", "64", "-m"]);
+    assert_exits(&exits, 4, "rendezvous", true);
+    for (r, e) in exits.iter().enumerate() {
+        assert!(
+            !e.stdout.contains("(0 of the receives from one rank)"),
+            "rank {r}: {}",
+            e.stdout
+        );
+    }
+}
+
 /// A rank killed mid-ring: every other rank names it, on both paths (rank
 /// 3 shares its node, and shm, with rank 2; ranks 0 and 1 reach it over
 /// TCP), within the bound `examples/tests/world.rs` holds the one-fabric

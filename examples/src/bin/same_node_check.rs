@@ -16,7 +16,12 @@
 //!     FABRIC_MSG_ROOT=127.0.0.1:9300 target/release/same_node_check & done; wait
 //! ```
 //!
-//! usage: same_node_check [-n RING] [-a ANY] [-w WINDOW]
+//! usage: same_node_check [-n RING] [-a ANY] [-w WINDOW] [-m]
+//!
+//! `-m`: every other receive of the all-to-all is from one rank (each
+//! other rank in turn) instead of any rank, so receives from one rank and
+//! from any rank interleave (only where the rank surely has a message left
+//! for it, so no receive can starve).
 
 use fabric_msg::{Buffer, Completion, Op, OpKind, Token, World};
 use fabric_msg_examples::pattern::{check, fill};
@@ -62,6 +67,8 @@ struct Opts {
     ring: u64,
     any: u64,
     window: usize,
+    /// Every other receive of the all-to-all names its rank (in turn).
+    mixed: bool,
 }
 
 fn parse() -> Result<Opts, String> {
@@ -69,6 +76,7 @@ fn parse() -> Result<Opts, String> {
         ring: 300,
         any: 300,
         window: 16,
+        mixed: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -81,9 +89,10 @@ fn parse() -> Result<Opts, String> {
             "-n" => o.ring = num("-n")?,
             "-a" => o.any = num("-a")?,
             "-w" => o.window = num("-w")?.max(1) as usize,
+            "-m" => o.mixed = true,
             other => {
                 return Err(format!(
-                    "unknown argument {other}; usage: same_node_check [-n RING] [-a ANY] [-w WINDOW]"
+                    "unknown argument {other}; usage: same_node_check [-n RING] [-a ANY] [-w WINDOW] [-m]"
                 ))
             }
         }
@@ -134,10 +143,11 @@ fn main() -> ExitCode {
 
 fn run(world: &mut World, o: &Opts) -> Result<String, String> {
     let ring = ring(world, o)?;
-    let any = all_to_all(world, o)?;
+    let (any, exact) = all_to_all(world, o)?;
     collectives(world)?;
     Ok(format!(
-        "ring {ring} messages in order; any-source {any} messages exactly once, in order per rank; collectives right"
+        "ring {ring} messages in order; any-source {any} messages exactly once, in order per rank \
+         ({exact} of the receives from one rank); collectives right"
     ))
 }
 
@@ -200,19 +210,38 @@ fn ring(world: &mut World, o: &Opts) -> Result<u64, String> {
 
 /// Every rank sends `o.any` messages to every other; every receive is from
 /// any rank.
-fn all_to_all(world: &mut World, o: &Opts) -> Result<u64, String> {
+fn all_to_all(world: &mut World, o: &Opts) -> Result<(u64, u64), String> {
     let (rank, size) = (world.rank(), world.size());
     let expected = o.any * u64::from(size - 1);
     let started = Instant::now();
     let (mut posted, mut got, mut sent, mut sends) = (0u64, 0u64, 0u64, 0u64);
     // By source: (receive number, message number), as they completed.
     let mut seen: HashMap<u32, Vec<(u64, u64)>> = HashMap::new();
+    // Receives that named their rank.
+    let mut named: HashMap<u64, u32> = HashMap::new();
+    let mut got_from: HashMap<u32, u64> = HashMap::new();
+    let mut exact = 0u64;
     let mut out = Vec::new();
     while got < expected || sends < expected {
         while posted < expected && posted - got < o.window as u64 {
+            // A receive from one rank only where that rank surely has a
+            // message left for it: even if every receive from any rank
+            // still waiting took one of that rank's, as MPI lets them.
+            let from = (o.mixed && posted % 2 == 1)
+                .then(|| (rank + 1 + ((posted / 2) % u64::from(size - 1)) as u32) % size)
+                .filter(|&f| {
+                    let left = o.any - got_from.get(&f).copied().unwrap_or(0);
+                    let waiting_any = (posted - got) - named.len() as u64;
+                    let waiting_f = named.values().filter(|&&g| g == f).count() as u64;
+                    left > waiting_f + waiting_any + 1
+                });
             world
-                .recv(None, Some(ANY), Buffer::new(LARGEST), Token(posted))
+                .recv(from, Some(ANY), Buffer::new(LARGEST), Token(posted))
                 .map_err(|e| e.error.to_string())?;
+            if let Some(f) = from {
+                named.insert(posted, f);
+                exact += 1;
+            }
             posted += 1;
         }
         while sent < expected && sent - sends < o.window as u64 {
@@ -232,6 +261,13 @@ fn all_to_all(world: &mut World, o: &Opts) -> Result<u64, String> {
             }
             let bytes = c.buffer.as_ref().map_or(&[][..], Buffer::as_slice);
             let i = verify(src, bytes)?;
+            *got_from.entry(src).or_default() += 1;
+            if named.remove(&c.token.0).is_some_and(|f| f != src) {
+                return Err(format!(
+                    "receive {} from one rank got rank {src}'s message",
+                    c.token.0
+                ));
+            }
             seen.entry(src).or_default().push((c.token.0, i));
             got += 1;
         }
@@ -254,7 +290,7 @@ fn all_to_all(world: &mut World, o: &Opts) -> Result<u64, String> {
             }
         }
     }
-    Ok(got)
+    Ok((got, exact))
 }
 
 fn collectives(world: &mut World) -> Result<(), String> {

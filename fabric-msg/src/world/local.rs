@@ -12,11 +12,15 @@
 //!
 //! A message from a given rank always arrives on one loop, so exact-source
 //! receives go to that loop. A receive from any rank is posted on both
-//! loops as a pair: the first half to complete is handed out, the other is
-//! cancelled (`EventLoop::cancel_recv`); if the other half had already
-//! matched a message, that message is kept here and given to the next
-//! receive it matches, before anything is posted (MPICH's CH4 does the
-//! same with its shared-memory and network modules).
+//! loops: the first part to complete is handed out, the others are
+//! cancelled (`EventLoop::cancel_recv`); if another part had already
+//! matched a message, that message goes to the oldest receive still
+//! waiting that matches it, or is kept here for the next receive it
+//! matches, before anything is posted (MPICH's CH4 pairs the two sides of
+//! an any-source receive the same way). Every receive of the application,
+//! from one rank too, is numbered and kept until it completes, so "oldest"
+//! is the order in which the application posted them and one rank's
+//! messages are never handed out out of order.
 
 use super::tags;
 use crate::discovery::config::LadderConfig;
@@ -116,7 +120,8 @@ pub(crate) fn pairs_of(rank: u32, nodes: &[String], has: &[bool]) -> Vec<u32> {
         .collect()
 }
 
-/// One any-source receive, posted on both loops.
+/// One receive of the application, in one part on the loop that carries
+/// its rank, or in parts on both loops (from any rank).
 #[derive(Debug)]
 struct Pair {
     user: Token,
@@ -125,7 +130,9 @@ struct Pair {
     capacity: usize,
     /// One half was handed out (or the post failed): the other is left over.
     delivered: bool,
-    /// Halves posted: 0 on the main loop, the others on shm.
+    /// Parts posted: `first..halves`; 0 is on the main loop, the others
+    /// on shm.
+    first: u8,
     halves: u8,
     /// Halves still in flight.
     left: u8,
@@ -281,33 +288,66 @@ impl Local {
         }
     }
 
-    /// Post a receive from any rank with `tag` (`None`: any) on both
-    /// loops: `main`'s endpoint `main_ep` gets `buf`, the shm loop buffers
-    /// of the same size. Where shm matches masked receives wrongly (before
-    /// libfabric 1.19: `Profile::tag_mask_defect`) and the tag is given,
-    /// the shm side is one exact receive per same-node rank, so no masked
-    /// receive is ever posted there.
-    pub(crate) fn recv_any(
+    /// Post a receive from `from` (`None`: any rank) with `tag` (`None`:
+    /// any). Every receive is numbered and kept here until it completes,
+    /// so a message that a cancelled part took can be given to the oldest
+    /// receive still waiting that matches it, in the order the receives
+    /// were posted, whichever loop they wait on.
+    ///
+    /// From one rank: one part, on the loop that carries it. From any
+    /// rank: one part on each loop (`main`'s endpoint `main_ep` gets `buf`,
+    /// the shm loop buffers of the same size). Where shm matches masked
+    /// receives wrongly (before libfabric 1.19: `Profile::tag_mask_defect`)
+    /// and the tag is given, the shm side is one exact receive per
+    /// same-node rank, so no masked receive is ever posted there.
+    pub(crate) fn recv(
         &mut self,
         main: &mut EventLoop,
         main_ep: EndpointId,
-        buf: Buffer,
+        from: Option<u32>,
         tag: Option<u32>,
+        buf: Buffer,
         token: Token,
     ) -> std::result::Result<(), PostError> {
         let id = self.next_pair;
         self.next_pair = (self.next_pair + 1) & ID_MASK;
-        let want = user_matcher(None, tag);
+        let want = user_matcher(from, tag);
         let capacity = buf.capacity();
-        let sides: Vec<(u64, u64)> = match tag {
-            Some(_) if self.exact_only && self.ranks().len() < usize::from(u8::MAX) => self
+        let mut waiting = Pair {
+            user: token,
+            want,
+            capacity,
+            delivered: false,
+            first: 0,
+            halves: 1,
+            left: 0,
+        };
+        // The shm parts first, on buffers of the loop's own.
+        let sides: Vec<(u64, u64)> = match (from, tag) {
+            (Some(r), _) if self.peer(r).is_some() => {
+                waiting.first = 1;
+                let opts = RecvOpts {
+                    tag: Some(want),
+                    from: None,
+                };
+                return match self.ev.recv(self.ep, buf, opts, half(id, 1)) {
+                    Ok(()) => {
+                        waiting.halves = 2;
+                        waiting.left = 1;
+                        self.pairs.insert(id, waiting);
+                        Ok(())
+                    }
+                    Err(e) => Err(e),
+                };
+            }
+            (Some(_), _) => Vec::new(),
+            (None, Some(_)) if self.exact_only && self.ranks().len() < usize::from(u8::MAX) => self
                 .ranks()
                 .into_iter()
                 .map(|r| user_matcher(Some(r), tag))
                 .collect(),
-            _ => vec![want],
+            (None, _) => vec![want],
         };
-        let mut posted: u8 = 1;
         let mut failed = None;
         for m in sides {
             let spare = self.spare(capacity);
@@ -315,27 +355,17 @@ impl Local {
                 tag: Some(m),
                 from: None,
             };
-            if let Err(e) = self.ev.recv(self.ep, spare, opts, half(id, posted)) {
+            if let Err(e) = self.ev.recv(self.ep, spare, opts, half(id, waiting.halves)) {
                 if let Some(b) = e.buffer {
                     self.give_spare(b);
                 }
                 failed = Some(e.error);
                 break;
             }
-            posted += 1;
+            waiting.halves += 1;
+            waiting.left += 1;
         }
-        self.pairs.insert(
-            id,
-            Pair {
-                user: token,
-                want,
-                capacity,
-                delivered: false,
-                halves: posted,
-                left: posted - 1,
-            },
-        );
-        let failed = match failed {
+        let posted = match failed {
             Some(error) => Err(PostError {
                 error,
                 buffer: Some(buf),
@@ -348,47 +378,46 @@ impl Local {
                 main.recv(main_ep, buf, opts, half(id, 0))
             }
         };
-        match failed {
+        match posted {
             Ok(()) => {
-                if let Some(p) = self.pairs.get_mut(&id) {
-                    p.left += 1;
-                }
+                waiting.left += 1;
+                self.pairs.insert(id, waiting);
                 Ok(())
             }
             Err(e) => {
-                // The shm halves alone would take messages the caller never
+                // The shm parts alone would take messages the caller never
                 // sees complete: cancel them; whatever they matched
-                // meanwhile is kept.
-                match self.pairs.get_mut(&id) {
-                    Some(p) if p.left > 0 => p.delivered = true,
-                    _ => {
-                        self.pairs.remove(&id);
-                    }
+                // meanwhile is given out as a left-over.
+                let halves = waiting.halves;
+                if waiting.left > 0 {
+                    waiting.delivered = true;
+                    self.pairs.insert(id, waiting);
                 }
-                self.cancel_halves(main, main_ep, id, posted, None);
+                self.cancel_halves(main, main_ep, id, 1, halves, None);
                 Err(e)
             }
         }
     }
 
-    /// Cancel the halves `1..halves` of pair `id` on the shm loop, and
-    /// half 0 on the main loop, except `but`.
+    /// Cancel the parts `first..halves` of receive `id` (0 on the main
+    /// loop, the others on shm), except `but`.
     fn cancel_halves(
         &mut self,
         main: &mut EventLoop,
         main_ep: EndpointId,
         id: u64,
+        first: u8,
         halves: u8,
         but: Option<u8>,
     ) {
-        for h in (0..halves).filter(|&h| Some(h) != but) {
+        for h in (first..halves).filter(|&h| Some(h) != but) {
             let r = if h == 0 {
                 main.cancel_recv(main_ep, half(id, 0))
             } else {
                 self.ev.cancel_recv(self.ep, half(id, h))
             };
             if let Err(e) = r {
-                log::warn!("cannot cancel part of an any-source receive: {e}");
+                log::warn!("cannot cancel part of a receive: {e}");
             }
         }
     }
@@ -411,15 +440,17 @@ impl Local {
                 continue;
             };
             p.left = p.left.saturating_sub(1);
-            let (first, user, halves) = (!p.delivered, p.user, p.halves);
+            let (fresh, user, first, halves) = (!p.delivered, p.user, p.first, p.halves);
             p.delivered = true;
             if p.left == 0 {
                 self.pairs.remove(&id);
             }
-            if first {
+            if fresh {
                 c.token = user;
                 out.push(c);
-                self.cancel_halves(main, main_ep, id, halves, Some(h));
+                if halves - first > 1 {
+                    self.cancel_halves(main, main_ep, id, first, halves, Some(h));
+                }
             } else if matches!(c.result, Err(CompletionError::Cancelled)) {
                 if let Some(b) = c.buffer.take() {
                     self.give_spare(b);
@@ -458,9 +489,9 @@ impl Local {
             });
         }
         c.token = p.user;
-        let halves = p.halves;
+        let (first, halves) = (p.first, p.halves);
         out.push(c);
-        self.cancel_halves(main, main_ep, id, halves, None);
+        self.cancel_halves(main, main_ep, id, first, halves, None);
     }
 
     /// Poll both loops (`main` first), for up to `timeout`, in zero-time

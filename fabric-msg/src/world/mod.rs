@@ -407,11 +407,7 @@ impl World {
             None => self.ev.recv(self.ep, buf, opts, token),
             Some(l) => match l.claim(want, buf, token) {
                 Ok(()) => Ok(()),
-                Err(buf) => match from {
-                    None => l.recv_any(&mut self.ev, self.ep, buf, tag, token),
-                    Some(r) if l.peer(r).is_some() => l.ev.recv(l.ep, buf, opts, token),
-                    Some(_) => self.ev.recv(self.ep, buf, opts, token),
-                },
+                Err(buf) => l.recv(&mut self.ev, self.ep, from, tag, buf, token),
             },
         };
         r.map_err(|e| self.explain_post(e))
