@@ -75,7 +75,12 @@ pub(crate) fn wanted(on: bool, world_provider: &str, nodes: &[String], rank: u32
     if world_provider == "shm" {
         return Some("the world is on shm already".into());
     }
-    let me = &nodes[rank as usize];
+    let Some(me) = nodes.get(rank as usize) else {
+        return Some(format!(
+            "rank {rank} is not in the table of {} nodes",
+            nodes.len()
+        ));
+    };
     let others = nodes
         .iter()
         .enumerate()
@@ -111,11 +116,11 @@ pub(crate) fn open(
 /// `has[r]`: whether rank `r` published an shm endpoint.
 pub(crate) fn pairs_of(rank: u32, nodes: &[String], has: &[bool]) -> Vec<u32> {
     let me = rank as usize;
-    if !has[me] {
+    let (Some(true), Some(node)) = (has.get(me), nodes.get(me)) else {
         return Vec::new();
-    }
-    (0..has.len())
-        .filter(|&r| r != me && nodes[r] == nodes[me] && has[r])
+    };
+    (0..has.len().min(nodes.len()))
+        .filter(|&r| r != me && nodes[r] == *node && has[r])
         .map(|r| r as u32)
         .collect()
 }
@@ -565,6 +570,15 @@ mod tests {
                 assert!(pairs_of(b, &nodes, &table).contains(&a), "{a}-{b} is symmetric");
             }
         }
+    }
+
+    #[test]
+    fn tables_of_different_lengths_pair_nothing_they_do_not_both_hold() {
+        let nodes: Vec<String> = ["a", "a"].iter().map(|s| s.to_string()).collect();
+        assert_eq!(pairs_of(0, &nodes, &[true, true, true]), vec![1]);
+        assert_eq!(pairs_of(2, &nodes, &[true, true, true]), Vec::<u32>::new());
+        assert_eq!(pairs_of(5, &nodes, &[true]), Vec::<u32>::new());
+        assert!(wanted(true, "tcp;ofi_rxm", &nodes, 7).is_some());
     }
 
     #[test]
