@@ -271,7 +271,8 @@ fn header(world: &World, o: &Opts) {
             "{}",
             serde_json::json!({"tool": "world_bench", "benchmark": o.bench.name(), "ranks": world.size(),
                 "launcher": world.launcher(), "provider": p.provider, "fabric_kind": p.fabric_kind,
-                "domain": p.domain, "window": (o.bench == Bench::Bw).then_some(o.window)})
+                "domain": p.domain, "window": (o.bench == Bench::Bw).then_some(o.window),
+                "shm_ranks": world.shm_ranks()})
         );
         return;
     }
@@ -289,6 +290,9 @@ fn header(world: &World, o: &Opts) {
         p.fabric_kind,
         p.domain
     );
+    if !world.shm_ranks().is_empty() {
+        say!("# {}", world.shm_report());
+    }
     match o.bench {
         Bench::Bw => say!("{:<10}{:>20}{:>12}", "# Size", "Bandwidth (MB/s)", "Iterations"),
         Bench::Barrier => say!(

@@ -38,6 +38,7 @@ pub fn clean(cmd: &mut Command) -> &mut Command {
         "FABRIC_MSG_SIZE",
         "FABRIC_MSG_ROOT",
         "FABRIC_MSG_SHM",
+        "FABRIC_MSG_NODE",
         "PMIX_RANK",
         "PMIX_NAMESPACE",
     ] {

@@ -15,7 +15,8 @@ use std::time::Duration;
 /// | `ladder` | `None`: `providers.toml` as [`LadderConfig::load`] finds it | `FABRIC_MSG_PROVIDERS` |
 /// | `loop_config` | `LoopConfig::default()` | |
 /// | `domain` | `None`: on IP fabrics, the interface that reaches rank 0 | `FABRIC_MSG_DOMAIN` |
-/// | `shared_memory` | `true`: `shm` when every rank is on one host | `FABRIC_MSG_SHM=0` turns it off |
+/// | `shared_memory` | `true`: `shm` when every rank is on one host, and between the ranks of one node when the world's fabric is another | `FABRIC_MSG_SHM=0` turns both off |
+/// | `node` | `None`: the host name says which ranks share a node | `FABRIC_MSG_NODE` (for testing layouts: one machine standing in for several nodes) |
 /// | `start_timeout` | 30 s: for all ranks to arrive and agree | `FABRIC_MSG_START_TIMEOUT` (seconds) |
 /// | `finish_timeout` | 10 s: for all ranks to finish | `FABRIC_MSG_FINISH_TIMEOUT` (seconds) |
 #[derive(Debug, Clone)]
@@ -29,8 +30,13 @@ pub struct WorldConfig {
     /// Only this domain (interface or device), overriding the choice of
     /// the interface that reaches the other ranks.
     pub domain: Option<String>,
-    /// Use shared memory when every rank is on this host.
+    /// Use shared memory when every rank is on this host, and between
+    /// ranks of one node beside another fabric.
     pub shared_memory: bool,
+    /// This rank's node, in place of its host name, to lay ranks out on
+    /// pretend nodes in tests. Set, the launcher's word that every rank is
+    /// on this host no longer makes the world choose `shm`.
+    pub node: Option<String>,
     /// Longest wait for every rank to arrive and agree on a fabric.
     pub start_timeout: Duration,
     /// Longest wait, when finishing, for the other ranks to finish.
@@ -53,6 +59,7 @@ impl Default for WorldConfig {
             loop_config: LoopConfig::default(),
             domain: None,
             shared_memory: true,
+            node: None,
             start_timeout: Duration::from_secs(30),
             finish_timeout: Duration::from_secs(10),
         }
@@ -85,6 +92,9 @@ impl WorldConfig {
             Ok(other) => {
                 return Err(Error::Usage(format!("FABRIC_MSG_SHM={other:?}: say 0 or 1")));
             }
+        }
+        if let Ok(n) = std::env::var("FABRIC_MSG_NODE") {
+            c.node = Some(n).filter(|n| !n.is_empty());
         }
         if let Some(t) = seconds("FABRIC_MSG_START_TIMEOUT")? {
             c.start_timeout = t;

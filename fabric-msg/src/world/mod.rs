@@ -22,7 +22,9 @@
 //! memory, discovery, errors) and which nothing below uses. How the process
 //! was launched (`launch`: PMIx, the rendezvous, or alone), the exchanges
 //! each launcher offers (`pmix`, `rendezvous`), how the ranks agree on one
-//! fabric (`agree`), the tag layout that carries the sending rank (`tags`),
+//! fabric (`agree`, with `startup`'s helpers), the same-node ranks reached
+//! over shared memory beside it (`local`), the tag layout that carries the
+//! sending rank (`tags`),
 //! what is known of ranks that went away (`liveness`), the collectives
 //! (`collectives/`) and the memory every rank registers at once
 //! (`symmetric`). See `docs/world.md` and `docs/collectives.md`.
@@ -32,9 +34,11 @@ pub mod collectives;
 mod config;
 mod launch;
 mod liveness;
+mod local;
 mod placement;
 mod pmix;
 mod rendezvous;
+mod startup;
 pub mod symmetric;
 mod tags;
 
@@ -44,10 +48,9 @@ pub use tags::MAX_RANKS;
 pub(crate) use pmix::fuzz_local_peers;
 pub(crate) use rendezvous::{fuzz_frame as fuzz_rendezvous_frame, fuzz_seeds as fuzz_rendezvous_seeds};
 
-use crate::discovery::classify::FabricKind;
 use crate::discovery::config::LadderConfig;
-use crate::discovery::negotiate::{negotiate, EndpointChoice, Requirements};
-use crate::discovery::profile::{check_peer, Profile, WireProfile};
+use crate::discovery::negotiate::EndpointChoice;
+use crate::discovery::profile::{check_peer, Profile};
 use crate::error::{Error, Result};
 use crate::memory::buffer::Buffer;
 use crate::transport::event_loop::{
@@ -58,6 +61,8 @@ use collectives::engine::Engine;
 use collectives::io::{is_reserved, Idle, Io};
 use launch::{Launcher, Placement};
 use liveness::Liveness;
+use local::{Local, Published};
+use startup::{exchange, first_choice, hostname, interface_of, open_rung, oversubscribed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -72,6 +77,11 @@ pub struct World {
     ep: EndpointId,
     /// By rank; this rank's own address too (a message to oneself works).
     peers: Vec<Peer>,
+    /// The shared-memory loop for ranks on this node, where the world's
+    /// fabric is another (`local.rs`).
+    local: Option<Local>,
+    /// Which ranks `local` reaches, or why there is none.
+    shm_report: String,
     placement: Placement,
     launcher: Launcher,
     live: Arc<Liveness>,
@@ -80,9 +90,10 @@ pub struct World {
     finished: bool,
     /// The collectives: their numbering, runs in flight, and the
     /// application's completions that arrived while one was waited for.
-    /// Declared after `ev`, so dropped after it: runs that failed with
-    /// operations in flight keep their memory here until the event loop has
-    /// closed the endpoint those operations were posted on.
+    /// Declared after `ev` and `local`, so dropped after both: runs that
+    /// failed with operations in flight keep their memory here until the
+    /// event loops have closed the endpoints those operations were posted
+    /// on.
     coll: Engine,
 }
 
@@ -103,20 +114,24 @@ impl World {
         };
         let mut req = cfg.requirements.clone();
         req.endpoint = EndpointChoice::Rdm;
-        req.same_host = cfg.shared_memory && placement.local_ranks.len() == size as usize;
+        // FABRIC_MSG_NODE lays ranks out on pretend nodes: the launcher's
+        // "all on this host" no longer holds.
+        req.same_host =
+            cfg.shared_memory && cfg.node.is_none() && placement.local_ranks.len() == size as usize;
         req.max_peers = req.max_peers.max(size as usize);
         let domain = cfg.domain.clone().or_else(|| interface_of(launcher.local_ip()));
 
         // Round 1: every rank's first choice; the world takes the worst.
         let mine = first_choice(&req, &ladder, domain.as_deref());
         let choice = Choice {
-            host: hostname(),
+            host: local::node_name(cfg.node.as_deref(), hostname()),
             rung: mine
                 .as_ref()
                 .map(|p| ChosenRung::of(p, &ladder))
                 .map_err(|e| e.to_string()),
         };
         let table = exchange(&mut launcher, "fabric-msg.choice", &choice, cfg.start_timeout)?;
+        let nodes: Vec<String> = table.iter().map(|c| c.host.clone()).collect();
         let decision = decide(&table).map_err(|message| Error::Launch {
             launcher: launcher.name(),
             message,
@@ -133,9 +148,23 @@ impl World {
             let name = ev.name(ep)?;
             Ok((ev, ep, name))
         });
-        let mine: std::result::Result<(Vec<u8>, WireProfile), String> = match &opened {
+        let main = match &opened {
             Ok((ev, _, name)) => Ok((name.clone(), ev.wire_profile())),
             Err(e) => Err(format!("cannot open {}: {e}", decision.rung.label)),
+        };
+        // And, beside ranks on its node, its shared-memory endpoint.
+        let not_wanted = local::wanted(cfg.shared_memory, &decision.rung.provider, &nodes, placement.rank);
+        let shm = match not_wanted {
+            Some(why) => Err(why),
+            None => local::open(&req, &ladder, cfg.loop_config.clone())
+                .map_err(|e| format!("cannot open shm: {e}")),
+        };
+        let mine = Published {
+            main,
+            local: match &shm {
+                Ok((ev, _, name)) => Ok((name.clone(), ev.wire_profile())),
+                Err(why) => Err(why.clone()),
+            },
         };
         let table = exchange(&mut launcher, "fabric-msg.address", &mine, cfg.start_timeout)?;
         let launch_error = |message: String| Error::Launch {
@@ -145,7 +174,7 @@ impl World {
         if let Some((r, why)) = table
             .iter()
             .enumerate()
-            .find_map(|(r, t)| t.as_ref().err().map(|w| (r, w)))
+            .find_map(|(r, t)| t.main.as_ref().err().map(|w| (r, w)))
         {
             return Err(launch_error(format!("rank {r} {why}")));
         }
@@ -153,8 +182,8 @@ impl World {
         let local = ev.wire_profile();
         let mut names = Vec::with_capacity(table.len());
         let mut agreements = Vec::with_capacity(table.len());
-        for (r, entry) in table.into_iter().enumerate() {
-            let (name, wire) = entry.map_err(&launch_error)?;
+        for (r, entry) in table.iter().enumerate() {
+            let (name, wire) = entry.main.clone().map_err(&launch_error)?;
             let agreement = check_peer(&local, &wire).map_err(|e| launch_error(format!("rank {r}: {e}")))?;
             if agreement.tag_bits < 64 {
                 return Err(launch_error(format!(
@@ -166,10 +195,26 @@ impl World {
             agreements.push(agreement);
         }
         let peers = ev.insert_peers(ep, &names, &agreements)?;
+        let has: Vec<bool> = table.iter().map(|p| p.local.is_ok()).collect();
+        let pairs = local::pairs_of(placement.rank, &nodes, &has);
+        let (mut shm, shm_report) = match shm {
+            Ok((lev, lep, _)) => {
+                let wired = Local::wire(lev, lep, size, &pairs, &table).map_err(&launch_error)?;
+                let report = match &wired {
+                    Some(_) => local::report(placement.rank, &pairs, &decision.rung.label),
+                    None => "no other rank on this node published an shm endpoint".into(),
+                };
+                (wired, report)
+            }
+            Err(why) => (None, why),
+        };
         let live = Arc::new(Liveness::new(placement.rank, local.provider.clone()));
         // A send stuck on a queue full of messages for a rank that died
         // fails with that rank's loss at once, not after post_timeout.
         ev.give_up = Some(live.flag());
+        if let Some(l) = shm.as_mut() {
+            l.ev.give_up = Some(live.flag());
+        }
         launcher.watch(live.clone())?;
         let idle = if ev.cfg.wait == WaitMode::Block {
             Idle::Block
@@ -178,10 +223,15 @@ impl World {
         } else {
             Idle::Spin
         };
+        if let Some(l) = shm.as_mut() {
+            l.yield_when_idle = idle != Idle::Spin;
+        }
         let mut world = World {
             ev,
             ep,
             peers,
+            local: shm,
+            shm_report,
             placement,
             launcher,
             live,
@@ -231,8 +281,24 @@ impl World {
         self.report.as_deref()
     }
 
-    /// The event loop, for everything the World does not wrap (RMA,
-    /// registration, atomics with [`World::peer`]).
+    /// The ranks this rank reaches over shared memory (`shm`) rather than
+    /// the world's fabric: the other ranks on its node, where the world's
+    /// fabric is not `shm` itself. Empty when there are none.
+    pub fn shm_ranks(&self) -> Vec<u32> {
+        self.local.as_ref().map_or_else(Vec::new, Local::ranks)
+    }
+
+    /// Which ranks are reached over shared memory, or why none are (the
+    /// same-node path is off, the world is on `shm` already, no other rank
+    /// is on this node, or shm could not be opened).
+    pub fn shm_report(&self) -> &str {
+        &self.shm_report
+    }
+
+    /// The event loop of the world's fabric, for everything the World
+    /// does not wrap (RMA, registration, atomics with [`World::peer`]).
+    /// Every rank is reached through it, also those that messages reach
+    /// over shared memory ([`World::shm_ranks`]).
     pub fn event_loop(&mut self) -> &mut EventLoop {
         &mut self.ev
     }
@@ -275,8 +341,9 @@ impl World {
 
     /// Send `buf` to `to` with the application's `tag`.
     ///
-    /// Tokens whose top byte is `0xFE` are the collectives' own and are
-    /// refused.
+    /// Tokens whose top byte is `0xFE` or `0xFD` are the World's own and
+    /// are refused. To a rank on this node the message goes over shared
+    /// memory where [`World::shm_ranks`] lists it.
     pub fn send(&mut self, to: u32, tag: u32, buf: Buffer, token: Token) -> Result<(), PostError> {
         let _call = self.live.call();
         if let Err(error) = self.check_rank(to).and_then(|()| check_token(token)) {
@@ -289,7 +356,13 @@ impl World {
             tag: Some(tags::encode(tags::CLASS_USER, self.rank(), tag)),
             data: None,
         };
-        let r = self.ev.send(&self.peers[to as usize], buf, opts, token);
+        let r = match self.local.as_mut() {
+            Some(Local { ev, peers, .. }) if peers[to as usize].is_some() => {
+                let peer = peers[to as usize].as_ref().unwrap_or(&self.peers[to as usize]);
+                ev.send(peer, buf, opts, token)
+            }
+            _ => self.ev.send(&self.peers[to as usize], buf, opts, token),
+        };
         r.map_err(|e| self.explain_post(e))
     }
 
@@ -304,7 +377,7 @@ impl World {
 
     /// Receive into `buf` from `from` (`None`: any rank) with `tag`
     /// (`None`: any tag). [`World::source`] and [`World::tag`] say what
-    /// arrived. Tokens whose top byte is `0xFE` are refused, as for
+    /// arrived. Tokens whose top byte is `0xFE` or `0xFD` are refused, as for
     /// [`World::send`].
     pub fn recv(
         &mut self,
@@ -325,11 +398,18 @@ impl World {
                 buffer: Some(buf),
             });
         }
+        let want = local::user_matcher(from, tag);
         let opts = RecvOpts {
-            tag: Some(tags::matcher(tags::CLASS_USER, from, tag)),
+            tag: Some(want),
             from: None,
         };
-        let r = self.ev.recv(self.ep, buf, opts, token);
+        let r = match self.local.as_mut() {
+            None => self.ev.recv(self.ep, buf, opts, token),
+            Some(l) => match l.claim(want, buf, token) {
+                Ok(()) => Ok(()),
+                Err(buf) => l.recv(&mut self.ev, self.ep, from, tag, buf, token),
+            },
+        };
         r.map_err(|e| self.explain_post(e))
     }
 
@@ -371,7 +451,11 @@ impl World {
                 Some(d) => d.saturating_duration_since(Instant::now()).min(SLICE),
                 None => SLICE,
             };
-            let n = match self.ev.poll(out, Some(slice)) {
+            let polled = match self.local.as_mut() {
+                Some(l) => l.poll(&mut self.ev, self.ep, out, Some(slice)),
+                None => self.ev.poll(out, Some(slice)),
+            };
+            let n = match polled {
                 Ok(n) => n,
                 Err(e) => return Err(self.live.first_lost().map_or(e, |r| self.lost(r))),
             };
@@ -417,6 +501,7 @@ impl World {
             ev: &mut self.ev,
             ep: self.ep,
             peers: &self.peers,
+            local: self.local.as_mut(),
             rank: self.placement.rank,
             live: &self.live,
         };
@@ -449,7 +534,7 @@ impl World {
                 self.finish_timeout
             );
         }
-        let mut progress = progress_while_leaving(&mut self.ev, &self.live);
+        let mut progress = progress_while_leaving(&mut self.ev, self.local.as_mut(), &self.live);
         let left = self.launcher.finish(self.finish_timeout, &mut progress);
         // Every rank has said goodbye: give the provider's own traffic
         // still in flight (ofi_rxm's acknowledgements) a last chance to
@@ -481,7 +566,7 @@ impl Drop for World {
         // rank's shm lock.
         self.live.enter_for_good();
         if !self.finished {
-            let mut progress = progress_while_leaving(&mut self.ev, &self.live);
+            let mut progress = progress_while_leaving(&mut self.ev, self.local.as_mut(), &self.live);
             if let Err(e) = self.launcher.finish(self.finish_timeout, &mut progress) {
                 log::warn!("leaving the world: {e}");
             }
@@ -501,153 +586,33 @@ impl Drop for World {
 /// application's no longer: they are dropped, with their buffers. Once a
 /// rank is lost it stops: the others are leaving with an error anyway, and
 /// on shm a read of the CQ can spin for ever on a lock the lost rank held.
-fn progress_while_leaving<'a>(ev: &'a mut EventLoop, live: &Arc<Liveness>) -> impl FnMut() + 'a {
+fn progress_while_leaving<'a>(
+    ev: &'a mut EventLoop,
+    mut local: Option<&'a mut Local>,
+    live: &Arc<Liveness>,
+) -> impl FnMut() + 'a {
     let mut scratch = Vec::new();
     let live = live.clone();
     move || {
         if live.first_lost().is_none() {
             let _call = live.call();
             let _ = ev.poll(&mut scratch, Some(Duration::ZERO));
+            if let Some(l) = local.as_mut() {
+                let _ = l.ev.poll(&mut scratch, Some(Duration::ZERO));
+                l.forget();
+            }
             scratch.clear();
         }
     }
 }
 
-/// Refuse the tokens the collectives use.
+/// Refuse the tokens the collectives and the any-source pairs use.
 fn check_token(token: Token) -> Result<()> {
-    if is_reserved(token) {
+    if is_reserved(token) || local::is_pair(token) {
         return Err(Error::Usage(format!(
-            "token {:#x} is in the range the collectives use (top byte 0xFE): choose another",
+            "token {:#x} is in the range the World uses (top byte 0xFE or 0xFD): choose another",
             token.0
         )));
     }
     Ok(())
-}
-
-/// More ranks on this node than cores to run them: waits yield the core.
-/// The node's online cores, not this process's affinity mask: `mpirun`
-/// binds each of 2 ranks to its own core of 2, which is not oversubscribed.
-fn oversubscribed(local_ranks: usize) -> bool {
-    // SAFETY: sysconf only reads a system value.
-    let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
-    let cores = usize::try_from(online).ok().filter(|&c| c > 0);
-    let cores = cores.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    local_ranks > cores
-}
-
-/// One postcard-encoded value from every rank, decoded and checked.
-fn exchange<T>(launcher: &mut Launcher, round: &str, mine: &T, timeout: Duration) -> Result<Vec<T>>
-where
-    T: serde::Serialize + serde::de::DeserializeOwned,
-{
-    let bytes = postcard::to_stdvec(mine).map_err(|e| Error::Encoding(e.to_string()))?;
-    let table = launcher.allgather(round, &bytes, timeout)?;
-    table
-        .iter()
-        .enumerate()
-        .map(|(r, b)| {
-            postcard::from_bytes(b).map_err(|e| Error::Launch {
-                launcher: launcher.name(),
-                message: format!(
-                    "rank {r} sent a malformed {round} ({e}): is it the same fabric-msg release?"
-                ),
-            })
-        })
-        .collect()
-}
-
-/// This rank's own best fabric; on an IP fabric, on the interface that
-/// reaches the others where that is known.
-fn first_choice(req: &Requirements, ladder: &LadderConfig, domain: Option<&str>) -> Result<Profile> {
-    let found = negotiate(req, ladder)?.profile;
-    let ip = matches!(found.fabric_kind, FabricKind::Tcp | FabricKind::Udp);
-    match domain {
-        Some(d) if ip && found.domain != d => {
-            let on = Requirements {
-                domain: Some(d.to_string()),
-                ..req.clone()
-            };
-            Ok(negotiate(&on, ladder).map(|n| n.profile).unwrap_or(found))
-        }
-        _ => Ok(found),
-    }
-}
-
-/// Open exactly the rung the world decided on.
-fn open_rung(
-    req: &Requirements,
-    ladder: &LadderConfig,
-    domain: Option<&str>,
-    rung: &ChosenRung,
-) -> Result<Profile> {
-    let only = Requirements {
-        provider: Some(rung.provider.clone()),
-        provider_layered: false,
-        ..req.clone()
-    };
-    let p = first_choice(&only, ladder, domain)?;
-    if p.rung != rung.label {
-        return Err(Error::Usage(format!("opened {} instead", p.rung)));
-    }
-    Ok(p)
-}
-
-fn hostname() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: buf is writable for its length; gethostname NUL-terminates
-    // within it (or truncates, which the lossy read below tolerates).
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    if rc != 0 {
-        return "unknown-host".into();
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
-}
-
-/// The network interface that holds `ip`, e.g. `lo` for 127.0.0.1.
-fn interface_of(ip: Option<std::net::IpAddr>) -> Option<String> {
-    let ip = ip?;
-    if ip.is_loopback() {
-        return Some("lo".into());
-    }
-    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: getifaddrs allocates the list; it is freed below.
-    if unsafe { libc::getifaddrs(&mut list) } != 0 {
-        return None;
-    }
-    let mut found = None;
-    let mut cur = list;
-    while !cur.is_null() {
-        // SAFETY: cur is a node of the list getifaddrs returned.
-        let ifa = unsafe { &*cur };
-        cur = ifa.ifa_next;
-        if ifa.ifa_addr.is_null() || ifa.ifa_name.is_null() {
-            continue;
-        }
-        // SAFETY: ifa_addr points at a sockaddr whose family says its type.
-        let addr = unsafe {
-            match i32::from((*ifa.ifa_addr).sa_family) {
-                libc::AF_INET => {
-                    let a = &*(ifa.ifa_addr as *const libc::sockaddr_in);
-                    Some(std::net::IpAddr::from(
-                        u32::from_be(a.sin_addr.s_addr).to_be_bytes(),
-                    ))
-                }
-                libc::AF_INET6 => {
-                    let a = &*(ifa.ifa_addr as *const libc::sockaddr_in6);
-                    Some(std::net::IpAddr::from(a.sin6_addr.s6_addr))
-                }
-                _ => None,
-            }
-        };
-        if addr == Some(ip) {
-            // SAFETY: ifa_name is a NUL-terminated string owned by the list.
-            let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) };
-            found = Some(name.to_string_lossy().into_owned());
-            break;
-        }
-    }
-    // SAFETY: list came from getifaddrs and is freed once.
-    unsafe { libc::freeifaddrs(list) };
-    found
 }

@@ -47,6 +47,7 @@
 mod am;
 mod am_wire;
 mod backlog;
+mod cancel;
 mod completions;
 mod deadlines;
 mod endpoint;

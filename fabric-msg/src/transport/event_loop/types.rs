@@ -264,9 +264,11 @@ pub enum CompletionError {
          held until the provider releases it or the endpoint is closed"
     )]
     TimedOut(Duration),
-    /// The provider cancelled the operation: fabric-msg cancels none of
-    /// its own, so the provider flushed it, because the endpoint closed or
-    /// its connection to the peer ended.
+    /// The operation was cancelled: by [`EventLoop::cancel_recv`](super::EventLoop::cancel_recv)
+    /// (the World cancels the unused half of an any-source receive it
+    /// posted on two loops, and never hands that one out), or by the
+    /// provider, which flushed it because the endpoint closed or its
+    /// connection to the peer ended.
     #[error(
         "operation cancelled (FI_ECANCELED): the endpoint closed, or the provider's connection to the \
          peer ended (tcp and tcp;ofi_rxm end it when the peer refuses a one-sided access: a wrong or \

@@ -1,4 +1,5 @@
-//! Runs schedules on the World's endpoint, through its event loop.
+//! Runs schedules on the World's endpoints, through its event loops (the
+//! main one, and the same-node shm one where there is one: `Io::lane`).
 //!
 //! Every collective is a [`Run`]: its schedule, its working array and where
 //! it stands. Runs live in the [`Engine`] (one per World) until they finish,
@@ -32,6 +33,10 @@ use crate::world::tags;
 use std::any::Any;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// The notice receive's index on the main loop, and on the shm loop.
+const MAIN: u32 = 0;
+const SHM: u32 = 1;
 
 /// A failure another rank told of.
 #[derive(Debug)]
@@ -125,15 +130,26 @@ impl Engine {
         if self.notice_posted || io.peers.len() < 2 {
             return Ok(());
         }
-        self.post_notice_recv(io, Buffer::new(NOTICE_MAX))
+        self.post_notice_recv(io, Buffer::new(NOTICE_MAX), MAIN)?;
+        if io.local.is_some() {
+            self.post_notice_recv(io, Buffer::new(NOTICE_MAX), SHM)?;
+        }
+        Ok(())
     }
 
-    fn post_notice_recv(&mut self, io: &mut Io<'_>, buf: Buffer) -> Result<()> {
+    /// Post the receive for notices on the main loop (`MAIN`) or, for
+    /// ranks on this node, the shared-memory loop (`SHM`); each is posted
+    /// again on its own loop.
+    fn post_notice_recv(&mut self, io: &mut Io<'_>, buf: Buffer, lane: u32) -> Result<()> {
         let opts = RecvOpts {
             tag: Some(tags::notice_matcher()),
             from: None,
         };
-        io.ev.recv(io.ep, buf, opts, token(Kind::NoticeRecv, 0, 0))?;
+        let t = token(Kind::NoticeRecv, 0, lane);
+        match (lane, io.local.as_mut()) {
+            (SHM, Some(l)) => l.ev.recv(l.ep, buf, opts, t)?,
+            _ => io.ev.recv(io.ep, buf, opts, t)?,
+        }
         self.notice_posted = true;
         Ok(())
     }
@@ -265,10 +281,10 @@ impl Engine {
     /// what could not be posted is kept and tried again at the next
     /// progress, where losses and other ranks' notices are seen.
     pub(crate) fn progress(&mut self, io: &mut Io<'_>) {
-        let saved = std::mem::replace(&mut io.ev.cfg.post_timeout, Duration::ZERO);
+        let saved = io.set_post_timeout(Duration::ZERO);
         self.progress_runs(io);
         self.flush_notices(io);
-        io.ev.cfg.post_timeout = saved;
+        io.set_post_timeout(saved);
     }
 
     fn progress_runs(&mut self, io: &mut Io<'_>) {
@@ -385,7 +401,7 @@ impl Engine {
                 }
                 self.notice_posted = false;
                 let buf = c.buffer.unwrap_or_else(|| Buffer::new(NOTICE_MAX));
-                if let Err(e) = self.post_notice_recv(io, buf) {
+                if let Err(e) = self.post_notice_recv(io, buf, index) {
                     log::warn!("cannot listen for other ranks' collective failures: {e}");
                 }
             }
@@ -443,7 +459,7 @@ impl Engine {
             Idle::Spin | Idle::Yield => Duration::ZERO,
         };
         let mut batch = std::mem::take(&mut self.batch);
-        let polled = io.ev.poll(&mut batch, Some(timeout));
+        let polled = io.poll(&mut batch, Some(timeout));
         let n = batch.len();
         for c in batch.drain(..) {
             if let Some(app) = self.absorb(io, c) {

@@ -4,19 +4,75 @@
 
 use crate::error::Error;
 use crate::memory::buffer::Buffer;
-use crate::transport::event_loop::{EndpointId, EventLoop, Peer, PostError, SendOpts, Token};
+use crate::transport::event_loop::{Completion, EndpointId, EventLoop, Peer, PostError, SendOpts, Token};
 use crate::world::liveness::Liveness;
+use crate::world::local::Local;
 use crate::world::tags;
 use std::time::Duration;
 
-/// The World's parts a run posts with.
+/// The World's parts a run posts with: the main loop, and the
+/// shared-memory loop for ranks on this node where there is one
+/// (`world/local.rs`). [`Io::lane`] says which carries a peer.
 #[derive(Debug)]
 pub(crate) struct Io<'a> {
     pub ev: &'a mut EventLoop,
     pub ep: EndpointId,
     pub peers: &'a [Peer],
+    pub local: Option<&'a mut Local>,
     pub rank: u32,
     pub live: &'a Liveness,
+}
+
+impl Io<'_> {
+    /// The loop, endpoint and address that carry messages to and from `peer`.
+    pub(crate) fn lane(&mut self, peer: u32) -> (&mut EventLoop, EndpointId, &Peer) {
+        let shm = self.local.as_ref().is_some_and(|l| l.peer(peer).is_some());
+        match (&mut self.local, shm) {
+            (Some(l), true) => {
+                let l = &mut **l;
+                let p = l.peers.get(peer as usize).and_then(Option::as_ref);
+                let p = p.unwrap_or(&self.peers[peer as usize]);
+                (&mut l.ev, l.ep, p)
+            }
+            _ => (&mut *self.ev, self.ep, &self.peers[peer as usize]),
+        }
+    }
+
+    /// Whether either loop frames messages (then no zero-copy transfers).
+    pub(crate) fn framed(&self) -> bool {
+        self.ev.framed() || self.local.as_ref().is_some_and(|l| l.ev.framed())
+    }
+
+    /// The largest payload both loops inject.
+    pub(crate) fn inject_max(&self) -> usize {
+        let of = |ev: &EventLoop| {
+            ev.profile()
+                .inject_size
+                .saturating_sub(if ev.framed() { 16 } else { 0 })
+        };
+        let main = of(self.ev);
+        self.local.as_ref().map_or(main, |l| main.min(of(&l.ev)))
+    }
+
+    /// Set both loops' post timeout; the old one.
+    pub(crate) fn set_post_timeout(&mut self, t: Duration) -> Duration {
+        if let Some(l) = self.local.as_mut() {
+            l.ev.cfg.post_timeout = t;
+        }
+        std::mem::replace(&mut self.ev.cfg.post_timeout, t)
+    }
+
+    /// Poll both loops (see `Local::poll`), or the main one alone.
+    pub(crate) fn poll(
+        &mut self,
+        out: &mut Vec<Completion>,
+        timeout: Option<Duration>,
+    ) -> crate::error::Result<usize> {
+        match self.local.as_mut() {
+            Some(l) => l.poll(self.ev, self.ep, out, timeout),
+            None => self.ev.poll(out, timeout),
+        }
+    }
 }
 
 /// How a wait passes the time when nothing has arrived.
@@ -161,14 +217,14 @@ pub(crate) fn post_outgoing(
     o: Outgoing,
     t: Token,
 ) -> Result<Option<Outgoing>, Failure> {
-    let peer = &io.peers[o.peer as usize];
+    let (ev, _, peer) = io.lane(o.peer);
     let opts = SendOpts {
         tag: Some(o.tag),
         data: None,
     };
     let what = |e: &Error| Failure::seen(format!("posting a send to rank {} failed: {e}", o.peer));
     if o.inject {
-        return match io.ev.inject(peer, o.buf.as_slice(), opts) {
+        return match ev.inject(peer, o.buf.as_slice(), opts) {
             Ok(()) => {
                 sh.pool.give(o.buf);
                 Ok(None)
@@ -177,7 +233,7 @@ pub(crate) fn post_outgoing(
             Err(e) => Err(what(&e)),
         };
     }
-    match io.ev.send(peer, o.buf, opts, t) {
+    match ev.send(peer, o.buf, opts, t) {
         Ok(()) => Ok(None),
         Err(PostError {
             error: Error::QueueFull { .. },

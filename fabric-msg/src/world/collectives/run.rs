@@ -193,18 +193,16 @@ impl<T: Element> Run<T> {
             let t = token(Kind::Recv, self.seq, self.next_post as u32);
             let posted = if direct {
                 let region = &mut self.work[x.at..x.at + x.len];
+                let (ev, ep, _) = io.lane(x.peer);
                 // SAFETY: the block lies in the working array, which is never
                 // reallocated and outlives the operation: the run ends only
                 // once this receive completed (its round must arrive), or is
-                // kept by the engine while busy until the World's event loop
-                // is closed. No send reads the block meanwhile: none in
-                // flight does (checked just above), and a round never sends
-                // a block it receives into. Any bit pattern is a valid
-                // element.
-                let r = unsafe {
-                    io.ev
-                        .recv_borrowed(io.ep, region.as_mut_ptr().cast(), x.len * T::SIZE, opts, t)
-                };
+                // kept by the engine while busy until the World's event loops
+                // (the main one and the same-node one) are closed. No send
+                // reads the block meanwhile: none in flight does (checked
+                // just above), and a round never sends a block it receives
+                // into. Any bit pattern is a valid element.
+                let r = unsafe { ev.recv_borrowed(ep, region.as_mut_ptr().cast(), x.len * T::SIZE, opts, t) };
                 match r {
                     Ok(()) => {
                         self.direct_recvs += 1;
@@ -220,7 +218,9 @@ impl<T: Element> Run<T> {
                     ))),
                 }
             } else {
-                match io.ev.recv(io.ep, sh.pool.take(x.len * T::SIZE), opts, t) {
+                let buf = sh.pool.take(x.len * T::SIZE);
+                let (ev, ep, _) = io.lane(x.peer);
+                match ev.recv(ep, buf, opts, t) {
                     Ok(()) => Ok(()),
                     Err(PostError {
                         error: Error::QueueFull { .. },
@@ -243,11 +243,7 @@ impl<T: Element> Run<T> {
     /// so the round's receives may be applied before the provider takes
     /// them; large ones are sent from the array.
     fn stage_sends(&mut self, io: &mut Io<'_>, sh: &mut Shared) {
-        let inject_max = io
-            .ev
-            .profile()
-            .inject_size
-            .saturating_sub(if io.ev.framed() { 16 } else { 0 });
+        let inject_max = io.inject_max();
         for x in &self.rounds[self.round].sends {
             let tag = tags::encode(tags::CLASS_WORLD, io.rank, tags::world_field(self.seq, x.step));
             if self.large(x) {
@@ -293,15 +289,16 @@ impl<T: Element> Run<T> {
                         .iter()
                         .position(Option::is_none)
                         .unwrap_or(self.sending.len());
+                    let (ev, _, to) = io.lane(peer);
                     // SAFETY: the block lies in the working array, which is
                     // never reallocated and outlives the send: nothing writes
                     // a block a send in flight reads (`read_by_sends` holds
                     // back applies and direct receives), and a run that ends
                     // with one in flight is kept by the engine until the
-                    // World's event loop is closed.
+                    // World's event loops are closed.
                     let r = unsafe {
-                        io.ev.send_borrowed(
-                            &io.peers[peer as usize],
+                        ev.send_borrowed(
+                            to,
                             block.as_ptr().cast(),
                             len * T::SIZE,
                             opts,
@@ -371,7 +368,7 @@ impl<T: Element> Progress for Run<T> {
 
     fn advance(&mut self, io: &mut Io<'_>, sh: &mut Shared) -> Result<bool, Failure> {
         self.recv_refused = false;
-        let zero_copy = *self.zero_copy.get_or_insert_with(|| !io.ev.framed());
+        let zero_copy = *self.zero_copy.get_or_insert_with(|| !io.framed());
         loop {
             self.flush(io, sh)?;
             // A round's sends go out before its receives are posted: other

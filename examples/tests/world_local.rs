@@ -1,0 +1,225 @@
+//! Ranks that share a node talk over shared memory while the world's
+//! fabric is TCP: `same_node_check` with ranks laid out on pretend nodes by
+//! `FABRIC_MSG_NODE` (rank r on `node{r/2}`), under the rendezvous and under
+//! `mpirun`. Each rank says which ranks it reaches over shm; the program
+//! itself checks every byte, that every message arrives exactly once, the
+//! per-rank order of any-source receives, and the collectives' answers.
+
+mod support;
+
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+use support::{best_tcp, clean, free_port, wait_all, Exit, Watch};
+
+const CHECK: &str = env!("CARGO_BIN_EXE_same_node_check");
+const DEADLINE: Duration = Duration::from_secs(180);
+
+/// `n` ranks through the rendezvous, rank r on node `node{r/2}`.
+fn rendezvous(n: u32, shm: bool, args: &[&str]) -> Vec<Exit> {
+    let started = Instant::now();
+    wait_all(start(n, shm, args), started, DEADLINE)
+}
+
+fn start(n: u32, shm: bool, args: &[&str]) -> Vec<Child> {
+    let root = format!("127.0.0.1:{}", free_port());
+    (0..n)
+        .map(|r| {
+            let mut cmd = Command::new(CHECK);
+            clean(&mut cmd)
+                .args(args)
+                .env("FABRIC_MSG_RANK", r.to_string())
+                .env("FABRIC_MSG_SIZE", n.to_string())
+                .env("FABRIC_MSG_ROOT", &root)
+                .env("FABRIC_MSG_NODE", format!("node{}", r / 2))
+                .env("FABRIC_MSG_SHM", if shm { "1" } else { "0" });
+            cmd.spawn().expect("starting same_node_check")
+        })
+        .collect()
+}
+
+/// The same under `mpirun`, each rank's node set from its rank by `sh -c`.
+fn mpirun(n: u32, shm: bool, args: &[&str]) -> Exit {
+    let started = Instant::now();
+    let mut cmd = Command::new("mpirun");
+    let script = format!(
+        "FABRIC_MSG_NODE=node$((OMPI_COMM_WORLD_RANK / 2)) exec {CHECK} {}",
+        args.join(" ")
+    );
+    clean(&mut cmd).args([
+        "--allow-run-as-root",
+        "--oversubscribe",
+        "-x",
+        if shm {
+            "FABRIC_MSG_SHM=1"
+        } else {
+            "FABRIC_MSG_SHM=0"
+        },
+        "-np",
+        &n.to_string(),
+        "sh",
+        "-c",
+        &script,
+    ]);
+    let child = cmd.spawn().expect("mpirun (ci/setup.sh installs openmpi-bin)");
+    wait_all(vec![child], started, DEADLINE).remove(0)
+}
+
+/// Rank r's line saying which ranks it reaches over shm, and its verdict.
+fn lines_of(out: &str, r: u32, n: u32) -> (String, String) {
+    let prefix = format!("rank {r}/{n}: ");
+    let mut mine = out.lines().filter(|l| l.starts_with(&prefix));
+    let head = mine.next().unwrap_or_default().to_string();
+    let verdict = mine.next().unwrap_or_default().to_string();
+    (head, verdict)
+}
+
+/// The ranks on `r`'s pretend node besides `r`.
+fn partners(r: u32, n: u32) -> Vec<u32> {
+    (0..n).filter(|&p| p != r && p / 2 == r / 2).collect()
+}
+
+fn assert_world(out: &str, err: &str, n: u32, launcher: &str, shm: bool) {
+    for r in 0..n {
+        let (head, verdict) = lines_of(out, r, n);
+        let want: Vec<String> = if shm {
+            partners(r, n).iter().map(u32::to_string).collect()
+        } else {
+            Vec::new()
+        };
+        assert!(
+            head.contains(&format!("world on {} ({launcher})", best_tcp()))
+                && head.contains(&format!("shm ranks [{}]", want.join(","))),
+            "rank {r}: {head}\n{out}\n{err}"
+        );
+        if !shm {
+            assert!(
+                head.ends_with("turned off (FABRIC_MSG_SHM=0)"),
+                "rank {r}: {head}"
+            );
+        } else if want.is_empty() {
+            assert!(head.contains("no other rank on node"), "rank {r}: {head}");
+        } else {
+            assert!(head.contains("over shm (same node)"), "rank {r}: {head}");
+        }
+        assert!(
+            verdict.contains(": ok: ring")
+                && verdict.contains("exactly once")
+                && verdict.contains("collectives right"),
+            "rank {r}: {verdict}\n{out}\n{err}"
+        );
+    }
+}
+
+fn assert_exits(exits: &[Exit], n: u32, launcher: &str, shm: bool) {
+    let out: String = exits.iter().map(|e| e.stdout.as_str()).collect();
+    let err: String = exits.iter().map(|e| e.stderr.as_str()).collect();
+    for (r, e) in exits.iter().enumerate() {
+        assert!(
+            e.status.success(),
+            "rank {r}: {:?}\n{}{}",
+            e.status,
+            e.stdout,
+            e.stderr
+        );
+    }
+    assert_world(&out, &err, n, launcher, shm);
+}
+
+#[test]
+fn rendezvous_pairs_on_one_node_use_shm_beside_tcp() {
+    let exits = rendezvous(4, true, &["-n", "400", "-a", "300"]);
+    assert_exits(&exits, 4, "rendezvous", true);
+}
+
+#[test]
+fn mpirun_pairs_on_one_node_use_shm_beside_tcp() {
+    let e = mpirun(4, true, &["-n", "400", "-a", "300"]);
+    assert!(e.status.success(), "{:?}\n{}{}", e.status, e.stdout, e.stderr);
+    assert_world(&e.stdout, &e.stderr, 4, "pmix", true);
+}
+
+/// Three ranks: 0 and 1 share a node, 2 is alone on its own.
+#[test]
+fn a_rank_alone_on_its_node_uses_the_world_fabric_only() {
+    let exits = rendezvous(3, true, &["-n", "200", "-a", "200"]);
+    assert_exits(&exits, 3, "rendezvous", true);
+}
+
+#[test]
+fn fabric_msg_shm_0_turns_the_same_node_path_off() {
+    let exits = rendezvous(4, false, &["-n", "200", "-a", "200"]);
+    assert_exits(&exits, 4, "rendezvous", false);
+    let e = mpirun(4, false, &["-n", "100", "-a", "100"]);
+    assert!(e.status.success(), "{:?}\n{}{}", e.status, e.stdout, e.stderr);
+    assert_world(&e.stdout, &e.stderr, 4, "pmix", false);
+}
+
+/// The any-source race: every rank receives only from any rank while one
+/// rank on its node (over shm) and two elsewhere (over TCP) send to it,
+/// with 64 receives posted at once, so receives are often matched on both
+/// loops at the same time and the message a cancelled half took must go to
+/// the next receive. Counts exact, no duplicates, each sender's order kept
+/// (checked by the program); then once more with one receive at a time.
+#[test]
+fn any_source_receives_racing_shm_and_tcp_lose_and_duplicate_nothing() {
+    let exits = rendezvous(4, true, &["-n", "0", "-a", "3000", "-w", "64"]);
+    assert_exits(&exits, 4, "rendezvous", true);
+    let exits = rendezvous(4, true, &["-n", "0", "-a", "500", "-w", "1"]);
+    assert_exits(&exits, 4, "rendezvous", true);
+}
+
+/// Receives from one rank interleaved with receives from any rank, with the
+/// same tag: a message that a cancelled part of a receive from any rank took
+/// must go to the oldest receive still waiting that matches it, one from
+/// that rank included, or a later message of that rank overtakes it. When
+/// exact-source receives bypassed the World's numbering, every rank saw
+/// that ("receive 337 holds message 129 where message 127 was due").
+#[test]
+fn receives_from_one_rank_and_from_any_keep_each_ranks_order() {
+    let exits = rendezvous(4, true, &["-n", "0", "-a", "2000", "-w", "64", "-m"]);
+    assert_exits(&exits, 4, "rendezvous", true);
+    for (r, e) in exits.iter().enumerate() {
+        assert!(
+            !e.stdout.contains("(0 of the receives from one rank)"),
+            "rank {r}: {}",
+            e.stdout
+        );
+    }
+}
+
+/// A rank killed mid-ring: every other rank names it, on both paths (rank
+/// 3 shares its node, and shm, with rank 2; ranks 0 and 1 reach it over
+/// TCP), within the bound `examples/tests/world.rs` holds the one-fabric
+/// world to. Ranks whose `tcp;ofi_rxm` endpoint does not close after the
+/// loss are ended by the World's watchdog (status 70, naming the lost rank
+/// too), as in a world on TCP alone.
+#[test]
+fn a_rank_killed_mid_ring_is_named_by_every_other() {
+    let started = Instant::now();
+    let mut children = start(4, true, &["-n", "100000000", "-a", "0"]);
+    let watches: Vec<Watch> = children.iter_mut().map(Watch::stdout).collect();
+    for (r, w) in watches.iter().enumerate() {
+        assert!(
+            w.wait_for("shm ranks", 1, Duration::from_secs(60)),
+            "rank {r} did not start: {}",
+            w.text()
+        );
+    }
+    std::thread::sleep(Duration::from_millis(1000));
+    assert!(
+        children[3].try_wait().expect("rank 3").is_none(),
+        "rank 3 ended early"
+    );
+    children[3].kill().expect("SIGKILL rank 3");
+    let killed = started.elapsed();
+    let exits = wait_all(children, started, DEADLINE);
+    for (r, e) in exits.iter().enumerate().take(3) {
+        assert!(!e.status.success(), "rank {r} should have failed: {e:?}");
+        assert!(e.stderr.contains("rank 3 is lost"), "rank {r}: {}", e.stderr);
+        let after = e.at.saturating_sub(killed);
+        assert!(
+            after < Duration::from_secs(12),
+            "rank {r} took {after:?} to give up"
+        );
+    }
+}

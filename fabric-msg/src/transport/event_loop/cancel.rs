@@ -1,0 +1,48 @@
+//! Cancelling a posted receive (`fi_cancel`), for the layer above that
+//! posts one receive on two loops and keeps whichever matches first (the
+//! World's any-source receives over shared memory and the network).
+//!
+//! A cancelled receive completes with [`CompletionError::Cancelled`] and
+//! its buffer; a receive that matched a message before the cancel took
+//! effect completes as usual. Either way it completes exactly once, so
+//! the loop's promise (one completion per operation) holds.
+
+use super::slab::{Internal, NO_GROUP};
+use super::types::{EndpointId, OpKind, Token};
+use super::EventLoop;
+use crate::error::{Error, Result};
+use crate::ffi;
+
+impl EventLoop {
+    /// Ask the provider to cancel the receive posted on `id` with `token`
+    /// (the oldest such, if several). `Ok(true)`: the provider took the
+    /// request, and the receive completes either cancelled or, if a message
+    /// matched it first, with that message. `Ok(false)`: no such receive is
+    /// in flight any more (it completed already, or was never posted).
+    pub fn cancel_recv(&mut self, id: EndpointId, token: Token) -> Result<bool> {
+        let raw = self.ep(id)?.raw;
+        let found = self.slab.slots.iter_mut().find(|s| {
+            s.in_use
+                && s.endpoint == id.0
+                && s.kind == OpKind::Recv
+                && s.token == token
+                && s.internal == Internal::No
+                && s.group == NO_GROUP
+                && !s.multi
+                && !s.abandoned
+        });
+        let Some(slot) = found else {
+            return Ok(false);
+        };
+        let ctx: *mut ffi::fi_context2 = &mut slot.ctx;
+        // SAFETY: `raw` is this loop's open endpoint (checked by `ep`), and
+        // `ctx` is the context of a receive in flight on it: its slot is
+        // boxed and stays in place until the completion is read.
+        let rc = unsafe { ffi::fi_cancel(&mut (*raw).fid, ctx.cast()) };
+        match rc {
+            0 => Ok(true),
+            rc if rc == -(ffi::FI_ENOENT as isize) => Ok(false),
+            rc => Err(Error::from_rc("fi_cancel", rc as i64)),
+        }
+    }
+}

@@ -1,0 +1,592 @@
+//! Same-node ranks over shared memory, beside the fabric the world agreed
+//! on (what MPI's shared-memory transport and UCX do).
+//!
+//! When the agreed fabric is not `shm` (some rank is on another node), each
+//! rank that shares its node with another opens a second event loop on
+//! `shm` and publishes that endpoint's name in round 2 beside the main one.
+//! Ranks `a` and `b` talk over `shm` iff both are on the same node (the
+//! host names of round 1, or `FABRIC_MSG_NODE`) and both published an shm
+//! endpoint: every rank computes the same pairs from the same table. Every
+//! rank stays reachable over the main loop too (RMA, atomics and
+//! symmetric memory use only that one).
+//!
+//! A message from a given rank always arrives on one loop, so exact-source
+//! receives go to that loop. A receive from any rank is posted on both
+//! loops: the first part to complete is handed out, the others are
+//! cancelled (`EventLoop::cancel_recv`); if another part had already
+//! matched a message, that message goes to the oldest receive still
+//! waiting that matches it, or is kept here for the next receive it
+//! matches, before anything is posted (MPICH's CH4 pairs the two sides of
+//! an any-source receive the same way). Every receive of the application,
+//! from one rank too, is numbered and kept until it completes, so "oldest"
+//! is the order in which the application posted them and one rank's
+//! messages are never handed out out of order.
+
+use super::tags;
+use crate::discovery::config::LadderConfig;
+use crate::discovery::negotiate::{negotiate, Requirements};
+use crate::discovery::profile::{check_peer, WireProfile};
+use crate::error::{Error, Result};
+use crate::memory::buffer::Buffer;
+use crate::transport::event_loop::{
+    Completion, CompletionError, EndpointId, EventLoop, LoopConfig, Peer, PostError, RecvOpts, Token,
+};
+use std::collections::{BTreeMap, VecDeque};
+use std::time::{Duration, Instant};
+
+/// What one rank publishes in round 2: its endpoint on the agreed fabric,
+/// and its shared-memory endpoint (or why it has none).
+pub(crate) type Address = std::result::Result<(Vec<u8>, WireProfile), String>;
+
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub(crate) struct Published {
+    pub main: Address,
+    pub local: Address,
+}
+
+/// Top byte of the tokens an any-source pair is posted with; refused for
+/// the application's own operations, as the collectives' `0xFE` is.
+pub(crate) const PAIR: u64 = 0xFD;
+
+pub(crate) fn is_pair(t: Token) -> bool {
+    t.0 >> 56 == PAIR
+}
+
+/// Pair numbers: 48 bits, below the top byte, above the half's index.
+const ID_MASK: u64 = (1 << 48) - 1;
+
+/// The token of half `h` of pair `id`.
+fn half(id: u64, h: u8) -> Token {
+    Token((PAIR << 56) | (id << 8) | u64::from(h))
+}
+
+/// This rank's node: `FABRIC_MSG_NODE` where set (for testing layouts:
+/// one machine standing in for several nodes), otherwise the host name.
+pub(crate) fn node_name(over: Option<&str>, host: String) -> String {
+    over.map_or(host, str::to_string)
+}
+
+/// Whether this rank should open a shared-memory loop: the option is on,
+/// the world is not on `shm` already, and another rank is on its node.
+pub(crate) fn wanted(on: bool, world_provider: &str, nodes: &[String], rank: u32) -> Option<String> {
+    if !on {
+        return Some("turned off (FABRIC_MSG_SHM=0)".into());
+    }
+    if world_provider == "shm" {
+        return Some("the world is on shm already".into());
+    }
+    let Some(me) = nodes.get(rank as usize) else {
+        return Some(format!(
+            "rank {rank} is not in the table of {} nodes",
+            nodes.len()
+        ));
+    };
+    let others = nodes
+        .iter()
+        .enumerate()
+        .any(|(r, n)| r != rank as usize && n == me);
+    (!others).then(|| format!("no other rank on node {me}"))
+}
+
+/// Open the shared-memory loop and its endpoint; its name.
+pub(crate) fn open(
+    req: &Requirements,
+    ladder: &LadderConfig,
+    cfg: LoopConfig,
+) -> Result<(EventLoop, EndpointId, Vec<u8>)> {
+    let only = Requirements {
+        provider: Some("shm".into()),
+        provider_layered: false,
+        same_host: true,
+        domain: None,
+        ..req.clone()
+    };
+    let profile = negotiate(&only, ladder)?.profile;
+    if profile.provider != "shm" {
+        return Err(Error::Usage(format!("asked for shm, got {}", profile.provider)));
+    }
+    let mut ev = EventLoop::new(&profile, cfg)?;
+    let ep = ev.endpoint()?;
+    let name = ev.name(ep)?;
+    Ok((ev, ep, name))
+}
+
+/// The ranks this rank reaches over shared memory, from every rank's node
+/// and publication: the same answer on every rank.
+/// `has[r]`: whether rank `r` published an shm endpoint.
+pub(crate) fn pairs_of(rank: u32, nodes: &[String], has: &[bool]) -> Vec<u32> {
+    let me = rank as usize;
+    let (Some(true), Some(node)) = (has.get(me), nodes.get(me)) else {
+        return Vec::new();
+    };
+    (0..has.len().min(nodes.len()))
+        .filter(|&r| r != me && nodes[r] == *node && has[r])
+        .map(|r| r as u32)
+        .collect()
+}
+
+/// One receive of the application, in one part on the loop that carries
+/// its rank, or in parts on both loops (from any rank).
+#[derive(Debug)]
+struct Pair {
+    user: Token,
+    /// What it matches, and the size posted.
+    want: (u64, u64),
+    capacity: usize,
+    /// One half was handed out (or the post failed): the other is left over.
+    delivered: bool,
+    /// Parts posted: `first..halves`; 0 is on the main loop, the others
+    /// on shm.
+    first: u8,
+    halves: u8,
+    /// Halves still in flight.
+    left: u8,
+}
+
+/// The shared-memory loop and what it carries.
+#[derive(Debug)]
+pub(crate) struct Local {
+    pub(crate) ev: EventLoop,
+    pub(crate) ep: EndpointId,
+    /// By rank: the shm peer of a rank on this node; `None` for the others.
+    pub(crate) peers: Vec<Option<Peer>>,
+    next_pair: u64,
+    /// By number, so oldest first.
+    pairs: BTreeMap<u64, Pair>,
+    /// Messages a cancelled half had matched first, oldest first.
+    unclaimed: VecDeque<Completion>,
+    /// Receives satisfied from `unclaimed`, handed out at the next poll.
+    ready: Vec<Completion>,
+    spares: Vec<Buffer>,
+    batch: Vec<Completion>,
+    /// shm matches masked receives wrongly: post exact ones only.
+    exact_only: bool,
+    /// More ranks than cores on this node: give the core away between
+    /// empty looks instead of spinning (set by the World).
+    pub(crate) yield_when_idle: bool,
+}
+
+impl Local {
+    /// Wire the shm loop to the ranks in `ranks` (by their published
+    /// names); `None` if there are none.
+    pub(crate) fn wire(
+        mut ev: EventLoop,
+        ep: EndpointId,
+        size: u32,
+        ranks: &[u32],
+        table: &[Published],
+    ) -> std::result::Result<Option<Local>, String> {
+        if ranks.is_empty() {
+            return Ok(None);
+        }
+        let own = ev.wire_profile();
+        let ev_defect = ev.profile().tag_mask_defect.is_some();
+        let mut names = Vec::with_capacity(ranks.len());
+        let mut agreements = Vec::with_capacity(ranks.len());
+        for &r in ranks {
+            let Ok((name, wire)) = &table[r as usize].local else {
+                return Err(format!("rank {r} published no shm endpoint"));
+            };
+            let a = check_peer(&own, wire).map_err(|e| format!("rank {r} over shm: {e}"))?;
+            if a.tag_bits < 64 {
+                return Err(format!(
+                    "rank {r} over shm: {} tag bits; the world needs 64",
+                    a.tag_bits
+                ));
+            }
+            names.push(name.clone());
+            agreements.push(a);
+        }
+        let inserted = ev
+            .insert_peers(ep, &names, &agreements)
+            .map_err(|e| format!("inserting the shm peers: {e}"))?;
+        let mut peers: Vec<Option<Peer>> = (0..size).map(|_| None).collect();
+        for (&r, p) in ranks.iter().zip(inserted) {
+            peers[r as usize] = Some(p);
+        }
+        Ok(Some(Local {
+            ev,
+            ep,
+            peers,
+            next_pair: 0,
+            pairs: BTreeMap::new(),
+            unclaimed: VecDeque::new(),
+            ready: Vec::new(),
+            spares: Vec::new(),
+            batch: Vec::new(),
+            exact_only: ev_defect,
+            yield_when_idle: false,
+        }))
+    }
+
+    /// The shm peer of `rank`, if it is reached over shm.
+    pub(crate) fn peer(&self, rank: u32) -> Option<&Peer> {
+        self.peers.get(rank as usize).and_then(Option::as_ref)
+    }
+
+    /// The ranks reached over shm, ascending.
+    pub(crate) fn ranks(&self) -> Vec<u32> {
+        (0..self.peers.len() as u32)
+            .filter(|&r| self.peers[r as usize].is_some())
+            .collect()
+    }
+
+    /// Give a receive matching `want` the oldest left-over message it
+    /// matches: its completion comes with the next poll. The buffer back
+    /// if none matches.
+    pub(crate) fn claim(
+        &mut self,
+        want: (u64, u64),
+        mut buf: Buffer,
+        token: Token,
+    ) -> std::result::Result<(), Buffer> {
+        let (tag, ignore) = want;
+        let Some(i) = self
+            .unclaimed
+            .iter()
+            .position(|c| c.tag & !ignore == tag & !ignore)
+        else {
+            return Err(buf);
+        };
+        let Some(mut c) = self.unclaimed.remove(i) else {
+            return Err(buf);
+        };
+        let arrived = c.buffer.take();
+        if let (Ok(()), Some(b)) = (&c.result, &arrived) {
+            let n = b.len();
+            if n <= buf.capacity() {
+                buf.set_len(n);
+                buf.as_mut_slice().copy_from_slice(b.as_slice());
+            } else {
+                buf.set_len(0);
+                c.result = Err(CompletionError::Truncated {
+                    message_len: Some(n),
+                    buffer_len: buf.capacity(),
+                });
+            }
+        } else {
+            buf.set_len(0);
+        }
+        if let Some(b) = arrived {
+            self.give_spare(b);
+        }
+        c.buffer = Some(buf);
+        c.token = token;
+        self.ready.push(c);
+        Ok(())
+    }
+
+    fn give_spare(&mut self, b: Buffer) {
+        if self.spares.len() < 64 {
+            self.spares.push(b);
+        }
+    }
+
+    fn spare(&mut self, capacity: usize) -> Buffer {
+        match self.spares.iter().position(|b| b.capacity() == capacity) {
+            Some(i) => {
+                let mut b = self.spares.swap_remove(i);
+                b.set_len(capacity);
+                b
+            }
+            None => Buffer::new(capacity),
+        }
+    }
+
+    /// Post a receive from `from` (`None`: any rank) with `tag` (`None`:
+    /// any). Every receive is numbered and kept here until it completes,
+    /// so a message that a cancelled part took can be given to the oldest
+    /// receive still waiting that matches it, in the order the receives
+    /// were posted, whichever loop they wait on.
+    ///
+    /// From one rank: one part, on the loop that carries it. From any
+    /// rank: one part on each loop (`main`'s endpoint `main_ep` gets `buf`,
+    /// the shm loop buffers of the same size). Where shm matches masked
+    /// receives wrongly (before libfabric 1.19: `Profile::tag_mask_defect`)
+    /// and the tag is given, the shm side is one exact receive per
+    /// same-node rank, so no masked receive is ever posted there.
+    pub(crate) fn recv(
+        &mut self,
+        main: &mut EventLoop,
+        main_ep: EndpointId,
+        from: Option<u32>,
+        tag: Option<u32>,
+        buf: Buffer,
+        token: Token,
+    ) -> std::result::Result<(), PostError> {
+        let id = self.next_pair;
+        self.next_pair = (self.next_pair + 1) & ID_MASK;
+        let want = user_matcher(from, tag);
+        let capacity = buf.capacity();
+        let mut waiting = Pair {
+            user: token,
+            want,
+            capacity,
+            delivered: false,
+            first: 0,
+            halves: 1,
+            left: 0,
+        };
+        // The shm parts first, on buffers of the loop's own.
+        let sides: Vec<(u64, u64)> = match (from, tag) {
+            (Some(r), _) if self.peer(r).is_some() => {
+                waiting.first = 1;
+                let opts = RecvOpts {
+                    tag: Some(want),
+                    from: None,
+                };
+                return match self.ev.recv(self.ep, buf, opts, half(id, 1)) {
+                    Ok(()) => {
+                        waiting.halves = 2;
+                        waiting.left = 1;
+                        self.pairs.insert(id, waiting);
+                        Ok(())
+                    }
+                    Err(e) => Err(e),
+                };
+            }
+            (Some(_), _) => Vec::new(),
+            (None, Some(_)) if self.exact_only && self.ranks().len() < usize::from(u8::MAX) => self
+                .ranks()
+                .into_iter()
+                .map(|r| user_matcher(Some(r), tag))
+                .collect(),
+            (None, _) => vec![want],
+        };
+        let mut failed = None;
+        for m in sides {
+            let spare = self.spare(capacity);
+            let opts = RecvOpts {
+                tag: Some(m),
+                from: None,
+            };
+            if let Err(e) = self.ev.recv(self.ep, spare, opts, half(id, waiting.halves)) {
+                if let Some(b) = e.buffer {
+                    self.give_spare(b);
+                }
+                failed = Some(e.error);
+                break;
+            }
+            waiting.halves += 1;
+            waiting.left += 1;
+        }
+        let posted = match failed {
+            Some(error) => Err(PostError {
+                error,
+                buffer: Some(buf),
+            }),
+            None => {
+                let opts = RecvOpts {
+                    tag: Some(want),
+                    from: None,
+                };
+                main.recv(main_ep, buf, opts, half(id, 0))
+            }
+        };
+        match posted {
+            Ok(()) => {
+                waiting.left += 1;
+                self.pairs.insert(id, waiting);
+                Ok(())
+            }
+            Err(e) => {
+                // The shm parts alone would take messages the caller never
+                // sees complete: cancel them; whatever they matched
+                // meanwhile is given out as a left-over.
+                let halves = waiting.halves;
+                if waiting.left > 0 {
+                    waiting.delivered = true;
+                    self.pairs.insert(id, waiting);
+                }
+                self.cancel_halves(main, main_ep, id, 1, halves, None);
+                Err(e)
+            }
+        }
+    }
+
+    /// Cancel the parts `first..halves` of receive `id` (0 on the main
+    /// loop, the others on shm), except `but`.
+    fn cancel_halves(
+        &mut self,
+        main: &mut EventLoop,
+        main_ep: EndpointId,
+        id: u64,
+        first: u8,
+        halves: u8,
+        but: Option<u8>,
+    ) {
+        for h in (first..halves).filter(|&h| Some(h) != but) {
+            let r = if h == 0 {
+                main.cancel_recv(main_ep, half(id, 0))
+            } else {
+                self.ev.cancel_recv(self.ep, half(id, h))
+            };
+            if let Err(e) = r {
+                log::warn!("cannot cancel part of a receive: {e}");
+            }
+        }
+    }
+
+    /// Sort one loop's batch into `out`: completions of pairs become the
+    /// application's (the first half of each) or left-overs.
+    fn sort(&mut self, main: &mut EventLoop, main_ep: EndpointId, out: &mut Vec<Completion>) {
+        let mut batch = std::mem::take(&mut self.batch);
+        for mut c in batch.drain(..) {
+            if !is_pair(c.token) {
+                out.push(c);
+                continue;
+            }
+            let (id, h) = ((c.token.0 >> 8) & ID_MASK, c.token.0 as u8);
+            let Some(p) = self.pairs.get_mut(&id) else {
+                log::warn!(
+                    "a completion of an unknown any-source receive ({:#x}) dropped",
+                    c.token.0
+                );
+                continue;
+            };
+            p.left = p.left.saturating_sub(1);
+            let (fresh, user, first, halves) = (!p.delivered, p.user, p.first, p.halves);
+            p.delivered = true;
+            if p.left == 0 {
+                self.pairs.remove(&id);
+            }
+            if fresh {
+                c.token = user;
+                out.push(c);
+                if halves - first > 1 {
+                    self.cancel_halves(main, main_ep, id, first, halves, Some(h));
+                }
+            } else if matches!(c.result, Err(CompletionError::Cancelled)) {
+                if let Some(b) = c.buffer.take() {
+                    self.give_spare(b);
+                }
+            } else {
+                self.rematch(main, main_ep, c, out);
+            }
+        }
+        self.batch = batch;
+    }
+
+    /// A message a half matched after its pair was handed out: it goes to
+    /// the oldest pair still waiting that it matches (whose halves are then
+    /// cancelled, and what they matched meanwhile comes back here), or is
+    /// kept for the next receive. Messages of one rank arrive on one loop
+    /// in order and are given out in that order.
+    fn rematch(
+        &mut self,
+        main: &mut EventLoop,
+        main_ep: EndpointId,
+        mut c: Completion,
+        out: &mut Vec<Completion>,
+    ) {
+        let fits = |p: &Pair| !p.delivered && c.tag & !p.want.1 == p.want.0 & !p.want.1;
+        let Some((&id, p)) = self.pairs.iter_mut().find(|(_, p)| fits(p)) else {
+            c.token = Token(0);
+            self.unclaimed.push_back(c);
+            return;
+        };
+        p.delivered = true;
+        let len = c.buffer.as_ref().map_or(0, Buffer::len);
+        if c.result.is_ok() && len > p.capacity {
+            c.result = Err(CompletionError::Truncated {
+                message_len: Some(len),
+                buffer_len: p.capacity,
+            });
+        }
+        c.token = p.user;
+        let (first, halves) = (p.first, p.halves);
+        out.push(c);
+        self.cancel_halves(main, main_ep, id, first, halves, None);
+    }
+
+    /// Poll both loops (`main` first), for up to `timeout`, in zero-time
+    /// looks so neither waits while the other has work. `out` is cleared.
+    pub(crate) fn poll(
+        &mut self,
+        main: &mut EventLoop,
+        main_ep: EndpointId,
+        out: &mut Vec<Completion>,
+        timeout: Option<Duration>,
+    ) -> Result<usize> {
+        out.clear();
+        let deadline = timeout.map(|t| Instant::now() + t);
+        loop {
+            out.append(&mut self.ready);
+            let mut batch = std::mem::take(&mut self.batch);
+            main.poll(&mut batch, Some(Duration::ZERO))?;
+            self.batch = batch;
+            self.sort(main, main_ep, out);
+            let mut batch = std::mem::take(&mut self.batch);
+            self.ev.poll(&mut batch, Some(Duration::ZERO))?;
+            self.batch = batch;
+            self.sort(main, main_ep, out);
+            if !out.is_empty() || deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(out.len());
+            }
+            if self.yield_when_idle {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+    }
+
+    /// Drop what is kept for receives that will never come (at the end).
+    pub(crate) fn forget(&mut self) {
+        self.unclaimed.clear();
+        self.ready.clear();
+    }
+}
+
+/// The words `World::fabric_report` adds for the shm pairs.
+pub(crate) fn report(rank: u32, ranks: &[u32], world_label: &str) -> String {
+    let list: Vec<String> = ranks.iter().map(u32::to_string).collect();
+    format!(
+        "rank {rank} reaches rank{} {} over shm (same node), the others over {world_label}",
+        if ranks.len() > 1 { "s" } else { "" },
+        list.join(", ")
+    )
+}
+
+/// The matcher of the application's receive.
+pub(crate) fn user_matcher(from: Option<u32>, tag: Option<u32>) -> (u64, u64) {
+    tags::matcher(tags::CLASS_USER, from, tag)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pairs_are_the_same_node_ranks_that_both_published_one() {
+        let nodes: Vec<String> = ["a", "a", "b", "b", "a"].iter().map(|s| s.to_string()).collect();
+        let table = [true, true, true, true, false];
+        assert_eq!(pairs_of(0, &nodes, &table), vec![1]);
+        assert_eq!(pairs_of(1, &nodes, &table), vec![0]);
+        assert_eq!(pairs_of(2, &nodes, &table), vec![3]);
+        assert_eq!(pairs_of(4, &nodes, &table), Vec::<u32>::new());
+        for a in 0..5u32 {
+            for b in pairs_of(a, &nodes, &table) {
+                assert!(pairs_of(b, &nodes, &table).contains(&a), "{a}-{b} is symmetric");
+            }
+        }
+    }
+
+    #[test]
+    fn tables_of_different_lengths_pair_nothing_they_do_not_both_hold() {
+        let nodes: Vec<String> = ["a", "a"].iter().map(|s| s.to_string()).collect();
+        assert_eq!(pairs_of(0, &nodes, &[true, true, true]), vec![1]);
+        assert_eq!(pairs_of(2, &nodes, &[true, true, true]), Vec::<u32>::new());
+        assert_eq!(pairs_of(5, &nodes, &[true]), Vec::<u32>::new());
+        assert!(wanted(true, "tcp;ofi_rxm", &nodes, 7).is_some());
+    }
+
+    #[test]
+    fn shm_is_wanted_only_beside_another_rank_off_shm() {
+        let nodes: Vec<String> = ["a", "a", "b"].iter().map(|s| s.to_string()).collect();
+        assert_eq!(wanted(true, "tcp;ofi_rxm", &nodes, 0), None);
+        assert!(wanted(true, "tcp;ofi_rxm", &nodes, 2).is_some());
+        assert!(wanted(true, "shm", &nodes, 0).is_some());
+        assert!(wanted(false, "tcp;ofi_rxm", &nodes, 0).is_some());
+    }
+}
