@@ -591,13 +591,26 @@ fn serve<B: Bench>(
 }
 
 /// Grow `pool` to `count` buffers of at least `capacity` bytes, replacing
-/// smaller ones (outside any measured loop).
+/// smaller ones (outside any measured loop). New buffers are [`touched`].
 pub fn provision(pool: &mut Vec<Buffer>, count: usize, capacity: usize) {
     pool.retain(|b| b.capacity() >= capacity);
     pool.truncate(count);
     while pool.len() < count {
-        pool.push(Buffer::new(capacity));
+        pool.push(touched(capacity));
     }
+}
+
+/// A buffer of `capacity` bytes whose every byte has been written once, as
+/// fabtests' tools `memset` theirs (with a non-zero byte, so the compiler
+/// cannot drop the writes as redundant after `calloc`). A large `Buffer::new` comes from
+/// `calloc`, whose fresh pages are the kernel's shared zero page until
+/// written: a peer that reads such a buffer (shm's `process_vm_readv`)
+/// reads one cached page over and over, which made our 1 MiB shm
+/// ping-pong look faster than it is.
+pub fn touched(capacity: usize) -> Buffer {
+    let mut b = Buffer::new(capacity);
+    b.as_mut_slice().fill(0x5a);
+    b
 }
 
 #[cfg(test)]

@@ -8,12 +8,22 @@
 //! As fi_pingpong does, each side has its next receive posted before the
 //! peer can send, and messages smaller than the provider's inject size go
 //! out with `fi_inject` (no send completion to wait for).
+//!
+//! Also as fi_pingpong does, the server replies from a send buffer of its
+//! own and reposts its one receive buffer, and all buffers are written once
+//! before the first message (`session::touched`). Only with `--verify`
+//! does the server echo the received buffer, so the client can check the
+//! bytes. Echoing made the client read, on shm, a megabyte the server's
+//! core had just written (a cache-to-cache copy between the two cores), and
+//! on this machine that copy took half as long again in some runs and
+//! periods as reading data nobody had just written (`docs/benchmarks.md`,
+//! issue 15, item 2).
 
 use fabric_msg::{Buffer, OpKind};
 use fabric_msg_examples::opts::{Opts, Tool};
 use fabric_msg_examples::output::Row;
 use fabric_msg_examples::pattern::{check, fill};
-use fabric_msg_examples::session::{self, provision, AnyResult, Bench, Plan, Side};
+use fabric_msg_examples::session::{self, provision, touched, AnyResult, Bench, Plan, Side};
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -21,19 +31,22 @@ fn main() -> ExitCode {
     session::main::<PingPong>(Tool::PingPong)
 }
 
-/// Send buffers of a client (two, so one can be reaped late), and the
-/// buffers a server receives into and echoes from (three: one posted, one
-/// echoing, one whose echo has not completed yet).
-const CLIENT_TX: usize = 2;
-const SERVER_BUFFERS: usize = 3;
+/// Send buffers of a client or server (two, so one can be reaped late),
+/// and the buffers a server that echoes (`--verify`) receives into and
+/// echoes from (three: one posted, one echoing, one whose echo has not
+/// completed yet); a server that does not echo has one receive buffer.
+const TX_BUFFERS: usize = 2;
+const ECHO_BUFFERS: usize = 3;
 
 #[derive(Debug)]
 struct PingPong {
     borrowed: bool,
-    /// Free buffers: sends (client) or receives and echoes (server).
+    /// Free buffers: sends (client) or receives (server).
     free: Vec<Buffer>,
     /// The client's receive buffer, when not posted.
     rx: Option<Buffer>,
+    /// A server's free send buffers, when it does not echo.
+    tx: Vec<Buffer>,
 }
 
 impl Bench for PingPong {
@@ -44,6 +57,7 @@ impl Bench for PingPong {
             borrowed: o.borrowed,
             free: Vec::new(),
             rx: None,
+            tx: Vec::new(),
         }
     }
 
@@ -53,8 +67,8 @@ impl Bench for PingPong {
             return client_borrowed(side, plan, size);
         }
         let max = plan.max_size();
-        provision(&mut self.free, CLIENT_TX, max);
-        let mut rx = self.rx.take().unwrap_or_else(|| Buffer::new(max));
+        provision(&mut self.free, TX_BUFFERS, max);
+        let mut rx = self.rx.take().unwrap_or_else(|| touched(max));
         let inject = side.injects(size);
         let n = plan.messages();
         let mut start = Instant::now();
@@ -100,7 +114,7 @@ impl Bench for PingPong {
         }
         let elapsed = start.elapsed();
         self.rx = Some(rx);
-        while self.free.len() < CLIENT_TX {
+        while self.free.len() < TX_BUFFERS {
             let b = side.wait_send()?;
             self.free.push(b);
         }
@@ -115,7 +129,13 @@ impl Bench for PingPong {
 
     fn server(&mut self, side: &mut Side, plan: &Plan, k: usize) -> AnyResult<()> {
         let size = plan.sizes[k];
-        provision(&mut self.free, SERVER_BUFFERS, plan.max_size());
+        // Echo only to let the client check the bytes (--verify).
+        let echo = plan.verify;
+        let max = plan.max_size();
+        provision(&mut self.free, if echo { ECHO_BUFFERS } else { 1 }, max);
+        if !echo {
+            provision(&mut self.tx, TX_BUFFERS, max);
+        }
         let inject = side.injects(size);
         let n = plan.messages();
         let first = self.free.pop().expect("provisioned");
@@ -127,16 +147,28 @@ impl Bench for PingPong {
                 side.poll(|_, c| {
                     match c.kind {
                         OpKind::Recv => got = c.buffer.take(),
-                        OpKind::Send => self.free.extend(c.buffer.take()),
+                        OpKind::Send if echo => self.free.extend(c.buffer.take()),
+                        OpKind::Send => self.tx.extend(c.buffer.take()),
                         other => return Err(format!("unexpected {other:?} completion").into()),
                     }
                     Ok(())
                 })?;
             }
-            let mut b = got.ok_or("a receive completes with its buffer")?;
+            let b = got.ok_or("a receive completes with its buffer")?;
             if plan.verify {
                 check(b.as_slice(), i, size)?;
             }
+            // The reply goes out from the received buffer (echo) or from a
+            // send buffer, and the received one is free again at once.
+            let mut reply = if echo {
+                b
+            } else {
+                self.free.push(b);
+                match self.tx.pop() {
+                    Some(t) => t,
+                    None => side.wait_send()?,
+                }
+            };
             // The next receive goes up before the reply goes out.
             if i + 1 < n {
                 let next = match self.free.pop() {
@@ -147,18 +179,26 @@ impl Bench for PingPong {
             } else if k + 1 == plan.sizes.len() {
                 side.post_ctrl_recv()?; // for the client's Done
             }
+            reply.set_len(size);
+            let home = if echo { &mut self.free } else { &mut self.tx };
             if inject {
-                side.inject(b.as_slice(), i)?;
-                self.free.push(b);
+                side.inject(reply.as_slice(), i)?;
+                home.push(reply);
             } else {
-                b.set_len(size);
-                side.send(b, i)?;
+                side.send(reply, i)?;
             }
             side.tick(i + 1);
         }
-        while self.free.len() < SERVER_BUFFERS {
-            let b = side.wait_send()?;
-            self.free.push(b);
+        if echo {
+            while self.free.len() < ECHO_BUFFERS {
+                let b = side.wait_send()?;
+                self.free.push(b);
+            }
+        } else {
+            while self.tx.len() < TX_BUFFERS {
+                let b = side.wait_send()?;
+                self.tx.push(b);
+            }
         }
         Ok(())
     }
