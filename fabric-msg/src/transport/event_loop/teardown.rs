@@ -106,9 +106,11 @@ impl EventLoop {
     /// has just closed: SIGSEGV. A credit that came after the application's
     /// last poll is such a buffer (`close_race`: 1024 messages, then 20 ms
     /// before closing, crashed 5 of 5 runs on rxe0). Each read here hands
-    /// rxm's queue to rxm while the connections are open; a credit that
-    /// arrives after the last read finds the endpoint already gone and is
-    /// dropped by the device. docs/decisions.md, "rxm over soft-iWARP".
+    /// rxm's queue to rxm while the connections are open. What this leaves:
+    /// a credit that lands in the moment between the last read and the
+    /// close, which only a peer still receiving then can send (one that
+    /// lands after the close is dropped by the device). docs/decisions.md,
+    /// "The receive that is left: rxm's credits".
     pub(super) fn settle_rxm(&mut self) {
         if self.domain.profile.provider != "verbs;ofi_rxm" {
             return;
