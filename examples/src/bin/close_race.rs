@@ -8,9 +8,9 @@
 //! `rxm_close_conn` (libfabric 1.17 and 2.1) closes the connection's MSG
 //! endpoint, then reads the MSG completion queue and reposts each receive
 //! buffer it finds on the endpoint it has just closed (SIGSEGV). fabric-msg
-//! reads its completion queue before it closes such an endpoint, so rxm
-//! finds nothing left; this tool is that check in the VM matrix
-//! (`ci/matrix/negotiate-guest.sh`, `roce-rdm-close-race`).
+//! reads its completion queue for 5 ms before it closes such an endpoint,
+//! so rxm finds nothing that came before; this tool is that check in the VM
+//! matrix (`ci/matrix/negotiate-guest.sh`, `roce-rdm-close-race`).
 //!
 //! Each round connects two loops in this process, sends `-m` messages from
 //! one to the other, and once the last one is received waits `-w`
