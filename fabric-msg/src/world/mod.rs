@@ -356,12 +356,10 @@ impl World {
             tag: Some(tags::encode(tags::CLASS_USER, self.rank(), tag)),
             data: None,
         };
-        let r = match self.local.as_mut() {
-            Some(Local { ev, peers, .. }) if peers[to as usize].is_some() => {
-                let peer = peers[to as usize].as_ref().unwrap_or(&self.peers[to as usize]);
-                ev.send(peer, buf, opts, token)
-            }
-            _ => self.ev.send(&self.peers[to as usize], buf, opts, token),
+        let r = {
+            let (_, mut io) = self.engine_io();
+            let (ev, _, peer) = io.lane(to);
+            ev.send(peer, buf, opts, token)
         };
         r.map_err(|e| self.explain_post(e))
     }
@@ -451,10 +449,7 @@ impl World {
                 Some(d) => d.saturating_duration_since(Instant::now()).min(SLICE),
                 None => SLICE,
             };
-            let polled = match self.local.as_mut() {
-                Some(l) => l.poll(&mut self.ev, self.ep, out, Some(slice)),
-                None => self.ev.poll(out, Some(slice)),
-            };
+            let polled = self.engine_io().1.poll(out, Some(slice));
             let n = match polled {
                 Ok(n) => n,
                 Err(e) => return Err(self.live.first_lost().map_or(e, |r| self.lost(r))),

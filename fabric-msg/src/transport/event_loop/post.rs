@@ -296,6 +296,13 @@ impl EventLoop {
         }
     }
 
+    /// The largest payload [`EventLoop::inject`] takes on this loop's
+    /// endpoints: the profile's `inject_size`, less fabric-msg's header
+    /// where the loop frames messages.
+    pub fn inject_max(&self) -> usize {
+        inject_room(self.domain.profile.inject_size, self.framed())
+    }
+
     /// Send a small message without a completion; `bytes` is copied before
     /// this returns. At most the profile's `inject_size` (less fabric-msg's
     /// header on framed endpoints).
@@ -305,7 +312,7 @@ impl EventLoop {
         let ep = self.ep(peer.endpoint)?;
         let (raw, framed) = (ep.raw, ep.framed);
         let overhead = if framed { HEADROOM } else { 0 };
-        let room = self.domain.profile.inject_size.saturating_sub(overhead);
+        let room = inject_room(self.domain.profile.inject_size, framed);
         if bytes.len() > room {
             return Err(Error::TooLarge {
                 what: "injected message",
@@ -632,4 +639,9 @@ pub(super) unsafe fn raw_recv(
             Some((t, ignore)) => ffi::fi_trecv(raw, bufp, len, desc, src, t, ignore, ctx),
         }
     }
+}
+
+/// What an inject of `inject_size` bytes leaves for the payload.
+fn inject_room(inject_size: usize, framed: bool) -> usize {
+    inject_size.saturating_sub(if framed { HEADROOM } else { 0 })
 }

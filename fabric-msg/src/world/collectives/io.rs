@@ -25,17 +25,14 @@ pub(crate) struct Io<'a> {
 
 impl Io<'_> {
     /// The loop, endpoint and address that carry messages to and from `peer`.
+    /// The World's sends go through here too, so the rule is in one place.
     pub(crate) fn lane(&mut self, peer: u32) -> (&mut EventLoop, EndpointId, &Peer) {
-        let shm = self.local.as_ref().is_some_and(|l| l.peer(peer).is_some());
-        match (&mut self.local, shm) {
-            (Some(l), true) => {
-                let l = &mut **l;
-                let p = l.peers.get(peer as usize).and_then(Option::as_ref);
-                let p = p.unwrap_or(&self.peers[peer as usize]);
-                (&mut l.ev, l.ep, p)
+        if let Some(Local { ev, ep, peers, .. }) = self.local.as_deref_mut() {
+            if let Some(p) = peers.get(peer as usize).and_then(Option::as_ref) {
+                return (ev, *ep, p);
             }
-            _ => (&mut *self.ev, self.ep, &self.peers[peer as usize]),
         }
+        (&mut *self.ev, self.ep, &self.peers[peer as usize])
     }
 
     /// Whether either loop frames messages (then no zero-copy transfers).
@@ -45,13 +42,8 @@ impl Io<'_> {
 
     /// The largest payload both loops inject.
     pub(crate) fn inject_max(&self) -> usize {
-        let of = |ev: &EventLoop| {
-            ev.profile()
-                .inject_size
-                .saturating_sub(if ev.framed() { 16 } else { 0 })
-        };
-        let main = of(self.ev);
-        self.local.as_ref().map_or(main, |l| main.min(of(&l.ev)))
+        let main = self.ev.inject_max();
+        self.local.as_ref().map_or(main, |l| main.min(l.ev.inject_max()))
     }
 
     /// Set both loops' post timeout; the old one.
