@@ -49,6 +49,14 @@ struct PingPong {
     tx: Vec<Buffer>,
 }
 
+/// Wait for sends to complete until `bufs` holds `n` buffers again.
+fn reap(side: &mut Side, bufs: &mut Vec<Buffer>, n: usize) -> AnyResult<()> {
+    while bufs.len() < n {
+        bufs.push(side.wait_send()?);
+    }
+    Ok(())
+}
+
 impl Bench for PingPong {
     const CLIENT_CTRL_DEPTH: usize = 0;
 
@@ -114,10 +122,7 @@ impl Bench for PingPong {
         }
         let elapsed = start.elapsed();
         self.rx = Some(rx);
-        while self.free.len() < TX_BUFFERS {
-            let b = side.wait_send()?;
-            self.free.push(b);
-        }
+        reap(side, &mut self.free, TX_BUFFERS)?;
         Ok(Row {
             bytes: size,
             sent: plan.iters,
@@ -190,17 +195,10 @@ impl Bench for PingPong {
             side.tick(i + 1);
         }
         if echo {
-            while self.free.len() < ECHO_BUFFERS {
-                let b = side.wait_send()?;
-                self.free.push(b);
-            }
+            reap(side, &mut self.free, ECHO_BUFFERS)
         } else {
-            while self.tx.len() < TX_BUFFERS {
-                let b = side.wait_send()?;
-                self.tx.push(b);
-            }
+            reap(side, &mut self.tx, TX_BUFFERS)
         }
-        Ok(())
     }
 }
 
