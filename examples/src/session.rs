@@ -102,10 +102,12 @@ impl Side {
 
     /// Whether messages of `size` bytes go out with `fi_inject`, as
     /// fabtests sends those below the provider's inject size.
+    #[inline]
     pub fn injects(&self, size: usize) -> bool {
         size < self.inject_below
     }
 
+    #[inline]
     fn send_opts(&self, seq: usize) -> SendOpts {
         SendOpts {
             tag: self.tagged.then_some(seq as u64 & 0xffff),
@@ -113,6 +115,7 @@ impl Side {
         }
     }
 
+    #[inline]
     fn recv_opts(&self, seq: usize) -> RecvOpts {
         RecvOpts {
             tag: self.tagged.then_some((seq as u64 & 0xffff, 0)),
@@ -121,6 +124,7 @@ impl Side {
     }
 
     /// Post a receive for data message `seq` into `buf` (its capacity).
+    #[inline]
     pub fn recv(&mut self, mut buf: Buffer, seq: usize) -> AnyResult<()> {
         buf.set_len(buf.capacity());
         let opts = self.recv_opts(seq);
@@ -129,6 +133,7 @@ impl Side {
     }
 
     /// Send `buf` (its `len()` bytes) as data message `seq`.
+    #[inline]
     pub fn send(&mut self, buf: Buffer, seq: usize) -> AnyResult<()> {
         let opts = self.send_opts(seq);
         self.ev.send(&self.peer, buf, opts, Token(seq as u64))?;
@@ -136,6 +141,7 @@ impl Side {
     }
 
     /// Inject `bytes` as data message `seq` (no completion).
+    #[inline]
     pub fn inject(&mut self, bytes: &[u8], seq: usize) -> AnyResult<()> {
         let opts = self.send_opts(seq);
         self.ev.inject(&self.peer, bytes, opts)?;
@@ -220,6 +226,7 @@ impl Side {
     /// peer's loss (its process ended or stopped: the bootstrap's
     /// lifeline). The watchdog thread ends the process if the peer goes
     /// silent otherwise.
+    #[inline]
     pub fn poll(&mut self, mut f: impl FnMut(&mut Side, &mut Completion) -> AnyResult<()>) -> AnyResult<()> {
         let mut out = std::mem::take(&mut self.out);
         let r = self

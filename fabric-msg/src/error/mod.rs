@@ -460,6 +460,7 @@ fn queue_full_text(
 
 /// Turn a libfabric return value into a `Result`: negative is an error,
 /// anything else is returned as it is (some calls return a count).
+#[inline]
 pub(crate) fn check(call: &'static str, rc: impl Into<i64>) -> Result<i64> {
     let rc = rc.into();
     if rc < 0 {

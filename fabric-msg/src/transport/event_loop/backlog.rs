@@ -77,6 +77,7 @@ impl Backlog {
     }
 
     /// Whether a send to `addr` on `raw` waits (a new one must queue behind it).
+    #[inline]
     fn holds(&self, raw: *mut ffi::fid_ep, addr: ffi::fi_addr_t) -> bool {
         !self.queue.is_empty()
             && self
@@ -88,6 +89,7 @@ impl Backlog {
 
 impl EventLoop {
     /// Operations handed to the provider: in flight, less the backlog.
+    #[inline]
     pub(super) fn posted(&self) -> usize {
         self.slab.in_flight.saturating_sub(self.backlog.len())
     }
@@ -147,6 +149,7 @@ impl EventLoop {
     /// class of tags no application receive matches, so order against the
     /// application's sends does not matter, and waiting here for them
     /// could wait for a peer that is itself inside the collective.
+    #[inline]
     pub(super) fn behind_backlog(
         &mut self,
         raw: *mut ffi::fid_ep,
@@ -159,6 +162,15 @@ impl EventLoop {
         if self.cfg.post_timeout.is_zero() || !self.backlog.holds(raw, addr) {
             return Ok(());
         }
+        self.wait_behind_backlog(raw, addr, call)
+    }
+
+    fn wait_behind_backlog(
+        &mut self,
+        raw: *mut ffi::fid_ep,
+        addr: ffi::fi_addr_t,
+        call: &'static str,
+    ) -> Result<()> {
         // The wait is bounded while nothing moves, not while the backlog drains.
         let (mut left, mut started) = (self.backlog.len(), Instant::now());
         while self.backlog.holds(raw, addr) {
@@ -180,10 +192,14 @@ impl EventLoop {
 
     /// Post what the backlog holds, oldest first, skipping peers found
     /// full in this pass; fail what waited longer than `post_timeout`.
+    #[inline]
     pub(super) fn flush_backlog(&mut self) {
-        if self.backlog.queue.is_empty() {
-            return;
+        if !self.backlog.queue.is_empty() {
+            self.flush_backlog_now();
         }
+    }
+
+    fn flush_backlog_now(&mut self) {
         let give_up = self.giving_up();
         let now = Instant::now();
         let mut full = std::mem::take(&mut self.backlog.full);

@@ -102,7 +102,20 @@ impl EventLoop {
         Ok(raw)
     }
 
+    /// The open endpoint `id`, or why it cannot be posted on. Every post
+    /// asks, so the common answer (open, no peer ever lost) is inlined.
+    #[inline]
     pub(crate) fn ep(&self, id: EndpointId) -> Result<&EndpointState> {
+        if let Some(Some(ep)) = self.endpoints.get(id.0 as usize) {
+            if !ep.raw.is_null() && self.lost.none() {
+                return Ok(ep);
+            }
+        }
+        self.ep_checked(id)
+    }
+
+    #[cold]
+    fn ep_checked(&self, id: EndpointId) -> Result<&EndpointState> {
         // A lost peer's connection, still open for its grace.
         self.lost.check(id.0, ffi::FI_ADDR_UNSPEC)?;
         let ep = self

@@ -65,6 +65,7 @@ impl LostPeers {
 
     /// Whether a lost peer's connection waits for its grace to end (so
     /// `poll` must read the clock).
+    #[inline]
     pub(super) fn closing(&self) -> bool {
         !self.closing.is_empty()
     }
@@ -79,6 +80,12 @@ impl LostPeers {
             peer: w.label.clone(),
             why: how.to_string(),
         }
+    }
+
+    /// Whether no peer is lost (then `check` passes everything).
+    #[inline]
+    pub(crate) fn none(&self) -> bool {
+        self.addrs.is_empty()
     }
 
     /// `Err` if the peer at (`endpoint`, `addr`) is lost.

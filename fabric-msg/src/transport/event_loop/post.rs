@@ -507,10 +507,16 @@ impl EventLoop {
     }
 
     /// Read the CQ until fewer operations than it holds are in flight.
+    #[inline]
     pub(super) fn wait_for_room(&mut self) -> Result<()> {
         if self.posted() < self.cq.capacity {
             return Ok(());
         }
+        self.wait_for_room_slow()
+    }
+
+    #[cold]
+    fn wait_for_room_slow(&mut self) -> Result<()> {
         let started = Instant::now();
         while self.posted() >= self.cq.capacity {
             if started.elapsed() >= self.cfg.post_timeout || self.giving_up() {
@@ -533,10 +539,13 @@ impl EventLoop {
     /// receives and unexpected messages, which progress frees.
     pub(super) fn retry(&mut self, call: &'static str, mut op: impl FnMut() -> isize) -> Result<isize> {
         let mut started: Option<Instant> = None;
-        let receive = call.starts_with("fi_recv") || call.starts_with("fi_trecv");
         loop {
             let rc = op();
-            let no_room = rc == -(ffi::FI_EAGAIN as isize) || (receive && rc == -(ffi::FI_ENOMEM as isize));
+            if rc >= 0 {
+                return Ok(rc);
+            }
+            let receive = || call.starts_with("fi_recv") || call.starts_with("fi_trecv");
+            let no_room = rc == -(ffi::FI_EAGAIN as isize) || (rc == -(ffi::FI_ENOMEM as isize) && receive());
             if !no_room {
                 return check(call, rc as i64).map(|v| v as isize);
             }

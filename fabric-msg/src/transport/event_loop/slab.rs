@@ -110,42 +110,11 @@ pub(super) struct Slab {
 }
 
 impl Slab {
+    #[inline]
     pub(super) fn acquire(&mut self, endpoint: u32, kind: OpKind, token: Token) -> *mut OpSlot {
         let index = match self.free.pop() {
             Some(i) => i,
-            None => {
-                let i = self.slots.len() as u32;
-                self.slots.push(Box::new(OpSlot {
-                    ctx: ffi::fi_context2::default(),
-                    index: i,
-                    in_use: false,
-                    endpoint: 0,
-                    kind,
-                    token,
-                    buffer: None,
-                    posted_len: 0,
-                    multi: false,
-                    base: 0,
-                    used: 0,
-                    generation: 0,
-                    borrowed_mr: None,
-                    region: None,
-                    lease: None,
-                    group: NO_GROUP,
-                    atomic: false,
-                    expires: None,
-                    abandoned: false,
-                    internal: Internal::No,
-                    link: 0,
-                    peer: ffi::FI_ADDR_UNSPEC,
-                    lost: false,
-                    want: None,
-                }));
-                let addr = &*self.slots[i as usize] as *const OpSlot as usize;
-                let at = self.by_addr.partition_point(|&(a, _)| a < addr);
-                self.by_addr.insert(at, (addr, i));
-                i
-            }
+            None => self.grow(kind, token),
         };
         let slot = &mut self.slots[index as usize];
         slot.in_use = true;
@@ -170,6 +139,44 @@ impl Slab {
         &mut **slot
     }
 
+    /// A new slot (the slab grows only until the most operations in
+    /// flight at once have been seen).
+    #[cold]
+    fn grow(&mut self, kind: OpKind, token: Token) -> u32 {
+        let i = self.slots.len() as u32;
+        self.slots.push(Box::new(OpSlot {
+            ctx: ffi::fi_context2::default(),
+            index: i,
+            in_use: false,
+            endpoint: 0,
+            kind,
+            token,
+            buffer: None,
+            posted_len: 0,
+            multi: false,
+            base: 0,
+            used: 0,
+            generation: 0,
+            borrowed_mr: None,
+            region: None,
+            lease: None,
+            group: NO_GROUP,
+            atomic: false,
+            expires: None,
+            abandoned: false,
+            internal: Internal::No,
+            link: 0,
+            peer: ffi::FI_ADDR_UNSPEC,
+            lost: false,
+            want: None,
+        }));
+        let addr = &*self.slots[i as usize] as *const OpSlot as usize;
+        let at = self.by_addr.partition_point(|&(a, _)| a < addr);
+        self.by_addr.insert(at, (addr, i));
+        i
+    }
+
+    #[inline]
     pub(super) fn release(&mut self, index: u32) -> Option<Buffer> {
         let slot = &mut self.slots[index as usize];
         if !slot.in_use {
@@ -188,6 +195,7 @@ impl Slab {
     }
 
     /// The slot a completion's context points at, if it is one of ours and in use.
+    #[inline]
     pub(super) fn index_of(&self, ctx: *mut c_void) -> Option<u32> {
         let at = self
             .by_addr
