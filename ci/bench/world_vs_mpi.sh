@@ -6,6 +6,7 @@
 #   ROUNDS=5 RANKS="4" TRANSPORTS="shm" ci/bench/world_vs_mpi.sh
 #   CASES="barrier -S 0;bcast -S 8" ci/bench/world_vs_mpi.sh   # some cases only
 #   BEFORE=path/to/an/older/world_bench ci/bench/world_vs_mpi.sh
+#   ci/libfabric2.sh -- ci/bench/world_vs_mpi.sh   # libfabric 2.1, Open MPI 5 (trixie)
 #
 # BEFORE adds a third run to every case, alternating with the other two:
 # another build of world_bench (an older commit's), so that a change is
@@ -35,12 +36,27 @@ mkdir -p "$OUT"
 
 log() { printf '%s\n' "$*" >&2; }
 
-source ci/setup.sh # openmpi-bin, libopenmpi-dev (mpicc)
+# Open MPI (mpirun, and mpicc for the C side), installed where missing: in
+# the host, or in ci/libfabric2.sh's trixie root (Open MPI 5 there).
+need=()
+# (trixie's openmpi-bin has an mpicc without the headers)
+dpkg-query -W -f='${Status}' libopenmpi-dev 2>/dev/null | grep -q 'install ok installed' || need+=(libopenmpi-dev)
+command -v mpirun >/dev/null || need+=(openmpi-bin)
+if ((${#need[@]})); then
+  log "world_vs_mpi.sh: installing ${need[*]}"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+# Under ci/libfabric2.sh, CARGO_TARGET_DIR keeps the 2.1 builds apart.
+TARGET=${CARGO_TARGET_DIR:-target}
 cargo build --release --locked -q -p fabric-msg-examples --bin world_bench
-mkdir -p target/bench
-mpicc -O2 -Wall -o target/bench/world_vs_mpi ci/bench/world_vs_mpi.c
-OURS=target/release/world_bench
-THEIRS=target/bench/world_vs_mpi
+mkdir -p "$TARGET/bench"
+mpicc -O2 -Wall -o "$TARGET/bench/world_vs_mpi" ci/bench/world_vs_mpi.c
+OURS=$TARGET/release/world_bench
+THEIRS=$TARGET/bench/world_vs_mpi
 BEFORE=${BEFORE:-}
 if [ -n "$BEFORE" ] && [ ! -x "$BEFORE" ]; then
   log "world_vs_mpi.sh: BEFORE=$BEFORE is not an executable"
