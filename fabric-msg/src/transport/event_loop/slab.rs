@@ -116,7 +116,8 @@ impl Slab {
             Some(i) => i,
             None => self.grow(kind, token),
         };
-        let slot = &mut self.slots[index as usize];
+        // One deref of the Box: through `&mut Box` every store reloads it.
+        let slot: &mut OpSlot = &mut self.slots[index as usize];
         slot.in_use = true;
         slot.endpoint = endpoint;
         slot.kind = kind;
@@ -136,7 +137,7 @@ impl Slab {
         slot.lost = false;
         slot.generation += 1;
         self.in_flight += 1;
-        &mut **slot
+        slot
     }
 
     /// A new slot (the slab grows only until the most operations in
@@ -178,7 +179,7 @@ impl Slab {
 
     #[inline]
     pub(super) fn release(&mut self, index: u32) -> Option<Buffer> {
-        let slot = &mut self.slots[index as usize];
+        let slot: &mut OpSlot = &mut self.slots[index as usize];
         if !slot.in_use {
             return None;
         }
