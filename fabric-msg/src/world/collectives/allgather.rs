@@ -15,6 +15,7 @@ use super::request::{check_counts, Request, Shape};
 use super::schedule::{back, ring_allgather, xfer, Blocks, Round, Schedule};
 use crate::error::Result;
 use crate::world::World;
+use smallvec::smallvec;
 
 /// Total bytes from which allgathers go around a ring.
 pub(crate) const RING_MIN_BYTES: usize = 64 << 10;
@@ -55,8 +56,8 @@ pub(crate) fn schedule(rank: u32, size: u32, counts: &[usize], algo: Algorithm) 
                 let n = d.min(size - d) as usize;
                 let d_us = d as usize;
                 s.push(Round {
-                    sends: vec![xfer(back(rank, u64::from(d), size), k, 0, rot.span(0, n))],
-                    recvs: vec![xfer(of(d) as u32, k, rot.at(d_us), rot.span(d_us, d_us + n))],
+                    sends: smallvec![xfer(back(rank, u64::from(d), size), k, 0, rot.span(0, n))],
+                    recvs: smallvec![xfer(of(d) as u32, k, rot.at(d_us), rot.span(d_us, d_us + n))],
                 });
                 d *= 2;
                 k += 1;

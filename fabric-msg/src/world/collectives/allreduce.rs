@@ -18,6 +18,7 @@ use super::request::{copy_result, Request, Shape};
 use super::schedule::{ring_allgather, ring_reduce_scatter, xfer, Apply, Blocks, Round, Schedule, Xfer};
 use crate::error::Result;
 use crate::world::World;
+use smallvec::smallvec;
 
 /// Bytes from which an allreduce goes around the ring. MPICH leaves
 /// recursive doubling at 2 KiB; here (2 to 8 ranks on 2 cores, shm)
@@ -91,8 +92,8 @@ fn recursive_doubling(s: &mut Schedule, rank: u32, size: u32, n: usize) {
     while mask < p {
         let partner = me ^ mask;
         s.push(Round {
-            sends: vec![xfer(real(partner), k, 0, n)],
-            recvs: vec![combine(real(partner), k, partner < me)],
+            sends: smallvec![xfer(real(partner), k, 0, n)],
+            recvs: smallvec![combine(real(partner), k, partner < me)],
         });
         mask <<= 1;
         k += 1;

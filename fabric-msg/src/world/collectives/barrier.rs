@@ -22,6 +22,7 @@ use super::request::{Request, Shape};
 use super::schedule::{back, xfer, Round, Schedule};
 use crate::error::Result;
 use crate::world::World;
+use smallvec::smallvec;
 
 /// Most ranks the linear barrier serves (the same bound as the linear
 /// broadcast's, for the same reason: with more ranks than cores a rank
@@ -52,17 +53,17 @@ pub(crate) fn schedule(rank: u32, size: u32, algo: Algorithm) -> Schedule {
             // Step 0: arrived; step 1: released.
             if rank == 0 {
                 s.push(Round {
-                    sends: vec![],
+                    sends: smallvec![],
                     recvs: (1..size).map(|r| xfer(r, 0, 0, 0)).collect(),
                 });
                 s.push(Round {
                     sends: (1..size).map(|r| xfer(r, 1, 0, 0)).collect(),
-                    recvs: vec![],
+                    recvs: smallvec![],
                 });
             } else {
                 s.push(Round {
-                    sends: vec![xfer(0, 0, 0, 0)],
-                    recvs: vec![xfer(0, 1, 0, 0)],
+                    sends: smallvec![xfer(0, 0, 0, 0)],
+                    recvs: smallvec![xfer(0, 1, 0, 0)],
                 });
             }
         }
@@ -71,8 +72,8 @@ pub(crate) fn schedule(rank: u32, size: u32, algo: Algorithm) -> Schedule {
             let (mut d, mut k) = (1u32, 0u32);
             while d < size {
                 s.push(Round {
-                    sends: vec![xfer((rank + d) % size, k, 0, 0)],
-                    recvs: vec![xfer(back(rank, u64::from(d), size), k, 0, 0)],
+                    sends: smallvec![xfer((rank + d) % size, k, 0, 0)],
+                    recvs: smallvec![xfer(back(rank, u64::from(d), size), k, 0, 0)],
                 });
                 d *= 2;
                 k += 1;

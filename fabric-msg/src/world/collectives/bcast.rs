@@ -21,6 +21,7 @@ use super::request::{check_root, copy_result, Request, Shape};
 use super::schedule::{children, parent, ring_allgather, subtree, xfer, Blocks, Rotation, Round, Schedule};
 use crate::error::Result;
 use crate::world::World;
+use smallvec::smallvec;
 
 /// Bytes from which a broadcast scatters and allgathers.
 pub(crate) const SCATTER_MIN_BYTES: usize = 12 << 10;
@@ -61,7 +62,7 @@ pub(crate) fn schedule(rank: u32, size: u32, root: u32, n: usize, algo: Algorith
             if rank == root {
                 s.push(Round {
                     sends: (1..size).map(|v| xfer(rot.real(v), 0, 0, n)).collect(),
-                    recvs: vec![],
+                    recvs: smallvec![],
                 });
             } else {
                 s.recv(xfer(root, 0, 0, n));
@@ -73,7 +74,7 @@ pub(crate) fn schedule(rank: u32, size: u32, root: u32, n: usize, algo: Algorith
             }
             s.push(Round {
                 sends: children(v, size).map(|c| xfer(rot.real(c), 0, 0, n)).collect(),
-                recvs: vec![],
+                recvs: smallvec![],
             });
         }
         Algorithm::ScatterAllgather => {
@@ -94,7 +95,7 @@ pub(crate) fn schedule(rank: u32, size: u32, root: u32, n: usize, algo: Algorith
                         xfer(rot.real(c), 0, at, len)
                     })
                     .collect(),
-                recvs: vec![],
+                recvs: smallvec![],
             });
             ring_allgather(&mut s, v, size, &pieces, |u| rot.real(u), 1);
         }

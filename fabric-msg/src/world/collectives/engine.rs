@@ -24,7 +24,7 @@
 use super::io::{decode, is_reserved, post_outgoing, token, Failure, Idle, Io, Kind, Outgoing, Shared};
 use super::io::{LOSS_GRACE, NOTICE_MAX, NOTICE_PATIENCE};
 use super::ops::{Element, Reduction};
-use super::run::{Progress, Run};
+use super::run::{Progress, Run, Spare};
 use super::schedule::Schedule;
 use crate::error::{Error, Result};
 use crate::memory::buffer::Buffer;
@@ -71,7 +71,12 @@ pub(crate) struct Engine {
     /// Runs that failed while the provider could still touch their working
     /// arrays (see `Engine::retire`).
     orphans: Vec<Box<dyn Progress>>,
+    /// Containers of finished runs, for the next runs (at most `SPARES`).
+    spares: Vec<Spare>,
 }
+
+/// Finished runs' containers kept: as many as runs usually in flight at once.
+const SPARES: usize = 8;
 
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -122,6 +127,7 @@ impl Engine {
             notice_posted: false,
             idle,
             orphans: Vec::new(),
+            spares: Vec::new(),
         }
     }
 
@@ -166,7 +172,8 @@ impl Engine {
     ) -> (u32, Arc<()>) {
         let seq = self.next_seq;
         self.next_seq = self.next_seq.wrapping_add(1);
-        let run = Run::new(what, seq, sched, work, reduction);
+        let spare = self.spares.pop().unwrap_or_default();
+        let run = Run::new(what, seq, sched, work, reduction, spare);
         let alive = run.alive.clone();
         self.runs.push(Box::new(run));
         if let Err(e) = self.listen(io) {
@@ -309,7 +316,10 @@ impl Engine {
             match self.runs[i].advance(io, &mut self.sh) {
                 Ok(false) => i += 1,
                 Ok(true) => {
-                    let run = self.runs.remove(i);
+                    let mut run = self.runs.remove(i);
+                    if self.spares.len() < SPARES {
+                        self.spares.push(run.spare());
+                    }
                     let (seq, alive) = (run.seq(), run.alive().clone());
                     self.end(seq, alive, Ok(run.into_work()));
                 }

@@ -14,6 +14,7 @@ use super::request::{check_counts, check_root, Request, Shape};
 use super::schedule::{children, parent, subtree, xfer, Blocks, Rotation, Round, Schedule};
 use crate::error::Result;
 use crate::world::World;
+use smallvec::smallvec;
 
 /// Average bytes per rank below which gathers go up a binomial tree.
 pub(crate) const BINOMIAL_MAX_BYTES: usize = 4 << 10;
@@ -56,7 +57,10 @@ pub(crate) fn schedule(
                 .filter(|&r| r != root)
                 .map(|r| xfer(r, 0, by_rank.at(r as usize), counts[r as usize]))
                 .collect();
-            s.push(Round { sends: vec![], recvs });
+            s.push(Round {
+                sends: smallvec![],
+                recvs,
+            });
             (s, by_rank.total(), Shape::Whole)
         }
         Algorithm::Binomial => {
@@ -71,7 +75,10 @@ pub(crate) fn schedule(
                 .iter()
                 .map(|&c| xfer(rot.real(c), 0, off(c), off(c + subtree(c, size)) - off(c)))
                 .collect();
-            s.push(Round { sends: vec![], recvs });
+            s.push(Round {
+                sends: smallvec![],
+                recvs,
+            });
             if v != 0 {
                 s.send(xfer(rot.real(parent(v)), 0, 0, mine.total()));
                 return (s, mine.total(), Shape::Pieces(vec![]));

@@ -15,6 +15,7 @@ use super::schedule::{
 };
 use crate::error::Result;
 use crate::world::World;
+use smallvec::smallvec;
 
 /// Bytes from which a reduce goes through a reduce-scatter: as allreduce's
 /// ring (not measured on its own).
@@ -52,7 +53,10 @@ pub(crate) fn schedule(rank: u32, size: u32, root: u32, n: usize, algo: Algorith
                     ..xfer(rot.real(c), 0, 0, n)
                 })
                 .collect();
-            s.push(Round { sends: vec![], recvs });
+            s.push(Round {
+                sends: smallvec![],
+                recvs,
+            });
             if v != 0 {
                 s.send(xfer(rot.real(parent(v)), 0, 0, n));
             }
@@ -69,7 +73,10 @@ pub(crate) fn schedule(rank: u32, size: u32, root: u32, n: usize, algo: Algorith
                     .filter(|&r| r != root as usize)
                     .map(|r| xfer(r as u32, last, blocks.at(r), blocks.len(r)))
                     .collect();
-                s.push(Round { sends: vec![], recvs });
+                s.push(Round {
+                    sends: smallvec![],
+                    recvs,
+                });
             }
         }
     }

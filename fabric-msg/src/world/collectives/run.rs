@@ -19,7 +19,7 @@
 
 use super::io::{post_failed, post_outgoing, token, Failure, Io, Kind, Outgoing, Shared, AHEAD, LOSS_GRACE};
 use super::ops::{Element, Reduction};
-use super::schedule::{Apply, Round, Schedule, Xfer};
+use super::schedule::{Apply, Rounds, Schedule, Xfer};
 use crate::error::Error;
 use crate::memory::buffer::Buffer;
 use crate::transport::event_loop::{Completion, CompletionError, PostError, RecvOpts, SendOpts};
@@ -57,7 +57,7 @@ enum Pending {
 pub(crate) struct Run<T: Element> {
     what: &'static str,
     seq: u32,
-    rounds: Vec<Round>,
+    rounds: Rounds,
     /// Every receive of the schedule in order, with its round.
     recvs: Vec<(usize, Xfer)>,
     /// Index in `recvs` of each round's first receive (and the total).
@@ -92,6 +92,17 @@ pub(crate) struct Run<T: Element> {
     pub(crate) alive: Arc<()>,
 }
 
+/// The bookkeeping containers of a finished run, which the engine hands to
+/// the next: a small collective allocated each of them every time.
+#[derive(Default)]
+pub(crate) struct Spare {
+    recvs: Vec<(usize, Xfer)>,
+    first: Vec<usize>,
+    arrived: Vec<Option<Arrival>>,
+    missing: Vec<usize>,
+    sending: Vec<Option<(usize, usize)>>,
+}
+
 /// A run with its element type erased, as the engine holds it.
 pub(crate) trait Progress: Send {
     fn seq(&self) -> u32;
@@ -112,6 +123,8 @@ pub(crate) trait Progress: Send {
     fn busy(&self) -> bool;
     /// The working array, as `Box<Vec<T>>`.
     fn into_work(self: Box<Self>) -> Box<dyn Any + Send>;
+    /// The run's containers, for the next run (once it is done).
+    fn spare(&mut self) -> Spare;
 }
 
 impl<T: Element> Run<T> {
@@ -121,19 +134,32 @@ impl<T: Element> Run<T> {
         sched: Schedule,
         work: Vec<T>,
         reduction: Option<Reduction<T>>,
+        spare: Spare,
     ) -> Self {
-        let mut recvs = Vec::new();
-        let mut first = Vec::with_capacity(sched.rounds.len() + 1);
+        let Spare {
+            mut recvs,
+            mut first,
+            mut arrived,
+            mut missing,
+            mut sending,
+        } = spare;
+        recvs.clear();
+        first.clear();
+        arrived.clear();
+        missing.clear();
+        sending.clear();
         for (k, r) in sched.rounds.iter().enumerate() {
             first.push(recvs.len());
             recvs.extend(r.recvs.iter().map(|x| (k, *x)));
         }
         first.push(recvs.len());
+        missing.extend(sched.rounds.iter().map(|r| r.recvs.len()));
+        arrived.resize_with(recvs.len(), || None);
         Run {
             what,
             seq,
-            missing: sched.rounds.iter().map(|r| r.recvs.len()).collect(),
-            arrived: recvs.iter().map(|_| None).collect(),
+            missing,
+            arrived,
             rounds: sched.rounds,
             recvs,
             first,
@@ -142,7 +168,7 @@ impl<T: Element> Run<T> {
             sent: false,
             outbox: VecDeque::new(),
             recv_refused: false,
-            sending: Vec::new(),
+            sending,
             direct_recvs: 0,
             zero_copy: None,
             work,
@@ -470,5 +496,15 @@ impl<T: Element> Progress for Run<T> {
 
     fn into_work(self: Box<Self>) -> Box<dyn Any + Send> {
         Box::new(self.work)
+    }
+
+    fn spare(&mut self) -> Spare {
+        Spare {
+            recvs: std::mem::take(&mut self.recvs),
+            first: std::mem::take(&mut self.first),
+            arrived: std::mem::take(&mut self.arrived),
+            missing: std::mem::take(&mut self.missing),
+            sending: std::mem::take(&mut self.sending),
+        }
     }
 }

@@ -15,6 +15,8 @@
 //! chosen by the algorithm so that sender and receiver agree on it and no two
 //! messages between the same pair of ranks in one collective share it.
 
+use smallvec::{smallvec, SmallVec};
+
 /// How a received block enters the working array.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Apply {
@@ -38,18 +40,26 @@ pub(crate) struct Xfer {
     pub apply: Apply,
 }
 
+/// The messages of one side of a round: most rounds have one or two, kept
+/// inline (a small collective's schedule then allocates once).
+pub(crate) type Xfers = SmallVec<[Xfer; 2]>;
+
 /// Sends posted together, then receives awaited together.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Round {
-    pub sends: Vec<Xfer>,
-    pub recvs: Vec<Xfer>,
+    pub sends: Xfers,
+    pub recvs: Xfers,
 }
 
 /// One rank's part of a collective.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Schedule {
-    pub rounds: Vec<Round>,
+    pub rounds: Rounds,
 }
+
+/// A schedule's rounds: two inline (a 2-rank barrier or allreduce has one,
+/// a linear barrier's root two).
+pub(crate) type Rounds = SmallVec<[Round; 2]>;
 
 impl Schedule {
     /// Add a round, leaving out empty ones.
@@ -62,16 +72,16 @@ impl Schedule {
     /// A round of sends only.
     pub(crate) fn send(&mut self, x: Xfer) {
         self.push(Round {
-            sends: vec![x],
-            recvs: vec![],
+            sends: smallvec![x],
+            recvs: smallvec![],
         });
     }
 
     /// A round of receives only.
     pub(crate) fn recv(&mut self, x: Xfer) {
         self.push(Round {
-            sends: vec![],
-            recvs: vec![x],
+            sends: smallvec![],
+            recvs: smallvec![x],
         });
     }
 }
@@ -223,8 +233,8 @@ pub(crate) fn ring_allgather(
         let out = back(me, u64::from(s), size) as usize;
         let inn = back(me, u64::from(s) + 1, size) as usize;
         sched.push(Round {
-            sends: vec![xfer(right, step0 + s, blocks.at(out), blocks.len(out))],
-            recvs: vec![xfer(left, step0 + s, blocks.at(inn), blocks.len(inn))],
+            sends: smallvec![xfer(right, step0 + s, blocks.at(out), blocks.len(out))],
+            recvs: smallvec![xfer(left, step0 + s, blocks.at(inn), blocks.len(inn))],
         });
     }
 }
@@ -237,8 +247,8 @@ pub(crate) fn ring_reduce_scatter(sched: &mut Schedule, me: u32, size: u32, bloc
         let out = back(me, u64::from(s) + 1, size) as usize;
         let inn = back(me, u64::from(s) + 2, size) as usize;
         sched.push(Round {
-            sends: vec![xfer(right, step0 + s, blocks.at(out), blocks.len(out))],
-            recvs: vec![Xfer {
+            sends: smallvec![xfer(right, step0 + s, blocks.at(out), blocks.len(out))],
+            recvs: smallvec![Xfer {
                 apply: Apply::Combine,
                 ..xfer(left, step0 + s, blocks.at(inn), blocks.len(inn))
             }],
