@@ -26,7 +26,7 @@
 # 3. pingpong -c fd (blocking, after the default 50 us spin) and
 #    -c fd --spin-us 0 (sleeping at once) vs -c spin on tcp;ofi_rxm at 8 bytes.
 # 4. peers: ours, fi_pingpong, UCX (ucx_perftest, Debian's ucx-utils) and
-#    Open MPI (ci/bench/pingpong_mpi.c, built with mpicc into target/bench/),
+#    Open MPI (ci/bench/pingpong_mpi.c, built with mpicc into target/bench/, or $CARGO_TARGET_DIR/bench/),
 #    one after the other for every size of every round, per transport class:
 #    TCP (ours and fi_pingpong on tcp msg endpoints and on tcp;ofi_rxm, UCX
 #    with UCX_TLS=tcp,self on lo, Open MPI's tcp BTL on lo) and shared
@@ -94,10 +94,12 @@ PP=${CARGO_TARGET_DIR:-target}/release/pingpong
 BW=${CARGO_TARGET_DIR:-target}/release/bandwidth
 # Our tool's ladder for `tcp/rdm`: tcp's own RDM endpoints and nothing else.
 if section peers; then
-  mkdir -p target/bench
-  mpicc -O2 -Wall -o target/bench/pingpong_mpi ci/bench/pingpong_mpi.c
+  mkdir -p "${CARGO_TARGET_DIR:-target}/bench"
+  mpicc -O2 -Wall -o "${CARGO_TARGET_DIR:-target}/bench/pingpong_mpi" ci/bench/pingpong_mpi.c
 fi
 printf 'version = 1\n[[rung]]\nkind = "tcp"\nprovider = "tcp"\nendpoint = "rdm"\n' >"$OUT/tcp-rdm.toml"
+# tcp's own RDM endpoints exist from libfabric 1.18 (the peers section adds them).
+HAS_TCP_RDM=$(fi_info --version | awk -F'[ .]' '/^libfabric:/ { print ($2 > 1 || ($2 == 1 && $3 >= 18)) ? 1 : 0 }')
 
 # --- processes ------------------------------------------------------------
 servers=()
@@ -277,7 +279,7 @@ section wait && for round in $(seq "$ROUNDS"); do
 done
 
 # --- 4. peers: UCX and Open MPI ----------------------------------------------
-MPI_PP=target/bench/pingpong_mpi
+MPI_PP=${CARGO_TARGET_DIR:-target}/bench/pingpong_mpi
 MPIRUN=(mpirun --allow-run-as-root --oversubscribe -np 2 --mca pml ob1 "${MPI_BIND[@]}")
 WINDOW=64
 
@@ -288,11 +290,18 @@ provider_of() { sed -n 's/^# \([^ ]*\) .*/\1/p' "$1" | head -n1; }
 # 127.0.0.1; prints the client's final row: iterations, latency 50%ile,
 # average and overall (one-way usec for tag_lat), MB/s average and overall,
 # msg/s average and overall.
+UCX_HAS_MPI_MODE=0
+if section peers; then
+  ucx_help=$(ucx_perftest -h 2>&1 || true)
+  [[ $ucx_help == *'-P <0|1>'* ]] && UCX_HAS_MPI_MODE=1
+fi
 ucx() {
   local name=$1 tls=$2 test=$3 size=$4 n=$5 w=$6 p
   local env=(env "UCX_TLS=$tls" UCX_NET_DEVICES=lo)
   local args=(-t "$test" -s "$size" -n "$n" -w "$w" -f)
   [ "$test" = tag_bw ] && args+=(-O "$WINDOW")
+  # A build with MPI (UCX 1.18, trixie) defaults to MPI mode: not here.
+  [ "$UCX_HAS_MPI_MODE" = 1 ] && args+=(-P 0)
   p=$(free_port)
   pair "$name" "$p" "${env[@]}" "${PIN_S[@]}" ucx_perftest "${args[@]}" -p "$p" -- \
     "${env[@]}" "${PIN_C[@]}" ucx_perftest 127.0.0.1 "${args[@]}" -p "$p" || return 1
@@ -331,26 +340,35 @@ section peers && for round in $(seq "$ROUNDS"); do
   echo "peers round $round: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/loadavg.txt"
   log "ab.sh: peers round $round (PIN=$PIN): load $(cut -d' ' -f1-3 /proc/loadavg)"
   for cls in $PEER_CLASSES; do
-    if [ "$cls" = tcp ]; then provs=("tcp" "tcp;ofi_rxm") tls=tcp,self; else provs=(shm) tls=posix,self,cma; fi
+    if [ "$cls" = tcp ]; then
+      provs=("tcp" "tcp;ofi_rxm") tls=tcp,self
+      # tcp's own RDM endpoints, which our ladder takes from 1.19.
+      [ "$HAS_TCP_RDM" = 1 ] && provs+=("tcp/rdm")
+    else provs=(shm) tls=posix,self,cma; fi
     # Latency: ours and fi_pingpong on every provider of the class, then
     # UCX and Open MPI once; each peer is the reference of every provider.
     for size in $PEER_SIZES; do
       n=$(iters "$cls" "$size")
       w=$((n / 10))
       for prov in "${provs[@]}"; do
+        ladder=()
         case $prov in
           tcp) ours=(-p tcp -e msg -d lo) theirs=(-p tcp -e msg -d lo -m msg) ;;
+          tcp/rdm)
+            ours=(-p tcp -e rdm -d lo) theirs=(-p tcp -e rdm -d lo -m tagged)
+            ladder=(env FABRIC_MSG_PROVIDERS="$OUT/tcp-rdm.toml")
+            ;;
           shm) ours=(-p shm --same-host) theirs=(-p shm -e rdm -m tagged) ;;
           *) ours=(-p "$prov" -e rdm -d lo) theirs=(-p "$prov" -e rdm -d lo -m tagged) ;;
         esac
         key="$prov|$size"
-        tag="peers-${prov//;/+}-$size-r$round"
+        tag="peers-${prov//[;\/]/+}-$size-r$round"
         p=$(free_port)
-        if pair "ours-$tag" "$p" "${PIN_S[@]}" "$PP" "${ours[@]}" -S "$size" -I "$n" -W "$w" -B "$p" -- \
-          "${PIN_C[@]}" "$PP" "${ours[@]}" -S "$size" -I "$n" -W "$w" -P "$p" 127.0.0.1; then
+        if pair "ours-$tag" "$p" "${PIN_S[@]}" "${ladder[@]}" "$PP" "${ours[@]}" -S "$size" -I "$n" -W "$w" -B "$p" -- \
+          "${PIN_C[@]}" "${ladder[@]}" "$PP" "${ours[@]}" -S "$size" -I "$n" -W "$w" -P "$p" 127.0.0.1; then
           used=$(provider_of "$OUT/ours-$tag.out")
-          if [ "$used" != "$prov" ]; then
-            log "ab.sh: $tag: our tool used $used, not $prov; row not recorded"
+          if [ "$used" != "${prov%/rdm}" ]; then
+            log "ab.sh: $tag: our tool used $used, not ${prov%/rdm}; row not recorded"
           elif read -r mb us < <(row_of "$OUT/ours-$tag.out"); then
             record lat "$key" "$round" ours "$us" "$mb"
           fi
@@ -378,19 +396,21 @@ section peers && for round in $(seq "$ROUNDS"); do
       n=$(stream_iters "$cls" "$size")
       w=$((n / 10))
       for prov in "${provs[@]}"; do
+        ladder=()
         case $prov in
           tcp) ours=(-p tcp -e msg -d lo) ;;
+          tcp/rdm) ours=(-p tcp -e rdm -d lo) ladder=(env FABRIC_MSG_PROVIDERS="$OUT/tcp-rdm.toml") ;;
           shm) ours=(-p shm --same-host) ;;
           *) ours=(-p "$prov" -e rdm -d lo) ;;
         esac
-        tag="stream-${prov//;/+}-$size-r$round"
+        tag="stream-${prov//[;\/]/+}-$size-r$round"
         p=$(free_port)
-        if pair "ours-$tag" "$p" "${PIN_S[@]}" "$BW" "${ours[@]}" -B "$p" -- \
-          "${PIN_C[@]}" "$BW" "${ours[@]}" -S "$size" -I "$n" -W "$w" -w "$WINDOW" --json -P "$p" 127.0.0.1; then
+        if pair "ours-$tag" "$p" "${PIN_S[@]}" "${ladder[@]}" "$BW" "${ours[@]}" -B "$p" -- \
+          "${PIN_C[@]}" "${ladder[@]}" "$BW" "${ours[@]}" -S "$size" -I "$n" -W "$w" -w "$WINDOW" --json -P "$p" 127.0.0.1; then
           js=$(tail -n 1 "$OUT/ours-$tag.out")
           used=$(head -n 1 "$OUT/ours-$tag.out" | jq -r .provider)
-          if [ "$used" != "$prov" ]; then
-            log "ab.sh: $tag: our tool used $used, not $prov; row not recorded"
+          if [ "$used" != "${prov%/rdm}" ]; then
+            log "ab.sh: $tag: our tool used $used, not ${prov%/rdm}; row not recorded"
           else
             record stream "$prov|$size" "$round" ours "$(jq '1 / .usec_per_xfer' <<<"$js")" "$(jq .mb_per_sec <<<"$js")"
           fi
