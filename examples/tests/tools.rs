@@ -653,3 +653,30 @@ fn a_server_names_a_killed_client_within_a_second() {
         assert!(took < Duration::from_secs(1), "{provider}: {took:?}: {said}");
     }
 }
+
+/// `hotpath` (`ci/bench/hotpath.sh` counts its instructions) completes its
+/// round trips on shm with injected and sent messages, tagged and not: a
+/// tag that did not match, or a send whose buffer never came back, stops it.
+#[test]
+fn hotpath_round_trips_on_shared_memory() {
+    let tool = env!("CARGO_BIN_EXE_hotpath");
+    for (size, mode) in [
+        ("8", None),
+        ("4096", None),
+        ("8", Some("--msg")),
+        ("65536", Some("--msg")),
+    ] {
+        let mut args = vec!["-p", "shm", "-S", size, "-I", "2000"];
+        args.extend(mode);
+        let r = run(tool, &args, &[]);
+        ok(&r, "hotpath");
+        let tagged = if mode.is_some() { "untagged" } else { "tagged" };
+        assert!(
+            r.stdout
+                .starts_with(&format!("hotpath: 2000 round trips of {size} B ({tagged}, "))
+                && r.stdout.contains(" on shm "),
+            "{}",
+            r.stdout
+        );
+    }
+}

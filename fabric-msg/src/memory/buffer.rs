@@ -89,9 +89,9 @@ impl Buffer {
     /// Where the header starts in `data` (the heap block never moves).
     #[inline]
     fn base(&self) -> usize {
-        let align = self.align();
+        // Both boundaries are powers of two: a mask, not a division.
         let payload = self.data.as_ptr() as usize + HEADROOM;
-        (align - payload % align) % align
+        payload.wrapping_neg() & (self.align() - 1)
     }
 
     /// Header and payload.
