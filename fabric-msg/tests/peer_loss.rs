@@ -19,6 +19,9 @@ use std::time::{Duration, Instant};
 
 const ENV: &str = "FABRIC_MSG_TEST_PEER";
 const BIG: usize = 256 * 1024;
+/// A size ofi_rxm sends in segments (its SAR protocol, above its 16 KiB
+/// eager size and up to 128 KiB).
+const SEGMENTED: usize = 70_001;
 
 fn profile_for(provider: &str) -> Profile {
     if provider == "tcp-msg" {
@@ -83,6 +86,33 @@ fn peer_role() {
                 .unwrap();
             wait_n(&mut ev, 1).remove(0).result.unwrap();
             std::thread::sleep(Duration::from_secs(1));
+        }
+        "stream" => {
+            // Ended with the parent's thread that started it, even while
+            // stopped: a parent that crashes must not leave it behind.
+            // SAFETY: prctl(PR_SET_PDEATHSIG) only sets a flag of this
+            // process; no memory is passed.
+            unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+            // 512 messages of SEGMENTED bytes in flight, until stopped:
+            // more than the sockets hold, so that when the survivor pauses
+            // the peer is left writing in the middle of a message.
+            let mut out = Vec::new();
+            let mut free: Vec<Buffer> = (0..512)
+                .map(|i| Buffer::from_slice(&pattern(i, SEGMENTED)))
+                .collect();
+            loop {
+                while let Some(b) = free.pop() {
+                    // No room for post_timeout: again after the next poll.
+                    if let Err(e) = ev.send(&peer, b, SendOpts::default(), Token(4)) {
+                        free.push(e.buffer.expect("a refused send's buffer"));
+                        break;
+                    }
+                }
+                ev.poll(&mut out, Some(Duration::from_millis(100))).unwrap();
+                // (A send that waited in the loop's backlog past
+                // post_timeout fails; its buffer comes back all the same.)
+                free.extend(out.drain(..).filter_map(|c| c.buffer));
+            }
         }
         other => panic!("unknown mode {other}"),
     }
@@ -307,6 +337,89 @@ fn sigkill_on_tcp_msg() {
 #[test]
 fn sigkill_on_shm() {
     sigkill("shm");
+}
+
+/// A peer stopped (SIGSTOP) in the middle of a stream of messages that
+/// ofi_rxm sends in segments: once the survivor has given it up, its loop
+/// drops at once. Its connection to the peer holds a message half
+/// received, and rxm never returns from closing such a connection (1.17 to
+/// 1.22 spin in `rxm_close_conn` for ever; 2.0 to 2.6 call through a wrong
+/// pointer there): the loop leaves its endpoint open instead
+/// (docs/decisions.md). A stop rather than a kill: the connection stays up,
+/// so rxm has no hang-up to take in while the survivor polls (it would
+/// close the connection there, in `fi_cq_read`, as unable to return). The
+/// survivor runs on a thread of its own so that a hang fails the test.
+#[test]
+fn a_loop_that_lost_a_peer_mid_message_drops_at_once() {
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        survive_a_stream();
+        done.send(()).ok();
+    });
+    match finished.recv_timeout(Duration::from_secs(30)) {
+        Ok(()) => {}
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            panic!("the survivor never came back from dropping its loop (inside fi_close?)")
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => panic!("the survivor failed (above)"),
+    }
+}
+
+fn survive_a_stream() {
+    let timeout = Duration::from_secs(1);
+    let mut s = Survivor::new("tcp;ofi_rxm", timeout);
+    let mut c = s.spawn("stream");
+    let peer = c.peer;
+    // More receives than the peer has messages in flight, so that each
+    // message is matched as it arrives, the last one half received too.
+    for _ in 0..128 {
+        s.ev.recv(s.ep, Buffer::new(SEGMENTED), RecvOpts::default(), Token(50))
+            .unwrap();
+    }
+    // Poll for `d` or until `enough` messages, each checked and its receive
+    // posted again; the number of messages and whether the loss was
+    // reported.
+    let pump = |s: &mut Survivor, d: Duration, enough: usize| {
+        let (mut got, mut lost) = (0, false);
+        let mut out = Vec::new();
+        let t = Instant::now();
+        while t.elapsed() < d && got < enough && !lost {
+            s.ev.poll(&mut out, Some(Duration::from_millis(20))).unwrap();
+            for m in out.drain(..) {
+                if peer.is_lost_in(&m) {
+                    lost = true;
+                    continue;
+                }
+                assert_eq!(m.token, Token(50), "{m:?}");
+                m.result.unwrap();
+                let b = m.buffer.unwrap();
+                assert!((0..512).any(|i| b.as_slice() == pattern(i, SEGMENTED)));
+                got += 1;
+                s.ev.recv(s.ep, b, RecvOpts::default(), Token(50)).unwrap();
+            }
+        }
+        (got, lost)
+    };
+    let (got, _) = pump(&mut s, Duration::from_secs(10), 16);
+    assert!(got >= 16, "{got} messages in 10 s");
+    // Busy elsewhere for a moment: the stream backs up into the sockets and
+    // the peer's queues, so the peer stops with a message half sent.
+    std::thread::sleep(Duration::from_millis(300));
+    c.signal(libc::SIGSTOP);
+    let (after, lost) = pump(&mut s, timeout * 5, usize::MAX);
+    assert!(lost, "not given up within {:?}", timeout * 5);
+    let t = Instant::now();
+    drop(s);
+    let closing = t.elapsed();
+    c.child.kill().unwrap();
+    c.child.wait().unwrap();
+    eprintln!(
+        "tcp;ofi_rxm: {got} messages, SIGSTOP, {after} more, given up; the loop dropped in {closing:?}"
+    );
+    assert!(
+        closing < Duration::from_secs(2),
+        "dropping the loop took {closing:?}"
+    );
 }
 
 /// A peer stopped (SIGSTOP) for longer than `peer_timeout` is reported as

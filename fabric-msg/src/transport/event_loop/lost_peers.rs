@@ -124,6 +124,14 @@ impl LostPeers {
             w.lost = Some(LossKind::Departed);
         }
     }
+
+    /// Whether a peer was lost (died, fell silent, or gave us up), as
+    /// opposed to departing in order.
+    pub(super) fn any_lost(&self) -> bool {
+        self.watched
+            .iter()
+            .any(|w| w.lost.is_some_and(|k| k != LossKind::Departed))
+    }
 }
 
 impl EventLoop {

@@ -55,8 +55,13 @@ pub(crate) struct Cq {
 
 impl Drop for Cq {
     fn drop(&mut self) {
+        if self.raw.is_null() {
+            // Left open with the endpoints bound to it (teardown.rs).
+            return;
+        }
         // SAFETY: opened by fi_cq_open; every endpoint bound to it is closed
-        // before the EventLoop drops this field.
+        // before the EventLoop drops this field (or the loop left the queue
+        // open with them, above).
         unsafe { close_fid("completion queue", &mut (*self.raw).fid) }
     }
 }

@@ -144,10 +144,68 @@ impl EventLoop {
     }
 }
 
+impl EventLoop {
+    /// Whether the loop's endpoints must be left open when it drops: on
+    /// `ofi_rxm`, once a peer was lost (a lifeline's verdict, or the
+    /// World's `give_up`, set when a rank is lost).
+    ///
+    /// A peer that died or stopped in the middle of a message that rxm
+    /// sends in segments (its SAR protocol: above the eager size, 16 KiB,
+    /// up to 128 KiB) leaves that message half received, and rxm cannot
+    /// close the connection it came on: `rxm_close_conn` (prov/rxm/src/rxm_conn.c)
+    /// unlinks each entry of the connection's `deferred_sar_msgs` through
+    /// another link, so the list never empties and 1.17 to 1.22 spin there
+    /// for ever; 2.0 to 2.6 take the entry for a receive and call through
+    /// it (SIGSEGV). `fi_close` of the endpoint closes every connection,
+    /// so a survivor's teardown never returned (the World's watchdog ended
+    /// it after 3 s, status 70). docs/decisions.md, "rxm's close of a
+    /// message half received".
+    fn rxm_left_open(&mut self) -> bool {
+        if !self.domain.profile.provider.ends_with("ofi_rxm") {
+            return false;
+        }
+        if self.lost.changed() {
+            self.take_losses();
+        }
+        (self.giving_up() || self.lost.any_lost())
+            && self.endpoints.iter().flatten().any(|s| !s.raw.is_null())
+    }
+
+    /// Leave the endpoints open, and with them what they are bound to and
+    /// may still use: the operations' memory, the CQ, the AV, the domain
+    /// and the fabric. Nothing of the loop touches them again; the process
+    /// keeps them (and the endpoints' sockets) until it ends.
+    fn leave_open(&mut self) {
+        log::warn!(
+            "leaving this loop's {} endpoint(s) open (and their memory, queue and domain) instead of \
+             closing them: a peer was lost, and ofi_rxm never returns from closing a connection with \
+             a message half received (docs/decisions.md)",
+            self.domain.profile.provider
+        );
+        std::mem::forget(std::mem::take(&mut self.endpoints));
+        std::mem::forget(std::mem::take(&mut self.slab.slots));
+        std::mem::forget(self.atomic_scratch.take());
+        std::mem::forget(self.pep.take());
+        std::mem::forget(self.eq.take());
+        std::mem::forget(self.av.take());
+        // Cq's drop closes nothing once its pointer is null.
+        self.cq.raw = std::ptr::null_mut();
+        std::mem::forget(self.domain.clone());
+        self.pending.clear();
+        self.mapped_keys.clear();
+    }
+}
+
 impl Drop for EventLoop {
     fn drop(&mut self) {
         // The progress thread calls into the CQ: stop it before anything closes.
         self.progress = None;
+        if self.rxm_left_open() {
+            // Not even the settling read below: rxm closes a lost peer's
+            // connection in it too, when it takes in the peer's hang-up.
+            self.leave_open();
+            return;
+        }
         if self.endpoints.iter().flatten().any(|s| !s.raw.is_null()) {
             self.settle_rxm();
         }
