@@ -22,14 +22,8 @@ MODES=${MODES:-tagged}
 N1=${N1:-1000}
 N2=${N2:-11000}
 
-if ! command -v valgrind >/dev/null; then
-  echo "hotpath.sh: installing valgrind" >&2
-  SUDO=""
-  [ "$(id -u)" -eq 0 ] || SUDO=sudo
-  export DEBIAN_FRONTEND=noninteractive
-  $SUDO apt-get update -qq
-  $SUDO apt-get install -y -qq --no-install-recommends valgrind >/dev/null
-fi
+source ci/install.sh
+command -v valgrind >/dev/null || install_packages hotpath.sh valgrind
 if [ -z "${BIN:-}" ]; then
   cargo build --release --locked -q -p fabric-msg-examples --bin hotpath
   BIN=${CARGO_TARGET_DIR:-target}/release/hotpath

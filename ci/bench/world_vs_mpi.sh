@@ -42,14 +42,8 @@ need=()
 # (trixie's openmpi-bin has an mpicc without the headers)
 dpkg-query -W -f='${Status}' libopenmpi-dev 2>/dev/null | grep -q 'install ok installed' || need+=(libopenmpi-dev)
 command -v mpirun >/dev/null || need+=(openmpi-bin)
-if ((${#need[@]})); then
-  log "world_vs_mpi.sh: installing ${need[*]}"
-  SUDO=""
-  [ "$(id -u)" -eq 0 ] || SUDO=sudo
-  export DEBIAN_FRONTEND=noninteractive
-  $SUDO apt-get update -qq
-  $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-fi
+source ci/install.sh
+install_packages world_vs_mpi.sh "${need[@]}"
 # Under ci/libfabric2.sh, CARGO_TARGET_DIR keeps the 2.1 builds apart.
 TARGET=${CARGO_TARGET_DIR:-target}
 cargo build --release --locked -q -p fabric-msg-examples --bin world_bench
