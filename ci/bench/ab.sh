@@ -81,14 +81,8 @@ if section peers; then
   command -v mpicc >/dev/null || need+=(libopenmpi-dev)
   command -v mpirun >/dev/null || need+=(openmpi-bin)
 fi
-if ((${#need[@]})); then
-  log "ab.sh: installing ${need[*]}"
-  SUDO=""
-  [ "$(id -u)" -eq 0 ] || SUDO=sudo
-  export DEBIAN_FRONTEND=noninteractive
-  $SUDO apt-get update -qq
-  $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-fi
+source ci/install.sh
+install_packages ab.sh "${need[@]}"
 cargo build --release --locked -q -p fabric-msg-examples --bin pingpong --bin bandwidth
 PP=${CARGO_TARGET_DIR:-target}/release/pingpong
 BW=${CARGO_TARGET_DIR:-target}/release/bandwidth
@@ -98,6 +92,20 @@ if section peers; then
   mpicc -O2 -Wall -o "${CARGO_TARGET_DIR:-target}/bench/pingpong_mpi" ci/bench/pingpong_mpi.c
 fi
 printf 'version = 1\n[[rung]]\nkind = "tcp"\nprovider = "tcp"\nendpoint = "rdm"\n' >"$OUT/tcp-rdm.toml"
+# provider_args TOKEN: our tools' options for a provider token (`ours`,
+# with `ladder` to run them under) and fi_pingpong's (`theirs`, without -m).
+provider_args() {
+  ladder=()
+  case $1 in
+    tcp) ours=(-p tcp -e msg -d lo) theirs=(-p tcp -e msg -d lo) ;;
+    tcp/rdm)
+      ours=(-p tcp -e rdm -d lo) theirs=(-p tcp -e rdm -d lo)
+      ladder=(env FABRIC_MSG_PROVIDERS="$OUT/tcp-rdm.toml")
+      ;;
+    shm) ours=(-p shm --same-host) theirs=(-p shm -e rdm) ;;
+    *) ours=(-p "$1" -e rdm -d lo) theirs=(-p "$1" -e rdm -d lo) ;;
+  esac
+}
 # tcp's own RDM endpoints exist from libfabric 1.18 (the peers section adds them).
 HAS_TCP_RDM=$(fi_info --version | awk -F'[ .]' '/^libfabric:/ { print ($2 > 1 || ($2 == 1 && $3 >= 18)) ? 1 : 0 }')
 
@@ -185,16 +193,7 @@ log "ab.sh: $(nproc) CPUs; $(fi_info --version | grep '^libfabric:'); load befor
 # --- 1. pingpong vs fi_pingpong ----------------------------------------------
 section pp && for round in $(seq "$ROUNDS"); do
   for prov in $PROVIDERS; do
-    ladder=()
-    case $prov in
-      tcp) ours=(-p tcp -e msg -d lo) theirs=(-p tcp -e msg -d lo) ;;
-      tcp/rdm)
-        ours=(-p tcp -e rdm -d lo) theirs=(-p tcp -e rdm -d lo)
-        ladder=(env FABRIC_MSG_PROVIDERS="$OUT/tcp-rdm.toml")
-        ;;
-      shm) ours=(-p shm --same-host) theirs=(-p shm -e rdm) ;;
-      *) ours=(-p "$prov" -e rdm -d lo) theirs=(-p "$prov" -e rdm -d lo) ;;
-    esac
+    provider_args "$prov"
     for mode in $MODES; do
       if [ "$mode" = tagged ]; then
         [ "$prov" = tcp ] && continue # connected tcp endpoints have no tagged messages
@@ -351,16 +350,9 @@ section peers && for round in $(seq "$ROUNDS"); do
       n=$(iters "$cls" "$size")
       w=$((n / 10))
       for prov in "${provs[@]}"; do
-        ladder=()
-        case $prov in
-          tcp) ours=(-p tcp -e msg -d lo) theirs=(-p tcp -e msg -d lo -m msg) ;;
-          tcp/rdm)
-            ours=(-p tcp -e rdm -d lo) theirs=(-p tcp -e rdm -d lo -m tagged)
-            ladder=(env FABRIC_MSG_PROVIDERS="$OUT/tcp-rdm.toml")
-            ;;
-          shm) ours=(-p shm --same-host) theirs=(-p shm -e rdm -m tagged) ;;
-          *) ours=(-p "$prov" -e rdm -d lo) theirs=(-p "$prov" -e rdm -d lo -m tagged) ;;
-        esac
+        provider_args "$prov"
+        # Tagged, but connected tcp endpoints have no tags.
+        if [ "$prov" = tcp ]; then theirs+=(-m msg); else theirs+=(-m tagged); fi
         key="$prov|$size"
         tag="peers-${prov//[;\/]/+}-$size-r$round"
         p=$(free_port)
@@ -396,13 +388,7 @@ section peers && for round in $(seq "$ROUNDS"); do
       n=$(stream_iters "$cls" "$size")
       w=$((n / 10))
       for prov in "${provs[@]}"; do
-        ladder=()
-        case $prov in
-          tcp) ours=(-p tcp -e msg -d lo) ;;
-          tcp/rdm) ours=(-p tcp -e rdm -d lo) ladder=(env FABRIC_MSG_PROVIDERS="$OUT/tcp-rdm.toml") ;;
-          shm) ours=(-p shm --same-host) ;;
-          *) ours=(-p "$prov" -e rdm -d lo) ;;
-        esac
+        provider_args "$prov"
         tag="stream-${prov//[;\/]/+}-$size-r$round"
         p=$(free_port)
         if pair "ours-$tag" "$p" "${PIN_S[@]}" "${ladder[@]}" "$BW" "${ours[@]}" -B "$p" -- \
