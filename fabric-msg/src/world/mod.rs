@@ -29,6 +29,7 @@
 //! (`collectives/`) and the memory every rank registers at once
 //! (`symmetric`). See `docs/world.md` and `docs/collectives.md`.
 
+mod admission;
 mod agree;
 pub mod collectives;
 mod config;
