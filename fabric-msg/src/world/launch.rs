@@ -40,7 +40,7 @@ impl Launcher {
     /// Find out how this process was started: PMIx first, then the
     /// rendezvous variables, then a world of one.
     pub(crate) fn detect(start_timeout: Duration) -> Result<(Launcher, Placement)> {
-        if let Some(pmix) = Pmix::connect().map_err(pmix_error)? {
+        if let Some(pmix) = Pmix::connect(start_timeout).map_err(pmix_error)? {
             let placement = pmix_placement(&pmix)?;
             let local = placement.local_ranks.len() == placement.size as usize;
             let (bind, host) = if local {
