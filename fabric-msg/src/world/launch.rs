@@ -180,6 +180,21 @@ impl Launcher {
         }
     }
 
+    /// Leave a world that lost a rank: close the liveness connections at
+    /// once (the others know already) and let this process end without
+    /// `PMIx_Finalize`, whose wait for the server stalls a survivor about
+    /// 2 s under `mpirun` once a rank died (docs/decisions.md).
+    pub(crate) fn leave_after_loss(&mut self) {
+        match self {
+            Launcher::Pmix(p, star) => {
+                star.hang_up();
+                p.skip_finalize();
+            }
+            Launcher::Rendezvous(r) => r.hang_up(),
+            Launcher::Single => {}
+        }
+    }
+
     /// End the whole job: through PMIx where there is one; otherwise this
     /// process exits and the others see it go.
     ///

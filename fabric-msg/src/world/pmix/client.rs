@@ -163,6 +163,17 @@ impl Pmix {
         self.finalize_once()
     }
 
+    /// Never call `PMIx_Finalize` for this connection: the job has lost a
+    /// rank and its server may take seconds to answer, which a launcher's
+    /// kill can cut short. The server sees this process exit instead.
+    pub(crate) fn skip_finalize(&mut self) {
+        if !self.finalized {
+            self.finalized = true;
+            *lock(&LIFECYCLE) = Lifecycle::Finalized;
+            log::debug!("PMIx_Finalize skipped: the world lost a rank");
+        }
+    }
+
     fn finalize_once(&mut self) -> Result<(), PmixError> {
         if self.finalized {
             return Ok(());
