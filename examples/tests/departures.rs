@@ -74,7 +74,9 @@ fn a_rank_that_skips_a_collective_and_leaves_is_named_by_the_others() {
             }
             assert_eq!(e.status.code(), Some(1), "rank {r}: {e:?}");
             assert!(
-                e.stderr.contains(&format!("Error: rank {skipper} is lost: ")),
+                e.stderr.contains(&format!(
+                    "Error: rank {skipper} is lost: rank {skipper} left before every rank had finished"
+                )),
                 "rank {r} does not name rank {skipper}: {e:?}"
             );
             let after = e.at.saturating_sub(left.at);

@@ -512,6 +512,22 @@ impl Rendezvous {
             // This rank leaves without the world having finished: close its
             // connections now, so the others see it go at once (and report
             // it lost) rather than when this process exits, if it ever does.
+            // Rank 0 says why first: the others cannot tell from a close.
+            if self.rank == 0 {
+                let why = format!(
+                    "rank 0 left before every rank had finished (its finish gave up after {timeout:?} \
+                     waiting for the others)"
+                );
+                for s in self.conns.iter_mut().flatten() {
+                    let _ = write_frame(
+                        s,
+                        &Frame::Lost {
+                            rank: 0,
+                            why: why.clone(),
+                        },
+                    );
+                }
+            }
             self.hang_up();
             Err(launch_err(format!(
                 "leaving the world: not every rank finished within {timeout:?}"
