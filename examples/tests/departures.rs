@@ -147,7 +147,16 @@ fn a_world_that_does_not_form_names_the_missing_rank_and_the_idle_connections() 
         "{e:?}"
     );
     assert!(!exits[1].status.success(), "{:?}", exits[1]);
-    assert!(exits[1].stderr.contains("rank 2 did not join"), "{:?}", exits[1]);
+    // Rank 0's word, or (when rank 0 was slow to say it on a loaded
+    // machine) its own deadline, which says what it waited for.
+    assert!(
+        exits[1].stderr.contains("rank 2 did not join")
+            || exits[1]
+                .stderr
+                .contains("waiting for the other ranks to join (within 7s)"),
+        "{:?}",
+        exits[1]
+    );
     drop(idle);
 }
 
@@ -218,15 +227,20 @@ fn under_mpirun_the_survivors_of_a_killed_rank_say_so_and_exit_1() {
     for shm in ["1", "0"] {
         let started = Instant::now();
         let shm_env = format!("FABRIC_MSG_SHM={shm}");
-        // Rank 2 is the program itself (mpirun sees it killed); each other
-        // rank's shell says the status its program exited with.
-        let script = "if [ \"$PMIX_RANK\" = 2 ]; then exec \"$0\" --die 2; fi; \"$0\" --die 2; s=$?; \
-                      echo \"exit status $s\" >&2; exit $s";
+        // Rank 2 is the program itself (mpirun sees it killed). Each other
+        // rank's stderr goes to a file of its own, then its shell adds the
+        // status the program exited with: what the rank itself wrote, not
+        // what mpirun forwarded before it went (its forwarding of a rank's
+        // last line races with its own teardown).
+        let dir = std::env::temp_dir().join(format!("departures-{}-{shm}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a scratch directory");
+        let script = "if [ \"$PMIX_RANK\" = 2 ]; then exec \"$0\" --die 2; fi; \
+                      \"$0\" --die 2 2>\"$1/$PMIX_RANK\"; s=$?; echo \"exit status $s\" >>\"$1/$PMIX_RANK\"; exit $s";
+        let dir_arg = dir.to_string_lossy().into_owned();
         let mut cmd = Command::new("mpirun");
         clean(&mut cmd).args([
             "--allow-run-as-root",
             "--oversubscribe",
-            "--tag-output",
             "-x",
             &shm_env,
             "-np",
@@ -235,17 +249,25 @@ fn under_mpirun_the_survivors_of_a_killed_rank_say_so_and_exit_1() {
             "-c",
             script,
             DEPART,
+            &dir_arg,
         ]);
         let mut child = cmd.spawn().expect("mpirun (ci/setup.sh installs openmpi-bin)");
         let watch = Watch::stdout(&mut child);
         let e: Exit = wait_all(vec![child], started, DEADLINE).remove(0);
         assert!(watch.text().matches("formed").count() == 3, "{}", watch.text());
         assert!(!e.status.success(), "{e:?}");
-        for r in 0..2 {
+        let said: Vec<String> = (0..2)
+            .map(|r| std::fs::read_to_string(dir.join(r.to_string())).unwrap_or_default())
+            .collect();
+        std::fs::remove_dir_all(&dir).ok();
+        for (r, text) in said.iter().enumerate() {
+            // Its own error, or, on shm with libfabric 1.17, where a rank
+            // killed holding one of shm's locks leaves the others spinning
+            // inside libfabric, the watchdog's line naming the same loss.
             assert!(
-                e.stderr
-                    .contains(&format!("[1,{r}]<stderr>:Error: rank 2 is lost: ")),
-                "FABRIC_MSG_SHM={shm}: rank {r} did not name rank 2:\n{}",
+                text.contains("Error: rank 2 is lost: ")
+                    || text.contains(&format!("fabric-msg: rank {r}: rank 2 is lost: ")),
+                "FABRIC_MSG_SHM={shm}: rank {r} did not name rank 2: {text:?}\nmpirun: {}",
                 e.stderr
             );
         }
@@ -253,18 +275,24 @@ fn under_mpirun_the_survivors_of_a_killed_rank_say_so_and_exit_1() {
         // (a non-zero status aborts the job), possibly before their shell
         // says how they ended: at least one says it, and each that does
         // says 1.
-        let said: Vec<&str> = e.stderr.lines().filter(|l| l.contains("exit status")).collect();
+        let statuses: Vec<&str> = said
+            .iter()
+            .flat_map(|t| t.lines())
+            .filter(|l| l.starts_with("exit status"))
+            .collect();
         assert!(
-            !said.is_empty()
-                && said.iter().all(|l| l.starts_with("[1,0]<stderr>:exit status 1")
-                    || l.starts_with("[1,1]<stderr>:exit status 1")),
-            "FABRIC_MSG_SHM={shm}: {said:?}\n{}",
-            e.stderr
+            !statuses.is_empty() && statuses.iter().all(|l| *l == "exit status 1"),
+            "FABRIC_MSG_SHM={shm}: {said:?}"
         );
+        let watchdog: Vec<&str> = said
+            .iter()
+            .flat_map(|t| t.lines())
+            .filter(|l| l.contains("this rank "))
+            .collect();
         assert!(
-            !e.stderr.contains("status 70") && !e.stderr.contains("is still in"),
-            "FABRIC_MSG_SHM={shm}: the watchdog spoke:\n{}",
-            e.stderr
+            watchdog.iter().all(|l| shm == "1"
+                && l.contains("this rank is still in a World call (inside libfabric's shm provider")),
+            "FABRIC_MSG_SHM={shm}: the watchdog spoke of something else than a call stuck in shm: {said:?}"
         );
     }
 }

@@ -46,6 +46,12 @@ fn main() -> Result<(), fabric_msg::Error> {
         Mode::Die(r) => {
             world.barrier()?;
             if r == me {
+                // When, for the measurements in docs/world.md.
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap_or_default();
+                let line = format!("rank {me}: SIGKILL at {:.6}\n", now.as_secs_f64());
+                std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes()).ok();
                 // SAFETY: kill(2) on this process: it ends here, as a crash
                 // or an OOM kill would end it.
                 unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };

@@ -180,14 +180,16 @@ impl Launcher {
         }
     }
 
-    /// Leave a world that lost a rank: close the liveness connections at
-    /// once (the others know already) and let this process end without
+    /// Leave a world that lost a rank: close the liveness connections (the
+    /// others know already; under PMIx all survivors together at exit, as
+    /// `mpirun` ends the job on the first exit: see
+    /// [`Rendezvous::leave_at_exit`]) and let this process end without
     /// `PMIx_Finalize`, whose wait for the server stalls a survivor about
     /// 2 s under `mpirun` once a rank died (docs/decisions.md).
-    pub(crate) fn leave_after_loss(&mut self) {
+    pub(crate) fn leave_after_loss(&mut self, live: &Arc<Liveness>) {
         match self {
             Launcher::Pmix(p, star) => {
-                star.hang_up();
+                star.leave_at_exit(live.clone());
                 p.skip_finalize();
             }
             Launcher::Rendezvous(r) => r.hang_up(),

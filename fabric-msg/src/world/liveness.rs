@@ -88,6 +88,13 @@ impl Liveness {
         self.calls.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// The call begun with [`Liveness::enter_for_good`] is over after all:
+    /// the process is exiting, past the World.
+    pub(crate) fn leave_for_good(&self) {
+        self.depth.fetch_sub(1, Ordering::Relaxed);
+        self.calls.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// The teardown moved on to `doing` (a new step: the watchdog's clock
     /// starts again).
     pub(crate) fn now_doing(&self, doing: String) {

@@ -567,7 +567,7 @@ impl Drop for World {
             // The world is broken and every rank knows: nobody waits for
             // anybody, and PMIx_Finalize is skipped (docs/decisions.md), so
             // the application's own error is out before a launcher's kill.
-            self.launcher.leave_after_loss();
+            self.launcher.leave_after_loss(&self.live);
         } else if !self.finished {
             let mut progress = progress_while_leaving(&mut self.ev, self.local.as_mut(), &self.live);
             if let Err(e) = self.launcher.finish(self.finish_timeout, &mut progress) {
