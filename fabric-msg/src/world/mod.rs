@@ -34,6 +34,7 @@ mod agree;
 pub mod collectives;
 mod config;
 mod launch;
+mod leaving;
 mod liveness;
 mod local;
 mod placement;

@@ -22,6 +22,7 @@
 //! deadline.
 
 use super::admission::{admit, ranks_text, Judge, Verdict};
+use super::leaving::keep_until_exit;
 use super::liveness::Liveness;
 use crate::error::{Error, Result};
 use crate::transport::framing::write_frame;
@@ -564,55 +565,7 @@ impl Rendezvous {
     pub(crate) fn leave_at_exit(&mut self, live: Arc<Liveness>) {
         self.stop_watching();
         let conns: Vec<TcpStream> = self.conns.iter_mut().filter_map(Option::take).collect();
-        *LEAVING.lock() = Some(Leaving {
-            rank: self.rank,
-            conns,
-            live,
-        });
-        static HOOK: std::sync::Once = std::sync::Once::new();
-        HOOK.call_once(|| {
-            // SAFETY: atexit registers a function without arguments that
-            // runs once at exit(3); leave_at_exit neither panics nor exits.
-            if unsafe { libc::atexit(leave_at_exit) } != 0 {
-                log::warn!("no exit hook: the survivors of a loss leave one by one");
-            }
-        });
-    }
-}
-
-/// Longest the survivors of a loss wait at exit for each other: the
-/// launchers end a job about a second after a death.
-const LEAVE_TOGETHER: Duration = Duration::from_millis(800);
-
-/// What [`Rendezvous::leave_at_exit`] keeps for the exit hook.
-struct Leaving {
-    rank: u32,
-    conns: Vec<TcpStream>,
-    live: Arc<Liveness>,
-}
-
-static LEAVING: parking_lot::Mutex<Option<Leaving>> = parking_lot::Mutex::new(None);
-
-/// The exit hook: each rank other than 0 closes its side and waits for
-/// rank 0 to close; rank 0 closes once every other connection has.
-extern "C" fn leave_at_exit() {
-    let Some(mut l) = LEAVING.lock().take() else {
-        return;
-    };
-    // Past the World: nothing the watchdog guards runs any more.
-    l.live.leave_for_good();
-    if l.rank != 0 {
-        for s in &l.conns {
-            let _ = s.shutdown(std::net::Shutdown::Write);
-        }
-    }
-    let deadline = Instant::now() + LEAVE_TOGETHER;
-    let mut open: Vec<&mut TcpStream> = l.conns.iter_mut().collect();
-    while !open.is_empty() && Instant::now() < deadline {
-        open.retain_mut(|s| !closed_by_peer(s));
-    }
-    for s in &l.conns {
-        let _ = s.shutdown(std::net::Shutdown::Both);
+        keep_until_exit(self.rank, conns, live);
     }
 }
 
@@ -621,24 +574,6 @@ impl Drop for Rendezvous {
         if let Some(w) = self.watcher.take() {
             w.stop.store(true, Ordering::Release);
             let _ = w.thread.join();
-        }
-    }
-}
-
-/// Whether the other end of `s` has closed it, reading (and dropping)
-/// whatever it still sent for up to 10 ms.
-fn closed_by_peer(s: &mut TcpStream) -> bool {
-    let mut buf = [0u8; 256];
-    if s.set_read_timeout(Some(Duration::from_millis(10))).is_err() {
-        return true;
-    }
-    loop {
-        match s.read(&mut buf) {
-            Ok(0) => return true,
-            Ok(_) => {}
-            Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => return false,
-            Err(_) => return true,
         }
     }
 }
