@@ -277,7 +277,9 @@ mod tests {
             std::thread::sleep(NOTICE * 2);
             l.now_doing("the teardown's second step".into());
         }
-        std::thread::sleep(STUCK * 10);
+        // Long past STUCK, so a watchdog starved of the CPU on a loaded
+        // machine still ends the child before it returns on its own.
+        std::thread::sleep(STUCK * 40);
     }
 
     /// A teardown after a loss names the step it is stuck in, and each
