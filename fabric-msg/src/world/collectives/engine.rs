@@ -153,8 +153,8 @@ impl Engine {
         };
         let t = token(Kind::NoticeRecv, 0, lane);
         match (lane, io.local.as_mut()) {
-            (SHM, Some(l)) => l.ev.recv(l.ep, buf, opts, t)?,
-            _ => io.ev.recv(io.ep, buf, opts, t)?,
+            (SHM, Some(l)) => l.ev.as_world().recv(l.ep, buf, opts, t)?,
+            _ => io.ev.as_world().recv(io.ep, buf, opts, t)?,
         }
         self.notice_posted = true;
         Ok(())

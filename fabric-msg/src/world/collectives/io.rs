@@ -216,7 +216,7 @@ pub(crate) fn post_outgoing(
     };
     let what = |e: &Error| Failure::seen(format!("posting a send to rank {} failed: {e}", o.peer));
     if o.inject {
-        return match ev.inject(peer, o.buf.as_slice(), opts) {
+        return match ev.as_world().inject(peer, o.buf.as_slice(), opts) {
             Ok(()) => {
                 sh.pool.give(o.buf);
                 Ok(None)
@@ -225,7 +225,7 @@ pub(crate) fn post_outgoing(
             Err(e) => Err(what(&e)),
         };
     }
-    match ev.send(peer, o.buf, opts, t) {
+    match ev.as_world().send(peer, o.buf, opts, t) {
         Ok(()) => Ok(None),
         Err(PostError {
             error: Error::QueueFull { .. },
