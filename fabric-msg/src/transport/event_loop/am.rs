@@ -24,7 +24,7 @@
 //! applied; until then the origin's operation waits (and reports
 //! [`CompletionError::TimedOut`] after `LoopConfig::rma_timeout`).
 
-use super::am_state::{AtomicCounters, Outgoing, Room};
+use super::am_state::{AtomicCounters, Outgoing};
 use super::am_wire::{
     apply, decode_reply, decode_request, encode_reply, encode_request, Request, Status, MAX_NAME, MAX_OUTBOX,
     REPLY_LEN, REQUEST_LEN, REQUEST_RECVS,
@@ -428,11 +428,10 @@ impl EventLoop {
         };
         let to = match source.filter(|&s| s != ffi::FI_ADDR_NOTAVAIL) {
             Some(s) => Some(s),
-            None => self.am_origin(endpoint, &name[..name_len]),
+            None => self.am_origin(&name[..name_len]),
         };
         let Some(addr) = to else {
             // No answer could reach the origin: not applied either.
-            self.am.counters.refused_requests += 1;
             return self.am_repost(index);
         };
         let result = match self.am.applied.get(addr, req.cookie) {
@@ -476,66 +475,23 @@ impl EventLoop {
         self.am_repost(index);
     }
 
-    /// The AV address of an origin that named itself `name`, inserted once;
-    /// a full table makes room by removing the origin idle longest that has
-    /// no reply queued or in flight.
-    fn am_origin(&mut self, endpoint: u32, name: &[u8]) -> Option<ffi::fi_addr_t> {
-        if let Some(a) = self.am.origins.find(name) {
-            return Some(a);
+    /// The AV address of the origin that named itself `name`: a peer this
+    /// loop inserted, or none (a request never inserts an address).
+    fn am_origin(&mut self, name: &[u8]) -> Option<ffi::fi_addr_t> {
+        let found = self.am.peers.find(name);
+        if found.is_none() {
+            self.am.counters.unknown_origins += 1;
+            log::debug!(
+                "emulated atomics: a request from an origin that is no peer of this loop was dropped"
+            );
         }
-        let own = self.am.names.get(endpoint as usize)?.clone()?;
-        self.check_peer_name(&own, name, "an emulated atomic's origin")
-            .ok()?;
-        let evict = match self.am.origins.room(|a| self.am_busy(a)) {
-            Room::Free => None,
-            Room::Evict(a) => Some(a),
-            Room::Full => {
-                log::warn!(
-                    "emulated atomics: every known origin has a reply in flight; a request was refused"
-                );
-                return None;
-            }
-        };
-        let av = self.av.as_ref()?.raw;
-        let mut addr: ffi::fi_addr_t = ffi::FI_ADDR_NOTAVAIL;
-        let gate = self.progress_gate();
-        let _gate = gate.as_ref().map(|g| g.lock());
-        // SAFETY: av is open; `name` was checked to be an address of the
-        // provider's format; one address is inserted into `addr`.
-        let rc = unsafe { ffi::fi_av_insert(av, name.as_ptr().cast(), 1, &mut addr, 0, ptr::null_mut()) };
-        if rc != 1 {
-            return None;
-        }
-        if let Some(mut old) = evict {
-            // SAFETY: av is open; `old` is an address this loop inserted and
-            // nothing in flight uses (`am_busy`).
-            let rc = unsafe { ffi::fi_av_remove(av, &mut old, 1, 0) };
-            if rc != 0 {
-                log::debug!(
-                    "emulated atomics: removing an idle origin failed: {}",
-                    strerror(rc.unsigned_abs())
-                );
-            }
-            self.am.applied.forget(old);
-            self.am.counters.evicted_origins += 1;
-        }
-        self.am.origins.insert(name, addr, evict);
-        Some(addr)
-    }
-
-    /// Whether a reply to `addr` is queued or in flight.
-    fn am_busy(&self, addr: ffi::fi_addr_t) -> bool {
-        self.am.outbox.iter().any(|o| o.addr == addr)
-            || self
-                .slab
-                .slots
-                .iter()
-                .any(|s| s.in_use && s.internal == Internal::AmSend && s.link == u64::MAX && s.peer == addr)
+        found
     }
 
     /// What this loop refused of its peers' emulated-atomic traffic:
     /// forged replies, requests dropped unapplied, repeated requests,
-    /// origins evicted (docs/atomics.md, "What a peer can forge").
+    /// requests from origins that are no peer (docs/atomics.md, "What a
+    /// peer can forge").
     pub fn atomic_counters(&self) -> AtomicCounters {
         self.am.counters
     }

@@ -1,12 +1,13 @@
 //! What a loop keeps for emulated atomics, as parts with their own rules:
-//! the pools and posted receives, the origins it answers (a bounded table
-//! that makes room by removing the origin idle longest), the requests it
-//! applied (so a repeated one is answered, not applied again), the
-//! cookies it draws for its own operations, and what it refused.
+//! the pools and posted receives, the peers it answers (those the loop
+//! inserted itself, by name: a request never makes the loop insert an
+//! address), the requests it applied (so a repeated one is answered, not
+//! applied again), the cookies it draws for its own operations, and what
+//! it refused.
 //!
 //! Nothing here does I/O; `am.rs` posts and applies.
 
-use super::am_wire::{Request, Status, APPLIED_WINDOW, MAX_ORIGINS};
+use super::am_wire::{Request, Status, APPLIED_WINDOW};
 use super::tag_space::TagSpace;
 use crate::error::{Error, Result};
 use crate::ffi;
@@ -28,14 +29,16 @@ pub struct AtomicCounters {
     /// operation's receive is posted again; nothing completes.
     pub forged_replies: u64,
     /// Requests dropped at the target without being applied: malformed,
-    /// or their origin could not be addressed, or there was no room to
-    /// queue the answer.
+    /// oversized, or no room to queue the answer.
     pub refused_requests: u64,
+    /// Requests dropped at the target without being applied because their
+    /// origin is no peer of this loop (never inserted by `connect`,
+    /// `accept`, `insert_peer` or the World): no answer could be addressed
+    /// to it, and a forger naming other addresses gains no AV entry.
+    pub unknown_origins: u64,
     /// Requests whose cookie the target had applied already (a resend, a
     /// replay): answered with the remembered result, not applied again.
     pub repeated_requests: u64,
-    /// Origins removed from the target's table to make room for others.
-    pub evicted_origins: u64,
 }
 
 /// A reply the target could not post yet (the queue was full).
@@ -46,73 +49,22 @@ pub(super) struct Outgoing {
     pub(super) buf: Buffer,
 }
 
-/// An origin the target answers: its name, its address in the AV, and
-/// when it was last used (the table's clock).
-struct Origin {
-    name: Vec<u8>,
-    addr: ffi::fi_addr_t,
-    used: u64,
-}
-
-/// The origins a target answers by name (where the provider gives no
-/// source address), at most [`MAX_ORIGINS`].
+/// The peers this loop inserted, by endpoint name: the origins whose
+/// requests it answers where the provider reports no source address.
 #[derive(Default)]
-pub(super) struct Origins {
-    known: Vec<Origin>,
-    clock: u64,
+pub(super) struct KnownPeers {
+    by_name: HashMap<Vec<u8>, ffi::fi_addr_t>,
 }
 
-/// Where a new origin goes.
-pub(super) enum Room {
-    /// The table has room.
-    Free,
-    /// The table is full: remove this address from the AV first, then
-    /// `insert` replaces its entry.
-    Evict(ffi::fi_addr_t),
-    /// Every entry has a reply in flight: the request cannot be answered.
-    Full,
-}
-
-impl Origins {
-    /// The address of the origin named `name`, marked used.
-    pub(super) fn find(&mut self, name: &[u8]) -> Option<ffi::fi_addr_t> {
-        self.clock += 1;
-        let clock = self.clock;
-        let o = self.known.iter_mut().find(|o| o.name == name)?;
-        o.used = clock;
-        Some(o.addr)
+impl KnownPeers {
+    /// Record a peer the loop inserted.
+    pub(super) fn record(&mut self, name: &[u8], addr: ffi::fi_addr_t) {
+        self.by_name.insert(name.to_vec(), addr);
     }
 
-    /// Where a new origin can go: `busy` says whether an address still has
-    /// a reply queued or in flight (it must stay in the AV until then).
-    pub(super) fn room(&self, busy: impl Fn(ffi::fi_addr_t) -> bool) -> Room {
-        if self.known.len() < MAX_ORIGINS {
-            return Room::Free;
-        }
-        self.known
-            .iter()
-            .filter(|o| !busy(o.addr))
-            .min_by_key(|o| o.used)
-            .map_or(Room::Full, |o| Room::Evict(o.addr))
-    }
-
-    /// Record a new origin, replacing `evicted`'s entry if given.
-    pub(super) fn insert(&mut self, name: &[u8], addr: ffi::fi_addr_t, evicted: Option<ffi::fi_addr_t>) {
-        self.clock += 1;
-        let o = Origin {
-            name: name.to_vec(),
-            addr,
-            used: self.clock,
-        };
-        match evicted.and_then(|e| self.known.iter().position(|k| k.addr == e)) {
-            Some(i) => self.known[i] = o,
-            None => self.known.push(o),
-        }
-    }
-
-    #[cfg(test)]
-    fn len(&self) -> usize {
-        self.known.len()
+    /// The address of the peer named `name`, if the loop inserted it.
+    pub(super) fn find(&self, name: &[u8]) -> Option<ffi::fi_addr_t> {
+        self.by_name.get(name).copied()
     }
 }
 
@@ -145,13 +97,6 @@ impl Applied {
         }
         self.results.insert((from, cookie), result);
         self.order.push_back((from, cookie));
-    }
-
-    /// Forget every result of an origin whose address is removed (the AV
-    /// may give the address to another origin later).
-    pub(super) fn forget(&mut self, from: ffi::fi_addr_t) {
-        self.results.retain(|&(a, _), _| a != from);
-        self.order.retain(|&(a, _)| a != from);
     }
 }
 
@@ -201,8 +146,8 @@ pub(crate) struct AmState {
     pub(super) bufs: Vec<Buffer>,
     /// Each endpoint's own name, once its request receives are posted.
     pub(super) names: Vec<Option<Vec<u8>>>,
-    /// Origins' names and their addresses in the AV, for replies.
-    pub(super) origins: Origins,
+    /// Peers' names and their addresses in the AV, for replies.
+    pub(super) peers: KnownPeers,
     /// Results of requests applied, by origin and cookie.
     pub(super) applied: Applied,
     /// This loop's operations in flight, by slot index.
@@ -254,23 +199,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_full_origin_table_makes_room_by_the_origin_idle_longest_never_a_busy_one() {
-        let mut o = Origins::default();
-        for i in 0..MAX_ORIGINS as u64 {
-            assert!(matches!(o.room(|_| false), Room::Free));
-            o.insert(&i.to_le_bytes(), i, None);
-        }
-        assert_eq!(o.len(), MAX_ORIGINS);
-        // Origin 0 was used again, so 1 is the one idle longest.
-        assert_eq!(o.find(&0u64.to_le_bytes()), Some(0));
-        assert!(matches!(o.room(|_| false), Room::Evict(1)));
-        // 1 and 2 have replies in flight: 3 goes.
-        assert!(matches!(o.room(|a| a == 1 || a == 2), Room::Evict(3)));
-        assert!(matches!(o.room(|_| true), Room::Full));
-        o.insert(b"new", 7777, Some(1));
-        assert_eq!(o.len(), MAX_ORIGINS, "replaced, not grown");
-        assert_eq!(o.find(b"new"), Some(7777));
-        assert_eq!(o.find(&1u64.to_le_bytes()), None, "evicted");
+    fn only_recorded_peers_are_known() {
+        let mut k = KnownPeers::default();
+        k.record(b"a", 3);
+        assert_eq!(k.find(b"a"), Some(3));
+        assert_eq!(k.find(b"b"), None);
+        k.record(b"a", 4);
+        assert_eq!(k.find(b"a"), Some(4), "inserted again: the newer address");
     }
 
     #[test]
@@ -282,8 +217,6 @@ mod tests {
         assert_eq!(a.get(1, 0xc0), Some((Status::Ok, 5)));
         assert_eq!(a.get(2, 0xc0), Some((Status::NoRegion, 0)), "per origin");
         assert_eq!(a.get(1, 0xc1), None);
-        a.forget(2);
-        assert_eq!(a.get(2, 0xc0), None);
         for c in 0..APPLIED_WINDOW as u64 {
             a.remember(3, c, (Status::Ok, c));
         }

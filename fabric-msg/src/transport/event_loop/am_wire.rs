@@ -45,9 +45,6 @@ pub(super) const REQUEST_RECVS: usize = 16;
 /// Most replies waiting for room in the queue; past it (a peer flooding
 /// the target with requests) a reply is dropped and its origin times out.
 pub(super) const MAX_OUTBOX: usize = 1024;
-/// Most origins whose address the loop keeps inserted for replies; past it
-/// the origin idle longest is removed to make room (`am_state.rs`).
-pub(super) const MAX_ORIGINS: usize = 4096;
 /// Requests whose result the target remembers, so a repeated one is
 /// answered without being applied again.
 pub(super) const APPLIED_WINDOW: usize = 4096;

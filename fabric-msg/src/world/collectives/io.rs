@@ -4,7 +4,9 @@
 
 use crate::error::Error;
 use crate::memory::buffer::Buffer;
-use crate::transport::event_loop::{Completion, EndpointId, EventLoop, Peer, PostError, SendOpts, Token};
+use crate::transport::event_loop::{
+    Completion, CompletionError, EndpointId, EventLoop, Peer, PostError, SendOpts, Token,
+};
 use crate::world::liveness::Liveness;
 use crate::world::local::Local;
 use crate::world::tags;
@@ -33,6 +35,17 @@ impl Io<'_> {
             }
         }
         (&mut *self.ev, self.ep, &self.peers[peer as usize])
+    }
+
+    /// Where the provider says who sent a message (`FI_SOURCE`), whether
+    /// it came from another address than the rank its tag names: a message
+    /// in the World's class that no rank of this world sent.
+    pub(crate) fn forged(&mut self, c: &Completion) -> bool {
+        let Some(from) = c.source.filter(|&a| a != crate::ffi::FI_ADDR_NOTAVAIL) else {
+            return false;
+        };
+        let claimed = tags::source_of(c.tag);
+        claimed as usize >= self.peers.len() || self.lane(claimed).2.addr != from
     }
 
     /// Whether either loop frames messages (then no zero-copy transfers).
@@ -181,6 +194,21 @@ impl Failure {
             message,
             grace: Duration::ZERO,
         }
+    }
+}
+
+/// What a message in the World's class that no rank sent ([`Io::forged`])
+/// ends its receive with.
+pub(crate) fn forged(claimed: u32) -> CompletionError {
+    CompletionError::Failed {
+        code: crate::error::ErrorCode(crate::ffi::FI_EIO),
+        text: crate::error::strerror(crate::ffi::FI_EIO),
+        prov_errno: 0,
+        prov_text: format!(
+            "a message that claims to come from rank {claimed} came from another address: a forged message \
+             in the World's tag class, sent by no rank of this world; dropped, and this collective cannot \
+             complete"
+        ),
     }
 }
 
