@@ -22,7 +22,9 @@ fn forge(shm: bool) {
     let out = format!("{}{}", e.stdout, e.stderr);
     for r in 0..n {
         assert!(
-            out.contains(&format!("forge_check: rank {r}: 765 posts in reserved classes refused")),
+            out.contains(&format!(
+                "forge_check: rank {r}: 765 posts in reserved classes refused"
+            )),
             "rank {r} did not refuse every reserved-class post:\n{out}"
         );
     }
@@ -32,7 +34,10 @@ fn forge(shm: bool) {
         support_skipped(line);
         assert!(e.status.success(), "{out}");
         for r in 0..n {
-            assert!(out.contains(&format!("forge_check: rank {r}: allreduce ok")), "{out}");
+            assert!(
+                out.contains(&format!("forge_check: rank {r}: allreduce ok")),
+                "{out}"
+            );
         }
         return;
     }

@@ -247,7 +247,7 @@ fn forged_replies_complete_nothing(provider: &str) {
         },
         [41, 0],
     );
-    let to_target = origin.peer.clone();
+    let to_target = origin.peer;
     // A loop without atomics: no tag bit reserved, so it may send in the space.
     let mut forger = node(&profile(provider), LoopConfig::default());
     let origin_name = origin.ev.name(origin.ep).unwrap();
@@ -344,7 +344,7 @@ fn a_request_sent_again_is_applied_once(provider: &str) {
         ..Default::default()
     };
     let (mut origin, mut target, remote) = start(&p, cfg, [0, 100]);
-    let to_target = origin.peer.clone();
+    let to_target = origin.peer;
     origin
         .ev
         .atomic(&to_target, Atomic::Read, &remote, 8, Token(6))
@@ -413,7 +413,7 @@ fn requests_naming_other_origins_are_dropped_and_an_honest_one_is_answered() {
     let provider = "tcp;ofi_rxm";
     let p = atomics_profile(provider);
     let (mut origin, mut target, remote) = start(&p, LoopConfig::default(), [7, 0]);
-    let honest = origin.peer.clone();
+    let honest = origin.peer;
     let mut forger = node(&profile(provider), LoopConfig::default());
     let to_target = link_to(&mut forger, &target.name);
     let own = forger.ev.name(forger.ep).unwrap();

@@ -121,7 +121,7 @@ fn main() -> ExitCode {
 /// refusals (every one must be refused, naming the class).
 fn refuse_reserved(w: &mut World) -> Result<usize, String> {
     let next = (w.rank() + 1) % w.size();
-    let peer = w.peer(next).map_err(|e| e.to_string())?.clone();
+    let peer = *w.peer(next).map_err(|e| e.to_string())?;
     let ep = w.endpoint();
     let ev = w.event_loop();
     let mut refused = 0;
