@@ -113,8 +113,8 @@ pub use memory::pool::{PoolSlot, RegionPool};
 pub use memory::remote::RemoteMemory;
 pub use transport::bootstrap::{connect, connect_with, Accepted, Listener, Refusal};
 pub use transport::event_loop::{
-    Completion, CompletionError, EndpointId, EventLoop, LoopConfig, OpKind, Peer, PostError, ProgressThread,
-    RecvOpts, SendOpts, Token, WaitMode,
+    AtomicCounters, Completion, CompletionError, EndpointId, EventLoop, LoopConfig, OpKind, Peer, PostError,
+    ProgressThread, RecvOpts, SendOpts, Token, WaitMode,
 };
 pub use transport::lifeline::LossKind;
 pub use transport::rma::Atomic;

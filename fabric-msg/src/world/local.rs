@@ -106,6 +106,7 @@ pub(crate) fn open(
         return Err(Error::Usage(format!("asked for shm, got {}", profile.provider)));
     }
     let mut ev = EventLoop::new(&profile, cfg)?;
+    ev.reserve_world_classes();
     let ep = ev.endpoint()?;
     let name = ev.name(ep)?;
     Ok((ev, ep, name))

@@ -146,6 +146,9 @@ impl World {
         // Round 2: every rank's endpoint name and profile, or why it has none.
         let opened = profile.and_then(|p| {
             let mut ev = EventLoop::new(&p, cfg.loop_config.clone())?;
+            // The collectives' classes are the World's alone (event_loop()
+            // hands this loop to the application).
+            ev.reserve_world_classes();
             let ep = ev.endpoint()?;
             let name = ev.name(ep)?;
             Ok((ev, ep, name))

@@ -4,6 +4,14 @@
 //! it polls, and a reply that completes the origin's operation with the
 //! same [`Completion`] a native atomic gives.
 //!
+//! Each operation carries a random cookie: the target echoes it, and the
+//! origin drops (and counts) any reply without it or from another source,
+//! posting its receive again; the target checks the origin, its room to
+//! answer and the whole request before it changes memory, and answers a
+//! cookie it applied before from memory. Half way to its deadline an
+//! operation's request is sent once more with the same cookie, so a lost
+//! reply is recovered and nothing is applied twice (docs/atomics.md).
+//!
 //! Origin: the operation's slot posts a receive for its reply (a tag
 //! naming the slot and its generation), then a request goes out from a
 //! pooled buffer. Target: every endpoint keeps [`REQUEST_RECVS`] request
@@ -16,9 +24,10 @@
 //! applied; until then the origin's operation waits (and reports
 //! [`CompletionError::TimedOut`] after `LoopConfig::rma_timeout`).
 
+use super::am_state::{AtomicCounters, Outgoing};
 use super::am_wire::{
-    apply, decode_reply, decode_request, encode_reply, encode_request, Outgoing, Request, Status, MAX_NAME,
-    MAX_ORIGINS, MAX_OUTBOX, REPLY_LEN, REQUEST_LEN, REQUEST_RECVS,
+    apply, decode_reply, decode_request, encode_reply, encode_request, Request, Status, MAX_NAME, MAX_OUTBOX,
+    REPLY_LEN, REQUEST_LEN, REQUEST_RECVS,
 };
 use super::post::{raw_recv, raw_send};
 use super::slab::Internal;
@@ -96,6 +105,7 @@ impl EventLoop {
             self.am.names.resize(i + 1, None);
         }
         self.am.names[i] = Some(name);
+        self.am.applied.reserve();
         Ok(())
     }
 
@@ -112,18 +122,19 @@ impl EventLoop {
         self.lost.check(peer.endpoint.0, peer.addr)?;
         let raw = self.ep(peer.endpoint)?.raw;
         let (addr, key) = remote.target(offset);
+        let cookie = self.am.cookies.draw()?;
         // The reply's receive: the operation's own slot.
         self.wait_for_room()?;
         let mut reply = self.notify_bufs.pop().unwrap_or_else(|| Buffer::new(0));
         let desc = self.local_desc(&mut reply)?;
         let replyp = reply.ptr(true);
         let slot = self.slab.acquire(peer.endpoint.0, OpKind::Atomic, token);
-        let deadline = self.cfg.rma_timeout.map(|t| std::time::Instant::now() + t);
+        // Half the timeout: then the request goes once more (`am_resend`).
+        let deadline = self.cfg.rma_timeout.map(|t| std::time::Instant::now() + t / 2);
         // SAFETY: as in `am_init`.
         let (op_index, generation, ctx) = unsafe {
             (*slot).internal = Internal::AmReply;
             (*slot).peer = peer.addr;
-            (*slot).link = u64::from(req.op.code());
             (*slot).buffer = Some(reply);
             (*slot).posted_len = REPLY_LEN;
             (*slot).expires = deadline;
@@ -132,7 +143,17 @@ impl EventLoop {
         if deadline.is_some() {
             self.slab.timed += 1;
         }
-        let tag = self.am.tags.reply(op_index, generation);
+        let tag = self.am.tags.reply(op_index, cookie);
+        let request = Request {
+            op: req.op,
+            reply_tag: tag,
+            addr,
+            key,
+            operand: req.operand,
+            compare: req.compare,
+            cookie,
+        };
+        self.am.track(op_index, request);
         let src = if self.directed {
             peer.addr
         } else {
@@ -144,13 +165,22 @@ impl EventLoop {
             raw_recv(raw, replyp, REPLY_LEN, desc, src, Some((tag, 0)), ctx)
         });
         if let Err(e) = posted {
+            self.am.untrack(op_index);
             if let Some(b) = self.slab.release(op_index) {
                 self.notify_bufs.push(b);
             }
             return Err(e);
         }
         // The request.
-        let sent = self.am_send_request(peer, raw, op_index, generation, tag, &req, addr, key);
+        let sent = self.am_send_request(
+            peer.endpoint.0,
+            peer.addr,
+            raw,
+            op_index,
+            generation,
+            &request,
+            true,
+        );
         if sent.is_err() {
             // The reply can never come: nothing reports this operation.
             self.am_abandon(op_index);
@@ -158,36 +188,61 @@ impl EventLoop {
         sent
     }
 
+    /// Send the request of the operation in slot `index` once more, with
+    /// the same cookie, if it was not yet: called when the first half of
+    /// its deadline passed. The target answers a request it applied from
+    /// memory, so the operation is applied once whichever copy arrives.
+    /// `false` if the operation's deadline is its last.
+    pub(super) fn am_resend(&mut self, index: u32, now: std::time::Instant) -> bool {
+        let (Some(mut op), Some(t)) = (self.am.tracked(index), self.cfg.rma_timeout) else {
+            return false;
+        };
+        if op.resent {
+            return false;
+        }
+        op.resent = true;
+        self.am.in_flight[index as usize] = Some(op);
+        let s = &mut self.slab.slots[index as usize];
+        s.expires = Some(now + (t - t / 2));
+        let (endpoint, addr, generation) = (s.endpoint, s.peer, s.generation);
+        let Some(Some(ep)) = self.endpoints.get(endpoint as usize) else {
+            return true;
+        };
+        let raw = ep.raw;
+        if let Err(e) = self.am_send_request(endpoint, addr, raw, index, generation, &op.request, false) {
+            log::debug!("emulated atomic: its request could not be sent again ({e}); its deadline stands");
+        }
+        true
+    }
+
+    /// Send `r` for the operation in slot `op_index`; `retry` waits for
+    /// room in the queue (a first send), otherwise one attempt is made.
     #[allow(clippy::too_many_arguments)]
     fn am_send_request(
         &mut self,
-        peer: &Peer,
+        endpoint: u32,
+        dest: ffi::fi_addr_t,
         raw: *mut ffi::fid_ep,
         op_index: u32,
         generation: u64,
-        reply_tag: u64,
-        req: &AtomicRequest,
-        addr: u64,
-        key: u64,
+        r: &Request,
+        retry: bool,
     ) -> Result<()> {
-        let r = Request {
-            op: req.op,
-            reply_tag,
-            addr,
-            key,
-            operand: req.operand,
-            compare: req.compare,
-        };
         let mut buf = self.am.bufs.pop().unwrap_or_else(|| Buffer::new(REQUEST_LEN));
         buf.set_len(REQUEST_LEN);
-        let name = self.am.names[peer.endpoint.0 as usize].as_deref().unwrap_or(&[]);
-        let len = encode_request(buf.as_mut_slice(), &r, name).ok_or_else(|| {
+        let name = self.am.names[endpoint as usize].as_deref().unwrap_or(&[]);
+        let len = encode_request(buf.as_mut_slice(), r, name).ok_or_else(|| {
             Error::Usage("emulated atomic: the endpoint name does not fit a request".into())
         })?;
         let desc = self.local_desc(&mut buf)?;
         let bufp = buf.ptr(false);
-        self.wait_for_room()?;
-        let slot = self.slab.acquire(peer.endpoint.0, OpKind::Send, Token::REMOTE);
+        if retry {
+            self.wait_for_room()?;
+        } else if self.slab.in_flight >= self.cq.capacity {
+            self.am.bufs.push(buf);
+            return Err(Error::Usage("no room in the completion queue".into()));
+        }
+        let slot = self.slab.acquire(endpoint, OpKind::Send, Token::REMOTE);
         // SAFETY: as in `am_init`.
         let (index, ctx) = unsafe {
             (*slot).internal = Internal::AmSend;
@@ -195,23 +250,27 @@ impl EventLoop {
             (*slot).buffer = Some(buf);
             ((*slot).index, slot.cast::<c_void>())
         };
-        let (dest, request_tag) = (peer.addr, self.am.tags.request());
+        let request_tag = self.am.tags.request();
         // SAFETY: raw is enabled; `len` bytes at bufp are owned by the slot
         // until its completion; ctx is the slot's.
-        let sent = self.retry("fi_tsend", || unsafe {
-            raw_send(raw, bufp, len, desc, dest, Some(request_tag), None, ctx)
-        });
+        let post = || unsafe { raw_send(raw, bufp, len, desc, dest, Some(request_tag), None, ctx) };
+        let sent = if retry {
+            self.retry("fi_tsend", post).map(|_| ())
+        } else {
+            check("fi_tsend", post() as i64).map(|_| ())
+        };
         if sent.is_err() {
             if let Some(b) = self.slab.release(index) {
                 self.am.bufs.push(b);
             }
         }
-        sent.map(|_| ())
+        sent
     }
 
     /// Report nothing more for the operation in slot `index`: its late
     /// reply (or the cancellation of its receive) is swallowed.
     fn am_abandon(&mut self, index: u32) {
+        self.am.untrack(index);
         let s = &mut self.slab.slots[index as usize];
         s.abandoned = true;
         if s.expires.take().is_some() {
@@ -230,7 +289,7 @@ impl EventLoop {
     pub(super) fn am_complete(&mut self, index: u32, kind: Internal, len: usize, source: Option<u64>) {
         match kind {
             Internal::AmRequest => self.am_request_arrived(index, len, source),
-            Internal::AmReply => self.am_reply_arrived(index, len),
+            Internal::AmReply => self.am_reply_arrived(index, len, source),
             Internal::AmSend | Internal::No => {
                 if let Some(b) = self.slab.release(index) {
                     self.am_recycle(b);
@@ -248,9 +307,18 @@ impl EventLoop {
             // while the endpoint lives.
             Internal::AmRequest => {
                 log::debug!("emulated-atomic request receive failed: {failure}");
+                if matches!(failure, CompletionError::Truncated { .. }) {
+                    self.am.counters.refused_requests += 1;
+                }
+                self.am_repost(index);
+            }
+            // A message longer than a reply on the reply's tag is none.
+            Internal::AmReply if matches!(failure, CompletionError::Truncated { .. }) => {
+                self.am.counters.forged_replies += 1;
                 self.am_repost(index);
             }
             Internal::AmReply => {
+                self.am.untrack(index);
                 if let Some(b) = self.slab.release(index) {
                     self.notify_bufs.push(b);
                 }
@@ -297,26 +365,48 @@ impl EventLoop {
         self.pending.push(c);
     }
 
-    fn am_reply_arrived(&mut self, index: u32, len: usize) {
+    fn am_reply_arrived(&mut self, index: u32, len: usize, source: Option<u64>) {
         let s = &mut self.slab.slots[index as usize];
-        let (endpoint, token, code) = (s.endpoint, s.token, s.link as u8);
-        let decoded = s.buffer.as_mut().and_then(|b| decode_reply(b.header_mut(), len));
+        let (endpoint, token, target) = (s.endpoint, s.token, s.peer);
+        let Some(op) = self.am.tracked(index) else {
+            // Not an operation in flight (cannot happen: abandoned slots
+            // are swallowed before this); nothing to report.
+            if let Some(b) = self.slab.release(index) {
+                self.notify_bufs.push(b);
+            }
+            return;
+        };
+        let decoded = s
+            .buffer
+            .as_mut()
+            .ok_or(())
+            .and_then(|b| decode_reply(b.header_mut(), len, op.request.cookie));
+        // Where the provider says who sent it, the target alone may answer.
+        let elsewhere = source.is_some_and(|a| a != ffi::FI_ADDR_NOTAVAIL && a != target);
+        let (status, v) = match decoded {
+            Ok(answer) if !elsewhere => answer,
+            _ => {
+                // Not the target's answer to this operation: dropped, and
+                // the operation keeps waiting for the real one.
+                self.am.counters.forged_replies += 1;
+                log::debug!("emulated atomic: a reply that is not the target's answer was dropped");
+                return self.am_repost(index);
+            }
+        };
+        self.am.untrack(index);
         if let Some(b) = self.slab.release(index) {
             self.notify_bufs.push(b);
         }
-        let fetches = AtomicOperation::from_code(code).is_some_and(AtomicOperation::fetches);
-        let result = match decoded {
-            // As natively: a fetching operation returns the old value.
-            Some((Status::Ok, v)) => Ok(fetches.then_some(v)),
-            Some((status, _)) => Err(refused(status.failure())),
-            None => Err(refused((
-                ffi::FI_EIO,
-                "emulated atomic: the target's reply was malformed (a different fabric-msg version?)",
-            ))),
+        // As natively: a fetching operation returns the old value.
+        let result = match status {
+            Status::Ok => Ok(op.request.op.fetches().then_some(v)),
+            refusal => Err(refused(refusal.failure())),
         };
         self.am_report(endpoint, token, result);
     }
 
+    /// A peer's request: check the origin, the room to answer and the
+    /// request, then apply and answer; or drop it unapplied.
     fn am_request_arrived(&mut self, index: u32, len: usize, source: Option<u64>) {
         let endpoint = self.slab.slots[index as usize].endpoint;
         let space = self.am.tags;
@@ -332,62 +422,78 @@ impl EventLoop {
             });
         let Some((req, name_len)) = parsed else {
             // Not a request of ours: no reply can be addressed; dropped.
+            self.am.counters.refused_requests += 1;
             log::debug!("a malformed emulated-atomic request ({len} bytes) was dropped");
             return self.am_repost(index);
         };
-        let (status, value) = match apply(&self.am.regions, &req) {
-            Ok(v) => (Status::Ok, v),
-            Err(s) => (s, 0),
-        };
         let to = match source.filter(|&s| s != ffi::FI_ADDR_NOTAVAIL) {
             Some(s) => Some(s),
-            None => self.am_origin(endpoint, &name[..name_len]),
+            None => self.am_origin(&name[..name_len]),
         };
-        if let Some(addr) = to {
-            let mut buf = self.notify_bufs.pop().unwrap_or_else(|| Buffer::new(0));
-            *buf.header_mut() = encode_reply(status, value);
-            let o = Outgoing {
-                endpoint,
-                addr,
-                tag: req.reply_tag,
-                buf,
-            };
-            if let Some(o) = self.am_post_reply(o) {
-                if self.am.outbox.len() < MAX_OUTBOX {
-                    self.am.outbox.push(o);
-                } else {
-                    log::warn!("emulated atomics: {MAX_OUTBOX} replies wait for room; one was dropped");
-                    self.notify_bufs.push(o.buf);
-                }
+        let Some(addr) = to else {
+            // No answer could reach the origin: not applied either.
+            return self.am_repost(index);
+        };
+        let result = match self.am.applied.get(addr, req.cookie) {
+            Some(result) => {
+                self.am.counters.repeated_requests += 1;
+                result
+            }
+            None if self.am.outbox.len() >= MAX_OUTBOX => {
+                log::warn!(
+                    "emulated atomics: {MAX_OUTBOX} replies wait for room; a request was refused unapplied"
+                );
+                self.am.counters.refused_requests += 1;
+                return self.am_repost(index);
+            }
+            None => {
+                let result = match apply(&self.am.regions, &req) {
+                    Ok(v) => (Status::Ok, v),
+                    Err(s) => (s, 0),
+                };
+                self.am.applied.remember(addr, req.cookie, result);
+                result
+            }
+        };
+        let mut buf = self.notify_bufs.pop().unwrap_or_else(|| Buffer::new(0));
+        *buf.header_mut() = encode_reply(result.0, req.cookie, result.1);
+        let o = Outgoing {
+            endpoint,
+            addr,
+            tag: req.reply_tag,
+            buf,
+        };
+        if let Some(o) = self.am_post_reply(o) {
+            if self.am.outbox.len() < MAX_OUTBOX {
+                self.am.outbox.push(o);
+            } else {
+                // Only a repeated request gets here (a new one was checked
+                // above): its first answer went or waits already.
+                self.notify_bufs.push(o.buf);
             }
         }
         self.am_repost(index);
     }
 
-    /// The AV address of an origin that named itself `name`, inserted once.
-    fn am_origin(&mut self, endpoint: u32, name: &[u8]) -> Option<ffi::fi_addr_t> {
-        if let Some((_, a)) = self.am.origins.iter().find(|(n, _)| n == name) {
-            return Some(*a);
+    /// The AV address of the origin that named itself `name`: a peer this
+    /// loop inserted, or none (a request never inserts an address).
+    fn am_origin(&mut self, name: &[u8]) -> Option<ffi::fi_addr_t> {
+        let found = self.am.peers.find(name);
+        if found.is_none() {
+            self.am.counters.unknown_origins += 1;
+            log::debug!(
+                "emulated atomics: a request from an origin that is no peer of this loop was dropped"
+            );
         }
-        if self.am.origins.len() >= MAX_ORIGINS {
-            log::warn!("emulated atomics: more than {MAX_ORIGINS} origins; a request was dropped");
-            return None;
-        }
-        let own = self.am.names.get(endpoint as usize)?.clone()?;
-        self.check_peer_name(&own, name, "an emulated atomic's origin")
-            .ok()?;
-        let av = self.av.as_ref()?;
-        let mut addr: ffi::fi_addr_t = ffi::FI_ADDR_NOTAVAIL;
-        let gate = self.progress_gate();
-        let _gate = gate.as_ref().map(|g| g.lock());
-        // SAFETY: av is open; `name` was checked to be an address of the
-        // provider's format; one address is inserted into `addr`.
-        let rc = unsafe { ffi::fi_av_insert(av.raw, name.as_ptr().cast(), 1, &mut addr, 0, ptr::null_mut()) };
-        if rc != 1 {
-            return None;
-        }
-        self.am.origins.push((name.to_vec(), addr));
-        Some(addr)
+        found
+    }
+
+    /// What this loop refused of its peers' emulated-atomic traffic:
+    /// forged replies, requests dropped unapplied, repeated requests,
+    /// requests from origins that are no peer (docs/atomics.md, "What a
+    /// peer can forge").
+    pub fn atomic_counters(&self) -> AtomicCounters {
+        self.am.counters
     }
 
     /// Post a reply once; it comes back if the queue has no room now.
@@ -411,6 +517,7 @@ impl EventLoop {
         let (index, ctx) = unsafe {
             (*slot).internal = Internal::AmSend;
             (*slot).link = u64::MAX;
+            (*slot).peer = addr;
             (*slot).buffer = Some(o.buf);
             ((*slot).index, slot.cast::<c_void>())
         };
@@ -437,51 +544,75 @@ impl EventLoop {
         None
     }
 
-    /// Post a request receive again in its own slot.
+    /// Post a request receive, or an operation's reply receive, again in
+    /// its own slot.
     fn am_repost(&mut self, index: u32) {
-        let endpoint = self.slab.slots[index as usize].endpoint;
+        let s = &self.slab.slots[index as usize];
+        let (endpoint, internal, target) = (s.endpoint, s.internal, s.peer);
         let raw = match self.endpoints.get(endpoint as usize) {
             Some(Some(ep)) => ep.raw,
-            _ => return self.am_drop_request(index),
+            _ => return self.am_drop_receive(index),
+        };
+        let (len, header, tag, src) = match (internal, self.am.tracked(index)) {
+            (Internal::AmReply, Some(op)) => (
+                REPLY_LEN,
+                true,
+                op.request.reply_tag,
+                if self.directed {
+                    target
+                } else {
+                    ffi::FI_ADDR_UNSPEC
+                },
+            ),
+            (Internal::AmReply, None) => return self.am_drop_receive(index),
+            _ => (REQUEST_LEN, false, self.am.tags.request(), ffi::FI_ADDR_UNSPEC),
         };
         let domain = self.domain.clone();
         let s = &mut self.slab.slots[index as usize];
         let ctx = (&mut **s as *mut slab::OpSlot).cast::<c_void>();
         let Some(buf) = s.buffer.as_mut() else {
-            return self.am_drop_request(index);
+            return self.am_drop_receive(index);
         };
         let desc = if domain.mr_mode(ffi::FI_MR_LOCAL) {
             match buf.desc(&domain) {
                 Ok(d) => d,
-                Err(_) => return self.am_drop_request(index),
+                Err(_) => return self.am_drop_receive(index),
             }
         } else {
             ptr::null_mut()
         };
-        let bufp = buf.ptr(false);
-        let tag = self.am.tags.request();
-        // SAFETY: the slot still owns its buffer (REQUEST_LEN bytes at bufp)
-        // and stays in use; raw is enabled; ctx is the slot's.
-        let rc = unsafe {
-            raw_recv(
-                raw,
-                bufp,
-                REQUEST_LEN,
-                desc,
-                ffi::FI_ADDR_UNSPEC,
-                Some((tag, 0)),
-                ctx,
-            )
-        };
+        let bufp = buf.ptr(header);
+        // SAFETY: the slot still owns its buffer (`len` bytes at bufp) and
+        // stays in use; raw is enabled; ctx is the slot's.
+        let rc = unsafe { raw_recv(raw, bufp, len, desc, src, Some((tag, 0)), ctx) };
         if rc == -(ffi::FI_EAGAIN as isize) {
             self.am.reposts.push(index);
         } else if rc != 0 {
             log::warn!(
-                "emulated atomics: a request receive could not be posted again: {}",
+                "emulated atomics: a receive could not be posted again: {}",
                 strerror(rc.unsigned_abs() as u32)
             );
-            self.am_drop_request(index);
+            self.am_drop_receive(index);
         }
+    }
+
+    /// A receive that cannot be posted again: a request receive is given
+    /// up, an operation waiting for its reply fails.
+    fn am_drop_receive(&mut self, index: u32) {
+        let s = &self.slab.slots[index as usize];
+        if s.internal == Internal::AmReply {
+            let (endpoint, token) = (s.endpoint, s.token);
+            self.am.untrack(index);
+            if let Some(b) = self.slab.release(index) {
+                self.notify_bufs.push(b);
+            }
+            let failure = refused((
+                ffi::FI_EIO,
+                "emulated atomic: its reply's receive could not be posted again after a forged reply",
+            ));
+            return self.am_report(endpoint, token, Err(failure));
+        }
+        self.am_drop_request(index);
     }
 
     fn am_drop_request(&mut self, index: u32) {

@@ -7,105 +7,34 @@
 //! ```text
 //! request (the reserved bit alone), little-endian:
 //!  0 magic "FMAq"   4 op code   5..8 zero   8 reply tag   16 remote address
-//! 24 key           32 operand  40 compare  48 name length (u16)  56 name…
+//! 24 key           32 operand  40 compare  48 name length (u16)  50..56 zero
+//! 56 cookie        64 name…
 //! reply (the request's reply tag, the reserved bit and the next set), 16 bytes:
-//!  0 magic "FMAr"   4 status    5..8 zero   8 value
+//!  0 status   1..8 the request's cookie (low 56 bits)   8 value
 //! ```
 //!
 //! Everything a peer sends is checked before use: magic, length, op code,
-//! name length; the reply tag is forced into the reply space.
+//! name length; the reply tag is forced into the reply space. The cookie is
+//! drawn at random from the operating system for each operation: the
+//! target echoes it and the origin drops a reply that does not carry it
+//! (docs/atomics.md, "What a peer can forge"). Random bits of it are also
+//! in the reply tag, so a forged reply cannot be aimed at a later
+//! operation's receive either. The cookie is the request's identifier too:
+//! the target answers a request whose cookie it has applied from memory,
+//! without applying it again.
 
+use super::tag_space::TagSpace;
 use crate::discovery::atomic::AtomicOperation;
 use crate::ffi;
-use crate::memory::buffer::{Buffer, HEADROOM};
+use crate::memory::buffer::HEADROOM;
 use crate::memory::mr::{AtomicRefusal, RegionInner};
 use std::sync::atomic::Ordering;
 use std::sync::Weak;
 
-/// The tags reserved for fabric-msg's own messages: those with the top
-/// usable tag bit set.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct TagSpace {
-    bit: u64,
-    /// Reserved from applications: only on loops that emulate atomics, so
-    /// others keep every tag bit.
-    reserved: bool,
-}
-
-impl TagSpace {
-    /// For a provider honouring `tag_bits` tag bits (64 when unknown).
-    pub(crate) fn new(tag_bits: u32) -> TagSpace {
-        let bits = if tag_bits < 40 { 64 } else { tag_bits.min(64) };
-        TagSpace {
-            bit: 1 << (bits - 1),
-            reserved: true,
-        }
-    }
-
-    /// The same space, kept from applications only if `reserved`.
-    pub(crate) fn reserved(self, reserved: bool) -> TagSpace {
-        TagSpace { reserved, ..self }
-    }
-
-    fn reply_bit(self) -> u64 {
-        self.bit >> 1
-    }
-
-    /// The tag of every request.
-    pub(super) fn request(self) -> u64 {
-        self.bit
-    }
-
-    /// The reply tag of the operation in slot `index` at `generation`: a
-    /// stale or forged reply cannot match a later use of the slot.
-    pub(super) fn reply(self, index: u32, generation: u64) -> u64 {
-        let gen_mask = (self.reply_bit() >> 32) - 1;
-        self.bit | self.reply_bit() | ((generation & gen_mask) << 32) | u64::from(index)
-    }
-
-    /// A peer's reply tag, forced into the reply space.
-    fn force_reply(self, t: u64) -> u64 {
-        (t & (self.reply_bit() - 1)) | self.bit | self.reply_bit()
-    }
-
-    /// Refuse an application's send in the reserved tag space.
-    pub(super) fn check_send(self, tag: Option<u64>) -> crate::error::Result<()> {
-        match tag {
-            Some(t) if self.reserved && t & self.bit != 0 => Err(self.refusal(t)),
-            _ => Ok(()),
-        }
-    }
-
-    /// An application's receive matcher, kept out of the reserved space: a
-    /// tag in it is refused, and the reserved bit is never ignored (so a
-    /// wildcard receive still matches every tag an application can send).
-    pub(super) fn recv(self, tag: Option<(u64, u64)>) -> crate::error::Result<Option<(u64, u64)>> {
-        match tag {
-            _ if !self.reserved => Ok(tag),
-            Some((t, _)) if t & self.bit != 0 => Err(self.refusal(t)),
-            Some((t, ignore)) => Ok(Some((t, ignore & !self.bit))),
-            None => Ok(None),
-        }
-    }
-
-    fn refusal(self, t: u64) -> crate::error::Error {
-        crate::error::Error::Usage(format!(
-            "tag {t:#x} has bit {} set: that bit is reserved for fabric-msg's own messages (emulated \
-             atomics); applications use tags below {:#x}",
-            self.bit.trailing_zeros(),
-            self.bit
-        ))
-    }
-}
-
-impl Default for TagSpace {
-    fn default() -> Self {
-        TagSpace::new(64)
-    }
-}
 /// Longest endpoint name a request carries (the origin's, for the reply).
 pub(super) const MAX_NAME: usize = 192;
-const NAME_AT: usize = 56;
+const COOKIE_AT: usize = 56;
+const NAME_AT: usize = 64;
 /// Capacity of a request buffer.
 pub(super) const REQUEST_LEN: usize = NAME_AT + MAX_NAME;
 /// Bytes of a reply: it travels in a header-only buffer (as write_data's
@@ -116,12 +45,13 @@ pub(super) const REQUEST_RECVS: usize = 16;
 /// Most replies waiting for room in the queue; past it (a peer flooding
 /// the target with requests) a reply is dropped and its origin times out.
 pub(super) const MAX_OUTBOX: usize = 1024;
-/// Most origins whose address the loop inserts for replies (a peer
-/// flooding it with forged names is refused past this).
-pub(super) const MAX_ORIGINS: usize = 4096;
+/// Requests whose result the target remembers, so a repeated one is
+/// answered without being applied again.
+pub(super) const APPLIED_WINDOW: usize = 4096;
 
 const REQ_MAGIC: [u8; 4] = *b"FMAq";
-const REP_MAGIC: [u8; 4] = *b"FMAr";
+/// The cookie's bits a reply carries (the status takes its first byte).
+const REPLY_COOKIE_MASK: u64 = (1 << 56) - 1;
 
 /// A decoded request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -132,6 +62,9 @@ pub(super) struct Request {
     pub(super) key: u64,
     pub(super) operand: u64,
     pub(super) compare: u64,
+    /// Random, drawn by the origin for this operation: echoed in the reply
+    /// and the request's identifier at the target.
+    pub(super) cookie: u64,
 }
 
 /// What the target says.
@@ -222,6 +155,7 @@ pub(super) fn encode_request(out: &mut [u8], r: &Request, name: &[u8]) -> Option
         (24, r.key),
         (32, r.operand),
         (40, r.compare),
+        (COOKIE_AT, r.cookie),
     ] {
         out[at..at + 8].copy_from_slice(&v.to_le_bytes());
     }
@@ -248,23 +182,32 @@ pub(super) fn decode_request(space: TagSpace, b: &[u8]) -> Option<(Request, &[u8
         key: word(b, 24),
         operand: word(b, 32),
         compare: word(b, 40),
+        cookie: word(b, COOKIE_AT),
     };
     Some((r, &b[NAME_AT..]))
 }
 
-pub(super) fn encode_reply(status: Status, value: u64) -> [u8; REPLY_LEN] {
+/// A reply to the request whose cookie is `cookie`.
+pub(super) fn encode_reply(status: Status, cookie: u64, value: u64) -> [u8; REPLY_LEN] {
     let mut h = [0u8; REPLY_LEN];
-    h[..4].copy_from_slice(&REP_MAGIC);
-    h[4] = status as u8;
+    let first = (cookie & REPLY_COOKIE_MASK) << 8 | status as u64;
+    h[..8].copy_from_slice(&first.to_le_bytes());
     h[8..].copy_from_slice(&value.to_le_bytes());
     h
 }
 
-pub(super) fn decode_reply(h: &[u8; REPLY_LEN], received: usize) -> Option<(Status, u64)> {
-    if received != REPLY_LEN || h[..4] != REP_MAGIC {
-        return None;
+/// What a reply says, if it is well formed and answers the request whose
+/// cookie is `cookie`; `Err(())` for any other reply (malformed, or not
+/// the target's answer to this operation).
+pub(super) fn decode_reply(
+    h: &[u8; REPLY_LEN],
+    received: usize,
+    cookie: u64,
+) -> std::result::Result<(Status, u64), ()> {
+    if received != REPLY_LEN || word(h, 0) >> 8 != cookie & REPLY_COOKIE_MASK {
+        return Err(());
     }
-    Some((Status::from_code(h[4])?, word(h, 8)))
+    Ok((Status::from_code(h[0]).ok_or(())?, word(h, 8)))
 }
 
 /// Apply `r` to the live region among `regions` whose key it names.
@@ -300,35 +243,6 @@ pub(super) fn needs(op: AtomicOperation) -> crate::memory::access::Access {
     }
 }
 
-/// A reply the target could not post yet (the queue was full).
-pub(super) struct Outgoing {
-    pub(super) endpoint: u32,
-    pub(super) addr: ffi::fi_addr_t,
-    pub(super) tag: u64,
-    pub(super) buf: Buffer,
-}
-
-/// What the loop keeps for emulated atomics.
-#[derive(Default)]
-pub(crate) struct AmState {
-    /// Request buffers, reused.
-    pub(super) bufs: Vec<Buffer>,
-    /// Each endpoint's own name, once its request receives are posted.
-    pub(super) names: Vec<Option<Vec<u8>>>,
-    /// Origins' names and their addresses in the AV, for replies.
-    pub(super) origins: Vec<(Vec<u8>, ffi::fi_addr_t)>,
-    /// Replies waiting for room in the queue.
-    pub(super) outbox: Vec<Outgoing>,
-    /// Regions peers may reach, by key (dead ones are revoked).
-    pub(crate) regions: Vec<Weak<RegionInner>>,
-    /// Request receives posted (not counted in `in_flight`).
-    pub(super) posted: usize,
-    /// Request receives to post again (the queue was full).
-    pub(super) reposts: Vec<u32>,
-    /// The reserved tags.
-    pub(crate) tags: TagSpace,
-}
-
 /// A real request (with a name) and a real reply, for the fuzz targets.
 pub(super) fn fuzz_seeds() -> Vec<Vec<u8>> {
     let r = Request {
@@ -338,11 +252,12 @@ pub(super) fn fuzz_seeds() -> Vec<Vec<u8>> {
         key: 0x1234_5678_9abc_def0,
         operand: 2,
         compare: 1,
+        cookie: 0x5eed_c0ff_ee00_0009,
     };
     let mut b = vec![0u8; REQUEST_LEN];
     let n = encode_request(&mut b, &r, b"\x02\x00\x1f\x90\x7f\x00\x00\x01").unwrap_or(0);
     b.truncate(n);
-    vec![b, encode_reply(Status::Ok, 41).to_vec()]
+    vec![b, encode_reply(Status::Ok, r.cookie, 41).to_vec()]
 }
 
 #[cfg(test)]
@@ -358,6 +273,7 @@ mod tests {
             key: 0xfeed,
             operand: 2,
             compare: 1,
+            cookie: 0x0123_4567_89ab_cdef,
         };
         let mut b = [0u8; REQUEST_LEN];
         let n = encode_request(&mut b, &r, b"name").unwrap();
@@ -366,8 +282,8 @@ mod tests {
         assert_eq!(name, b"name");
         assert_eq!(d.reply_tag, 5 | 3 << 62, "reply tag forced into the reply space");
         assert_eq!(
-            (d.op, d.addr, d.key, d.operand, d.compare),
-            (r.op, r.addr, r.key, 2, 1)
+            (d.op, d.addr, d.key, d.operand, d.compare, d.cookie),
+            (r.op, r.addr, r.key, 2, 1, r.cookie)
         );
         assert!(decode_request(space, &b[..n - 1]).is_none(), "short");
         assert!(decode_request(space, &b[..10]).is_none(), "shorter than a header");
@@ -381,31 +297,23 @@ mod tests {
             "name length past the buffer"
         );
         assert!(encode_request(&mut b, &r, &[0; MAX_NAME + 1]).is_none());
-        let h = encode_reply(Status::AccessDenied, 9);
-        assert_eq!(decode_reply(&h, REPLY_LEN), Some((Status::AccessDenied, 9)));
-        assert_eq!(decode_reply(&h, REPLY_LEN - 1), None);
+    }
+
+    #[test]
+    fn a_reply_counts_only_with_its_operations_cookie() {
+        let cookie = 0xa5a5_0123_4567_89ab;
+        let h = encode_reply(Status::AccessDenied, cookie, 9);
+        assert_eq!(decode_reply(&h, REPLY_LEN, cookie), Ok((Status::AccessDenied, 9)));
+        assert_eq!(decode_reply(&h, REPLY_LEN - 1, cookie), Err(()), "short");
+        for other in [cookie ^ 1 << 8, cookie ^ 1 << 55, 0, u64::MAX] {
+            assert_eq!(decode_reply(&h, REPLY_LEN, other), Err(()), "{other:#x}");
+        }
         let mut bad = h;
-        bad[4] = 77;
-        assert_eq!(decode_reply(&bad, REPLY_LEN), None);
-        assert_ne!(space.reply(1, 1), space.reply(1, 2), "generations differ");
-        assert_eq!(space.reply(3, 7) >> 62, 3);
-        assert_eq!(space.request(), 1 << 63);
-        // net's 63 tag bits: the reserved space moves down one bit.
-        let net = TagSpace::new(63);
-        assert_eq!((net.request(), net.reply(3, u64::MAX) >> 61), (1 << 62, 3));
-        assert_eq!(
-            net.force_reply(u64::MAX) >> 61,
-            3,
-            "nothing above the usable bits"
-        );
-        assert!(net.check_send(Some(1 << 62)).is_err() && net.check_send(Some(1 << 61)).is_ok());
-        assert_eq!(net.recv(Some((1, u64::MAX))).unwrap(), Some((1, !(1 << 62))));
-        // A loop that does not emulate atomics keeps every tag bit.
-        let open = space.reserved(false);
-        assert!(open.check_send(Some(u64::MAX)).is_ok());
-        assert_eq!(
-            open.recv(Some((u64::MAX, u64::MAX))).unwrap(),
-            Some((u64::MAX, u64::MAX))
-        );
+        bad[0] = 77;
+        assert_eq!(decode_reply(&bad, REPLY_LEN, cookie), Err(()), "unknown status");
+        // The status byte hides no cookie bits: flipping one is a mismatch.
+        let mut bad = h;
+        bad[1] ^= 1;
+        assert_eq!(decode_reply(&bad, REPLY_LEN, cookie), Err(()));
     }
 }

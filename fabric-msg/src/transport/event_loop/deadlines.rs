@@ -22,10 +22,15 @@ impl EventLoop {
         // Operations to a lost peer have a deadline even without rma_timeout.
         let after = self.cfg.rma_timeout.unwrap_or(Duration::MAX);
         for i in 0..self.slab.slots.len() {
-            let s = &mut self.slab.slots[i];
+            let s = &self.slab.slots[i];
             if !s.in_use || s.abandoned || s.expires.map_or(true, |t| t > now) {
                 continue;
             }
+            // An emulated atomic half way: its request goes once more.
+            if s.internal == slab::Internal::AmReply && !s.lost && self.am_resend(i as u32, now) {
+                continue;
+            }
+            let s = &mut self.slab.slots[i];
             s.abandoned = true;
             // Reported once: no deadline left to wake up for, so an
             // operation the provider never completes does not make every

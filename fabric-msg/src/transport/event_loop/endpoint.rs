@@ -194,6 +194,7 @@ impl EventLoop {
                 ))
             });
         }
+        self.am.peers.record(name, addr);
         Ok(Peer {
             endpoint: id,
             addr,
@@ -253,6 +254,10 @@ impl EventLoop {
                 "fi_av_insert took {rc} of {} addresses; address {i} was refused",
                 names.len()
             )));
+        }
+        drop(_gate);
+        for (name, &addr) in names.iter().zip(&addrs) {
+            self.am.peers.record(name, addr);
         }
         Ok(addrs
             .into_iter()

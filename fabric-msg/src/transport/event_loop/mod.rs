@@ -45,6 +45,7 @@
 //! ```
 
 mod am;
+mod am_state;
 mod am_wire;
 mod backlog;
 mod cancel;
@@ -57,10 +58,12 @@ mod multi_recv;
 mod post;
 mod resources;
 mod slab;
+mod tag_space;
 mod teardown;
 mod types;
 
 pub(crate) use am::AtomicRequest;
+pub use am_state::AtomicCounters;
 pub(crate) use frame::encode_notify;
 pub use lost_peers::LOSS_GRACE;
 
@@ -80,12 +83,14 @@ pub(crate) fn fuzz_header(bytes: &[u8]) {
 /// and on 63 tag bits decodes it) and reply.
 pub(crate) fn fuzz_atomic_message(bytes: &[u8]) {
     for bits in [64, 63] {
-        let _ = am_wire::decode_request(am_wire::TagSpace::new(bits), bytes);
+        let _ = am_wire::decode_request(tag_space::TagSpace::new(bits), bytes);
     }
     let mut h = [0u8; am_wire::REPLY_LEN];
     let n = bytes.len().min(am_wire::REPLY_LEN);
     h[..n].copy_from_slice(&bytes[..n]);
-    let _ = am_wire::decode_reply(&h, bytes.len());
+    for cookie in [0, u64::MAX, 0x5eed_c0ff_ee00_0009] {
+        let _ = am_wire::decode_reply(&h, bytes.len(), cookie);
+    }
 }
 
 /// For the fuzz targets: a real request and a real reply.
@@ -151,7 +156,10 @@ pub struct EventLoop {
     /// Registered operands and results of atomics, one entry per slot.
     pub(crate) atomic_scratch: Option<crate::memory::mr::MemoryRegion>,
     /// Emulated atomics: pools, posted request receives, regions by key.
-    pub(crate) am: am_wire::AmState,
+    pub(crate) am: am_state::AmState,
+    /// Whose posts are being made: the application's, unless the World's
+    /// collectives post through [`EventLoop::as_world`].
+    poster: tag_space::Poster,
     /// Raw keys mapped by `import`, unmapped when the loop closes.
     pub(crate) mapped_keys: Vec<u64>,
     /// Remote CQ data uses up a posted receive (`FI_RX_CQ_DATA` mode).
@@ -299,10 +307,11 @@ impl EventLoop {
             free_groups: Vec::new(),
             notify_bufs: Vec::new(),
             atomic_scratch: None,
-            am: am_wire::AmState {
-                tags: am_wire::TagSpace::new(profile.tag_bits).reserved(profile.atomics_emulated()),
+            am: am_state::AmState {
+                tags: tag_space::TagSpace::new(profile.tag_bits).reserved(profile.atomics_emulated()),
                 ..Default::default()
             },
+            poster: tag_space::Poster::Application,
             mapped_keys: Vec::new(),
             rx_cq_data: profile.mode.iter().any(|m| m == "FI_RX_CQ_DATA"),
             cq_entries: Some(CqEntries::default()),
@@ -361,10 +370,48 @@ impl EventLoop {
         self.progress.as_ref().map(|p| p.gate())
     }
 
+    /// Reserve the World's tag classes on this loop (every class byte but
+    /// the application's 0, `world/tags.rs`): from now on the application's
+    /// sends there are refused, naming the class, and its receives never
+    /// match them; the World's collectives post through [`EventLoop::as_world`].
+    pub(crate) fn reserve_world_classes(&mut self) {
+        self.am.tags = self.am.tags.with_world();
+    }
+
+    /// This loop, posting for the World's collectives and notices (their
+    /// tag classes allowed) until the guard drops.
+    pub(crate) fn as_world(&mut self) -> AsWorld<'_> {
+        self.poster = tag_space::Poster::World;
+        AsWorld(self)
+    }
+
     /// Operations posted and not yet completed (the loop's own receives
     /// for peers' emulated atomics are not counted).
     pub fn in_flight(&self) -> usize {
         self.slab.in_flight.saturating_sub(self.am.posted)
+    }
+}
+
+/// An [`EventLoop`] posting for the World ([`EventLoop::as_world`]); the
+/// application's rule is back when it drops.
+pub(crate) struct AsWorld<'a>(&'a mut EventLoop);
+
+impl std::ops::Deref for AsWorld<'_> {
+    type Target = EventLoop;
+    fn deref(&self) -> &EventLoop {
+        self.0
+    }
+}
+
+impl std::ops::DerefMut for AsWorld<'_> {
+    fn deref_mut(&mut self) -> &mut EventLoop {
+        self.0
+    }
+}
+
+impl Drop for AsWorld<'_> {
+    fn drop(&mut self) {
+        self.0.poster = tag_space::Poster::Application;
     }
 }
 

@@ -62,7 +62,7 @@ impl EventLoop {
     pub fn send(&mut self, peer: &Peer, buf: Buffer, opts: SendOpts, token: Token) -> Result<(), PostError> {
         let payload = buf.len();
         let (Prepared { raw, framed, desc }, mut buf) = self.prepare(peer.endpoint, buf, |ep| {
-            self.am.tags.check_send(opts.tag)?;
+            self.am.tags.check_send(opts.tag, self.poster)?;
             self.check_len(peer, payload, if ep.framed { HEADROOM } else { 0 })
         })?;
         let len = payload + if framed { HEADROOM } else { 0 };
@@ -119,7 +119,7 @@ impl EventLoop {
         let mut tag = None;
         let (Prepared { raw, framed, desc }, buf) = self.prepare(id, buf, |_| {
             src = self.source_addr(&opts)?;
-            tag = self.am.tags.recv(opts.tag)?;
+            tag = self.am.tags.recv(opts.tag, self.poster)?;
             Ok(())
         })?;
         if opts.tag.is_some_and(|(_, ignore)| ignore != 0) && !self.warned_tag_mask {
@@ -164,7 +164,7 @@ impl EventLoop {
         let raw = ep.raw;
         self.check_borrowable(ep.framed)?;
         self.check_len(peer, len, 0)?;
-        self.am.tags.check_send(opts.tag)?;
+        self.am.tags.check_send(opts.tag, self.poster)?;
         let addr = peer.addr;
         let call = send_call(opts.tag, opts.data);
         self.behind_backlog(raw, addr, call)?;
@@ -208,7 +208,7 @@ impl EventLoop {
         let raw = ep.raw;
         self.check_borrowable(ep.framed)?;
         let src = self.source_addr(&opts)?;
-        let tag = self.am.tags.recv(opts.tag)?;
+        let tag = self.am.tags.recv(opts.tag, self.poster)?;
         let what = Posting {
             endpoint: id,
             kind: OpKind::Recv,
@@ -307,7 +307,7 @@ impl EventLoop {
     /// this returns. At most the profile's `inject_size` (less fabric-msg's
     /// header on framed endpoints).
     pub fn inject(&mut self, peer: &Peer, bytes: &[u8], opts: SendOpts) -> Result<()> {
-        self.am.tags.check_send(opts.tag)?;
+        self.am.tags.check_send(opts.tag, self.poster)?;
         self.lost.check(peer.endpoint.0, peer.addr)?;
         let ep = self.ep(peer.endpoint)?;
         let (raw, framed) = (ep.raw, ep.framed);

@@ -21,7 +21,9 @@
 //! Nothing here knows the `World` type: the World hands the engine an [`Io`]
 //! of its parts.
 
-use super::io::{decode, is_reserved, post_outgoing, token, Failure, Idle, Io, Kind, Outgoing, Shared};
+use super::io::{
+    decode, forged, is_reserved, post_outgoing, token, Failure, Idle, Io, Kind, Outgoing, Shared,
+};
 use super::io::{LOSS_GRACE, NOTICE_MAX, NOTICE_PATIENCE};
 use super::ops::{Element, Reduction};
 use super::run::{Progress, Run, Spare};
@@ -153,8 +155,8 @@ impl Engine {
         };
         let t = token(Kind::NoticeRecv, 0, lane);
         match (lane, io.local.as_mut()) {
-            (SHM, Some(l)) => l.ev.recv(l.ep, buf, opts, t)?,
-            _ => io.ev.recv(io.ep, buf, opts, t)?,
+            (SHM, Some(l)) => l.ev.as_world().recv(l.ep, buf, opts, t)?,
+            _ => io.ev.as_world().recv(io.ep, buf, opts, t)?,
         }
         self.notice_posted = true;
         Ok(())
@@ -379,6 +381,11 @@ impl Engine {
         }
         match kind {
             k if k == Kind::Recv as u64 => {
+                let mut c = c;
+                if c.result.is_ok() && io.forged(&c) {
+                    // Dropped: the run fails on it, naming it, and tells the others.
+                    c.result = Err(forged(tags::source_of(c.tag)));
+                }
                 if let Some(i) = run {
                     if let Err(f) = self.runs[i].arrived(index, c, &mut self.sh) {
                         self.fail(io, i, f);
@@ -398,7 +405,12 @@ impl Engine {
                 }
             }
             k if k == Kind::NoticeRecv as u64 => {
-                if c.result.is_ok() {
+                if c.result.is_ok() && io.forged(&c) {
+                    log::warn!(
+                        "a failure notice that claims to come from rank {} came from another address: dropped",
+                        tags::source_of(c.tag)
+                    );
+                } else if c.result.is_ok() {
                     let text = c
                         .buffer
                         .as_ref()

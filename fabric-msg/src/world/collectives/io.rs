@@ -4,7 +4,9 @@
 
 use crate::error::Error;
 use crate::memory::buffer::Buffer;
-use crate::transport::event_loop::{Completion, EndpointId, EventLoop, Peer, PostError, SendOpts, Token};
+use crate::transport::event_loop::{
+    Completion, CompletionError, EndpointId, EventLoop, Peer, PostError, SendOpts, Token,
+};
 use crate::world::liveness::Liveness;
 use crate::world::local::Local;
 use crate::world::tags;
@@ -33,6 +35,17 @@ impl Io<'_> {
             }
         }
         (&mut *self.ev, self.ep, &self.peers[peer as usize])
+    }
+
+    /// Where the provider says who sent a message (`FI_SOURCE`), whether
+    /// it came from another address than the rank its tag names: a message
+    /// in the World's class that no rank of this world sent.
+    pub(crate) fn forged(&mut self, c: &Completion) -> bool {
+        let Some(from) = c.source.filter(|&a| a != crate::ffi::FI_ADDR_NOTAVAIL) else {
+            return false;
+        };
+        let claimed = tags::source_of(c.tag);
+        claimed as usize >= self.peers.len() || self.lane(claimed).2.addr != from
     }
 
     /// Whether either loop frames messages (then no zero-copy transfers).
@@ -184,6 +197,21 @@ impl Failure {
     }
 }
 
+/// What a message in the World's class that no rank sent ([`Io::forged`])
+/// ends its receive with.
+pub(crate) fn forged(claimed: u32) -> CompletionError {
+    CompletionError::Failed {
+        code: crate::error::ErrorCode(crate::ffi::FI_EIO),
+        text: crate::error::strerror(crate::ffi::FI_EIO),
+        prov_errno: 0,
+        prov_text: format!(
+            "a message that claims to come from rank {claimed} came from another address: a forged message \
+             in the World's tag class, sent by no rank of this world; dropped, and this collective cannot \
+             complete"
+        ),
+    }
+}
+
 pub(crate) fn post_failed(sh: &mut Shared, e: PostError, what: &str) -> Failure {
     if let Some(b) = e.buffer {
         sh.pool.give(b);
@@ -216,7 +244,7 @@ pub(crate) fn post_outgoing(
     };
     let what = |e: &Error| Failure::seen(format!("posting a send to rank {} failed: {e}", o.peer));
     if o.inject {
-        return match ev.inject(peer, o.buf.as_slice(), opts) {
+        return match ev.as_world().inject(peer, o.buf.as_slice(), opts) {
             Ok(()) => {
                 sh.pool.give(o.buf);
                 Ok(None)
@@ -225,7 +253,7 @@ pub(crate) fn post_outgoing(
             Err(e) => Err(what(&e)),
         };
     }
-    match ev.send(peer, o.buf, opts, t) {
+    match ev.as_world().send(peer, o.buf, opts, t) {
         Ok(()) => Ok(None),
         Err(PostError {
             error: Error::QueueFull { .. },

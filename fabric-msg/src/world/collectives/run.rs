@@ -228,7 +228,10 @@ impl<T: Element> Run<T> {
                 // reads the block meanwhile: none in flight does (checked
                 // just above), and a round never sends a block it receives
                 // into. Any bit pattern is a valid element.
-                let r = unsafe { ev.recv_borrowed(ep, region.as_mut_ptr().cast(), x.len * T::SIZE, opts, t) };
+                let r = unsafe {
+                    ev.as_world()
+                        .recv_borrowed(ep, region.as_mut_ptr().cast(), x.len * T::SIZE, opts, t)
+                };
                 match r {
                     Ok(()) => {
                         self.direct_recvs += 1;
@@ -246,7 +249,7 @@ impl<T: Element> Run<T> {
             } else {
                 let buf = sh.pool.take(x.len * T::SIZE);
                 let (ev, ep, _) = io.lane(x.peer);
-                match ev.recv(ep, buf, opts, t) {
+                match ev.as_world().recv(ep, buf, opts, t) {
                     Ok(()) => Ok(()),
                     Err(PostError {
                         error: Error::QueueFull { .. },
@@ -323,7 +326,7 @@ impl<T: Element> Run<T> {
                     // with one in flight is kept by the engine until the
                     // World's event loops are closed.
                     let r = unsafe {
-                        ev.send_borrowed(
+                        ev.as_world().send_borrowed(
                             to,
                             block.as_ptr().cast(),
                             len * T::SIZE,
