@@ -13,7 +13,7 @@ use std::time::Duration;
 /// |---|---|---|
 /// | `requirements` | tagged + untagged messages, RMA and atomics (for [`World::alloc_symmetric`](super::World::alloc_symmetric); atomics are native where the provider has them, emulated otherwise, and never change the fabric chosen); the World always asks for RDM endpoints and sets `same_host` and `max_peers` itself | |
 /// | `ladder` | `None`: `providers.toml` as [`LadderConfig::load`] finds it | `FABRIC_MSG_PROVIDERS` |
-/// | `loop_config` | `LoopConfig::default()`, but waits are [`WaitMode::Adaptive`] (spin, yield, then sleep: see `LoopConfig::wait`) and a progress thread runs where the fabric needs one for peers' one-sided operations ([`ProgressThread::WhereNeeded`]) | `FABRIC_MSG_WAIT=spin`, `block` or `adaptive`; `FABRIC_MSG_PROGRESS_THREAD=0` turns the thread off, `=1` asks for one wherever the domain allows |
+/// | `loop_config` | `LoopConfig::default()`, but waits are [`WaitMode::Adaptive`] (spin, then yield; on a node with more ranks than cores, yield, then sleep on the CQ's fd after 2 ms: `docs/world.md`, "Waiting") and a progress thread runs where the fabric needs one for peers' one-sided operations ([`ProgressThread::WhereNeeded`]) | `FABRIC_MSG_WAIT=spin`, `block` or `adaptive`; `FABRIC_MSG_PROGRESS_THREAD=0` turns the thread off, `=1` asks for one wherever the domain allows |
 /// | `domain` | `None`: on IP fabrics, the interface that reaches rank 0 | `FABRIC_MSG_DOMAIN` |
 /// | `shared_memory` | `true`: `shm` when every rank is on one host, and between the ranks of one node when the world's fabric is another | `FABRIC_MSG_SHM=0` turns both off |
 /// | `node` | `None`: the host name says which ranks share a node | `FABRIC_MSG_NODE` (for testing layouts: one machine standing in for several nodes) |
@@ -58,6 +58,7 @@ impl Default for WorldConfig {
             ladder: None,
             loop_config: LoopConfig {
                 wait: WaitMode::Adaptive,
+                yield_before_block: None,
                 progress_thread: ProgressThread::WhereNeeded,
                 ..LoopConfig::default()
             },

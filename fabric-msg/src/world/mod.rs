@@ -599,13 +599,16 @@ fn progress_while_leaving<'a>(
 /// has cores (`startup::oversubscribed`) a wait gives the core away from
 /// its first empty look: a spinning rank would hold the core the rank it
 /// waits for needs to answer (200x slower for a DHT of 4 ranks on 2
-/// cores). An explicit `WaitMode::Spin` then yields too.
+/// cores), and sleeps on the CQ's fd after 2 ms of that where no
+/// `yield_before_block` was set: the cores are better spent on the ranks
+/// that have work. An explicit `WaitMode::Spin` then yields too.
 fn waits_for(
     mut cfg: crate::transport::event_loop::LoopConfig,
     local_ranks: usize,
 ) -> crate::transport::event_loop::LoopConfig {
     if oversubscribed(local_ranks) {
         cfg.spin_before_block = Duration::ZERO;
+        cfg.yield_before_block.get_or_insert(Duration::from_millis(2));
         if cfg.wait == WaitMode::Spin {
             cfg.wait = WaitMode::Adaptive;
         }

@@ -100,14 +100,19 @@ impl EventLoop {
     }
 
     /// Post a send of `buf`, or keep it in the backlog while the provider
-    /// has no room. Where posts fail fast ([`EventLoop::fail_fast`]: the
-    /// World's collectives posting, or a zero `post_timeout`) a full queue
-    /// fails the post instead.
+    /// has no room, or while the CQ has none for its completion (as many
+    /// operations posted as it holds: the send is posted once some
+    /// complete, so a sender whose peer has not posted its receives is not
+    /// held inside `send`). Where posts fail fast
+    /// ([`EventLoop::fail_fast`]: the World's collectives posting, or a
+    /// zero `post_timeout`) a full queue fails the post instead.
     pub(super) fn post_send(&mut self, what: Posting, mut buf: Buffer, a: SendArgs) -> Result<(), PostError> {
-        if let Err(error) = self
-            .wait_for_room()
-            .and_then(|()| self.wait_for_backlog_room(what.call))
-        {
+        let room = if self.fail_fast() {
+            self.wait_for_room()
+        } else {
+            Ok(())
+        };
+        if let Err(error) = room.and_then(|()| self.wait_for_backlog_room(what.call)) {
             return Err(PostError {
                 error,
                 buffer: Some(buf),
@@ -125,7 +130,7 @@ impl EventLoop {
         let result = if self.fail_fast() {
             self.retry(what.call, post).map(|_| ())
         } else {
-            let rc = if self.backlog.holds(a.raw, a.addr) {
+            let rc = if self.posted() >= self.cq.capacity || self.backlog.holds(a.raw, a.addr) {
                 -(ffi::FI_EAGAIN as isize)
             } else {
                 post()

@@ -8,8 +8,10 @@
 //! rank it waits for lets that rank run) until `yield_before_block` has
 //! passed with nothing done, then sleeps on the completion queue's wait fd
 //! where the provider has one (after `fi_trywait`), yielding on where it
-//! has none. A World whose node runs more ranks than it has cores sets
-//! `spin_before_block` to zero: it yields from the first empty look.
+//! has none or `yield_before_block` is `None`. A World whose node runs
+//! more ranks than it has cores sets `spin_before_block` to zero (it
+//! yields from the first empty look) and sleeps after 2 ms; one that does
+//! not never sleeps (a wait fd costs every completion: `LoopConfig::yield_before_block`).
 
 use super::types::{LoopConfig, WaitMode};
 use std::time::{Duration, Instant};
@@ -31,7 +33,8 @@ pub(crate) enum Pause {
 pub(crate) struct Idler {
     mode: WaitMode,
     spin: Duration,
-    block_after: Duration,
+    /// `None`: never sleep.
+    block_after: Option<Duration>,
     since: Option<Instant>,
 }
 
@@ -40,7 +43,7 @@ impl Idler {
         Idler {
             mode: cfg.wait,
             spin: cfg.spin_before_block,
-            block_after: cfg.yield_before_block.max(cfg.spin_before_block),
+            block_after: cfg.yield_before_block.map(|b| b.max(cfg.spin_before_block)),
             since: None,
         }
     }
@@ -64,7 +67,7 @@ impl Idler {
         let idle = now.saturating_duration_since(*self.since.get_or_insert(now));
         match self.mode {
             WaitMode::Block if idle >= self.spin => Pause::Block,
-            WaitMode::Adaptive if idle >= self.block_after => Pause::Block,
+            WaitMode::Adaptive if self.block_after.is_some_and(|b| idle >= b) => Pause::Block,
             WaitMode::Adaptive if idle >= self.spin => Pause::Yield,
             _ => Pause::Spin,
         }
@@ -77,7 +80,7 @@ impl Idler {
         match self.mode {
             WaitMode::Spin => false,
             WaitMode::Block => idle >= self.spin,
-            _ => idle >= self.block_after,
+            _ => self.block_after.is_some_and(|b| idle >= b),
         }
     }
 
@@ -99,7 +102,7 @@ mod tests {
         Idler::new(&LoopConfig {
             wait: mode,
             spin_before_block: Duration::from_micros(spin_us),
-            yield_before_block: Duration::from_micros(block_us),
+            yield_before_block: Some(Duration::from_micros(block_us)),
             ..LoopConfig::default()
         })
     }

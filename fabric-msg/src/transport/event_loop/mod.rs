@@ -223,7 +223,12 @@ impl EventLoop {
         } else {
             ffi::FI_CQ_FORMAT_DATA
         };
-        let want_fd = matches!(cfg.wait, WaitMode::Block | WaitMode::Adaptive) && profile.wait_fd;
+        let sleeps = match cfg.wait {
+            WaitMode::Block => true,
+            WaitMode::Adaptive => cfg.yield_before_block.is_some(),
+            _ => false,
+        };
+        let want_fd = sleeps && profile.wait_fd;
         let mut attr = ffi::fi_cq_attr {
             size: cfg.cq_size.unwrap_or(q.cq * 2).max(1),
             format,
@@ -447,7 +452,7 @@ mod tests {
         assert_eq!(c.max_backlog, 65_536);
         assert_eq!(c.wait, WaitMode::Spin);
         assert_eq!(c.spin_before_block, Duration::from_micros(50));
-        assert_eq!(c.yield_before_block, Duration::from_millis(2));
+        assert_eq!(c.yield_before_block, Some(Duration::from_millis(2)));
         assert_eq!(c.rma_timeout, Some(Duration::from_secs(30)));
         assert!(c.cq_size.is_none() && c.min_multi_recv.is_none() && c.rma_chunk.is_none());
         assert!(!c.force_framing);

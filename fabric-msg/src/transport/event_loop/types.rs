@@ -113,8 +113,9 @@ pub enum WaitMode {
     /// Spin for [`LoopConfig::spin_before_block`], then give the core away
     /// (`sched_yield`) between looks until [`LoopConfig::yield_before_block`]
     /// has passed with nothing done, then sleep on the CQ's wait fd where
-    /// the provider has one (yielding on where it has none). What a World
-    /// waits with; it yields from the start when its node runs more ranks
+    /// the provider has one (yielding on where it has none, or where
+    /// `yield_before_block` is `None`). What a World waits with; it yields
+    /// from the start, and sleeps after 2 ms, when its node runs more ranks
     /// than it has cores.
     Adaptive,
 }
@@ -164,7 +165,7 @@ impl ProgressThread {
 /// | `max_backlog` | 65,536 sends |
 /// | `wait` | [`WaitMode::Spin`] |
 /// | `spin_before_block` | 50 µs (used with [`WaitMode::Block`] and [`WaitMode::Adaptive`]) |
-/// | `yield_before_block` | 2 ms (used with [`WaitMode::Adaptive`]) |
+/// | `yield_before_block` | `Some(2 ms)` (used with [`WaitMode::Adaptive`]) |
 /// | `cq_size` | `None`: two endpoints' queues, capped by the device |
 /// | `force_framing` | `false` |
 /// | `min_multi_recv` | `None`: the provider's default |
@@ -204,8 +205,13 @@ pub struct LoopConfig {
     /// sleep at once. Default: 50 µs.
     pub spin_before_block: Duration,
     /// In [`WaitMode::Adaptive`], how long `poll` finds nothing (spinning,
-    /// then yielding) before it sleeps on the wait fd. Default: 2 ms.
-    pub yield_before_block: Duration,
+    /// then yielding) before it sleeps on the wait fd. `None`: it never
+    /// sleeps, and the CQ is opened without a wait object, which costs
+    /// nothing per completion (a wait fd cost `tcp;ofi_rxm` about 1 µs per
+    /// completion here, 12 % of a small round trip: `docs/world.md`,
+    /// "Waiting"). Default: `Some(2 ms)`; a World's is `None` unless its
+    /// node is oversubscribed.
+    pub yield_before_block: Option<Duration>,
     /// Completion queue entries; `None`: room for two endpoints' queues
     /// (capped by the device's `max_cqe`). At most this many operations are
     /// in flight at once: a post beyond it waits as for a full queue.
@@ -260,7 +266,7 @@ impl Default for LoopConfig {
             max_backlog: 65_536,
             wait: WaitMode::Spin,
             spin_before_block: Duration::from_micros(50),
-            yield_before_block: Duration::from_millis(2),
+            yield_before_block: Some(Duration::from_millis(2)),
             cq_size: None,
             force_framing: false,
             min_multi_recv: None,
