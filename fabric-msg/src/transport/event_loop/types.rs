@@ -190,7 +190,7 @@ pub struct LoopConfig {
     /// themselves.
     pub post_timeout: Option<Duration>,
     /// Most sends the backlog holds (those the provider had no room for
-    /// yet). Each holds its buffer (the caller's, no copy) and 64 bytes of
+    /// yet). Each holds its buffer (the caller's, no copy) and about 120 bytes of
     /// the loop's; a send beyond the bound waits inside the call,
     /// progressing, until the backlog shrinks (or, as above, its peer is
     /// lost or `post_timeout` passes). Default: 65,536.
