@@ -207,9 +207,9 @@ pub struct LoopConfig {
     /// In [`WaitMode::Adaptive`], how long `poll` finds nothing (spinning,
     /// then yielding) before it sleeps on the wait fd. `None`: it never
     /// sleeps, and the CQ is opened without a wait object, which costs
-    /// nothing per completion (a wait fd cost `tcp;ofi_rxm` about 1 µs per
-    /// completion here, 12 % of a small round trip: `docs/world.md`,
-    /// "Waiting"). Default: `Some(2 ms)`; a World's is `None` unless its
+    /// nothing per completion (with a wait fd an 8-byte latency on
+    /// `tcp;ofi_rxm` was 10.6–11.6 µs here instead of 7.4–7.8 µs:
+    /// `docs/world.md`, "Waiting"). Default: `Some(2 ms)`; a World's is `None` unless its
     /// node is oversubscribed.
     pub yield_before_block: Option<Duration>,
     /// Completion queue entries; `None`: room for two endpoints' queues
