@@ -137,8 +137,12 @@ local_check() { # name fabric feature ERE -- command...
 
 # What rank 0 prints for each rank of a ring of two over verbs;ofi_rxm
 # (20 messages each way), and its summary.
-ring_line() { echo "^rank $1/2: sent 20 to rank $((1 - $1)), received 20 from rank $((1 - $1)), 0 bad, 0 out of order: every byte verified \(verbs;ofi_rxm via rendezvous\)"; }
+ring_line() { local n=${2:-20}; echo "^rank $1/2: sent $n to rank $((1 - $1)), received $n from rank $((1 - $1)), 0 bad, 0 out of order: every byte verified \(verbs;ofi_rxm via rendezvous\)"; }
 ring_summary='^summary: ring of 2 rank\(s\) over verbs;ofi_rxm \(rendezvous\): 40 messages of 65536 bytes, every byte verified on every rank'
+# The flood: every send posted at once against 16 receives kept posted, so
+# the peer's queue fills and sends wait (issue 25: at 225b824 this failed
+# after 5 s, "fi_tsend ... with 130 operations in flight").
+flood_summary='^summary: ring of 2 rank\(s\) over verbs;ofi_rxm \(rendezvous\): 1000 messages of 65536 bytes, every byte verified on every rank'
 
 # A row of the tools' table: bytes, #sent, #ack.
 row() { echo "^$1 +$2 +$2 "; }
@@ -198,6 +202,8 @@ pair roce-rdm-atomics-window "RoCE RDM" "atomics, 4 in flight" $roce_peer \
   "$bin/atomics" "${rdm[@]}" -I 200 -w 4
 FABRIC_MSG_DOMAIN=rxe0 ring roce-rdm-world "RoCE RDM" "World spmd ring" $roce_peer \
   "s:$(ring_line 0)" "s:$(ring_line 1)" "s:$ring_summary" -- -n 20 -S 65536
+FABRIC_MSG_DOMAIN=rxe0 ring roce-rdm-world-flood "RoCE RDM" "World spmd ring, queue filled" $roce_peer \
+  "s:$(ring_line 0 500)" "s:$(ring_line 1 500)" "s:$flood_summary" -- -n 500 -S 65536 -w 500 -r 16
 
 # --- RoCE MSG: verbs on rxe0 -------------------------------------------------
 hdr_roce_msg='^# verbs \(RoCE\) domain rxe0 endpoint msg'

@@ -48,6 +48,8 @@ pub fn header(o: &Opts, p: &Profile) {
         WaitMode::Spin => "spin",
         WaitMode::Block if p.wait_fd => "fd",
         WaitMode::Block => "fd (no wait object: spins)",
+        WaitMode::Adaptive if p.wait_fd => "spin, yield, fd",
+        _ => "spin, yield",
     };
     let tagged = if o.tagged { "tagged" } else { "untagged" };
     let mut extra = serde_json::json!({"messages": tagged, "wait": wait});

@@ -75,7 +75,7 @@ fn a_backlog_that_drains_slowly_does_not_time_out() {
     // which is no peer refusing.
     let timeout = Duration::from_secs(2);
     let cfg = LoopConfig {
-        post_timeout: timeout,
+        post_timeout: Some(timeout),
         ..Default::default()
     };
     let started = Instant::now();
@@ -166,7 +166,7 @@ fn a_send_the_peer_never_makes_room_for_completes_not_posted() {
     const N: u64 = 3 * DEPTH as u64;
     let p = profile_with("shm", DEPTH);
     let cfg = LoopConfig {
-        post_timeout: Duration::from_secs(1),
+        post_timeout: Some(Duration::from_secs(1)),
         ..Default::default()
     };
     let (done_tx, done_rx) = mpsc::channel::<()>();
@@ -216,7 +216,7 @@ fn a_receive_the_provider_has_no_room_for_names_fi_trecv() {
     let _one = one_shm_pair();
     let p = profile_with("shm", DEPTH);
     let cfg = LoopConfig {
-        post_timeout: Duration::from_millis(300),
+        post_timeout: Some(Duration::from_millis(300)),
         ..Default::default()
     };
     let mut ev = fabric_msg::EventLoop::new(&p, cfg).expect("loop");
@@ -302,7 +302,7 @@ fn flood_then_other_tag(provider: &str) -> FloodOutcome {
     let p = profile_with(provider, DEPTH);
     let post_timeout = Duration::from_secs(2);
     let cfg = LoopConfig {
-        post_timeout,
+        post_timeout: Some(post_timeout),
         ..Default::default()
     };
     // How many flood messages the receiver is to take, once the sender

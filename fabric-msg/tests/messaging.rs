@@ -284,7 +284,7 @@ fn a_queue_that_never_drains_is_a_clear_error_not_a_hang() {
     let p = profile_with("tcp;ofi_rxm", 4);
     let cfg = LoopConfig {
         cq_size: Some(4),
-        post_timeout: std::time::Duration::from_millis(300),
+        post_timeout: Some(std::time::Duration::from_millis(300)),
         ..Default::default()
     };
     let mut ev = fabric_msg::EventLoop::new(&p, cfg).unwrap();

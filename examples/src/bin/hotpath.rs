@@ -189,7 +189,7 @@ fn run(provider: &str, size: usize, trips: usize, tagged: bool) -> Result<String
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     // Posts fail at once on a full queue (see `Side::send_while`).
     let cfg = LoopConfig {
-        post_timeout: Duration::ZERO,
+        post_timeout: Some(Duration::ZERO),
         ..LoopConfig::default()
     };
     let (p, c) = (profile.clone(), cfg.clone());

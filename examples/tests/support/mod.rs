@@ -102,6 +102,12 @@ pub fn wait_all(mut children: Vec<Child>, started: Instant, deadline: Duration) 
         if started.elapsed() > deadline {
             let running: Vec<usize> = (0..ends.len()).filter(|&i| ends[i].is_none()).collect();
             for c in children.iter_mut() {
+                // A launcher's own children first: mpirun killed with
+                // SIGKILL cannot end its ranks, which would outlive the
+                // test (a hung rank keeps spinning).
+                for p in children_of(c.id()) {
+                    sigkill(p);
+                }
                 c.kill().ok();
                 c.wait().ok();
             }

@@ -4,7 +4,7 @@
 use crate::discovery::config::LadderConfig;
 use crate::discovery::negotiate::{Capability, Requirements};
 use crate::error::{Error, Result};
-use crate::transport::event_loop::LoopConfig;
+use crate::transport::event_loop::{LoopConfig, ProgressThread, WaitMode};
 use std::time::Duration;
 
 /// Settings of a [`World`](super::World). `WorldConfig::default()`:
@@ -13,7 +13,7 @@ use std::time::Duration;
 /// |---|---|---|
 /// | `requirements` | tagged + untagged messages, RMA and atomics (for [`World::alloc_symmetric`](super::World::alloc_symmetric); atomics are native where the provider has them, emulated otherwise, and never change the fabric chosen); the World always asks for RDM endpoints and sets `same_host` and `max_peers` itself | |
 /// | `ladder` | `None`: `providers.toml` as [`LadderConfig::load`] finds it | `FABRIC_MSG_PROVIDERS` |
-/// | `loop_config` | `LoopConfig::default()` | |
+/// | `loop_config` | `LoopConfig::default()`, but waits are [`WaitMode::Adaptive`] (spin, then yield; on a node with more ranks than cores, yield, then sleep on the CQ's fd after 2 ms: `docs/world.md`, "Waiting") and a progress thread runs where the fabric needs one for peers' one-sided operations ([`ProgressThread::WhereNeeded`]) | `FABRIC_MSG_WAIT=spin`, `block` or `adaptive`; `FABRIC_MSG_PROGRESS_THREAD=0` turns the thread off, `=1` asks for one wherever the domain allows |
 /// | `domain` | `None`: on IP fabrics, the interface that reaches rank 0 | `FABRIC_MSG_DOMAIN` |
 /// | `shared_memory` | `true`: `shm` when every rank is on one host, and between the ranks of one node when the world's fabric is another | `FABRIC_MSG_SHM=0` turns both off |
 /// | `node` | `None`: the host name says which ranks share a node | `FABRIC_MSG_NODE` (for testing layouts: one machine standing in for several nodes) |
@@ -56,7 +56,12 @@ impl Default for WorldConfig {
                 ..Requirements::default()
             },
             ladder: None,
-            loop_config: LoopConfig::default(),
+            loop_config: LoopConfig {
+                wait: WaitMode::Adaptive,
+                yield_before_block: None,
+                progress_thread: ProgressThread::WhereNeeded,
+                ..LoopConfig::default()
+            },
             domain: None,
             shared_memory: true,
             node: None,
@@ -95,6 +100,28 @@ impl WorldConfig {
         }
         if let Ok(n) = std::env::var("FABRIC_MSG_NODE") {
             c.node = Some(n).filter(|n| !n.is_empty());
+        }
+        match std::env::var("FABRIC_MSG_WAIT").as_deref() {
+            Ok("spin") => c.loop_config.wait = WaitMode::Spin,
+            Ok("block") => c.loop_config.wait = WaitMode::Block,
+            Ok("adaptive") | Ok("") | Err(_) => {}
+            Ok(other) => {
+                return Err(Error::Usage(format!(
+                    "FABRIC_MSG_WAIT={other:?}: say spin, block or adaptive (the default)"
+                )));
+            }
+        }
+        match std::env::var("FABRIC_MSG_PROGRESS_THREAD").as_deref() {
+            Ok("0") | Ok("off") | Ok("no") | Ok("false") => {
+                c.loop_config.progress_thread = ProgressThread::Off
+            }
+            Ok("1") | Ok("on") | Ok("yes") | Ok("true") => c.loop_config.progress_thread = ProgressThread::On,
+            Ok("") | Err(_) => {}
+            Ok(other) => {
+                return Err(Error::Usage(format!(
+                    "FABRIC_MSG_PROGRESS_THREAD={other:?}: say 0 or 1 (unset: where the fabric needs one)"
+                )));
+            }
         }
         if let Some(t) = seconds("FABRIC_MSG_START_TIMEOUT")? {
             c.start_timeout = t;

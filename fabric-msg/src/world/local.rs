@@ -28,6 +28,7 @@ use crate::discovery::negotiate::{negotiate, Requirements};
 use crate::discovery::profile::{check_peer, WireProfile};
 use crate::error::{Error, Result};
 use crate::memory::buffer::Buffer;
+use crate::transport::event_loop::idle::Idler;
 use crate::transport::event_loop::{
     Completion, CompletionError, EndpointId, EventLoop, LoopConfig, Peer, PostError, RecvOpts, Token,
 };
@@ -162,9 +163,10 @@ pub(crate) struct Local {
     batch: Vec<Completion>,
     /// shm matches masked receives wrongly: post exact ones only.
     exact_only: bool,
-    /// More ranks than cores on this node: give the core away between
-    /// empty looks instead of spinning (set by the World).
-    pub(crate) yield_when_idle: bool,
+    /// How `poll` passes the time between empty looks at both loops: the
+    /// World's rule (`transport/event_loop/idle.rs`), yielding where it
+    /// would sleep (no one fd serves both loops).
+    pub(crate) idle: Idler,
 }
 
 impl Local {
@@ -181,6 +183,7 @@ impl Local {
             return Ok(None);
         }
         let own = ev.wire_profile();
+        let idle_cfg = ev.cfg.clone();
         let ev_defect = ev.profile().tag_mask_defect.is_some();
         let mut names = Vec::with_capacity(ranks.len());
         let mut agreements = Vec::with_capacity(ranks.len());
@@ -216,7 +219,7 @@ impl Local {
             spares: Vec::new(),
             batch: Vec::new(),
             exact_only: ev_defect,
-            yield_when_idle: false,
+            idle: Idler::new(&idle_cfg),
         }))
     }
 
@@ -521,14 +524,14 @@ impl Local {
             self.ev.poll(&mut batch, Some(Duration::ZERO))?;
             self.batch = batch;
             self.sort(main, main_ep, out);
-            if !out.is_empty() || deadline.is_some_and(|d| Instant::now() >= d) {
+            if !out.is_empty() {
+                self.idle.busy();
                 return Ok(out.len());
             }
-            if self.yield_when_idle {
-                std::thread::yield_now();
-            } else {
-                std::hint::spin_loop();
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(0);
             }
+            self.idle.pause_without_fd();
         }
     }
 

@@ -55,12 +55,13 @@ use crate::discovery::negotiate::EndpointChoice;
 use crate::discovery::profile::{check_peer, Profile};
 use crate::error::{Error, Result};
 use crate::memory::buffer::Buffer;
+use crate::transport::event_loop::idle::Idler;
 use crate::transport::event_loop::{
     Completion, EndpointId, EventLoop, Peer, PostError, RecvOpts, SendOpts, Token, WaitMode,
 };
 use agree::{decide, Choice, ChosenRung};
 use collectives::engine::Engine;
-use collectives::io::{is_reserved, Idle, Io};
+use collectives::io::{is_reserved, Io};
 use launch::{Launcher, Placement};
 use liveness::Liveness;
 use local::{Local, Published};
@@ -114,6 +115,7 @@ impl World {
             Some(l) => l,
             None => LadderConfig::load(None)?,
         };
+        let loop_config = waits_for(cfg.loop_config.clone(), placement.local_ranks.len());
         let mut req = cfg.requirements.clone();
         req.endpoint = EndpointChoice::Rdm;
         // FABRIC_MSG_NODE lays ranks out on pretend nodes: the launcher's
@@ -145,7 +147,7 @@ impl World {
 
         // Round 2: every rank's endpoint name and profile, or why it has none.
         let opened = profile.and_then(|p| {
-            let mut ev = EventLoop::new(&p, cfg.loop_config.clone())?;
+            let mut ev = EventLoop::new(&p, loop_config.clone())?;
             // The collectives' classes are the World's alone (event_loop()
             // hands this loop to the application).
             ev.reserve_world_classes();
@@ -161,8 +163,9 @@ impl World {
         let not_wanted = local::wanted(cfg.shared_memory, &decision.rung.provider, &nodes, placement.rank);
         let shm = match not_wanted {
             Some(why) => Err(why),
-            None => local::open(&req, &ladder, cfg.loop_config.clone())
-                .map_err(|e| format!("cannot open shm: {e}")),
+            None => {
+                local::open(&req, &ladder, loop_config.clone()).map_err(|e| format!("cannot open shm: {e}"))
+            }
         };
         let mine = Published {
             main,
@@ -221,16 +224,6 @@ impl World {
             l.ev.give_up = Some(live.flag());
         }
         launcher.watch(live.clone())?;
-        let idle = if ev.cfg.wait == WaitMode::Block {
-            Idle::Block
-        } else if oversubscribed(placement.local_ranks.len()) {
-            Idle::Yield
-        } else {
-            Idle::Spin
-        };
-        if let Some(l) = shm.as_mut() {
-            l.yield_when_idle = idle != Idle::Spin;
-        }
         let mut world = World {
             ev,
             ep,
@@ -243,7 +236,7 @@ impl World {
             report: decision.why,
             finish_timeout: cfg.finish_timeout,
             finished: false,
-            coll: Engine::new(idle),
+            coll: Engine::new(Idler::new(&loop_config)),
         };
         let (engine, mut io) = world.engine_io();
         engine.listen(&mut io)?;
@@ -554,7 +547,7 @@ impl World {
     /// waits for them (at most `LoopConfig::post_timeout` and a second)
     /// before it asks the launcher to end whichever are still running.
     pub fn abort(&mut self, code: i32, message: &str) -> ! {
-        let grace = self.ev.cfg.post_timeout + Duration::from_secs(1);
+        let grace = self.ev.cfg.post_timeout.unwrap_or(Duration::from_secs(5)) + Duration::from_secs(1);
         let size = self.size();
         self.launcher.abort(code, message, &self.live, size, grace)
     }
@@ -617,6 +610,28 @@ fn progress_while_leaving<'a>(
             scratch.clear();
         }
     }
+}
+
+/// How this rank's loops wait (`transport/event_loop/idle.rs`): as `cfg`
+/// says, except that where this node runs more ranks than this process
+/// has cores (`startup::oversubscribed`) a wait gives the core away from
+/// its first empty look: a spinning rank would hold the core the rank it
+/// waits for needs to answer (200x slower for a DHT of 4 ranks on 2
+/// cores), and sleeps on the CQ's fd after 2 ms of that where no
+/// `yield_before_block` was set: the cores are better spent on the ranks
+/// that have work. An explicit `WaitMode::Spin` then yields too.
+fn waits_for(
+    mut cfg: crate::transport::event_loop::LoopConfig,
+    local_ranks: usize,
+) -> crate::transport::event_loop::LoopConfig {
+    if oversubscribed(local_ranks) {
+        cfg.spin_before_block = Duration::ZERO;
+        cfg.yield_before_block.get_or_insert(Duration::from_millis(2));
+        if cfg.wait == WaitMode::Spin {
+            cfg.wait = WaitMode::Adaptive;
+        }
+    }
+    cfg
 }
 
 /// Refuse the tokens the collectives and the any-source pairs use.

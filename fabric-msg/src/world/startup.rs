@@ -10,15 +10,37 @@ use crate::discovery::profile::Profile;
 use crate::error::{Error, Result};
 use std::time::Duration;
 
-/// More ranks on this node than cores to run them: waits yield the core.
-/// The node's online cores, not this process's affinity mask: `mpirun`
-/// binds each of 2 ranks to its own core of 2, which is not oversubscribed.
+/// More ranks on this node (as the launcher says: PMIx's local peers,
+/// the rendezvous's hosts) than cores to run them: waits yield the core.
+/// The cores are the node's online ones, or fewer where this process's
+/// affinity mask (`sched_getaffinity`) allows fewer but more than one: a
+/// container or `taskset` limiting the job. A mask of one core is taken
+/// for a launcher binding each rank to its own (`mpirun` binds each of 2
+/// ranks to its own core of 2, which is not oversubscribed).
 pub(crate) fn oversubscribed(local_ranks: usize) -> bool {
+    local_ranks > cores()
+}
+
+fn cores() -> usize {
     // SAFETY: sysconf only reads a system value.
     let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
-    let cores = usize::try_from(online).ok().filter(|&c| c > 0);
-    let cores = cores.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    local_ranks > cores
+    let online = usize::try_from(online).ok().filter(|&c| c > 0);
+    let online = online.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    // SAFETY: an all-zero cpu_set_t is a valid empty set; sched_getaffinity
+    // writes at most size_of::<cpu_set_t>() bytes into it.
+    let allowed = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) == 0 {
+            libc::CPU_COUNT(&set) as usize
+        } else {
+            0
+        }
+    };
+    if allowed > 1 {
+        online.min(allowed)
+    } else {
+        online
+    }
 }
 
 /// One postcard-encoded value from every rank, decoded and checked.

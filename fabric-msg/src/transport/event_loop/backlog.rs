@@ -14,11 +14,16 @@
 //! A backlogged send holds its operation slot and its buffer (nothing is
 //! allocated per message), does not count against the CQ's bound (it is
 //! not posted), and completes like any send: successfully once posted and
-//! done, or with [`CompletionError::NotPosted`] if the provider still had
-//! no room for [`LoopConfig::post_timeout`] (counted from when the send
-//! ahead of it to the same peer was posted) or refused it otherwise.
+//! done, with the peer's loss if its peer is lost first, or with
+//! [`CompletionError::NotPosted`] if the application set a
+//! [`LoopConfig::post_timeout`] and the provider still had no room when it
+//! passed (counted from when the send ahead of it to the same peer was
+//! posted) or refused it otherwise. By default there is no such deadline:
+//! a peer that computes for minutes before it receives is no failure.
 //! Later sends to the same peer queue behind it, so per-peer order holds;
-//! sends to other peers are not held up by it.
+//! sends to other peers are not held up by it. At most
+//! [`LoopConfig::max_backlog`] sends wait; one more waits inside the call,
+//! progressing, for the backlog to shrink.
 
 use super::post::{raw_send, send_call, Posting};
 use super::*;
@@ -48,9 +53,9 @@ struct Deferred {
     len: usize,
     args: SendArgs,
     since: Instant,
-    /// `since` plus the `post_timeout` in force when it was kept (the
-    /// World's collectives set it to zero while they post).
-    deadline: Instant,
+    /// `since` plus the `post_timeout` in force when it was kept; `None`:
+    /// no deadline (the default).
+    deadline: Option<Instant>,
 }
 
 /// The sends waiting for room, oldest first, and the peers found full
@@ -95,10 +100,19 @@ impl EventLoop {
     }
 
     /// Post a send of `buf`, or keep it in the backlog while the provider
-    /// has no room. With a zero `post_timeout` (the World's collectives
-    /// ask a full queue to fail at once) a full queue fails the post.
+    /// has no room, or while the CQ has none for its completion (as many
+    /// operations posted as it holds: the send is posted once some
+    /// complete, so a sender whose peer has not posted its receives is not
+    /// held inside `send`). Where posts fail fast
+    /// ([`EventLoop::fail_fast`]: the World's collectives posting, or a
+    /// zero `post_timeout`) a full queue fails the post instead.
     pub(super) fn post_send(&mut self, what: Posting, mut buf: Buffer, a: SendArgs) -> Result<(), PostError> {
-        if let Err(error) = self.wait_for_room() {
+        let room = if self.fail_fast() {
+            self.wait_for_room()
+        } else {
+            Ok(())
+        };
+        if let Err(error) = room.and_then(|()| self.wait_for_backlog_room(what.call)) {
             return Err(PostError {
                 error,
                 buffer: Some(buf),
@@ -113,10 +127,10 @@ impl EventLoop {
             // buffer the slot owns until the completion; ctx is the slot's.
             unsafe { raw_send(a.raw, bufp, len, a.desc, a.addr, a.tag, a.data, ctx) }
         };
-        let result = if self.cfg.post_timeout.is_zero() {
+        let result = if self.fail_fast() {
             self.retry(what.call, post).map(|_| ())
         } else {
-            let rc = if self.backlog.holds(a.raw, a.addr) {
+            let rc = if self.posted() >= self.cq.capacity || self.backlog.holds(a.raw, a.addr) {
                 -(ffi::FI_EAGAIN as isize)
             } else {
                 post()
@@ -130,7 +144,7 @@ impl EventLoop {
                     len,
                     args: a,
                     since,
-                    deadline: since + self.cfg.post_timeout,
+                    deadline: self.cfg.post_timeout.and_then(|t| since.checked_add(t)),
                 });
                 return Ok(());
             }
@@ -142,13 +156,13 @@ impl EventLoop {
         })
     }
 
-    /// Wait (progressing, for at most `post_timeout`) until no send to
+    /// Wait (progressing, while [`EventLoop::patient`]) until no send to
     /// `addr` on `raw` is backlogged: an `inject` or a borrowed send to
-    /// that peer is posted in place and must not pass them. Not with a
-    /// zero `post_timeout`: that is the World's collectives posting, whose
-    /// class of tags no application receive matches, so order against the
-    /// application's sends does not matter, and waiting here for them
-    /// could wait for a peer that is itself inside the collective.
+    /// that peer is posted in place and must not pass them. Not where
+    /// posts fail fast: the World's collectives, whose class of tags no
+    /// application receive matches, so order against the application's
+    /// sends does not matter, and waiting here for them could wait for a
+    /// peer that is itself inside the collective.
     #[inline]
     pub(super) fn behind_backlog(
         &mut self,
@@ -159,7 +173,7 @@ impl EventLoop {
         // The clock is read only when there is something to wait for: this
         // runs on every inject (one clock_gettime per message was 6% of a
         // shm message-rate run).
-        if self.cfg.post_timeout.is_zero() || !self.backlog.holds(raw, addr) {
+        if self.fail_fast() || !self.backlog.holds(raw, addr) {
             return Ok(());
         }
         self.wait_behind_backlog(raw, addr, call)
@@ -177,7 +191,7 @@ impl EventLoop {
             if self.backlog.len() < left {
                 (left, started) = (self.backlog.len(), Instant::now());
             }
-            if started.elapsed() >= self.cfg.post_timeout || self.giving_up() {
+            if !self.patient(started) {
                 return Err(Error::QueueFull {
                     call,
                     waited: started.elapsed(),
@@ -190,8 +204,45 @@ impl EventLoop {
         Ok(())
     }
 
+    /// Wait (progressing, while [`EventLoop::patient`]) until the backlog
+    /// holds fewer than [`LoopConfig::max_backlog`] sends.
+    #[inline]
+    fn wait_for_backlog_room(&mut self, call: &'static str) -> Result<()> {
+        if self.backlog.len() < self.cfg.max_backlog.max(1) {
+            return Ok(());
+        }
+        self.wait_for_backlog_room_slow(call)
+    }
+
+    #[cold]
+    fn wait_for_backlog_room_slow(&mut self, call: &'static str) -> Result<()> {
+        // As above: the wait is bounded while nothing moves.
+        let (mut left, mut started) = (self.backlog.len(), Instant::now());
+        while self.backlog.len() >= self.cfg.max_backlog.max(1) {
+            if self.backlog.len() < left {
+                (left, started) = (self.backlog.len(), Instant::now());
+            }
+            if !self.patient(started) {
+                return Err(Error::QueueFull {
+                    call,
+                    waited: started.elapsed(),
+                    in_flight: self.slab.in_flight,
+                    code: Some(ErrorCode(ffi::FI_EAGAIN)),
+                });
+            }
+            self.progress()?;
+            if self.backlog.len() >= left {
+                // Nothing could be posted: let the peer run (on a shared
+                // core it is the one that must make room).
+                std::thread::yield_now();
+            }
+        }
+        Ok(())
+    }
+
     /// Post what the backlog holds, oldest first, skipping peers found
-    /// full in this pass; fail what waited longer than `post_timeout`.
+    /// full in this pass; fail what waited past its deadline (only with a
+    /// `post_timeout`) or while the layer above gives up.
     #[inline]
     pub(super) fn flush_backlog(&mut self) {
         if !self.backlog.queue.is_empty() {
@@ -220,7 +271,7 @@ impl EventLoop {
             }
             let call = send_call(d.args.tag, d.args.data);
             let waited = now.saturating_duration_since(d.since);
-            if give_up || now >= d.deadline {
+            if give_up || d.deadline.is_some_and(|t| now >= t) {
                 self.backlog.queue.remove(i);
                 let code = Some(ErrorCode(ffi::FI_EAGAIN));
                 let in_flight = self.slab.in_flight;
@@ -257,9 +308,11 @@ impl EventLoop {
             // queue that drains).
             let next = self.backlog.queue.range_mut(i..);
             if let Some(next) = next.into_iter().find(|n| (n.args.raw, n.args.addr) == key) {
-                let timeout = next.deadline.saturating_duration_since(next.since);
+                if let Some(deadline) = next.deadline {
+                    let timeout = deadline.saturating_duration_since(next.since);
+                    next.deadline = now.checked_add(timeout);
+                }
                 next.since = now;
-                next.deadline = now + timeout;
             }
         }
         self.backlog.full = full;

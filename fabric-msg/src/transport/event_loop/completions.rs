@@ -2,6 +2,7 @@
 //! batch of entries and error entries, matching each to its slot, ending
 //! split transfers, and handing completions out.
 
+use super::idle::Pause;
 use super::*;
 use crate::error::{strerror, Error, ErrorCode, Result};
 use crate::ffi;
@@ -51,7 +52,7 @@ impl EventLoop {
         out.clear();
         // The clock is read only once nothing is ready, once per pass.
         let mut deadline: Option<Instant> = None;
-        let mut spin_until: Option<Instant> = None;
+        let mut idler = super::idle::Idler::new(&self.cfg);
         loop {
             if self.am_pending() {
                 self.am_flush();
@@ -106,14 +107,11 @@ impl EventLoop {
                 // Sends wait for room at a peer: no CQ event says when.
                 remaining = Some(remaining.map_or(tick, |r| r.min(tick)));
             }
-            if self.cfg.wait == WaitMode::Block && !self.cfg.spin_before_block.is_zero() {
-                let now = Instant::now();
-                if now < *spin_until.get_or_insert(now + self.cfg.spin_before_block) {
-                    std::hint::spin_loop();
-                    continue;
-                }
+            match idler.next() {
+                Pause::Spin => std::hint::spin_loop(),
+                Pause::Yield => std::thread::yield_now(),
+                Pause::Block => self.wait(remaining),
             }
-            self.wait(remaining);
         }
     }
 
@@ -139,7 +137,8 @@ impl EventLoop {
     }
 
     pub(super) fn wait(&mut self, remaining: Option<Duration>) {
-        if let (WaitMode::Block, Some(fd)) = (self.cfg.wait, self.cq.wait_fd) {
+        let sleeps = matches!(self.cfg.wait, WaitMode::Block | WaitMode::Adaptive);
+        if let (true, Some(fd)) = (sleeps, self.cq.wait_fd) {
             let mut fids = [ptr::null_mut::<ffi::fid>(); 1];
             // SAFETY: the CQ is open; fi_trywait reads `fids` for the call only.
             let ready = unsafe {
@@ -158,7 +157,11 @@ impl EventLoop {
             }
             return;
         }
-        std::hint::spin_loop();
+        if self.cfg.wait == WaitMode::Adaptive {
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
     }
 
     /// Read what the CQ holds into `pending`.

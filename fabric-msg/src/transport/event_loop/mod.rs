@@ -12,14 +12,17 @@
 //!   by the loop.
 //! - A token never comes back after its endpoint was closed.
 //! - When a post meets a full queue (`-FI_EAGAIN`, or `-FI_ENOMEM` for a
-//!   receive) the loop progresses the CQ and retries, for at most
-//!   [`LoopConfig::post_timeout`]; completions reaped meanwhile are kept
-//!   for the next `poll`, never lost. A [`send`](EventLoop::send) of a
-//!   [`Buffer`] is not held that long: the loop keeps it (in order per
-//!   peer) and posts it as `poll` progresses, so an application that sends
-//!   before it receives cannot deadlock with a peer doing the same; it
-//!   completes with [`CompletionError::NotPosted`] if the peer takes none
-//!   of the sends waiting for it for `post_timeout`.
+//!   receive) the loop progresses the CQ and retries until the provider
+//!   takes it, a peer is lost, or the application's own
+//!   [`LoopConfig::post_timeout`] (none by default) passes; completions
+//!   reaped meanwhile are kept for the next `poll`, never lost. A
+//!   [`send`](EventLoop::send) of a [`Buffer`] is not held at all: the loop
+//!   keeps it (in order per peer, at most [`LoopConfig::max_backlog`]) and
+//!   posts it as `poll` progresses, so an application that sends before it
+//!   receives cannot deadlock with a peer doing the same; it fails only
+//!   with its peer's loss, or with [`CompletionError::NotPosted`] if a
+//!   `post_timeout` was set and the peer took none of the sends waiting for
+//!   it for that long.
 //! - A message larger than the posted buffer completes with
 //!   [`CompletionError::Truncated`] naming both sizes; nothing overflows.
 //! - Buffers are owned by the loop while their operation is in flight, and
@@ -53,6 +56,7 @@ mod completions;
 mod deadlines;
 mod endpoint;
 mod frame;
+pub(crate) mod idle;
 mod lost_peers;
 mod multi_recv;
 mod post;
@@ -182,6 +186,12 @@ pub struct EventLoop {
     /// gives up at once with [`Error::QueueFull`](crate::Error::QueueFull)
     /// instead of after `post_timeout`.
     pub(crate) give_up: Option<Arc<AtomicBool>>,
+    /// Set by the World's collectives while they post: a post the provider
+    /// refuses fails at once ([`Error::QueueFull`](crate::Error::QueueFull))
+    /// instead of waiting for room, and the collective posts it again at
+    /// its next progress (`world/collectives/io.rs`, `Io::posting`). Their
+    /// sends are not ordered behind the application's backlog either.
+    pub(crate) no_wait: bool,
     /// Peers watched through their lifelines, and those lost.
     pub(crate) lost: lost_peers::LostPeers,
     /// The thread that drives progress while the application does not
@@ -221,7 +231,12 @@ impl EventLoop {
         } else {
             ffi::FI_CQ_FORMAT_DATA
         };
-        let want_fd = cfg.wait == WaitMode::Block && profile.wait_fd;
+        let sleeps = match cfg.wait {
+            WaitMode::Block => true,
+            WaitMode::Adaptive => cfg.yield_before_block.is_some(),
+            _ => false,
+        };
+        let want_fd = sleeps && profile.wait_fd;
         let mut attr = ffi::fi_cq_attr {
             size: cfg.cq_size.unwrap_or(q.cq * 2).max(1),
             format,
@@ -320,6 +335,7 @@ impl EventLoop {
             check_tags: profile.tag_mask_defect.is_some(),
             close_failed: false,
             give_up: None,
+            no_wait: false,
             lost: lost_peers::LostPeers::default(),
             progress,
             scratch: vec![0; profile.inject_size + HEADROOM],
@@ -479,9 +495,11 @@ mod tests {
     fn loop_config_defaults_are_the_documented_ones() {
         use std::time::Duration;
         let c = LoopConfig::default();
-        assert_eq!(c.post_timeout, Duration::from_secs(5));
+        assert_eq!(c.post_timeout, None);
+        assert_eq!(c.max_backlog, 65_536);
         assert_eq!(c.wait, WaitMode::Spin);
         assert_eq!(c.spin_before_block, Duration::from_micros(50));
+        assert_eq!(c.yield_before_block, Some(Duration::from_millis(2)));
         assert_eq!(c.rma_timeout, Some(Duration::from_secs(30)));
         assert!(c.cq_size.is_none() && c.min_multi_recv.is_none() && c.rma_chunk.is_none());
         assert!(!c.force_framing);

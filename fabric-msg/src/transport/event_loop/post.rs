@@ -11,7 +11,7 @@ use crate::memory::mr::RegionInner;
 use std::os::raw::c_void;
 use std::ptr;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// An endpoint ready for a post, from [`EventLoop::prepare`].
 pub(super) struct Prepared {
@@ -516,7 +516,7 @@ impl EventLoop {
     fn wait_for_room_slow(&mut self) -> Result<()> {
         let started = Instant::now();
         while self.posted() >= self.cq.capacity {
-            if started.elapsed() >= self.cfg.post_timeout || self.giving_up() {
+            if !self.patient(started) {
                 return Err(Error::QueueFull {
                     call: "fi_cq_read",
                     waited: started.elapsed(),
@@ -530,8 +530,8 @@ impl EventLoop {
     }
 
     /// Call `op` (libfabric's `call`) until it does not return
-    /// `-FI_EAGAIN`, progressing in between, for at most the configured
-    /// time. A receive's `-FI_ENOMEM` is retried the same way: shm (1.17)
+    /// `-FI_EAGAIN`, progressing in between, while [`EventLoop::patient`].
+    /// A receive's `-FI_ENOMEM` is retried the same way: shm (1.17)
     /// returns it while its receive entries are all taken by posted
     /// receives and unexpected messages, which progress frees.
     pub(super) fn retry(&mut self, call: &'static str, mut op: impl FnMut() -> isize) -> Result<isize> {
@@ -547,7 +547,7 @@ impl EventLoop {
                 return check(call, rc as i64).map(|v| v as isize);
             }
             let t0 = *started.get_or_insert_with(Instant::now);
-            if t0.elapsed() >= self.cfg.post_timeout || self.giving_up() {
+            if !self.patient(t0) {
                 return Err(Error::QueueFull {
                     call,
                     waited: t0.elapsed(),
@@ -568,6 +568,29 @@ impl EventLoop {
         let read = self.read_cq();
         self.flush_backlog();
         read
+    }
+
+    /// Whether a post refused for lack of room fails at once instead of
+    /// waiting: while the World's collectives post (`no_wait`: they keep
+    /// what was refused and post it at their next progress, where losses
+    /// and other ranks' notices are seen), or where the application set a
+    /// zero `post_timeout`.
+    #[inline]
+    pub(super) fn fail_fast(&self) -> bool {
+        self.no_wait || self.cfg.post_timeout == Some(Duration::ZERO)
+    }
+
+    /// Whether a wait for room that began at `since` goes on: not where
+    /// posts fail fast, not once the layer above gives up (the World's
+    /// liveness saw a rank lost) or a peer of this loop is newly lost (the
+    /// post fails; the next `poll` reports the loss), and not past the
+    /// application's `post_timeout` if it set one. Otherwise it waits as
+    /// long as it takes: a peer that computes is not a failure.
+    pub(super) fn patient(&self, since: Instant) -> bool {
+        !(self.fail_fast()
+            || self.giving_up()
+            || self.lost.changed()
+            || self.cfg.post_timeout.is_some_and(|t| since.elapsed() >= t))
     }
 
     /// Whether the layer above asked posts to stop waiting for room.

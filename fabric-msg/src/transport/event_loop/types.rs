@@ -99,14 +99,25 @@ pub enum OpKind {
     PeerLost,
 }
 
-/// How `poll` waits when nothing is ready.
+/// How `poll` waits when nothing is ready (`transport/event_loop/idle.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum WaitMode {
-    /// Spin on the CQ: lowest latency, one busy core.
+    /// Spin on the CQ: lowest latency, one busy core, and on a core shared
+    /// with other ranks the time they need to answer.
     Spin,
-    /// Sleep on the CQ's wait fd (after `fi_trywait`); spins where the
-    /// provider has no wait object.
+    /// Spin for [`LoopConfig::spin_before_block`], then sleep on the CQ's
+    /// wait fd (after `fi_trywait`); spins where the provider has no wait
+    /// object.
     Block,
+    /// Spin for [`LoopConfig::spin_before_block`], then give the core away
+    /// (`sched_yield`) between looks until [`LoopConfig::yield_before_block`]
+    /// has passed with nothing done, then sleep on the CQ's wait fd where
+    /// the provider has one (yielding on where it has none, or where
+    /// `yield_before_block` is `None`). What a World waits with; it yields
+    /// from the start, and sleeps after 2 ms, when its node runs more ranks
+    /// than it has cores.
+    Adaptive,
 }
 
 /// Whether an [`EventLoop`](super::EventLoop) runs a progress thread,
@@ -150,9 +161,11 @@ impl ProgressThread {
 ///
 /// | field | default |
 /// |---|---|
-/// | `post_timeout` | 5 s |
+/// | `post_timeout` | `None`: an operation the provider has no room for waits while its peer is alive |
+/// | `max_backlog` | 65,536 sends |
 /// | `wait` | [`WaitMode::Spin`] |
-/// | `spin_before_block` | 50 µs (used with [`WaitMode::Block`]) |
+/// | `spin_before_block` | 50 µs (used with [`WaitMode::Block`] and [`WaitMode::Adaptive`]) |
+/// | `yield_before_block` | `Some(2 ms)` (used with [`WaitMode::Adaptive`]) |
 /// | `cq_size` | `None`: two endpoints' queues, capped by the device |
 /// | `force_framing` | `false` |
 /// | `min_multi_recv` | `None`: the provider's default |
@@ -163,9 +176,27 @@ impl ProgressThread {
 /// | `progress_period` | 1 ms |
 #[derive(Debug, Clone)]
 pub struct LoopConfig {
-    /// How long a post may retry on a full queue before giving up. Default: 5 s.
-    pub post_timeout: Duration,
-    /// How `poll` waits. Default: [`WaitMode::Spin`].
+    /// The application's own deadline for an operation the provider has no
+    /// room for yet (`FI_EAGAIN`; a receive's `FI_ENOMEM`): a send waits in
+    /// the loop's backlog and is posted as progress allows, any other post
+    /// waits inside the call, progressing. `None` (the default): it waits
+    /// as long as it takes (a peer that computes for minutes is no
+    /// failure); it ends only when its peer is lost (the bootstrap's
+    /// lifeline, [`LoopConfig::peer_timeout`], or the World's liveness),
+    /// then failing with that loss. `Some(t)`: a post or a backlogged send
+    /// that made no progress for `t` fails ([`Error::QueueFull`](crate::Error::QueueFull),
+    /// [`CompletionError::NotPosted`]); `Some(Duration::ZERO)` fails a post
+    /// the provider refuses at once, for callers that progress and retry
+    /// themselves.
+    pub post_timeout: Option<Duration>,
+    /// Most sends the backlog holds (those the provider had no room for
+    /// yet). Each holds its buffer (the caller's, no copy) and about 120 bytes of
+    /// the loop's; a send beyond the bound waits inside the call,
+    /// progressing, until the backlog shrinks (or, as above, its peer is
+    /// lost or `post_timeout` passes). Default: 65,536.
+    pub max_backlog: usize,
+    /// How `poll` waits. Default: [`WaitMode::Spin`] (a World's
+    /// [`WorldConfig`](crate::WorldConfig) uses [`WaitMode::Adaptive`]).
     pub wait: WaitMode,
     /// In [`WaitMode::Block`], how long `poll` spins on the CQ before it
     /// sleeps on the wait fd. Waking a sleeping thread costs tens of
@@ -173,6 +204,14 @@ pub struct LoopConfig {
     /// quickly at the price of that much CPU per wait. `Duration::ZERO`:
     /// sleep at once. Default: 50 µs.
     pub spin_before_block: Duration,
+    /// In [`WaitMode::Adaptive`], how long `poll` finds nothing (spinning,
+    /// then yielding) before it sleeps on the wait fd. `None`: it never
+    /// sleeps, and the CQ is opened without a wait object, which costs
+    /// nothing per completion (with a wait fd an 8-byte latency on
+    /// `tcp;ofi_rxm` was 10.6–11.6 µs here instead of 7.4–7.8 µs:
+    /// `docs/world.md`, "Waiting"). Default: `Some(2 ms)`; a World's is `None` unless its
+    /// node is oversubscribed.
+    pub yield_before_block: Option<Duration>,
     /// Completion queue entries; `None`: room for two endpoints' queues
     /// (capped by the device's `max_cqe`). At most this many operations are
     /// in flight at once: a post beyond it waits as for a full queue.
@@ -223,9 +262,11 @@ pub struct LoopConfig {
 impl Default for LoopConfig {
     fn default() -> Self {
         LoopConfig {
-            post_timeout: Duration::from_secs(5),
+            post_timeout: None,
+            max_backlog: 65_536,
             wait: WaitMode::Spin,
             spin_before_block: Duration::from_micros(50),
+            yield_before_block: Some(Duration::from_millis(2)),
             cq_size: None,
             force_framing: false,
             min_multi_recv: None,

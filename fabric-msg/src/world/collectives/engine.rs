@@ -21,15 +21,14 @@
 //! Nothing here knows the `World` type: the World hands the engine an [`Io`]
 //! of its parts.
 
-use super::io::{
-    decode, forged, is_reserved, post_outgoing, token, Failure, Idle, Io, Kind, Outgoing, Shared,
-};
+use super::io::{decode, forged, is_reserved, post_outgoing, token, Failure, Io, Kind, Outgoing, Shared};
 use super::io::{LOSS_GRACE, NOTICE_MAX, NOTICE_PATIENCE};
 use super::ops::{Element, Reduction};
 use super::run::{Progress, Run, Spare};
 use super::schedule::Schedule;
 use crate::error::{Error, Result};
 use crate::memory::buffer::Buffer;
+use crate::transport::event_loop::idle::{Idler, Pause};
 use crate::transport::event_loop::{Completion, RecvOpts};
 use crate::world::tags;
 use std::any::Any;
@@ -69,7 +68,9 @@ pub(crate) struct Engine {
     /// and when to give up.
     notices_out: Vec<(Outgoing, u32, Instant)>,
     notice_posted: bool,
-    idle: Idle,
+    /// How a wait passes the time between empty looks: the rule every
+    /// wait of the World follows (`transport/event_loop/idle.rs`).
+    idle: Idler,
     /// Runs that failed while the provider could still touch their working
     /// arrays (see `Engine::retire`).
     orphans: Vec<Box<dyn Progress>>,
@@ -116,7 +117,7 @@ fn lost(io: &Io<'_>, grace: Duration) -> Option<Error> {
 }
 
 impl Engine {
-    pub(crate) fn new(idle: Idle) -> Engine {
+    pub(crate) fn new(idle: Idler) -> Engine {
         Engine {
             next_seq: 0,
             runs: Vec::new(),
@@ -285,15 +286,15 @@ impl Engine {
     }
 
     /// Move runs on: losses, notices, finished rounds, posts that found the
-    /// provider's queue full. Posts made here give up at once on a full
-    /// queue instead of the loop's blocking retry (`LoopConfig::post_timeout`):
-    /// what could not be posted is kept and tried again at the next
-    /// progress, where losses and other ranks' notices are seen.
+    /// provider's queue full. Posts made here fail at once on a full queue
+    /// instead of waiting in the loop for room (`Io::no_wait`): what could
+    /// not be posted is kept and tried again at the next progress, where
+    /// losses and other ranks' notices are seen.
     pub(crate) fn progress(&mut self, io: &mut Io<'_>) {
-        let saved = io.set_post_timeout(Duration::ZERO);
+        let saved = io.no_wait(true);
         self.progress_runs(io);
         self.flush_notices(io);
-        io.set_post_timeout(saved);
+        io.no_wait(saved);
     }
 
     fn progress_runs(&mut self, io: &mut Io<'_>) {
@@ -472,13 +473,15 @@ impl Engine {
         self.progress(io);
     }
 
-    /// One look at the completion queue (or one wait, when idling
-    /// blocks); the application's completions are kept for its next poll.
+    /// One look at the completion queue (or one wait, once idling has
+    /// gone on long enough to sleep and no refused post waits to be posted
+    /// again); the application's completions are kept for its next poll.
     /// `Ok(true)` if anything completed.
     pub(crate) fn poll_once(&mut self, io: &mut Io<'_>) -> Result<bool> {
-        let timeout = match self.idle {
-            Idle::Block => Duration::from_millis(20),
-            Idle::Spin | Idle::Yield => Duration::ZERO,
+        let timeout = if self.idle.sleeping() && !self.pending_work(io) {
+            Duration::from_millis(20)
+        } else {
+            Duration::ZERO
         };
         let mut batch = std::mem::take(&mut self.batch);
         let polled = io.poll(&mut batch, Some(timeout));
@@ -492,18 +495,23 @@ impl Engine {
         if n > 0 || self.pending_work(io) {
             self.progress(io);
         }
+        if n > 0 {
+            self.idle.busy();
+        }
         match polled {
             Ok(_) => Ok(n > 0),
             Err(e) => Err(lost(io, Duration::ZERO).unwrap_or(e)),
         }
     }
 
-    /// Pass the time between polls that found nothing.
-    pub(crate) fn idle(&self) {
-        match self.idle {
-            Idle::Yield => std::thread::yield_now(),
-            Idle::Spin => std::hint::spin_loop(),
-            Idle::Block => {}
+    /// Pass the time between polls that found nothing: spin, then yield,
+    /// and once that has gone on long enough nothing here (the next
+    /// `poll_once` sleeps in the loop's own wait).
+    pub(crate) fn idle(&mut self) {
+        match self.idle.next() {
+            Pause::Spin => std::hint::spin_loop(),
+            Pause::Yield => std::thread::yield_now(),
+            Pause::Block => {}
         }
     }
 

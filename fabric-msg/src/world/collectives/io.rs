@@ -59,12 +59,15 @@ impl Io<'_> {
         self.local.as_ref().map_or(main, |l| main.min(l.ev.inject_max()))
     }
 
-    /// Set both loops' post timeout; the old one.
-    pub(crate) fn set_post_timeout(&mut self, t: Duration) -> Duration {
+    /// Whether both loops fail a post the provider refuses at once
+    /// (`EventLoop::no_wait`) instead of waiting for room: on while the
+    /// collectives post, which keep what was refused and post it at their
+    /// next progress. Returns the old setting.
+    pub(crate) fn no_wait(&mut self, on: bool) -> bool {
         if let Some(l) = self.local.as_mut() {
-            l.ev.cfg.post_timeout = t;
+            l.ev.no_wait = on;
         }
-        std::mem::replace(&mut self.ev.cfg.post_timeout, t)
+        std::mem::replace(&mut self.ev.no_wait, on)
     }
 
     /// Poll both loops (see `Local::poll`), or the main one alone.
@@ -78,18 +81,6 @@ impl Io<'_> {
             None => self.ev.poll(out, timeout),
         }
     }
-}
-
-/// How a wait passes the time when nothing has arrived.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Idle {
-    /// Poll again at once.
-    Spin,
-    /// Give the core away between polls: more ranks than cores on this
-    /// node (what Open MPI does when oversubscribed).
-    Yield,
-    /// Sleep on the completion queue's fd (`WaitMode::Block`).
-    Block,
 }
 
 /// Top byte of every token the collectives use; `World::send` and

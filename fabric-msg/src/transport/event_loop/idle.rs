@@ -1,0 +1,133 @@
+//! How a wait passes the time while nothing completes: one rule for
+//! [`EventLoop::poll`](super::EventLoop::poll), the World's shared-memory
+//! lane and its collectives' waits.
+//!
+//! [`WaitMode::Adaptive`] spins for `spin_before_block` (a reply that comes
+//! within microseconds is caught at spinning's latency), then gives the core
+//! away between looks (`sched_yield`: a rank that shares its core with the
+//! rank it waits for lets that rank run) until `yield_before_block` has
+//! passed with nothing done, then sleeps on the completion queue's wait fd
+//! where the provider has one (after `fi_trywait`), yielding on where it
+//! has none or `yield_before_block` is `None`. A World whose node runs
+//! more ranks than it has cores sets `spin_before_block` to zero (it
+//! yields from the first empty look) and sleeps after 2 ms; one that does
+//! not never sleeps (a wait fd costs every completion: `LoopConfig::yield_before_block`).
+
+use super::types::{LoopConfig, WaitMode};
+use std::time::{Duration, Instant};
+
+/// What a wait does next, having found nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Pause {
+    /// Look again at once.
+    Spin,
+    /// Give the core away, then look again.
+    Yield,
+    /// Sleep on the wait fd (where there is none: yield in
+    /// [`WaitMode::Adaptive`], spin in [`WaitMode::Block`]).
+    Block,
+}
+
+/// The rule, and when the current stretch of empty looks began.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Idler {
+    mode: WaitMode,
+    spin: Duration,
+    /// `None`: never sleep.
+    block_after: Option<Duration>,
+    since: Option<Instant>,
+}
+
+impl Idler {
+    pub(crate) fn new(cfg: &LoopConfig) -> Idler {
+        Idler {
+            mode: cfg.wait,
+            spin: cfg.spin_before_block,
+            block_after: cfg.yield_before_block.map(|b| b.max(cfg.spin_before_block)),
+            since: None,
+        }
+    }
+
+    /// Something completed: the next empty look starts a new stretch.
+    #[inline]
+    pub(crate) fn busy(&mut self) {
+        self.since = None;
+    }
+
+    /// What to do after one more empty look.
+    #[inline]
+    pub(crate) fn next(&mut self) -> Pause {
+        if self.mode == WaitMode::Spin {
+            return Pause::Spin;
+        }
+        if self.mode == WaitMode::Block && self.spin.is_zero() {
+            return Pause::Block;
+        }
+        let now = Instant::now();
+        let idle = now.saturating_duration_since(*self.since.get_or_insert(now));
+        match self.mode {
+            WaitMode::Block if idle >= self.spin => Pause::Block,
+            WaitMode::Adaptive if self.block_after.is_some_and(|b| idle >= b) => Pause::Block,
+            WaitMode::Adaptive if idle >= self.spin => Pause::Yield,
+            _ => Pause::Spin,
+        }
+    }
+
+    /// Whether the next pause sleeps: waits that look with a zero timeout
+    /// then look with a timeout instead, so the loop's own wait sleeps.
+    pub(crate) fn sleeping(&self) -> bool {
+        let idle = self.since.map_or(Duration::ZERO, |s| s.elapsed());
+        match self.mode {
+            WaitMode::Spin => false,
+            WaitMode::Block => idle >= self.spin,
+            _ => self.block_after.is_some_and(|b| idle >= b),
+        }
+    }
+
+    /// Pass the time as [`Idler::next`] says, where no wait fd can be
+    /// slept on (a wait over two loops): yield for `Block`.
+    pub(crate) fn pause_without_fd(&mut self) {
+        match self.next() {
+            Pause::Spin => std::hint::spin_loop(),
+            Pause::Yield | Pause::Block => std::thread::yield_now(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn idler(mode: WaitMode, spin_us: u64, block_us: u64) -> Idler {
+        Idler::new(&LoopConfig {
+            wait: mode,
+            spin_before_block: Duration::from_micros(spin_us),
+            yield_before_block: Some(Duration::from_micros(block_us)),
+            ..LoopConfig::default()
+        })
+    }
+
+    #[test]
+    fn adaptive_spins_then_yields_then_sleeps_and_starts_over_when_busy() {
+        let mut i = idler(WaitMode::Adaptive, 20_000, 40_000);
+        assert_eq!(i.next(), Pause::Spin);
+        std::thread::sleep(Duration::from_millis(25));
+        assert_eq!(i.next(), Pause::Yield);
+        assert!(!i.sleeping());
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(i.next(), Pause::Block);
+        assert!(i.sleeping());
+        i.busy();
+        assert_eq!(i.next(), Pause::Spin);
+    }
+
+    #[test]
+    fn with_no_spin_adaptive_yields_at_once_and_spin_never_stops_spinning() {
+        assert_eq!(idler(WaitMode::Adaptive, 0, 1_000_000).next(), Pause::Yield);
+        assert_eq!(idler(WaitMode::Block, 0, 0).next(), Pause::Block);
+        let mut s = idler(WaitMode::Spin, 0, 0);
+        std::thread::sleep(Duration::from_millis(2));
+        assert_eq!(s.next(), Pause::Spin);
+        assert!(!s.sleeping());
+    }
+}
