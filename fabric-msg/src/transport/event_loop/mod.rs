@@ -54,6 +54,7 @@ mod endpoint;
 mod frame;
 mod lost_peers;
 mod multi_recv;
+mod overflow;
 mod post;
 mod resources;
 mod slab;
