@@ -21,7 +21,10 @@
 //!   completes with [`CompletionError::NotPosted`] if the peer takes none
 //!   of the sends waiting for it for `post_timeout`.
 //! - A message larger than the posted buffer completes with
-//!   [`CompletionError::Truncated`] naming both sizes; nothing overflows.
+//!   [`CompletionError::Truncated`] naming both sizes; nothing overflows,
+//!   and the next message is delivered. On `ofi_rxm` and `shm`, which
+//!   cannot cut every message themselves, receives take an overflow sink
+//!   behind the buffer for the tail (`overflow.rs`).
 //! - Buffers are owned by the loop while their operation is in flight, and
 //!   come back in the completion (or with a failed post's error).
 //!
