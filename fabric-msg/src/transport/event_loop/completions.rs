@@ -316,6 +316,7 @@ impl EventLoop {
                         // Some providers (udp;ofi_rxd in 1.17) truncate without
                         // saying so; the header says how much was sent.
                         Some((len, _)) if len > capacity || len + HEADROOM > e.len => {
+                            overflowed(e.len, capacity + HEADROOM);
                             b.set_received(0);
                             result = Err(CompletionError::Truncated {
                                 message_len: Some(len),
@@ -580,7 +581,7 @@ pub(super) fn tag_of(flags: u64, tag: u64) -> u64 {
 /// was large.
 #[cold]
 fn overflowed(len: usize, capacity: usize) {
-    if len - capacity > 64 * 1024 {
+    if len.saturating_sub(capacity) > 64 * 1024 {
         if let Some(sink) = Sink::mapped() {
             sink.give_back();
         }

@@ -68,7 +68,6 @@ impl EventLoop {
             &profile.provider,
             profile.iov_limit,
             self.domain.mr_mode(ffi::FI_MR_LOCAL),
-            self.framed(),
         ) {
             Sink::get().map_or(ptr::null_mut(), Sink::context)
         } else {

@@ -7,8 +7,8 @@
 //! `fi_cq_read`), and every version hands the segments after the cut to the
 //! next matching receive as if they were new messages. `shm` (1.17) spins
 //! or waits for ever on any message above its 4 KiB inject size that does
-//! not fit. docs/decisions.md ("A message larger than its receive") has the
-//! source lines.
+//! not fit. `udp;ofi_rxd` stalled after cutting a 70 KB message. docs/decisions.md
+//! ("A message larger than its receive") has the source lines.
 //!
 //! So on those providers every receive is posted with a second piece of
 //! memory behind the caller's buffer: this sink, one per process, reserved
@@ -131,9 +131,11 @@ impl Sink {
 
 /// Whether receives on `provider` need the sink: the providers above, when
 /// receives take a second iovec without a descriptor (no `FI_MR_LOCAL`).
-pub(crate) fn needs_sink(provider: &str, iov_limit: usize, mr_local: bool, framed: bool) -> bool {
-    let affected = provider.split(';').any(|p| p == "ofi_rxm" || p == "shm");
-    affected && iov_limit >= 2 && !mr_local && !framed
+pub(crate) fn needs_sink(provider: &str, iov_limit: usize, mr_local: bool) -> bool {
+    let affected = provider
+        .split(';')
+        .any(|p| p == "ofi_rxm" || p == "shm" || p == "ofi_rxd");
+    affected && iov_limit >= 2 && !mr_local
 }
 
 #[cfg(test)]
@@ -142,14 +144,14 @@ mod tests {
 
     #[test]
     fn the_affected_providers_take_the_sink() {
-        assert!(needs_sink("tcp;ofi_rxm", 4, false, false));
-        assert!(needs_sink("shm", 4, false, false));
-        assert!(!needs_sink("tcp", 4, false, false));
-        assert!(!needs_sink("sockets", 8, false, false));
-        assert!(!needs_sink("udp;ofi_rxd", 4, false, true));
+        assert!(needs_sink("tcp;ofi_rxm", 4, false));
+        assert!(needs_sink("shm", 4, false));
+        assert!(needs_sink("udp;ofi_rxd", 4, false));
+        assert!(!needs_sink("tcp", 4, false));
+        assert!(!needs_sink("sockets", 8, false));
         // verbs;ofi_rxm needs a descriptor for every piece.
-        assert!(!needs_sink("verbs;ofi_rxm", 4, true, false));
-        assert!(!needs_sink("shm", 1, false, false));
+        assert!(!needs_sink("verbs;ofi_rxm", 4, true));
+        assert!(!needs_sink("shm", 1, false));
     }
 
     #[test]
