@@ -100,9 +100,11 @@ impl Sink {
     /// `raw` must be an open endpoint.
     #[inline]
     pub(crate) unsafe fn of(raw: *mut ffi::fid_ep) -> Option<&'static Sink> {
-        // SAFETY: raw is open (the caller's promise); fabric-msg opens every
-        // endpoint with a null context or a `&'static Sink`'s address.
-        unsafe { (*raw).fid.context.cast::<Sink>().cast_const().as_ref() }
+        // SAFETY: raw is open (the caller's promise), so its fid can be read.
+        let context = unsafe { (*raw).fid.context };
+        // Compared, never dereferenced: whatever a provider left in the
+        // context, only the sink's own address selects the sink.
+        Sink::mapped().filter(|sink| ptr::eq(context.cast_const(), sink.context().cast_const()))
     }
 
     /// The iovec that follows a receive's own.
@@ -131,10 +133,12 @@ impl Sink {
 
 /// Whether receives on `provider` need the sink: the providers above, when
 /// receives take a second iovec without a descriptor (no `FI_MR_LOCAL`).
+/// Only over cores that need no registration (tcp, udp; shm itself): over
+/// a core that does (`verbs`), rxm registers a receive's memory itself for
+/// a rendezvous read, and would pin the whole sink, whatever `mr_mode` it
+/// shows the application.
 pub(crate) fn needs_sink(provider: &str, iov_limit: usize, mr_local: bool) -> bool {
-    let affected = provider
-        .split(';')
-        .any(|p| p == "ofi_rxm" || p == "shm" || p == "ofi_rxd");
+    let affected = matches!(provider, "tcp;ofi_rxm" | "shm" | "udp;ofi_rxd");
     affected && iov_limit >= 2 && !mr_local
 }
 
@@ -151,6 +155,7 @@ mod tests {
         assert!(!needs_sink("sockets", 8, false));
         // verbs;ofi_rxm needs a descriptor for every piece.
         assert!(!needs_sink("verbs;ofi_rxm", 4, true));
+        assert!(!needs_sink("verbs;ofi_rxm", 4, false));
         assert!(!needs_sink("shm", 1, false));
     }
 
