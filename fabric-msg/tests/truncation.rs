@@ -110,18 +110,34 @@ fn config() -> LoopConfig {
     }
 }
 
+/// The receiver process, killed if the test ends (a failed assertion)
+/// while it still runs: no rank is left spinning after its test.
+struct Receiver(std::process::Child);
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
 fn run(provider: &str) {
     let mut ev = EventLoop::new(&profile(provider), config()).unwrap();
     let ep = ev.endpoint().unwrap();
     let listener = Listener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "receiver_role", "--test-threads=1", "--nocapture"])
-        .env(ENV, format!("{provider},{addr}"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn the receiver process");
+    let mut receiver = Receiver(
+        Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "receiver_role", "--test-threads=1", "--nocapture"])
+            .env(ENV, format!("{provider},{addr}"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn the receiver process"),
+    );
+    let child = &mut receiver.0;
     let mut to_child = child.stdin.take().unwrap();
     let from_child = BufReader::new(child.stdout.take().unwrap());
     let (tx, rx) = mpsc::channel();
@@ -161,13 +177,13 @@ fn run(provider: &str) {
             }
         }
     };
-    assert_eq!(next_line(&mut ev, &mut child), "ready");
+    assert_eq!(next_line(&mut ev, child), "ready");
     let mut failures = Vec::new();
     for (i, &(msg, _)) in CASES.iter().chain(CASES.iter()).enumerate() {
         let late = i >= CASES.len();
         let tag = i as u64;
         if !late {
-            assert_eq!(next_line(&mut ev, &mut child), "posted");
+            assert_eq!(next_line(&mut ev, child), "posted");
         }
         for _ in 0..2 {
             let opts = SendOpts {
@@ -185,13 +201,13 @@ fn run(provider: &str) {
         if late {
             writeln!(to_child, "sent").unwrap();
         }
-        let verdict = next_line(&mut ev, &mut child);
+        let verdict = next_line(&mut ev, child);
         eprintln!("{provider}: {verdict}");
         if !verdict.contains(": ok") {
             failures.push(verdict);
         }
     }
-    assert_eq!(next_line(&mut ev, &mut child), "done");
+    assert_eq!(next_line(&mut ev, child), "done");
     let status = child.wait().unwrap();
     assert!(failures.is_empty(), "{provider}: {failures:#?}");
     assert!(status.success(), "{provider}: the receiver ended with {status}");
