@@ -243,7 +243,12 @@ fn mismatched_lengths_fail_every_rank_at_every_size() {
                     .stderr
                     .lines()
                     .find(|l| l.starts_with(&format!("collectives_check: rank {r}: ")))
-                    .unwrap();
+                    .unwrap_or_else(|| {
+                        panic!(
+                            "{n} ranks, lengths {lengths}, shm {shm}: rank {r} said nothing:\n{}",
+                            e.stderr
+                        )
+                    });
                 assert!(
                     (0..n).any(|k| line.contains(&format!("rank {k} sent "))),
                     "{n} ranks, lengths {lengths}, shm {shm}: rank {r} does not name the rank: {line}"
