@@ -257,7 +257,7 @@ fn a_rank_that_never_starts_is_an_error_not_a_hang() {
         .collect();
     let exits = wait_all(children, started, DEADLINE);
     assert!(
-        exits[0].stderr.contains("rank(s) 2 did not join within 2s"),
+        exits[0].stderr.contains("rank 2 did not join within 2s"),
         "{:?}",
         exits[0]
     );

@@ -40,7 +40,7 @@ impl Launcher {
     /// Find out how this process was started: PMIx first, then the
     /// rendezvous variables, then a world of one.
     pub(crate) fn detect(start_timeout: Duration) -> Result<(Launcher, Placement)> {
-        if let Some(pmix) = Pmix::connect().map_err(pmix_error)? {
+        if let Some(pmix) = Pmix::connect(start_timeout).map_err(pmix_error)? {
             let placement = pmix_placement(&pmix)?;
             let local = placement.local_ranks.len() == placement.size as usize;
             let (bind, host) = if local {
@@ -177,6 +177,23 @@ impl Launcher {
             Launcher::Pmix(_, star) => star.finish(timeout, progress),
             Launcher::Rendezvous(r) => r.finish(timeout, progress),
             Launcher::Single => Ok(()),
+        }
+    }
+
+    /// Leave a world that lost a rank: close the liveness connections (the
+    /// others know already; under PMIx all survivors together at exit, as
+    /// `mpirun` ends the job on the first exit: see
+    /// [`Rendezvous::leave_at_exit`]) and let this process end without
+    /// `PMIx_Finalize`, whose wait for the server stalls a survivor about
+    /// 2 s under `mpirun` once a rank died (docs/decisions.md).
+    pub(crate) fn leave_after_loss(&mut self, live: &Arc<Liveness>) {
+        match self {
+            Launcher::Pmix(p, star) => {
+                star.leave_at_exit(live.clone());
+                p.skip_finalize();
+            }
+            Launcher::Rendezvous(r) => r.hang_up(),
+            Launcher::Single => {}
         }
     }
 

@@ -42,6 +42,9 @@ pub(crate) struct Liveness {
     /// World calls entered and not yet left (nested calls count each).
     depth: AtomicU32,
     watching: AtomicBool,
+    /// What a call that does not end is doing (see
+    /// [`Liveness::enter_for_good`]); `None`: an ordinary World call.
+    doing: Mutex<Option<String>>,
     /// This rank and its provider, for the watchdog's last words.
     me: u32,
     provider: String,
@@ -62,6 +65,7 @@ impl Liveness {
             calls: AtomicU64::new(0),
             depth: AtomicU32::new(0),
             watching: AtomicBool::new(false),
+            doing: Mutex::new(None),
             me,
             provider,
         }
@@ -70,15 +74,43 @@ impl Liveness {
     /// A World call begins; it ends when the guard drops.
     #[inline]
     pub(crate) fn call(self: &Arc<Self>) -> Call {
-        self.enter_for_good();
+        self.depth.fetch_add(1, Ordering::Relaxed);
+        self.calls.fetch_add(1, Ordering::Relaxed);
         Call(self.clone())
     }
 
     /// A call that does not end: the World's teardown, where closing an
-    /// endpoint may wait for a lock a lost rank held.
-    pub(crate) fn enter_for_good(&self) {
+    /// endpoint may wait for a lock a lost rank held. `doing` is what the
+    /// watchdog names if it stalls.
+    pub(crate) fn enter_for_good(&self, doing: String) {
+        *self.doing.lock() = Some(doing);
         self.depth.fetch_add(1, Ordering::Relaxed);
         self.calls.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The call begun with [`Liveness::enter_for_good`] is over after all:
+    /// the process is exiting, past the World.
+    pub(crate) fn leave_for_good(&self) {
+        self.depth.fetch_sub(1, Ordering::Relaxed);
+        self.calls.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The teardown moved on to `doing` (a new step: the watchdog's clock
+    /// starts again).
+    pub(crate) fn now_doing(&self, doing: String) {
+        *self.doing.lock() = Some(doing);
+        self.calls.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// What the watchdog says is blocking.
+    fn blocked_in(&self) -> String {
+        self.doing.lock().clone().unwrap_or_else(|| {
+            format!(
+                "a World call (inside libfabric's {} provider, where a lock the lost process held can \
+                 keep it)",
+                self.provider
+            )
+        })
     }
 
     /// Start the watchdog (once), after the first loss.
@@ -116,9 +148,9 @@ impl Liveness {
                 // STUCK (Slurm kills a step about 1 s after a task dies).
                 told = true;
                 self.say(&format!(
-                    "has not returned from one libfabric call ({}) for {} ms since (a lock the lost \
-                     process held?); it exits with status {STUCK_EXIT} in {} ms unless the call returns",
-                    self.provider,
+                    "is still in {} {} ms after it noticed; if that has not returned {} ms from now, \
+                     the process ends with status {STUCK_EXIT}",
+                    self.blocked_in(),
                     NOTICE.as_millis(),
                     (STUCK - NOTICE).as_millis()
                 ));
@@ -127,9 +159,9 @@ impl Liveness {
                 continue;
             }
             self.say(&format!(
-                "has been inside one libfabric call ({}) for {} s since, which cannot be interrupted \
-                 (a lock the lost process held): exiting with status {STUCK_EXIT} rather than hang",
-                self.provider,
+                "has been in {} for {} s since, which cannot be interrupted: exiting with status \
+                 {STUCK_EXIT} rather than hang",
+                self.blocked_in(),
                 STUCK.as_secs()
             ));
             // SAFETY: _exit ends the process at once, without running
@@ -233,9 +265,44 @@ mod tests {
             return;
         }
         let l = Arc::new(Liveness::new(2, "shm".into()));
-        let _call = l.call();
+        let teardown = std::env::var_os("FABRIC_MSG_STUCK_CHILD").is_some_and(|v| v == "teardown");
+        let _call = if teardown {
+            l.enter_for_good("the teardown's first step".into());
+            None
+        } else {
+            Some(l.call())
+        };
         l.lose(1, "its socket closed".into());
-        std::thread::sleep(STUCK * 10);
+        if teardown {
+            std::thread::sleep(NOTICE * 2);
+            l.now_doing("the teardown's second step".into());
+        }
+        // Long past STUCK, so a watchdog starved of the CPU on a loaded
+        // machine still ends the child before it returns on its own.
+        std::thread::sleep(STUCK * 40);
+    }
+
+    /// A teardown after a loss names the step it is stuck in, and each
+    /// new step gets the whole bound again.
+    #[test]
+    fn a_stuck_teardown_names_its_step() {
+        let started = Instant::now();
+        let out = std::process::Command::new(std::env::current_exe().expect("test binary"))
+            .args(["--exact", "world::liveness::tests::stuck_child", "--nocapture"])
+            .env("FABRIC_MSG_STUCK_CHILD", "teardown")
+            .output()
+            .expect("running the child");
+        let took = started.elapsed();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(STUCK_EXIT), "{err}");
+        assert!(
+            err.contains("this rank is still in the teardown's first step 500 ms after it noticed")
+                && err.contains("this rank is still in the teardown's second step 500 ms after")
+                && err.contains("this rank has been in the teardown's second step for 3 s since")
+                && !err.contains("has been in the teardown's first step"),
+            "{err}"
+        );
+        assert!(took >= STUCK + NOTICE * 2, "took {took:?}");
     }
 
     /// A call still inside libfabric `STUCK` after a loss ends the process
@@ -253,8 +320,9 @@ mod tests {
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(STUCK_EXIT), "{err}");
         assert!(
-            err.contains("fabric-msg: rank 2: rank 1 is lost: its socket closed; this rank has not returned from one libfabric call (shm) for 500 ms")
-                && err.contains("fabric-msg: rank 2: rank 1 is lost: its socket closed; this rank has been inside one libfabric call (shm)"),
+            err.contains("fabric-msg: rank 2: rank 1 is lost: its socket closed; this rank is still in a World call (inside libfabric's shm provider")
+                && err.contains("500 ms after it noticed; if that has not returned 2500 ms from now, the process ends with status 70")
+                && err.contains("fabric-msg: rank 2: rank 1 is lost: its socket closed; this rank has been in a World call (inside libfabric's shm provider"),
             "{err}"
         );
         assert!(took >= STUCK && took < STUCK * 5, "took {took:?}");

@@ -29,10 +29,12 @@
 //! (`collectives/`) and the memory every rank registers at once
 //! (`symmetric`). See `docs/world.md` and `docs/collectives.md`.
 
+mod admission;
 mod agree;
 pub mod collectives;
 mod config;
 mod launch;
+mod leaving;
 mod liveness;
 mod local;
 mod placement;
@@ -559,13 +561,26 @@ impl Drop for World {
     fn drop(&mut self) {
         // The event loop closes after this: see liveness.rs on a lost
         // rank's shm lock.
-        self.live.enter_for_good();
-        if !self.finished {
+        let launcher = self.launcher.name();
+        self.live
+            .enter_for_good(format!("the World's teardown (leaving the {launcher} launcher)"));
+        if self.live.first_lost().is_some() {
+            // The world is broken and every rank knows: nobody waits for
+            // anybody, and PMIx_Finalize is skipped (docs/decisions.md), so
+            // the application's own error is out before a launcher's kill.
+            self.launcher.leave_after_loss(&self.live);
+        } else if !self.finished {
             let mut progress = progress_while_leaving(&mut self.ev, self.local.as_mut(), &self.live);
             if let Err(e) = self.launcher.finish(self.finish_timeout, &mut progress) {
                 log::warn!("leaving the world: {e}");
             }
         }
+        // The fields drop next, the event loops first.
+        let provider = &self.ev.profile().provider;
+        self.live.now_doing(format!(
+            "the World's teardown (closing its libfabric endpoints, {provider} provider, where a lock the \
+             lost process held can keep it)"
+        ));
     }
 }
 

@@ -21,6 +21,8 @@
 //! [`MAX_FRAME`] bytes, refused before any allocation; every read has a
 //! deadline.
 
+use super::admission::{admit, ranks_text, Judge, Verdict};
+use super::leaving::keep_until_exit;
 use super::liveness::Liveness;
 use crate::error::{Error, Result};
 use crate::transport::framing::write_frame;
@@ -39,6 +41,10 @@ const MAGIC: u32 = 0x464d_5357;
 const VERSION: u16 = 1;
 /// Largest frame accepted: a table of every rank's endpoint name and profile.
 pub(crate) const MAX_FRAME: usize = 4 << 20;
+/// Most ranks the star at rank 0 serves: one TCP connection (one file
+/// descriptor) per rank, and a table of every rank's address within
+/// [`MAX_FRAME`]. Checked before anything is sized by the rank count.
+pub(crate) const MAX_RANKS: u32 = 1 << 14;
 
 #[derive(Debug, Serialize, Deserialize)]
 enum Frame {
@@ -98,6 +104,54 @@ fn launch_err(message: String) -> Error {
         launcher: "rendezvous",
         message,
     }
+}
+
+/// The root's reading of a first frame: a `Join` of this world, or why not.
+struct JoinJudge {
+    size: u32,
+}
+
+impl Judge for JoinJudge {
+    fn judge(&mut self, body: &[u8]) -> Verdict {
+        match decode_frame(body) {
+            Ok(Frame::Join {
+                magic,
+                version,
+                rank,
+                size,
+            }) => {
+                if magic != MAGIC || version != VERSION {
+                    Verdict::Refuse(format!("not a fabric-msg rendezvous {VERSION} join"))
+                } else if size != self.size {
+                    Verdict::Refuse(format!("FABRIC_MSG_SIZE={size} there, {} at rank 0", self.size))
+                } else if rank == 0 || rank >= self.size {
+                    Verdict::Refuse(format!(
+                        "rank {rank} is not a joining rank of a world of {}",
+                        self.size
+                    ))
+                } else {
+                    Verdict::Join(rank)
+                }
+            }
+            Ok(other) => Verdict::Refuse(format!("expected Join, got {}", frame_name(&other))),
+            Err(e) => Verdict::Refuse(e.to_string()),
+        }
+    }
+
+    fn refuse(&mut self, s: &mut TcpStream, reason: String) {
+        let _ = write_frame(s, &Frame::Reject { reason });
+    }
+}
+
+/// A world too large for the star, refused before anything is allocated.
+pub(crate) fn check_size(size: u32, source: &str) -> Result<()> {
+    if size > MAX_RANKS {
+        return Err(launch_err(format!(
+            "{source} gives {size} ranks; fabric-msg's start-up and liveness star holds one TCP \
+             connection per rank at rank 0 and serves at most {MAX_RANKS}: use fewer ranks"
+        )));
+    }
+    Ok(())
 }
 
 /// Read one frame before `deadline`. `Ok(None)`: the peer closed cleanly.
@@ -201,6 +255,7 @@ impl Rendezvous {
     /// Form the world: the root waits for every rank, the others join it;
     /// both within `timeout`.
     pub(crate) fn start(rank: u32, size: u32, root: &str, timeout: Duration) -> Result<Rendezvous> {
+        check_size(size, &format!("FABRIC_MSG_SIZE={size}"))?;
         let addr = resolve(root)?;
         let deadline = Instant::now() + timeout;
         let mut me = Rendezvous::new(rank, size);
@@ -233,6 +288,7 @@ impl Rendezvous {
         publish: impl FnOnce(Option<String>) -> Result<String>,
         timeout: Duration,
     ) -> Result<Rendezvous> {
+        check_size(size, "the launcher's job size")?;
         let deadline = Instant::now() + timeout;
         let mut me = Rendezvous::new(rank, size);
         if rank == 0 {
@@ -257,73 +313,24 @@ impl Rendezvous {
         deadline: Instant,
         timeout: Duration,
     ) -> Result<()> {
-        listener
-            .set_nonblocking(true)
-            .map_err(|e| io_err("rendezvous listener".into(), e))?;
         self.local_ip = Some(addr.ip());
-        let mut joined = 1;
-        while joined < self.size {
-            let (mut s, from) = match listener.accept() {
-                Ok(c) => c,
-                Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                    if Instant::now() >= deadline {
-                        let missing: Vec<String> = (1..self.size as usize)
-                            .filter(|&r| self.conns[r].is_none())
-                            .map(|r| r.to_string())
-                            .collect();
-                        let reason = format!(
-                            "rank(s) {} did not join within {timeout:?}: were they started, with \
-                             FABRIC_MSG_ROOT={addr} and FABRIC_MSG_SIZE={}?",
-                            missing.join(", "),
-                            self.size
-                        );
-                        self.abort_all(&reason);
-                        return Err(launch_err(reason));
-                    }
-                    std::thread::sleep(Duration::from_millis(2));
-                    continue;
-                }
-                Err(e) => return Err(io_err("rendezvous accept".into(), e)),
-            };
-            let _ = s.set_nonblocking(false);
-            let _ = s.set_nodelay(true);
-            // A silent or slow connection gets at most a second of the root's
-            // time, and never more than what is left.
-            let by = deadline.min(Instant::now() + Duration::from_secs(1));
-            let refuse = |s: &mut TcpStream, reason: String| {
-                log::warn!("rendezvous: refused {from}: {reason}");
-                let _ = write_frame(s, &Frame::Reject { reason });
-            };
-            match read_frame(&mut s, by) {
-                Ok(Some(Frame::Join {
-                    magic,
-                    version,
-                    rank,
-                    size,
-                })) => {
-                    if magic != MAGIC || version != VERSION {
-                        refuse(&mut s, format!("not a fabric-msg rendezvous {VERSION} join"));
-                    } else if size != self.size {
-                        refuse(
-                            &mut s,
-                            format!("FABRIC_MSG_SIZE={size} there, {} at rank 0", self.size),
-                        );
-                    } else if rank == 0 || rank >= self.size {
-                        refuse(
-                            &mut s,
-                            format!("rank {rank} is not a joining rank of a world of {}", self.size),
-                        );
-                    } else if self.conns[rank as usize].is_some() {
-                        refuse(&mut s, format!("rank {rank} has already joined"));
-                    } else {
-                        self.conns[rank as usize] = Some(s);
-                        joined += 1;
-                    }
-                }
-                Ok(Some(other)) => refuse(&mut s, format!("expected Join, got {}", frame_name(&other))),
-                Ok(None) => log::warn!("rendezvous: {from} connected and closed"),
-                Err(e) => log::warn!("rendezvous: ignored {from}: {e}"),
-            }
+        let mut judge = JoinJudge { size: self.size };
+        let admitted = admit(&listener, self.size, deadline, &mut judge)
+            .map_err(|e| io_err("rendezvous listener".into(), e))?;
+        self.conns = admitted.conns;
+        if !admitted.complete {
+            let missing: Vec<u32> = (1..self.size)
+                .filter(|&r| self.conns[r as usize].is_none())
+                .collect();
+            let reason = format!(
+                "{} did not join within {timeout:?}: were they started, with FABRIC_MSG_ROOT={addr} and \
+                 FABRIC_MSG_SIZE={}?{}",
+                ranks_text(&missing),
+                self.size,
+                admitted.turned.describe()
+            );
+            self.abort_all(&reason);
+            return Err(launch_err(reason));
         }
         for r in 1..self.size as usize {
             if let Some(s) = self.conns[r].as_mut() {
@@ -503,10 +510,62 @@ impl Rendezvous {
         if clean {
             Ok(())
         } else {
+            // This rank leaves without the world having finished: close its
+            // connections now, so the others see it go at once (and report
+            // it lost) rather than when this process exits, if it ever does.
+            // Rank 0 says why first: the others cannot tell from a close.
+            if self.rank == 0 {
+                let why = format!(
+                    "rank 0 left before every rank had finished (its finish gave up after {timeout:?} \
+                     waiting for the others)"
+                );
+                for s in self.conns.iter_mut().flatten() {
+                    let _ = write_frame(
+                        s,
+                        &Frame::Lost {
+                            rank: 0,
+                            why: why.clone(),
+                        },
+                    );
+                }
+            }
+            self.hang_up();
             Err(launch_err(format!(
                 "leaving the world: not every rank finished within {timeout:?}"
             )))
         }
+    }
+}
+
+impl Rendezvous {
+    /// Leave without the protocol: stop watching and close every
+    /// connection, so the others see this rank go now. After a loss, or a
+    /// finish that gave up.
+    pub(crate) fn hang_up(&mut self) {
+        self.stop_watching();
+        for s in self.conns.iter_mut().flatten() {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    fn stop_watching(&mut self) {
+        if let Some(w) = self.watcher.take() {
+            w.stop.store(true, Ordering::Release);
+            let _ = w.thread.join();
+        }
+    }
+
+    /// After a loss, under a launcher that ends the whole job on the first
+    /// exit (`mpirun` kills the other ranks within milliseconds of a
+    /// non-zero one): keep the connections open until this process exits,
+    /// and there leave together with the other survivors (at most
+    /// [`LEAVE_TOGETHER`]), so none exits while another has yet to print
+    /// its error. The process's exit, not the World's drop: the
+    /// application prints its error between the two.
+    pub(crate) fn leave_at_exit(&mut self, live: Arc<Liveness>) {
+        self.stop_watching();
+        let conns: Vec<TcpStream> = self.conns.iter_mut().filter_map(Option::take).collect();
+        keep_until_exit(self.rank, conns, live);
     }
 }
 
@@ -585,10 +644,16 @@ fn watch_loop(
                 }
                 Ok(None) | Err(_) => {
                     open[i] = false;
-                    if said_bye[i] {
-                        continue;
-                    }
-                    let why = if root {
+                    // Done has not been sent (the loop ends when it is), so
+                    // even a rank that said Bye left before the world
+                    // finished: its finish gave up, or it exited.
+                    let why = if root && said_bye[i] {
+                        format!(
+                            "rank {rank} left before every rank had finished (it said Bye, then closed its \
+                             connection to rank 0: its finish timed out waiting for the others, or its process \
+                             exited)"
+                        )
+                    } else if root {
                         format!("rank {rank} closed its connection to rank 0 without finishing: its process exited or was killed")
                     } else {
                         "rank 0 closed its connection without finishing: its process exited or was killed"

@@ -22,6 +22,8 @@ enum Lifecycle {
     Unused,
     Connected,
     Finalized,
+    /// `PMIx_Init` did not return within the start timeout.
+    Abandoned,
 }
 
 /// PMIx_Init runs at most once per process, guarded by this.
@@ -63,8 +65,8 @@ impl Pmix {
     /// is then not even loaded. An error when it was, but libpmix cannot be
     /// loaded or `PMIx_Init` fails, when only some of the variables are
     /// set, and on a second call in one process.
-    pub(crate) fn connect() -> Result<Option<Pmix>, PmixError> {
-        let namespace_var = match detect(|name| std::env::var_os(name)) {
+    pub(crate) fn connect(timeout: Duration) -> Result<Option<Pmix>, PmixError> {
+        let (namespace_var, server) = match detect(|name| std::env::var_os(name)) {
             Launch::Standalone => return Ok(None),
             Launch::Incomplete { present, missing } => {
                 return Err(PmixError::IncompleteEnvironment { present, missing })
@@ -74,22 +76,33 @@ impl Pmix {
                 server_uri_var,
             } => {
                 log::debug!("launched under PMIx: namespace {namespace}, server address in {server_uri_var}");
-                namespace
+                let uri = std::env::var_os(server_uri_var).unwrap_or_default();
+                let uri: String = uri.to_string_lossy().chars().take(200).collect();
+                (namespace, format!("{server_uri_var}={uri}"))
             }
         };
         let mut lifecycle = lock(&LIFECYCLE);
         match *lifecycle {
             Lifecycle::Unused => {}
             Lifecycle::Connected => return Err(PmixError::AlreadyUsed { finalized: false }),
-            Lifecycle::Finalized => return Err(PmixError::AlreadyUsed { finalized: true }),
+            Lifecycle::Finalized | Lifecycle::Abandoned => {
+                return Err(PmixError::AlreadyUsed { finalized: true })
+            }
         }
         let api = api().map_err(|problem| PmixError::Library {
             namespace: namespace_var.clone(),
             problem,
         })?;
-        let mut me = sys::Proc::undefined();
-        // SAFETY: me is a pmix_proc_t for PMIx to fill in; no info array.
-        let status = unsafe { (api.init)(&mut me, ptr::null_mut(), 0) };
+        let (status, me) = init_within(api, timeout).ok_or_else(|| {
+            // The thread stays blocked inside PMIx_Init; this process
+            // never uses PMIx again.
+            *lifecycle = Lifecycle::Abandoned;
+            PmixError::InitTimeout {
+                namespace: namespace_var.clone(),
+                server,
+                after: timeout,
+            }
+        })?;
         if status != sys::SUCCESS {
             return Err(PmixError::Call {
                 call: "PMIx_Init",
@@ -150,6 +163,17 @@ impl Pmix {
         self.finalize_once()
     }
 
+    /// Never call `PMIx_Finalize` for this connection: the job has lost a
+    /// rank and its server may take seconds to answer, which a launcher's
+    /// kill can cut short. The server sees this process exit instead.
+    pub(crate) fn skip_finalize(&mut self) {
+        if !self.finalized {
+            self.finalized = true;
+            *lock(&LIFECYCLE) = Lifecycle::Finalized;
+            log::debug!("PMIx_Finalize skipped: the world lost a rank");
+        }
+    }
+
     fn finalize_once(&mut self) -> Result<(), PmixError> {
         if self.finalized {
             return Ok(());
@@ -184,6 +208,36 @@ impl Pmix {
 
     fn proc(&self, rank: u32) -> sys::Proc {
         sys::Proc::new(&self.me.nspace, rank)
+    }
+}
+
+/// `PMIx_Init` on a thread of its own, waited for at most `timeout`:
+/// libpmix has no non-blocking form of it, and a server that accepts the
+/// connection and never answers keeps it waiting for ever. `None` when
+/// the time ran out; the thread is then left blocked (one small leak), and
+/// should PMIx_Init return later, its connection is never used.
+fn init_within(api: &'static Api, timeout: Duration) -> Option<(Status, sys::Proc)> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let init = api.init;
+    let spawned = std::thread::Builder::new()
+        .name("fabric-msg-pmix-init".into())
+        .spawn(move || {
+            let mut me = sys::Proc::undefined();
+            // SAFETY: me is a pmix_proc_t for PMIx to fill in; no info
+            // array. PMIx_Init runs once per process (LIFECYCLE, held by
+            // the caller until this returns or is abandoned).
+            let status = unsafe { init(&mut me, ptr::null_mut(), 0) };
+            let _ = tx.send((status, me));
+        });
+    match spawned {
+        Ok(_) => rx.recv_timeout(timeout).ok(),
+        Err(e) => {
+            log::warn!("PMIx_Init without a deadline (no thread for it: {e})");
+            let mut me = sys::Proc::undefined();
+            // SAFETY: as above, on this thread.
+            let status = unsafe { init(&mut me, ptr::null_mut(), 0) };
+            Some((status, me))
+        }
     }
 }
 

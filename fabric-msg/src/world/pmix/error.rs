@@ -52,6 +52,15 @@ pub(crate) enum PmixError {
         /// What was asked.
         context: String,
     },
+    /// `PMIx_Init` got no answer from the server the environment names.
+    InitTimeout {
+        /// `PMIX_NAMESPACE`.
+        namespace: String,
+        /// The server-address variable and its value (shortened).
+        server: String,
+        /// The start-up timeout that passed.
+        after: Duration,
+    },
     /// An argument cannot be given to PMIx (NUL byte, too long, reserved).
     InvalidArgument {
         /// The PMIx function it was meant for.
@@ -78,6 +87,7 @@ impl PmixError {
         matches!(
             self,
             PmixError::Timeout { .. }
+                | PmixError::InitTimeout { .. }
                 | PmixError::Call {
                     status: sys::ERR_TIMEOUT,
                     ..
@@ -94,7 +104,9 @@ impl PmixError {
             | PmixError::InvalidArgument { call, .. }
             | PmixError::BadValue { call, .. } => Some(call),
             PmixError::Library { .. } => Some("dlopen"),
-            PmixError::IncompleteEnvironment { .. } | PmixError::AlreadyUsed { .. } => Some("PMIx_Init"),
+            PmixError::IncompleteEnvironment { .. }
+            | PmixError::AlreadyUsed { .. }
+            | PmixError::InitTimeout { .. } => Some("PMIx_Init"),
         }
     }
 }
@@ -174,6 +186,17 @@ impl fmt::Display for PmixError {
                 f,
                 "{call} timed out for {context}: no answer within {after:?}; {}",
                 advice(call, sys::ERR_TIMEOUT)
+            ),
+            PmixError::InitTimeout {
+                namespace,
+                server,
+                after,
+            } => write!(
+                f,
+                "PMIx_Init got no answer within {after:?} (the start timeout) from the PMIx server at \
+                 {server} (PMIX_NAMESPACE={namespace}): the server there is stopped, overloaded or not a \
+                 PMIx server; if this process was not started by mpirun, srun or prterun, the PMIX_* \
+                 variables are stale (inherited from another job): unset them"
             ),
             PmixError::InvalidArgument { call, problem } => write!(f, "{call} not called: {problem}"),
             PmixError::BadValue {

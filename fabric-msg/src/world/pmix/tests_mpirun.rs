@@ -70,7 +70,7 @@ fn mpirun(np: u32, child: &str, limit: Duration) -> Output {
 
 /// The connection of a child that mpirun started.
 fn connect_child() -> Pmix {
-    match Pmix::connect() {
+    match Pmix::connect(Duration::from_secs(30)) {
         Ok(Some(pmix)) => pmix,
         Ok(None) => panic!("mpirun set no PMIx variables"),
         Err(e) => panic!("{e}"),
@@ -132,7 +132,7 @@ fn child_exchange() {
     let host = pmix.hostname().expect("host name");
     assert!(!host.is_empty());
 
-    let second = Pmix::connect().expect_err("a second connect must be refused");
+    let second = Pmix::connect(Duration::from_secs(30)).expect_err("a second connect must be refused");
     assert!(
         matches!(second, PmixError::AlreadyUsed { finalized: false }),
         "{second}"
@@ -172,7 +172,7 @@ fn child_exchange() {
         assert!(err.to_string().contains("expected a byte object"), "{err}");
     }
     pmix.finalize().expect("finalize");
-    let again = Pmix::connect().expect_err("PMIx cannot be initialised twice");
+    let again = Pmix::connect(Duration::from_secs(30)).expect_err("PMIx cannot be initialised twice");
     assert!(
         matches!(again, PmixError::AlreadyUsed { finalized: true }),
         "{again}"
@@ -324,7 +324,9 @@ fn child_without_pmix() {
     if !child_mode("child_without_pmix") {
         return; // a no-op unless connect_without_pmix_env_returns_none started us
     }
-    assert!(Pmix::connect().expect("connect without PMIx").is_none());
+    assert!(Pmix::connect(Duration::from_secs(30))
+        .expect("connect without PMIx")
+        .is_none());
     assert!(
         API.get().is_none(),
         "libpmix was loaded although no launcher asked for it"
