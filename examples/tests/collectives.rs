@@ -217,6 +217,47 @@ fn ranks_that_pass_different_lengths_all_fail_with_the_reason() {
     }
 }
 
+/// Rank 0 passes one length and every other rank another, each case with
+/// the larger vector somewhere a receive is too small for it (the message
+/// larger than its receive: on shm and ofi_rxm that once hung or crashed
+/// the receiver, docs/decisions.md): at 2 ranks (one element apart, and
+/// three times as many), at 4 ranks, and above ofi_rxm's segmented range
+/// (rendezvous), on shm beside TCP and on TCP alone. Every rank fails and
+/// names the rank whose length differed.
+#[test]
+fn mismatched_lengths_fail_every_rank_at_every_size() {
+    let cases = [
+        (2, "600,601"),
+        (2, "1000,3000"),
+        (4, "1000,3000"),
+        (4, "300000,262144"),
+    ];
+    for shm in [true, false] {
+        for (n, lengths) in cases {
+            let started = Instant::now();
+            let args = ["--mismatch", "--lengths", lengths];
+            let e = wait_all(vec![mpirun(CHECK, n, shm, &args)], started, DEADLINE).remove(0);
+            assert_every_rank_fails(&e, n, "every rank must pass matching lengths");
+            for r in 0..n {
+                let line = e
+                    .stderr
+                    .lines()
+                    .find(|l| l.starts_with(&format!("collectives_check: rank {r}: ")))
+                    .unwrap_or_else(|| {
+                        panic!(
+                            "{n} ranks, lengths {lengths}, shm {shm}: rank {r} said nothing:\n{}",
+                            e.stderr
+                        )
+                    });
+                assert!(
+                    (0..n).any(|k| line.contains(&format!("rank {k} sent "))),
+                    "{n} ranks, lengths {lengths}, shm {shm}: rank {r} does not name the rank: {line}"
+                );
+            }
+        }
+    }
+}
+
 /// The last rank asks for a bitwise allreduce of floats: it is refused
 /// there before anything is sent, and every other rank, which needs that
 /// rank's vector, is told instead of waiting for it.

@@ -14,6 +14,8 @@
 //! usage: collectives_check [--seed N] [--quick]
 //!        collectives_check --loop BYTES      allreduce f64 of BYTES until an error (failure tests)
 //!        collectives_check --mismatch        the last rank passes one element more to an allreduce
+//!        collectives_check --mismatch --lengths FIRST,OTHERS
+//!                                            rank 0 passes FIRST i32 to an allreduce, the others OTHERS
 //!        collectives_check --bad-op          the last rank asks for a bitwise allreduce of floats
 
 use fabric_msg::{Buffer, Element, Op, OpKind, Reduction, Token, World};
@@ -347,9 +349,13 @@ fn bigger<T: Value>(acc: &mut [T], other: &[T]) {
 }
 
 enum Mode {
-    Check { seed: u64, quick: bool },
+    Check {
+        seed: u64,
+        quick: bool,
+    },
     Loop(usize),
-    Mismatch,
+    /// Elements rank 0 and the others pass; `None`: the last rank passes one more.
+    Mismatch(Option<(usize, usize)>),
     BadOp,
 }
 
@@ -377,11 +383,19 @@ fn parse() -> Result<Mode, String> {
                 }
             }
             "--loop" => mode = Mode::Loop(num("a size in bytes")? as usize),
-            "--mismatch" => mode = Mode::Mismatch,
+            "--mismatch" => mode = Mode::Mismatch(None),
+            "--lengths" => {
+                let v = args.next().ok_or("--lengths needs FIRST,OTHERS")?;
+                let pair = v
+                    .split_once(',')
+                    .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)))
+                    .ok_or(format!("--lengths {v}: not two whole numbers FIRST,OTHERS"))?;
+                mode = Mode::Mismatch(Some(pair));
+            }
             "--bad-op" => mode = Mode::BadOp,
             "-h" | "--help" => {
                 return Err(
-                    "usage: collectives_check [--seed N] [--quick] | --loop BYTES | --mismatch | --bad-op"
+                    "usage: collectives_check [--seed N] [--quick] | --loop BYTES | --mismatch [--lengths FIRST,OTHERS] | --bad-op"
                         .into(),
                 )
             }
@@ -424,8 +438,14 @@ fn main() -> ExitCode {
                 v.fill(1.0);
             }
         }
-        Mode::Mismatch => {
-            let mut v = vec![1i32; if rank == size - 1 { 1001 } else { 1000 }];
+        Mode::Mismatch(lengths) => {
+            let len = match lengths {
+                Some((first, _)) if rank == 0 => first,
+                Some((_, others)) => others,
+                None if rank == size - 1 => 1001,
+                None => 1000,
+            };
+            let mut v = vec![1i32; len];
             world.allreduce(&mut v, Op::Sum).map(|()| Ok(0))
         }
         Mode::BadOp => {

@@ -3,6 +3,7 @@
 //! split transfers, and handing completions out.
 
 use super::idle::Pause;
+use super::overflow::Sink;
 use super::*;
 use crate::error::{strerror, Error, ErrorCode, Result};
 use crate::ffi;
@@ -253,6 +254,17 @@ impl EventLoop {
         }
         let internal = self.slab.slots[index as usize].internal;
         if internal != slab::Internal::No {
+            let posted = self.slab.slots[index as usize].posted_len;
+            let receive = matches!(internal, slab::Internal::AmRequest | slab::Internal::AmReply);
+            if receive && e.len > posted {
+                // Its tail went to the overflow sink: never decoded.
+                overflowed(e.len, posted);
+                let failure = CompletionError::Truncated {
+                    message_len: Some(e.len),
+                    buffer_len: posted,
+                };
+                return self.am_failed(index, internal, failure);
+            }
             return self.am_complete(index, internal, e.len, source);
         }
         let (endpoint, mut kind, token, multi, posted, group, atomic, want) = {
@@ -282,6 +294,7 @@ impl EventLoop {
         let mut result = Ok(());
         let borrowed_len = (buffer.is_none() && kind == OpKind::Recv).then_some((0, e.len.min(posted)));
         if borrowed_len.is_some() && e.len > posted {
+            overflowed(e.len, posted);
             result = Err(CompletionError::Truncated {
                 message_len: Some(e.len),
                 buffer_len: posted,
@@ -306,6 +319,7 @@ impl EventLoop {
                         // Some providers (udp;ofi_rxd in 1.17) truncate without
                         // saying so; the header says how much was sent.
                         Some((len, _)) if len > capacity || len + HEADROOM > e.len => {
+                            overflowed(e.len, capacity + HEADROOM);
                             b.set_received(0);
                             result = Err(CompletionError::Truncated {
                                 message_len: Some(len),
@@ -322,6 +336,7 @@ impl EventLoop {
                         }
                     }
                 } else if e.len > capacity {
+                    overflowed(e.len, capacity);
                     b.set_received(0);
                     result = Err(CompletionError::Truncated {
                         message_len: Some(e.len),
@@ -561,5 +576,17 @@ pub(super) fn tag_of(flags: u64, tag: u64) -> u64 {
         tag
     } else {
         0
+    }
+}
+
+/// A message of `len` bytes completed into a receive of `capacity`: its
+/// tail went to the overflow sink, whose pages are given back once the tail
+/// was large.
+#[cold]
+fn overflowed(len: usize, capacity: usize) {
+    if len.saturating_sub(capacity) > 64 * 1024 {
+        if let Some(sink) = Sink::mapped() {
+            sink.give_back();
+        }
     }
 }

@@ -1,5 +1,6 @@
 //! Opening endpoints, naming them, and inserting peers' addresses.
 
+use super::overflow::{needs_sink, Sink};
 use super::*;
 use crate::discovery::probe::remove_stale_shm_region;
 use crate::discovery::profile::Agreement;
@@ -60,9 +61,22 @@ impl EventLoop {
         let gate = self.progress_gate();
         let _gate = gate.as_ref().map(|g| g.lock());
         let mut raw = ptr::null_mut();
-        // SAFETY: the domain and its fi_info are alive (self.domain).
+        // Receives on providers that fail on a message larger than its
+        // receive get the overflow sink behind them (overflow.rs).
+        let profile = &self.domain.profile;
+        let context = if needs_sink(
+            &profile.provider,
+            profile.iov_limit,
+            self.domain.mr_mode(ffi::FI_MR_LOCAL),
+        ) {
+            Sink::get().map_or(ptr::null_mut(), Sink::context)
+        } else {
+            ptr::null_mut()
+        };
+        // SAFETY: the domain and its fi_info are alive (self.domain); the
+        // context is null or the sink, which lives as long as the process.
         check("fi_endpoint", unsafe {
-            ffi::fi_endpoint(self.domain.raw, self.domain.info_ptr(), &mut raw, ptr::null_mut())
+            ffi::fi_endpoint(self.domain.raw, self.domain.info_ptr(), &mut raw, context)
         })
         .map_err(|e| (e, None))?;
         let bind_flags = u64::from(ffi::FI_TRANSMIT | ffi::FI_RECV);

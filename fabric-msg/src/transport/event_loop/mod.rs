@@ -24,7 +24,10 @@
 //!   `post_timeout` was set and the peer took none of the sends waiting for
 //!   it for that long.
 //! - A message larger than the posted buffer completes with
-//!   [`CompletionError::Truncated`] naming both sizes; nothing overflows.
+//!   [`CompletionError::Truncated`] naming both sizes; nothing overflows,
+//!   and the next message is delivered. On `ofi_rxm` and `shm`, which
+//!   cannot cut every message themselves, receives take an overflow sink
+//!   behind the buffer for the tail (`overflow.rs`).
 //! - Buffers are owned by the loop while their operation is in flight, and
 //!   come back in the completion (or with a failed post's error).
 //!
@@ -59,6 +62,7 @@ mod frame;
 pub(crate) mod idle;
 mod lost_peers;
 mod multi_recv;
+mod overflow;
 mod post;
 mod resources;
 mod slab;
