@@ -167,3 +167,42 @@ mod tests {
         a.give_back();
     }
 }
+
+impl Sink {
+    /// `post.rs`'s `raw_recv` with the overflow sink behind the buffer.
+    ///
+    /// # Safety
+    /// As for `raw_recv`: `raw` is an enabled endpoint, `len` writable bytes
+    /// at `bufp` and the context `ctx` stay valid until the completion.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    pub(super) unsafe fn recv(
+        &self,
+        raw: *mut ffi::fid_ep,
+        bufp: *mut c_void,
+        len: usize,
+        desc: *mut c_void,
+        src: ffi::fi_addr_t,
+        tag: Option<(u64, u64)>,
+        ctx: *mut c_void,
+    ) -> isize {
+        let iov = [
+            libc::iovec {
+                iov_base: bufp,
+                iov_len: len,
+            },
+            self.iov(),
+        ];
+        let mut descs = [desc, ptr::null_mut()];
+        // SAFETY: the caller's promises for `bufp`, `raw` and `ctx`; the sink's
+        // memory is valid for its length for the life of the process.
+        unsafe {
+            match tag {
+                None => ffi::fi_recvv(raw, iov.as_ptr(), descs.as_mut_ptr(), 2, src, ctx),
+                Some((t, ignore)) => {
+                    ffi::fi_trecvv(raw, iov.as_ptr(), descs.as_mut_ptr(), 2, src, t, ignore, ctx)
+                }
+            }
+        }
+    }
+}

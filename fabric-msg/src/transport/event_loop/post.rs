@@ -667,49 +667,13 @@ pub(super) unsafe fn raw_recv(
         // SAFETY: as below; the sink is mapped for the whole process and
         // takes a message's tail (overflow.rs), and both calls read `iov`
         // and `descs` during the call only.
-        return unsafe { raw_recv_sunk(raw, bufp, len, desc, src, tag, ctx, sink) };
+        return unsafe { sink.recv(raw, bufp, len, desc, src, tag, ctx) };
     }
     // SAFETY: the caller's promises are exactly these calls' requirements.
     unsafe {
         match tag {
             None => ffi::fi_recv(raw, bufp, len, desc, src, ctx),
             Some((t, ignore)) => ffi::fi_trecv(raw, bufp, len, desc, src, t, ignore, ctx),
-        }
-    }
-}
-
-/// [`raw_recv`] with the overflow sink behind the buffer.
-///
-/// # Safety
-/// As for [`raw_recv`].
-#[allow(clippy::too_many_arguments)]
-#[inline]
-unsafe fn raw_recv_sunk(
-    raw: *mut ffi::fid_ep,
-    bufp: *mut c_void,
-    len: usize,
-    desc: *mut c_void,
-    src: ffi::fi_addr_t,
-    tag: Option<(u64, u64)>,
-    ctx: *mut c_void,
-    sink: &Sink,
-) -> isize {
-    let iov = [
-        libc::iovec {
-            iov_base: bufp,
-            iov_len: len,
-        },
-        sink.iov(),
-    ];
-    let mut descs = [desc, ptr::null_mut()];
-    // SAFETY: the caller's promises for `bufp`, `raw` and `ctx`; the sink's
-    // memory is valid for its length for the life of the process.
-    unsafe {
-        match tag {
-            None => ffi::fi_recvv(raw, iov.as_ptr(), descs.as_mut_ptr(), 2, src, ctx),
-            Some((t, ignore)) => {
-                ffi::fi_trecvv(raw, iov.as_ptr(), descs.as_mut_ptr(), 2, src, t, ignore, ctx)
-            }
         }
     }
 }
