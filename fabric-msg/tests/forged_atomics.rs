@@ -11,6 +11,9 @@
 //!   ones (`forged_replies_complete_nothing_*`).
 //! - A request the origin sends again half way to its deadline (the target
 //!   did not poll) is applied once (`a_request_sent_again_is_applied_once_*`).
+//! - Frames longer than a request (300 B to 1 MiB) on the requests' tag are
+//!   cut and dropped at the target, which answers the next honest request
+//!   (`oversized_frames_to_the_request_receive_are_dropped_*`).
 //! - Requests naming origins that are no peer of the target are dropped
 //!   unapplied, and an honest origin is answered
 //!   (`requests_naming_other_origins_are_dropped_and_an_honest_one_is_answered`).
@@ -546,4 +549,44 @@ fn a_reply_counts_only_with_the_cookie_tcp_rxm() {
 #[test]
 fn a_reply_counts_only_with_the_cookie_shm() {
     a_reply_counts_only_with_the_cookie("shm");
+}
+
+/// Frames longer than a request, at every size class (eager, segmented,
+/// rendezvous on tcp;ofi_rxm), sent on the requests' tag by a forger: each
+/// is cut and dropped at the target (counted), which stays up and answers
+/// the next honest request.
+fn oversized_frames_to_the_request_receive_are_dropped(provider: &str) {
+    let p = atomics_profile(provider);
+    let (mut origin, target, remote) = start(&p, LoopConfig::default(), [5, 0]);
+    let honest = origin.peer;
+    let mut forger = node(&profile(provider), LoopConfig::default());
+    let to_target = link_to(&mut forger, &target.name);
+    let bits = p.tag_bits.clamp(40, 64);
+    let request_bit = 1u64 << (bits - 1);
+    let sizes = [300usize, 4097, 20_000, 70_000, 1 << 20];
+    let frames = sizes.iter().map(|&n| (request_bit, vec![0x5a; n]));
+    let sent = flood(&mut forger.ev, &to_target, frames);
+    assert_eq!(sent, sizes.len() as u64, "the forger's frames were not all sent");
+    let mut target = target;
+    origin
+        .ev
+        .atomic(&honest, Atomic::FetchAdd(1), &remote, 0, Token(1))
+        .unwrap();
+    let c = try_complete(&mut origin.ev, &mut target, 1);
+    let (counted, words) = target.stop();
+    eprintln!("{provider}: target counted {counted:?}");
+    assert_eq!(c.len(), 1, "the honest origin was not answered: {counted:?}");
+    assert_eq!(value(&c[0]), 5);
+    assert_eq!(words[0], 6, "applied once");
+    assert_eq!(counted.refused_requests, sizes.len() as u64, "{counted:?}");
+}
+
+#[test]
+fn oversized_frames_to_the_request_receive_are_dropped_tcp_rxm() {
+    oversized_frames_to_the_request_receive_are_dropped("tcp;ofi_rxm");
+}
+
+#[test]
+fn oversized_frames_to_the_request_receive_are_dropped_shm() {
+    oversized_frames_to_the_request_receive_are_dropped("shm");
 }
