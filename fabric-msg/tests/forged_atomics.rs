@@ -9,6 +9,10 @@
 //!   old tag scheme would use) complete nothing: the pending operation
 //!   returns the target's value once the target polls, and so do the next
 //!   ones (`forged_replies_complete_nothing_*`).
+//! - A reply on the operation's own tag without its cookie (from the
+//!   endpoint the origin sent the request to) is dropped and counted, and the
+//!   operation completes with the reply that carries it
+//!   (`a_reply_counts_only_with_the_cookie_*`).
 //! - A request the origin sends again half way to its deadline (the target
 //!   did not poll) is applied once (`a_request_sent_again_is_applied_once_*`).
 //! - Frames longer than a request (300 B to 1 MiB) on the requests' tag are
