@@ -142,32 +142,6 @@ pub(crate) fn needs_sink(provider: &str, iov_limit: usize, mr_local: bool) -> bo
     affected && iov_limit >= 2 && !mr_local
 }
 
-#[cfg(test)]
-mod tests {
-    use super::{needs_sink, Sink, LEAST};
-
-    #[test]
-    fn the_affected_providers_take_the_sink() {
-        assert!(needs_sink("tcp;ofi_rxm", 4, false));
-        assert!(needs_sink("shm", 4, false));
-        assert!(needs_sink("udp;ofi_rxd", 4, false));
-        assert!(!needs_sink("tcp", 4, false));
-        assert!(!needs_sink("sockets", 8, false));
-        // verbs;ofi_rxm needs a descriptor for every piece.
-        assert!(!needs_sink("verbs;ofi_rxm", 4, true));
-        assert!(!needs_sink("verbs;ofi_rxm", 4, false));
-        assert!(!needs_sink("shm", 1, false));
-    }
-
-    #[test]
-    fn the_sink_is_mapped_once_and_large() {
-        let a = Sink::get().expect("a sink on this machine");
-        assert!(a.len >= LEAST);
-        assert!(std::ptr::eq(a, Sink::get().unwrap()));
-        a.give_back();
-    }
-}
-
 impl Sink {
     /// `post.rs`'s `raw_recv` with the overflow sink behind the buffer.
     ///
@@ -204,5 +178,31 @@ impl Sink {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{needs_sink, Sink, LEAST};
+
+    #[test]
+    fn the_affected_providers_take_the_sink() {
+        assert!(needs_sink("tcp;ofi_rxm", 4, false));
+        assert!(needs_sink("shm", 4, false));
+        assert!(needs_sink("udp;ofi_rxd", 4, false));
+        assert!(!needs_sink("tcp", 4, false));
+        assert!(!needs_sink("sockets", 8, false));
+        // verbs;ofi_rxm needs a descriptor for every piece.
+        assert!(!needs_sink("verbs;ofi_rxm", 4, true));
+        assert!(!needs_sink("verbs;ofi_rxm", 4, false));
+        assert!(!needs_sink("shm", 1, false));
+    }
+
+    #[test]
+    fn the_sink_is_mapped_once_and_large() {
+        let a = Sink::get().expect("a sink on this machine");
+        assert!(a.len >= LEAST);
+        assert!(std::ptr::eq(a, Sink::get().unwrap()));
+        a.give_back();
     }
 }
