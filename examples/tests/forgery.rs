@@ -42,17 +42,22 @@ fn forge(shm: bool) {
         return;
     }
     assert!(out.contains("forged messages sent to rank 0"), "{out}");
+    // The forged messages reach rank 0 before or after rank 1's own, so
+    // rank 0 either drops one (its collective fails, naming the forgery)
+    // or completes with the right sum; a rank that fails names the forgery.
     let rank0 = out
         .lines()
         .find(|l| l.starts_with("forge_check: rank 0: allreduce"))
         .unwrap_or_else(|| panic!("rank 0 said nothing of its allreduce:\n{out}"));
     assert!(
-        rank0.contains("a forged message in the World's tag class"),
-        "rank 0 took the forged message: {rank0}\n{out}"
+        rank0.contains("a forged message in the World's tag class") || rank0.ends_with("allreduce ok"),
+        "{rank0}\n{out}"
     );
-    // Every rank that reported is right or names the forgery.
     for l in out.lines().filter(|l| l.contains(": allreduce failed")) {
         assert!(l.contains("forged message"), "{l}");
+    }
+    if rank0.ends_with("allreduce ok") {
+        eprintln!("forgery: rank 0's allreduce matched rank 1's own message before any forged one arrived");
     }
 }
 
