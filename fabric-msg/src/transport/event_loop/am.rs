@@ -517,7 +517,6 @@ impl EventLoop {
         let (index, ctx) = unsafe {
             (*slot).internal = Internal::AmSend;
             (*slot).link = u64::MAX;
-            (*slot).peer = addr;
             (*slot).buffer = Some(o.buf);
             ((*slot).index, slot.cast::<c_void>())
         };
