@@ -30,13 +30,17 @@ use super::am_wire::{
     REPLY_LEN, REQUEST_LEN, REQUEST_RECVS,
 };
 use super::post::{raw_recv, raw_send};
+use super::slab;
 use super::slab::Internal;
-use super::*;
+use super::state::EventLoop;
+use super::types::{Completion, CompletionError, EndpointId, OpKind, Peer, Token};
 use crate::discovery::atomic::AtomicOperation;
-use crate::error::{strerror, Error, ErrorCode, Result};
+use crate::error::{check, strerror, Error, ErrorCode, Result};
 use crate::ffi;
+use crate::memory::buffer::Buffer;
 use crate::memory::remote::RemoteMemory;
 use std::os::raw::c_void;
+use std::ptr;
 
 /// An atomic's operation and operands, as the emulation sends them.
 pub(crate) struct AtomicRequest {

@@ -3,7 +3,8 @@
 
 use super::completions::tag_of;
 use super::post::{Posting, Prepared};
-use super::*;
+use super::state::EventLoop;
+use super::types::{Completion, EndpointId, OpKind, PostError, Token};
 use crate::error::{Error, Result};
 use crate::ffi;
 use crate::memory::buffer::Buffer;

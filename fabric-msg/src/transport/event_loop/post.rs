@@ -2,8 +2,13 @@
 //! transfers; a full queue (`FI_EAGAIN`) is progressed and retried for at
 //! most `LoopConfig::post_timeout`.
 
+use super::backlog;
+use super::frame::encode_header;
 use super::overflow::Sink;
-use super::*;
+use super::resources::EndpointState;
+use super::slab::{Group, NO_GROUP};
+use super::state::EventLoop;
+use super::types::{CompletionError, EndpointId, OpKind, Peer, PostError, RecvOpts, SendOpts, Token};
 use crate::error::{check, Error, Result};
 use crate::ffi;
 use crate::memory::buffer::{Buffer, HEADROOM};

@@ -1,7 +1,9 @@
 //! Closing an endpoint, and dropping the loop: endpoints first, then the
 //! operations' memory, then the queues and the domain.
 
-use super::*;
+use super::slab;
+use super::state::EventLoop;
+use super::types::EndpointId;
 use crate::error::{check, Error, Result};
 use crate::ffi;
 use std::sync::Arc;
