@@ -31,6 +31,7 @@
 
 mod admission;
 mod agree;
+mod collective_calls;
 pub mod collectives;
 mod config;
 mod launch;

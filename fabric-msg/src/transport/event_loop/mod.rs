@@ -16,7 +16,7 @@
 //!   takes it, a peer is lost, or the application's own
 //!   [`LoopConfig::post_timeout`] (none by default) passes; completions
 //!   reaped meanwhile are kept for the next `poll`, never lost. A
-//!   [`send`](EventLoop::send) of a [`Buffer`] is not held at all: the loop
+//!   [`send`](EventLoop::send) of a [`Buffer`](crate::memory::buffer::Buffer) is not held at all: the loop
 //!   keeps it (in order per peer, at most [`LoopConfig::max_backlog`]) and
 //!   posts it as `poll` progresses, so an application that sends before it
 //!   receives cannot deadlock with a peer doing the same; it fails only
@@ -35,7 +35,7 @@
 //!
 //! An `EventLoop` is `Send` but not `Sync`: every call takes `&mut self`,
 //! so one thread drives it at a time, which is all any libfabric threading
-//! level asks. [`Completion`], [`Buffer`] and [`Peer`] are `Send`, so
+//! level asks. [`Completion`], [`Buffer`](crate::memory::buffer::Buffer) and [`Peer`] are `Send`, so
 //! completions can be consumed on another thread ([`EventLoop::forward`]).
 //!
 //! Bytes of a multi-receive piece are borrowed from the loop, so the loop

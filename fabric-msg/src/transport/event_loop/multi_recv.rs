@@ -14,7 +14,7 @@ impl EventLoop {
     /// it back to back, each completing with [`Completion::multi`] set; the
     /// completion that returns the buffer is the last. Needs
     /// [`Capability::MultiRecv`](crate::Capability::MultiRecv) and an
-    /// unframed endpoint. [`LoopConfig::min_multi_recv`] sets how much room
+    /// unframed endpoint. [`LoopConfig::min_multi_recv`](super::types::LoopConfig::min_multi_recv) sets how much room
     /// must remain for the buffer to stay posted.
     pub fn recv_multi(&mut self, id: EndpointId, buf: Buffer, token: Token) -> Result<(), PostError> {
         let multi_recv = self
