@@ -264,7 +264,7 @@ impl World {
 
     fn part<'m>(&self, mem: &'m Symmetric, rank: u32, token: Token) -> Result<&'m RemoteMemory> {
         self.check_rank(rank)?;
-        super::check_token(token)?;
+        super::point_to_point::check_token(token)?;
         if mem.parts.len() != self.size() as usize {
             return Err(Error::Usage(format!(
                 "symmetric memory of a world of {} ranks used in one of {}",
