@@ -5,7 +5,8 @@
 //! was addressed to a peer since lost.
 
 use super::backlog::{Deferred, SendArgs};
-use super::post::{raw_send, send_call, Posting};
+use super::calls::{raw_send, send_call};
+use super::post::Posting;
 use super::slab;
 use super::state::EventLoop;
 use super::types::{Completion, CompletionError, OpKind, PostError};

@@ -52,9 +52,11 @@
 
 mod am;
 mod am_state;
+mod am_target;
 mod am_wire;
 mod backlog;
 mod backlog_flush;
+mod calls;
 mod cancel;
 mod completions;
 mod deadlines;
@@ -67,6 +69,7 @@ mod multi_recv;
 mod overflow;
 mod post;
 mod resources;
+mod room;
 mod slab;
 mod state;
 mod tag_space;

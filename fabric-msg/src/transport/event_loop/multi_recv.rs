@@ -44,7 +44,9 @@ impl EventLoop {
             call: "fi_recvmsg",
             want: None,
         };
+        let gate = self.progress_gate();
         self.post(what, buf, |bufp, ctx| {
+            let _gate = gate.as_ref().map(|g| g.lock());
             let iov = libc::iovec {
                 iov_base: bufp,
                 iov_len: len,

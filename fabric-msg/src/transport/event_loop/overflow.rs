@@ -143,7 +143,7 @@ pub(crate) fn needs_sink(provider: &str, iov_limit: usize, mr_local: bool) -> bo
 }
 
 impl Sink {
-    /// `post.rs`'s `raw_recv` with the overflow sink behind the buffer.
+    /// `calls.rs`'s `raw_recv` with the overflow sink behind the buffer.
     ///
     /// # Safety
     /// As for `raw_recv`: `raw` is an enabled endpoint, `len` writable bytes
