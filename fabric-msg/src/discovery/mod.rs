@@ -28,5 +28,6 @@ pub mod plan;
 pub(crate) mod probe;
 pub mod profile;
 pub mod protection;
+pub mod quirks;
 pub(crate) mod requirements;
 pub mod verbs_limits;

@@ -138,9 +138,9 @@ impl World {
         let live = Arc::new(Liveness::new(placement.rank, local.provider.clone()));
         // A send stuck on a queue full of messages for a rank that died
         // fails with that rank's loss at once, not after post_timeout.
-        ev.give_up = Some(live.flag());
+        ev.give_up_when(live.flag());
         if let Some(l) = shm.as_mut() {
-            l.ev.give_up = Some(live.flag());
+            l.ev.give_up_when(live.flag());
         }
         launcher.watch(live.clone())?;
         let mut world = World {

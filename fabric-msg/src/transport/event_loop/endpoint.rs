@@ -67,7 +67,7 @@ impl EventLoop {
         // receive get the overflow sink behind them (overflow.rs).
         let profile = &self.domain.profile;
         let context = if needs_sink(
-            &profile.provider,
+            &profile.quirks,
             profile.iov_limit,
             self.domain.mr_mode(ffi::FI_MR_LOCAL),
         ) {

@@ -78,7 +78,7 @@ impl EventLoop {
     }
 
     /// Whether a post refused for lack of room fails at once instead of
-    /// waiting: while the World's collectives post (`no_wait`: they keep
+    /// waiting: while the World's collectives post (`set_fail_fast`: they keep
     /// what was refused and post it at their next progress, where losses
     /// and other ranks' notices are seen), or where the application set a
     /// zero `post_timeout`.

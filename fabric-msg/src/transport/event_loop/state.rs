@@ -74,13 +74,13 @@ pub struct EventLoop {
     /// sets it once a rank is lost): a post retrying on a full queue then
     /// gives up at once with [`Error::QueueFull`](crate::Error::QueueFull)
     /// instead of after `post_timeout`.
-    pub(crate) give_up: Option<Arc<AtomicBool>>,
+    pub(super) give_up: Option<Arc<AtomicBool>>,
     /// Set by the World's collectives while they post: a post the provider
     /// refuses fails at once ([`Error::QueueFull`](crate::Error::QueueFull))
     /// instead of waiting for room, and the collective posts it again at
     /// its next progress (`world/collectives/io.rs`, `Io::posting`). Their
     /// sends are not ordered behind the application's backlog either.
-    pub(crate) no_wait: bool,
+    pub(super) no_wait: bool,
     /// Peers watched through their lifelines, and those lost.
     pub(crate) lost: lost_peers::LostPeers,
     /// The thread that drives progress while the application does not
@@ -288,6 +288,26 @@ impl EventLoop {
     pub(crate) fn as_world(&mut self) -> AsWorld<'_> {
         self.poster = tag_space::Poster::World;
         AsWorld(self)
+    }
+
+    /// The layer above's signal that waiting for room is pointless: once
+    /// `flag` is set (the World sets it when a rank is lost), a post
+    /// retrying on a full queue fails at once with
+    /// [`Error::QueueFull`](crate::Error::QueueFull) instead of waiting,
+    /// backlogged sends fail, and on `ofi_rxm` the endpoints are left open
+    /// when the loop drops (`Quirks::close_hangs_after_loss`).
+    pub(crate) fn give_up_when(&mut self, flag: Arc<AtomicBool>) {
+        self.give_up = Some(flag);
+    }
+
+    /// Whether a post the provider refuses for lack of room fails at once
+    /// ([`Error::QueueFull`](crate::Error::QueueFull)) instead of waiting
+    /// for room, and sends skip the backlog: on while the World's
+    /// collectives post, which keep what was refused and post it again at
+    /// their next progress (`world/collectives/io.rs`). Returns the old
+    /// setting.
+    pub(crate) fn set_fail_fast(&mut self, on: bool) -> bool {
+        std::mem::replace(&mut self.no_wait, on)
     }
 
     /// Operations posted and not yet completed (the loop's own receives
