@@ -34,7 +34,7 @@
 //! the provider's `mr_mode`; its [`RemoteMemory`] is what a peer needs to
 //! [`read`](EventLoop::read), [`write`](EventLoop::write),
 //! [`write_data`](EventLoop::write_data) or run an [`Atomic`] on it, checked
-//! for bounds and access before anything is posted (see [`memory::mr`] and [`transport::rma`]).
+//! for bounds and access before anything is posted (see [`memory::mr`] and [`transport::event_loop::rma`]).
 //!
 //! # Library dependency
 //!
@@ -112,12 +112,12 @@ pub use memory::mr::{Local, MemoryRegion};
 pub use memory::pool::{PoolSlot, RegionPool};
 pub use memory::remote::RemoteMemory;
 pub use transport::bootstrap::{connect, connect_with, Accepted, Listener, Refusal};
+pub use transport::event_loop::rma::Atomic;
 pub use transport::event_loop::{
     AtomicCounters, Completion, CompletionError, EndpointId, EventLoop, LoopConfig, OpKind, Peer, PostError,
     ProgressThread, RecvOpts, SendOpts, Token, WaitMode,
 };
 pub use transport::lifeline::LossKind;
-pub use transport::rma::Atomic;
 pub use world::collectives::{CombineFn, Element, Op, Reduction, Request};
 pub use world::symmetric::Symmetric;
 pub use world::{World, WorldConfig};

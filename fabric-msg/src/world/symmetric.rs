@@ -32,8 +32,8 @@ use crate::error::{Error, Result};
 use crate::memory::access::Access;
 use crate::memory::mr::{Local, MemoryRegion};
 use crate::memory::remote::{RemoteMemory, MAX_REMOTE_MEMORY};
+use crate::transport::event_loop::rma::Atomic;
 use crate::transport::event_loop::{EventLoop, Peer, Token};
-use crate::transport::rma::Atomic;
 
 /// The allgather of what each rank registered: length, access, status,
 /// descriptor length.

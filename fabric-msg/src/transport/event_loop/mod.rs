@@ -58,6 +58,7 @@ mod backlog;
 mod backlog_flush;
 mod calls;
 mod cancel;
+pub(crate) mod cm;
 mod completions;
 mod deadlines;
 mod endpoint;
@@ -69,6 +70,7 @@ mod multi_recv;
 mod overflow;
 mod post;
 mod resources;
+pub mod rma;
 mod room;
 mod slab;
 mod state;
@@ -76,7 +78,6 @@ mod tag_space;
 mod teardown;
 mod types;
 
-pub(crate) use am::AtomicRequest;
 pub use am_state::AtomicCounters;
 pub(crate) use frame::encode_notify;
 pub use lost_peers::LOSS_GRACE;
@@ -120,8 +121,6 @@ pub(crate) fn fuzz_header_seeds() -> Vec<Vec<u8>> {
         frame::encode_notify(42).to_vec(),
     ]
 }
-pub(crate) use post::Parts;
-pub(crate) use resources::EndpointState;
 pub use state::EventLoop;
 pub use types::{
     Completion, CompletionError, EndpointId, LoopConfig, OpKind, Peer, PostError, ProgressThread, RecvOpts,
