@@ -9,7 +9,7 @@
 
 use super::slab::{Internal, NO_GROUP};
 use super::types::{EndpointId, OpKind, Token};
-use super::EventLoop;
+use super::state::EventLoop;
 use crate::error::{Error, Result};
 use crate::ffi;
 
