@@ -279,7 +279,7 @@ impl Listener {
                 return Ok(Some(a));
             }
             self.take_connections(&mut st)?;
-            if msg && ev.pep.is_some() {
+            if msg && ev.objects.pep.is_some() {
                 fabric_events(ev, &mut st, &mut prepost)?;
             }
             let now = Instant::now();
@@ -319,7 +319,7 @@ impl Listener {
                     cap(FABRIC_POLL);
                 }
             }
-            if msg && ev.pep.is_some() {
+            if msg && ev.objects.pep.is_some() {
                 cap(STRAY_POLL);
             }
             let mut fds: Vec<libc::pollfd> = std::iter::once(self.tcp.as_raw_fd())

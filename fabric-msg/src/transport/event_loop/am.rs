@@ -69,7 +69,7 @@ impl EventLoop {
         let request_tag = self.am.tags.request();
         // A quarter of the CQ at most, so a small CQ keeps room for the
         // application's operations.
-        for _ in 0..REQUEST_RECVS.min(self.cq.capacity / 4).max(1) {
+        for _ in 0..REQUEST_RECVS.min(self.objects.cq.capacity / 4).max(1) {
             self.wait_for_room()?;
             let mut buf = self.am.bufs.pop().unwrap_or_else(|| Buffer::new(REQUEST_LEN));
             let desc = self.local_desc(&mut buf)?;
@@ -130,7 +130,7 @@ impl EventLoop {
         let cookie = self.am.cookies.draw()?;
         // The reply's receive: the operation's own slot.
         self.wait_for_room()?;
-        let mut reply = self.notify_bufs.pop().unwrap_or_else(|| Buffer::new(0));
+        let mut reply = self.spare.notify_bufs.pop().unwrap_or_else(|| Buffer::new(0));
         let desc = self.local_desc(&mut reply)?;
         let replyp = reply.ptr(true);
         let slot = self.slab.acquire(peer.endpoint.0, OpKind::Atomic, token);
@@ -159,7 +159,7 @@ impl EventLoop {
             cookie,
         };
         self.am.track(op_index, request);
-        let src = if self.directed {
+        let src = if self.rules.directed {
             peer.addr
         } else {
             ffi::FI_ADDR_UNSPEC
@@ -174,7 +174,7 @@ impl EventLoop {
         if let Err(e) = posted {
             self.am.untrack(op_index);
             if let Some(b) = self.slab.release(op_index) {
-                self.notify_bufs.push(b);
+                self.spare.notify_bufs.push(b);
             }
             return Err(e);
         }
@@ -245,7 +245,7 @@ impl EventLoop {
         let bufp = buf.ptr(false);
         if retry {
             self.wait_for_room()?;
-        } else if self.slab.in_flight >= self.cq.capacity {
+        } else if self.slab.in_flight >= self.objects.cq.capacity {
             self.am.bufs.push(buf);
             return Err(Error::Usage("no room in the completion queue".into()));
         }
@@ -327,7 +327,7 @@ impl EventLoop {
             Internal::AmReply => {
                 self.am.untrack(index);
                 if let Some(b) = self.slab.release(index) {
-                    self.notify_bufs.push(b);
+                    self.spare.notify_bufs.push(b);
                 }
                 self.am_report(endpoint, token, Err(failure));
             }
@@ -379,7 +379,7 @@ impl EventLoop {
             // Not an operation in flight (cannot happen: abandoned slots
             // are swallowed before this); nothing to report.
             if let Some(b) = self.slab.release(index) {
-                self.notify_bufs.push(b);
+                self.spare.notify_bufs.push(b);
             }
             return;
         };
@@ -402,7 +402,7 @@ impl EventLoop {
         };
         self.am.untrack(index);
         if let Some(b) = self.slab.release(index) {
-            self.notify_bufs.push(b);
+            self.spare.notify_bufs.push(b);
         }
         // As natively: a fetching operation returns the old value.
         let result = match status {
@@ -434,7 +434,7 @@ impl EventLoop {
                 REPLY_LEN,
                 true,
                 op.request.reply_tag,
-                if self.directed {
+                if self.rules.directed {
                     target
                 } else {
                     ffi::FI_ADDR_UNSPEC
@@ -484,7 +484,7 @@ impl EventLoop {
             let (endpoint, token) = (s.endpoint, s.token);
             self.am.untrack(index);
             if let Some(b) = self.slab.release(index) {
-                self.notify_bufs.push(b);
+                self.spare.notify_bufs.push(b);
             }
             let failure = refused((
                 ffi::FI_EIO,
@@ -504,7 +504,7 @@ impl EventLoop {
 
     fn am_recycle(&mut self, b: Buffer) {
         if b.capacity() == 0 {
-            self.notify_bufs.push(b);
+            self.spare.notify_bufs.push(b);
         } else {
             self.am.bufs.push(b);
         }

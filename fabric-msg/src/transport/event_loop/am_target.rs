@@ -68,7 +68,7 @@ impl EventLoop {
                 result
             }
         };
-        let mut buf = self.notify_bufs.pop().unwrap_or_else(|| Buffer::new(0));
+        let mut buf = self.spare.notify_bufs.pop().unwrap_or_else(|| Buffer::new(0));
         *buf.header_mut() = encode_reply(result.0, req.cookie, result.1);
         let o = Outgoing {
             endpoint,
@@ -82,7 +82,7 @@ impl EventLoop {
             } else {
                 // Only a repeated request gets here (a new one was checked
                 // above): its first answer went or waits already.
-                self.notify_bufs.push(o.buf);
+                self.spare.notify_bufs.push(o.buf);
             }
         }
         self.am_repost(index);
@@ -104,15 +104,15 @@ impl EventLoop {
     /// Post a reply once; it comes back if the queue has no room now.
     pub(super) fn am_post_reply(&mut self, mut o: Outgoing) -> Option<Outgoing> {
         let Some(Some(ep)) = self.endpoints.get(o.endpoint as usize) else {
-            self.notify_bufs.push(o.buf);
+            self.spare.notify_bufs.push(o.buf);
             return None;
         };
         let raw = ep.raw;
-        if self.slab.in_flight >= self.cq.capacity {
+        if self.slab.in_flight >= self.objects.cq.capacity {
             return Some(o);
         }
         let Ok(desc) = self.local_desc(&mut o.buf) else {
-            self.notify_bufs.push(o.buf);
+            self.spare.notify_bufs.push(o.buf);
             return None;
         };
         let (addr, tag, endpoint) = (o.addr, o.tag, o.endpoint);
@@ -144,7 +144,7 @@ impl EventLoop {
             "emulated atomic: a reply could not be sent: {}",
             strerror(rc.unsigned_abs() as u32)
         );
-        self.notify_bufs.push(buf);
+        self.spare.notify_bufs.push(buf);
         None
     }
 }

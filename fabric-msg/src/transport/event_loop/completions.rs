@@ -90,8 +90,8 @@ impl EventLoop {
                         continue;
                     }
                 }
-                if self.slab.timed > 0 && now >= self.next_expiry_scan {
-                    self.next_expiry_scan = now + Duration::from_millis(10);
+                if self.slab.timed > 0 && now >= self.slab.next_expiry_scan {
+                    self.slab.next_expiry_scan = now + Duration::from_millis(10);
                     self.expire_overdue(now);
                     if !self.pending.is_empty() {
                         continue;
@@ -144,11 +144,11 @@ impl EventLoop {
 
     pub(super) fn wait(&mut self, remaining: Option<Duration>) {
         let sleeps = matches!(self.cfg.wait, WaitMode::Block | WaitMode::Adaptive);
-        if let (true, Some(fd)) = (sleeps, self.cq.wait_fd) {
+        if let (true, Some(fd)) = (sleeps, self.objects.cq.wait_fd) {
             let mut fids = [ptr::null_mut::<ffi::fid>(); 1];
             // SAFETY: the CQ is open; fi_trywait reads `fids` for the call only.
             let ready = unsafe {
-                fids[0] = &mut (*self.cq.raw).fid;
+                fids[0] = &mut (*self.objects.cq.raw).fid;
                 ffi::fi_trywait(self.domain.fabric.raw, fids.as_mut_ptr(), 1)
             };
             if ready == 0 {
@@ -174,21 +174,21 @@ impl EventLoop {
     pub(super) fn read_cq(&mut self) -> Result<()> {
         // Kept in the loop, not zeroed on every call: an empty poll is the
         // hot path of a spinning loop.
-        let mut entries = self.cq_entries.take().unwrap_or_default();
+        let mut entries = self.spare.cq_entries.take().unwrap_or_default();
         let r = self.read_cq_into(&mut entries);
-        self.cq_entries = Some(entries);
+        self.spare.cq_entries = Some(entries);
         r
     }
 
     pub(super) fn read_cq_into(&mut self, bufs: &mut CqEntries) -> Result<()> {
         let CqEntries { tagged, data, srcs } = bufs;
-        if let Some(p) = &self.progress {
+        if let Some(p) = &self.objects.progress {
             p.polled();
         }
         loop {
             // The buffer must have the CQ's own entry format: entries are
             // written back to back at that format's size.
-            let buf: *mut c_void = if self.cq.tagged {
+            let buf: *mut c_void = if self.objects.cq.tagged {
                 tagged.as_mut_ptr().cast()
             } else {
                 data.as_mut_ptr().cast()
@@ -196,17 +196,17 @@ impl EventLoop {
             // SAFETY: the CQ is open; `buf` holds CQ_BATCH entries of the CQ's
             // format and `srcs` as many addresses.
             let rc = unsafe {
-                if self.has_source {
-                    ffi::fi_cq_readfrom(self.cq.raw, buf, CQ_BATCH, srcs.as_mut_ptr())
+                if self.rules.has_source {
+                    ffi::fi_cq_readfrom(self.objects.cq.raw, buf, CQ_BATCH, srcs.as_mut_ptr())
                 } else {
-                    ffi::fi_cq_read(self.cq.raw, buf, CQ_BATCH)
+                    ffi::fi_cq_read(self.objects.cq.raw, buf, CQ_BATCH)
                 }
             };
             if rc > 0 {
                 let n = rc as usize;
                 for i in 0..n {
-                    let src = (self.has_source && srcs[i] != ffi::FI_ADDR_NOTAVAIL).then_some(srcs[i]);
-                    let entry = if self.cq.tagged {
+                    let src = (self.rules.has_source && srcs[i] != ffi::FI_ADDR_NOTAVAIL).then_some(srcs[i]);
+                    let entry = if self.objects.cq.tagged {
                         tagged[i]
                     } else {
                         let d = &data[i];
@@ -241,8 +241,8 @@ impl EventLoop {
         // alone (and 2.1 an internal id as the context), so remote data on a
         // completion that is none of our operations is such a write too.
         let remote_write = e.flags & (ffi::FI_REMOTE_WRITE as u64) != 0
-            || (with_data && !self.rx_cq_data && self.slab.index_of(e.op_context).is_none());
-        if remote_write && !self.rx_cq_data {
+            || (with_data && !self.rules.rx_cq_data && self.slab.index_of(e.op_context).is_none());
+        if remote_write && !self.rules.rx_cq_data {
             // A peer's write with immediate data: the entry carries no
             // context of ours (fi_cq(3)), so it is not looked up.
             if with_data {
@@ -353,7 +353,7 @@ impl EventLoop {
             }
         }
         let tag = tag_of(e.flags, e.tag);
-        if let Some((wanted, ignore)) = want.filter(|_| self.check_tags && kind == OpKind::Recv) {
+        if let Some((wanted, ignore)) = want.filter(|_| self.rules.check_tags && kind == OpKind::Recv) {
             if (e.tag & !ignore) != (wanted & !ignore) && result.is_ok() {
                 result = Err(CompletionError::Misdelivered {
                     wanted,
@@ -389,7 +389,7 @@ impl EventLoop {
         // SAFETY: the CQ is open and reported FI_EAVAIL; err is a valid
         // out-struct, and err_data (valid for its length) outlives every
         // use of `err` in this function, fi_cq_strerror's included.
-        let rc = unsafe { ffi::fi_cq_readerr(self.cq.raw, &mut err, 0) };
+        let rc = unsafe { ffi::fi_cq_readerr(self.objects.cq.raw, &mut err, 0) };
         if rc == -(ffi::FI_EAGAIN as isize) {
             return Ok(());
         }
@@ -500,7 +500,7 @@ impl EventLoop {
         // into `text` and returns a C string valid while err_data is.
         let prov = unsafe {
             let p = ffi::fi_cq_strerror(
-                self.cq.raw,
+                self.objects.cq.raw,
                 err.prov_errno,
                 err.err_data,
                 text.as_mut_ptr(),
@@ -525,9 +525,9 @@ impl EventLoop {
     pub(super) fn finish_part(&mut self, index: u32, group: u32, result: Result<(), CompletionError>) {
         if let Some(b) = self.slab.release(index) {
             // Only write_data's follow-up message holds a buffer here.
-            self.notify_bufs.push(b);
+            self.spare.notify_bufs.push(b);
         }
-        let g = &mut self.groups[group as usize];
+        let g = &mut self.groups.list[group as usize];
         if let Err(e) = result {
             g.error.get_or_insert(e);
         }
@@ -538,10 +538,10 @@ impl EventLoop {
     }
 
     pub(super) fn end_group(&mut self, group: u32) {
-        let g = &mut self.groups[group as usize];
+        let g = &mut self.groups.list[group as usize];
         let (endpoint, kind, token, error) = (g.endpoint, g.kind, g.token, g.error.take());
         g.remaining = 0;
-        self.free_groups.push(group);
+        self.groups.free.push(group);
         if self
             .endpoints
             .get(endpoint as usize)

@@ -12,7 +12,7 @@ impl EventLoop {
     pub(super) fn swallow(&mut self, index: u32) {
         if let Some(b) = self.slab.release(index) {
             if b.capacity() == 0 {
-                self.notify_bufs.push(b);
+                self.spare.notify_bufs.push(b);
             } else {
                 // An emulated atomic's request buffer.
                 self.am.bufs.push(b);
@@ -47,7 +47,7 @@ impl EventLoop {
                 CompletionError::TimedOut(after)
             };
             if group != NO_GROUP {
-                let g = &mut self.groups[group as usize];
+                let g = &mut self.groups.list[group as usize];
                 g.error.get_or_insert(failure);
                 g.remaining -= 1;
                 if g.remaining == 0 {

@@ -79,7 +79,6 @@ mod teardown;
 mod types;
 
 pub use am_state::AtomicCounters;
-pub(crate) use frame::encode_notify;
 pub use lost_peers::LOSS_GRACE;
 
 /// For the fuzz targets: fabric-msg's message header as a receive reads

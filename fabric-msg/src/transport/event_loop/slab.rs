@@ -107,6 +107,8 @@ pub(super) struct Slab {
     pub(super) in_flight: usize,
     /// Slots with a deadline (one-sided operations).
     pub(super) timed: usize,
+    /// When `poll` next looks for overdue ones (`deadlines.rs`).
+    pub(super) next_expiry_scan: std::time::Instant,
 }
 
 impl Slab {
@@ -219,6 +221,7 @@ mod tests {
             free: Vec::new(),
             in_flight: 0,
             timed: 0,
+            next_expiry_scan: std::time::Instant::now(),
         };
         let slots: Vec<*mut OpSlot> = (0..5).map(|i| slab.acquire(0, OpKind::Send, Token(i))).collect();
         for (i, s) in slots.iter().enumerate() {
