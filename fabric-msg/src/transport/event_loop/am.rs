@@ -31,6 +31,7 @@ use super::am_wire::{
 use super::calls::{raw_recv, raw_send};
 use super::slab;
 use super::slab::Internal;
+use super::slab::Role;
 use super::state::EventLoop;
 use super::types::{Completion, CompletionError, EndpointId, OpKind, Peer, Token};
 use crate::discovery::atomic::AtomicOperation;
@@ -78,7 +79,7 @@ impl EventLoop {
             // SAFETY: slot points into a live Box in the slab, not moved or
             // freed until released.
             let (index, ctx) = unsafe {
-                (*slot).internal = Internal::AmRequest;
+                (*slot).role = Role::AmRequest;
                 (*slot).buffer = Some(buf);
                 (*slot).posted_len = REQUEST_LEN;
                 ((*slot).index, slot.cast::<c_void>())
@@ -138,7 +139,7 @@ impl EventLoop {
         let deadline = self.cfg.rma_timeout.map(|t| std::time::Instant::now() + t / 2);
         // SAFETY: as in `am_init`.
         let (op_index, generation, ctx) = unsafe {
-            (*slot).internal = Internal::AmReply;
+            (*slot).role = Role::AmReply;
             (*slot).peer = peer.addr;
             (*slot).buffer = Some(reply);
             (*slot).posted_len = REPLY_LEN;
@@ -252,7 +253,7 @@ impl EventLoop {
         let slot = self.slab.acquire(endpoint, OpKind::Send, Token::REMOTE);
         // SAFETY: as in `am_init`.
         let (index, ctx) = unsafe {
-            (*slot).internal = Internal::AmSend;
+            (*slot).role = Role::AmSend;
             (*slot).link = (generation << 32) | u64::from(op_index);
             (*slot).buffer = Some(buf);
             ((*slot).index, slot.cast::<c_void>())
@@ -338,7 +339,10 @@ impl EventLoop {
                 // A request that never left: its operation fails now.
                 let (op, generation) = ((link & u64::from(u32::MAX)) as usize, link >> 32);
                 let live = self.slab.slots.get(op).is_some_and(|s| {
-                    s.in_use && !s.abandoned && s.internal == Internal::AmReply && s.generation == generation
+                    s.in_use
+                        && !s.abandoned
+                        && s.role.internal() == Internal::AmReply
+                        && s.generation == generation
                 });
                 if kind == Internal::AmSend && live {
                     let (endpoint, token) = (self.slab.slots[op].endpoint, self.slab.slots[op].token);
@@ -424,7 +428,7 @@ impl EventLoop {
     /// its own slot.
     pub(super) fn am_repost(&mut self, index: u32) {
         let s = &self.slab.slots[index as usize];
-        let (endpoint, internal, target) = (s.endpoint, s.internal, s.peer);
+        let (endpoint, internal, target) = (s.endpoint, s.role.internal(), s.peer);
         let raw = match self.endpoints.get(endpoint as usize) {
             Some(Some(ep)) => ep.raw,
             _ => return self.am_drop_receive(index),
@@ -480,7 +484,7 @@ impl EventLoop {
     /// up, an operation waiting for its reply fails.
     fn am_drop_receive(&mut self, index: u32) {
         let s = &self.slab.slots[index as usize];
-        if s.internal == Internal::AmReply {
+        if s.role.internal() == Internal::AmReply {
             let (endpoint, token) = (s.endpoint, s.token);
             self.am.untrack(index);
             if let Some(b) = self.slab.release(index) {

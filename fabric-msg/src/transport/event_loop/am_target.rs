@@ -9,7 +9,7 @@ use super::am_wire::{
     apply, decode_request, encode_reply, Status, MAX_NAME, MAX_OUTBOX, REPLY_LEN, REQUEST_LEN,
 };
 use super::calls::raw_send;
-use super::slab::Internal;
+use super::slab::Role;
 use super::state::EventLoop;
 use super::types::{OpKind, Token};
 use crate::error::strerror;
@@ -120,7 +120,7 @@ impl EventLoop {
         let slot = self.slab.acquire(endpoint, OpKind::Send, Token::REMOTE);
         // SAFETY: as in `am_init`.
         let (index, ctx) = unsafe {
-            (*slot).internal = Internal::AmSend;
+            (*slot).role = Role::AmSend;
             (*slot).link = u64::MAX;
             (*slot).buffer = Some(o.buf);
             ((*slot).index, slot.cast::<c_void>())

@@ -30,7 +30,7 @@ impl EventLoop {
                 continue;
             }
             // An emulated atomic half way: its request goes once more.
-            if s.internal == slab::Internal::AmReply && !s.lost && self.am_resend(i as u32, now) {
+            if s.role.internal() == slab::Internal::AmReply && !s.lost && self.am_resend(i as u32, now) {
                 continue;
             }
             let s = &mut self.slab.slots[i];
@@ -39,7 +39,7 @@ impl EventLoop {
             // operation the provider never completes does not make every
             // later poll tick.
             s.expires = None;
-            let (endpoint, kind, token, group, lost) = (s.endpoint, s.kind, s.token, s.group, s.lost);
+            let (endpoint, kind, token, group, lost) = (s.endpoint, s.kind, s.token, s.role.group(), s.lost);
             self.slab.timed -= 1;
             let failure = if lost {
                 self.lost_failure(i as u32)

@@ -147,7 +147,7 @@ impl EventLoop {
                 self.objects.close_failed = true;
                 continue;
             }
-            let (internal, group, kind, token) = (s.internal, s.group, s.kind, s.token);
+            let (internal, group, kind, token) = (s.role.internal(), s.role.group(), s.kind, s.token);
             match internal {
                 slab::Internal::No if group != NO_GROUP => {
                     self.finish_part(i as u32, group, Err(failure.clone()))

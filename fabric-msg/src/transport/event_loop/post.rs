@@ -6,7 +6,8 @@ use super::backlog;
 use super::calls::{raw_recv, raw_send, recv_call, send_call};
 use super::frame::encode_header;
 use super::resources::EndpointState;
-use super::slab::{Group, NO_GROUP};
+use super::slab::Group;
+use super::slab::Role;
 use super::state::EventLoop;
 use super::types::{CompletionError, EndpointId, OpKind, Peer, PostError, RecvOpts, SendOpts, Token};
 use crate::error::{Error, Result};
@@ -400,7 +401,9 @@ impl EventLoop {
         // freed until it is released or its operation completes.
         unsafe {
             (*slot).posted_len = what.len;
-            (*slot).multi = what.multi;
+            if what.multi {
+                (*slot).role = Role::MultiRecv;
+            }
             (*slot).base = base;
             (*slot).peer = what.peer;
             (*slot).want = what.want;
@@ -471,8 +474,11 @@ impl EventLoop {
                 let (index, ctx) = unsafe {
                     (*slot).region = p.region.cloned();
                     (*slot).lease = p.lease.cloned();
-                    (*slot).group = group.unwrap_or(NO_GROUP);
-                    (*slot).atomic = p.atomic;
+                    (*slot).role = match group {
+                        Some(g) => Role::Part(g),
+                        None if p.atomic => Role::FetchingAtomic,
+                        None => Role::Whole,
+                    };
                     (*slot).expires = timeout.map(|t| Instant::now() + t);
                     (*slot).peer = p.peer;
                     if part + 1 == p.count {

@@ -137,7 +137,7 @@ impl EventLoop {
             .slab
             .slots
             .iter()
-            .filter(|s| s.in_use && s.internal == slab::Internal::AmRequest)
+            .filter(|s| s.in_use && s.role.internal() == slab::Internal::AmRequest)
             .count();
         self.am.reposts.retain(|&i| self.slab.slots[i as usize].in_use);
         if let Some(n) = self.am.names.get_mut(id as usize) {
