@@ -41,7 +41,7 @@
 //! }
 //!
 //! let mut ev = EventLoop::new(&found.profile, LoopConfig::default())?;
-//! let ep = ev.endpoint()?;
+//! let ep = ev.open_endpoint()?;
 //! let peer = connect(&mut ev, ep, "server.example:9228", Duration::from_secs(10))?;
 //! ev.recv(peer.endpoint(), Buffer::new(4096), RecvOpts { tag: Some((7, 0)), from: None }, Token(1))?;
 //! ev.send(&peer, Buffer::from_slice(b"hello"), SendOpts { tag: Some(7), data: None }, Token(2))?;

@@ -150,7 +150,7 @@ fn counter_ends_exact(provider: &str, policy: AtomicPolicy) {
     let sp = p.clone();
     let server = std::thread::spawn(move || {
         let mut ev = EventLoop::new(&sp, cfg()).unwrap();
-        let ep = ev.endpoint().unwrap();
+        let ep = ev.open_endpoint().unwrap();
         let region = ev.register(64, Access::ReadWrite).unwrap();
         let peers: Vec<Peer> = (0..CLIENTS)
             .map(|_| listener.accept(&mut ev, ep).unwrap())
@@ -173,7 +173,7 @@ fn counter_ends_exact(provider: &str, policy: AtomicPolicy) {
             let n = total / CLIENTS + u64::from(id < total % CLIENTS);
             std::thread::spawn(move || {
                 let mut ev = EventLoop::new(&p, cfg()).expect("client loop");
-                let ep = ev.endpoint().expect("client endpoint");
+                let ep = ev.open_endpoint().expect("client endpoint");
                 let peer = fabric_msg::connect(&mut ev, ep, addr, TIMEOUT).expect("connect");
                 let mut c = Side { ev, ep, peer };
                 let bytes = recv_tagged(&mut c.ev, c.ep, DESCRIPTOR);

@@ -163,7 +163,7 @@ fn target_role() {
         ..Default::default()
     };
     let mut ev = EventLoop::new(&p, cfg).unwrap();
-    let ep = ev.endpoint().unwrap();
+    let ep = ev.open_endpoint().unwrap();
     let peer = listener.accept(&mut ev, ep).unwrap();
     let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let d = done.clone();

@@ -327,7 +327,7 @@ fn wait_for(ev: &mut EventLoop, token: Token, stash: &mut Vec<Completion>) -> An
 /// emulated atomics) until each says DONE with its count, check the total.
 fn serve(p: &Profile, o: &Opts, listener: Listener, clients: u64) -> AnyResult<(bool, EventLoop)> {
     let mut ev = EventLoop::new(p, loop_config(o))?;
-    let ep = ev.endpoint()?;
+    let ep = ev.open_endpoint()?;
     let counter = ev.register(8, Access::ReadWrite)?;
     let mut peers = Vec::new();
     for _ in 0..clients {
@@ -399,7 +399,7 @@ fn serve(p: &Profile, o: &Opts, listener: Listener, clients: u64) -> AnyResult<(
 /// half by compare-and-swap; checks that every old value it saw is new.
 fn drive(p: &Profile, o: &Opts, addr: std::net::SocketAddr, id: u64) -> AnyResult<EventLoop> {
     let mut ev = EventLoop::new(p, loop_config(o))?;
-    let ep = ev.endpoint()?;
+    let ep = ev.open_endpoint()?;
     let peer = connect(&mut ev, ep, addr, PATIENCE)?;
     let opts = RecvOpts {
         tag: tagged(&ev).then_some((DESCRIPTOR, 0)),

@@ -77,12 +77,12 @@ pub fn pair<T: Send + 'static>(
     let scfg = cfg.clone();
     let server = std::thread::spawn(move || {
         let mut ev = EventLoop::new(&server_profile, scfg).expect("server loop");
-        let ep = ev.endpoint().expect("server endpoint");
+        let ep = ev.open_endpoint().expect("server endpoint");
         let peer = listener.accept(&mut ev, ep).expect("accept");
         serve(Side { ev, ep, peer })
     });
     let mut ev = EventLoop::new(&client_profile, cfg).expect("client loop");
-    let ep = ev.endpoint().expect("client endpoint");
+    let ep = ev.open_endpoint().expect("client endpoint");
     let peer = connect(&mut ev, ep, addr, TIMEOUT).expect("connect");
     (Side { ev, ep, peer }, server)
 }
@@ -124,7 +124,7 @@ pub fn profile_caps(provider: &str, caps: &[Capability]) -> Profile {
 /// A client loop connected to `addr`.
 pub fn client(p: &Profile, addr: std::net::SocketAddr) -> Side {
     let mut ev = EventLoop::new(p, LoopConfig::default()).expect("client loop");
-    let ep = ev.endpoint().expect("client endpoint");
+    let ep = ev.open_endpoint().expect("client endpoint");
     let peer = connect(&mut ev, ep, addr, TIMEOUT).expect("connect");
     Side { ev, ep, peer }
 }

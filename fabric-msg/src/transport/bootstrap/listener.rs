@@ -85,7 +85,7 @@ impl fmt::Display for Refusal {
 /// # use fabric_msg::{Accepted, EventLoop, Listener};
 /// # use std::time::Duration;
 /// # fn serve(ev: &mut EventLoop, listener: &Listener) -> fabric_msg::Result<()> {
-/// let ep = ev.endpoint()?;
+/// let ep = ev.open_endpoint()?;
 /// let (mut peers, mut done) = (Vec::new(), Vec::new());
 /// loop {
 ///     ev.poll(&mut done, Some(Duration::from_millis(1)))?;

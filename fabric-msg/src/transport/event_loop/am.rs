@@ -57,7 +57,7 @@ impl EventLoop {
             return Ok(());
         }
         let raw = self.ep(id)?.raw;
-        let name = self.name(id)?;
+        let name = self.endpoint_name(id)?;
         if name.len() > MAX_NAME {
             return Err(Error::Unsupported {
                 what: format!(

@@ -17,7 +17,7 @@ impl EventLoop {
     /// loop's CQ and AV, which reaches every peer. MSG: the loop's base
     /// endpoint, which `accept`/`connect` take; each connection then gets
     /// its own endpoint, named by [`Peer::endpoint`] — post there.
-    pub fn endpoint(&mut self) -> Result<EndpointId> {
+    pub fn open_endpoint(&mut self) -> Result<EndpointId> {
         let Some(av) = &self.objects.av else {
             self.endpoints
                 .push(Some(EndpointState::new(ptr::null_mut(), self.framed())));
@@ -154,7 +154,7 @@ impl EventLoop {
     }
 
     /// The endpoint's address, to give to peers.
-    pub fn name(&self, id: EndpointId) -> Result<Vec<u8>> {
+    pub fn endpoint_name(&self, id: EndpointId) -> Result<Vec<u8>> {
         let ep = self.ep(id)?;
         let mut name = vec![0u8; 256];
         loop {
@@ -186,10 +186,10 @@ impl EventLoop {
         })
     }
 
-    /// Insert a peer's address (from its [`EventLoop::name`]). The name is
+    /// Insert a peer's address (from its [`EventLoop::endpoint_name`]). The name is
     /// checked before libfabric sees it.
     pub fn insert_peer(&mut self, id: EndpointId, name: &[u8], agreement: Agreement) -> Result<Peer> {
-        let own = self.name(id)?;
+        let own = self.endpoint_name(id)?;
         self.check_peer_name(&own, name, "the peer's")?;
         let av = self.objects.av.as_ref().ok_or(Error::Closed {
             what: "address vector".into(),
@@ -230,7 +230,7 @@ impl EventLoop {
         names: &[Vec<u8>],
         agreements: &[Agreement],
     ) -> Result<Vec<Peer>> {
-        let own = self.name(id)?;
+        let own = self.endpoint_name(id)?;
         if names.len() != agreements.len() {
             return Err(Error::Usage(format!(
                 "insert_peers: {} names but {} agreements",
