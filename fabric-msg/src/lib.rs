@@ -118,12 +118,12 @@ pub mod memory;
 pub mod transport;
 pub mod world;
 
-pub use discovery::atomic::{AtomicCarrier, AtomicOperation, AtomicPolicy};
+pub use discovery::atomic::{AtomicCarrier, AtomicKind, AtomicPolicy};
 pub use discovery::classify::{classify, Classification, FabricKind};
 pub use discovery::config::LadderConfig;
 pub use discovery::info::{EndpointType, FabricInfo};
 pub use discovery::negotiate::{negotiate, Capability, EndpointChoice, Negotiation, Requirements};
-pub use discovery::probe::AtomicOp;
+pub use discovery::probe::AtomicSupport;
 pub use discovery::profile::{check_peer, Agreement, Profile, WireProfile, PROTOCOL_VERSION};
 pub use discovery::protection::RemoteProtection;
 pub use error::{Error, Reason, Rejection, Result};

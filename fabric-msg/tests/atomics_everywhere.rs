@@ -14,7 +14,7 @@ mod common;
 use common::*;
 use fabric_msg::discovery::negotiate::{Capability, EndpointChoice, Requirements};
 use fabric_msg::{
-    negotiate, Access, Atomic, AtomicCarrier, AtomicOperation, AtomicPolicy, Buffer, CompletionError, Error,
+    negotiate, Access, Atomic, AtomicCarrier, AtomicKind, AtomicPolicy, Buffer, CompletionError, Error,
     EventLoop, LadderConfig, Listener, LoopConfig, OpKind, Peer, Profile, RecvOpts, RemoteMemory, SendOpts,
     Token, WaitMode,
 };
@@ -186,7 +186,7 @@ fn counter_ends_exact(provider: &str, policy: AtomicPolicy) {
         .collect();
     let mut seen: Vec<u64> = clients.into_iter().flat_map(|t| t.join().unwrap()).collect();
     let (counter, untouched) = server.join().unwrap();
-    let carrier = p.atomic_carrier(AtomicOperation::FetchAdd).unwrap();
+    let carrier = p.atomic_carrier(AtomicKind::FetchAdd).unwrap();
     eprintln!(
         "{provider}: {total} increments by {CLIENTS} peers, {carrier}, in {:?}",
         started.elapsed()
@@ -202,7 +202,7 @@ fn counter_ends_exact(provider: &str, policy: AtomicPolicy) {
 
 fn carrier_is(provider: &str, policy: AtomicPolicy, want: AtomicCarrier) {
     let p = atomics_profile(provider, policy);
-    for op in AtomicOperation::ALL {
+    for op in AtomicKind::ALL {
         assert_eq!(p.atomic_carrier(op), Some(want), "{provider}: {op}");
     }
 }

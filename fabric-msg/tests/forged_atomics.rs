@@ -26,7 +26,7 @@ mod common;
 use common::*;
 use fabric_msg::discovery::negotiate::{Capability, EndpointChoice, Requirements};
 use fabric_msg::{
-    negotiate, Access, Agreement, Atomic, AtomicCounters, AtomicOperation, AtomicPolicy, Buffer, Completion,
+    negotiate, Access, Agreement, Atomic, AtomicCounters, AtomicKind, AtomicPolicy, Buffer, Completion,
     EndpointId, EventLoop, LadderConfig, LoopConfig, OpKind, Peer, Profile, RemoteMemory, SendOpts, Token,
 };
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -388,9 +388,9 @@ fn a_request_sent_again_is_applied_once_shm() {
 
 /// A request as docs/atomics.md lays it out, naming `origin`.
 fn request(addr: u64, key: u64, cookie: u64, reply_tag: u64, origin: &[u8]) -> Vec<u8> {
-    let op = AtomicOperation::ALL
+    let op = AtomicKind::ALL
         .iter()
-        .position(|&o| o == AtomicOperation::FetchAdd)
+        .position(|&o| o == AtomicKind::FetchAdd)
         .unwrap() as u8;
     let mut r = vec![0u8; 64];
     r[..4].copy_from_slice(b"FMAq");

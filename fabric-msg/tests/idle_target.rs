@@ -28,7 +28,7 @@ mod common;
 use common::*;
 use fabric_msg::discovery::negotiate::{Capability, EndpointChoice, Requirements};
 use fabric_msg::{
-    negotiate, Access, Atomic, AtomicCarrier, AtomicOperation, EventLoop, LadderConfig, LoopConfig, OpKind,
+    negotiate, Access, Atomic, AtomicCarrier, AtomicKind, EventLoop, LadderConfig, LoopConfig, OpKind,
     ProgressThread, Token,
 };
 use std::sync::mpsc;
@@ -189,9 +189,7 @@ fn run(
 ) -> Outcome {
     use std::io::{BufRead, Write};
     let p = profile(provider, endpoint, atomics);
-    let carrier = atomics
-        .then(|| p.atomic_carrier(AtomicOperation::FetchAdd))
-        .flatten();
+    let carrier = atomics.then(|| p.atomic_carrier(AtomicKind::FetchAdd)).flatten();
     let cfg = LoopConfig {
         progress_thread: progress,
         ..Default::default()

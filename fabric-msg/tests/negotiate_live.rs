@@ -129,7 +129,7 @@ fn atomics_do_not_decide_the_fabric() {
     let b = negotiate(&with, &LadderConfig::default()).unwrap().profile;
     assert_eq!((&a.provider, &a.domain), (&b.provider, &b.domain));
     assert_ne!(b.provider, "sockets", "atomics no longer push to the slow rung");
-    for op in fabric_msg::AtomicOperation::ALL {
+    for op in fabric_msg::AtomicKind::ALL {
         assert!(b.atomic_carrier(op).is_some(), "{}: {op}", b.provider);
     }
 }

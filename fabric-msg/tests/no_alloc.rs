@@ -390,7 +390,7 @@ fn warmed_up_emulated_atomics_allocate_nothing_per_operation() {
         next(ev, out, held, OpKind::Recv);
     });
     assert_eq!(
-        ev.profile().atomic_carrier(fabric_msg::AtomicOperation::FetchAdd),
+        ev.profile().atomic_carrier(fabric_msg::AtomicKind::FetchAdd),
         Some(fabric_msg::AtomicCarrier::Emulated)
     );
     let mut reused = Reused::new(1);

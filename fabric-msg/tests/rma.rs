@@ -671,7 +671,7 @@ fn atomics_are_refused_on_udp_rxd() {
         .profile;
     assert!(p.atomics.is_empty(), "{:?}", p.atomics);
     assert_eq!(
-        p.atomic_carrier(fabric_msg::AtomicOperation::FetchAdd),
+        p.atomic_carrier(fabric_msg::AtomicKind::FetchAdd),
         Some(fabric_msg::AtomicCarrier::Emulated)
     );
 }
@@ -688,7 +688,7 @@ fn atomics_under_contention_shm() {
 fn atomics_are_unsupported_on_tcp() {
     let p = rma_profile("tcp;ofi_rxm");
     assert!(p.atomics.is_empty());
-    assert_eq!(p.atomic_carrier(fabric_msg::AtomicOperation::FetchAdd), None);
+    assert_eq!(p.atomic_carrier(fabric_msg::AtomicKind::FetchAdd), None);
     let (mut c, server) = pair(p.clone(), p, LoopConfig::default(), move |mut s| {
         let region = s.ev.register(64, Access::ReadWrite).unwrap();
         send_tagged(&mut s.ev, &s.peer, DESCRIPTOR, &region.remote().encode());

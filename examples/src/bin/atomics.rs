@@ -11,7 +11,7 @@
 
 use fabric_msg::discovery::negotiate::{Capability, EndpointChoice};
 use fabric_msg::{
-    connect, negotiate, Access, Atomic, AtomicCarrier, AtomicOperation, AtomicPolicy, Buffer, Completion,
+    connect, negotiate, Access, Atomic, AtomicCarrier, AtomicKind, AtomicPolicy, Buffer, Completion,
     EventLoop, LadderConfig, Listener, LoopConfig, Peer, Profile, RecvOpts, Requirements, SendOpts, Token,
     WaitMode,
 };
@@ -215,7 +215,7 @@ fn header(o: &Opts, p: &Profile) {
 
 fn run(o: &Opts) -> AnyResult<bool> {
     let profile = negotiate(&requirements(o), &LadderConfig::load(None)?)?.profile;
-    for op in [AtomicOperation::FetchAdd, AtomicOperation::CompareSwap] {
+    for op in [AtomicKind::FetchAdd, AtomicKind::CompareSwap] {
         if profile.atomic_carrier(op).is_none() {
             return Err(format!("{} carries no {op} here", profile.provider).into());
         }
@@ -471,7 +471,7 @@ fn drive(p: &Profile, o: &Opts, addr: std::net::SocketAddr, id: u64) -> AnyResul
     let ops = fa_total + cas_tries;
     let usec = elapsed.as_secs_f64() * 1e6 / ops.max(1) as f64;
     let carrier = p
-        .atomic_carrier(AtomicOperation::FetchAdd)
+        .atomic_carrier(AtomicKind::FetchAdd)
         .unwrap_or(AtomicCarrier::Native);
     if o.json {
         println!(

@@ -17,7 +17,7 @@
 //!        is then skipped, loudly)
 //!        symmetric_check --mismatch      the last rank asks for 8 bytes more
 
-use fabric_msg::{Access, Atomic, AtomicOperation, Capability, Symmetric, Token, World, WorldConfig};
+use fabric_msg::{Access, Atomic, AtomicKind, Capability, Symmetric, Token, World, WorldConfig};
 use std::collections::HashMap;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -189,7 +189,7 @@ fn atomics(
 ) -> Result<usize, String> {
     let (me, size) = (world.rank(), world.size());
     let profile = world.profile();
-    let missing: Vec<_> = [AtomicOperation::FetchAdd, AtomicOperation::CompareSwap]
+    let missing: Vec<_> = [AtomicKind::FetchAdd, AtomicKind::CompareSwap]
         .into_iter()
         .filter(|&op| profile.atomic_carrier(op).is_none())
         .collect();

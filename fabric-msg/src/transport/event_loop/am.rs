@@ -34,7 +34,7 @@ use super::slab::Internal;
 use super::slab::Role;
 use super::state::EventLoop;
 use super::types::{Completion, CompletionError, EndpointId, OpKind, Peer, Token};
-use crate::discovery::atomic::AtomicOperation;
+use crate::discovery::atomic::AtomicKind;
 use crate::error::{check, strerror, Error, ErrorCode, Result};
 use crate::ffi;
 use crate::memory::buffer::Buffer;
@@ -44,7 +44,7 @@ use std::ptr;
 
 /// An atomic's operation and operands, as the emulation sends them.
 pub(crate) struct AtomicRequest {
-    pub(crate) op: AtomicOperation,
+    pub(crate) op: AtomicKind,
     pub(crate) operand: u64,
     pub(crate) compare: u64,
 }

@@ -17,7 +17,7 @@ use super::am::AtomicRequest;
 use super::post::Parts;
 use super::state::EventLoop;
 use super::types::{OpKind, Peer, Token};
-use crate::discovery::atomic::{AtomicCarrier, AtomicForm, AtomicOperation};
+use crate::discovery::atomic::{AtomicCarrier, AtomicForm, AtomicKind};
 use crate::error::{Error, Result};
 use crate::ffi;
 use crate::memory::access::Access;
@@ -55,15 +55,15 @@ pub enum Atomic {
 
 impl Atomic {
     /// The operation without its operands, as [`Profile::supports`](crate::Profile::supports) takes it.
-    pub fn operation(self) -> AtomicOperation {
+    pub fn kind(self) -> AtomicKind {
         match self {
-            Atomic::Add(_) => AtomicOperation::Add,
-            Atomic::FetchAdd(_) => AtomicOperation::FetchAdd,
-            Atomic::Swap(_) => AtomicOperation::Swap,
-            Atomic::CompareSwap { .. } => AtomicOperation::CompareSwap,
-            Atomic::FetchMin(_) => AtomicOperation::FetchMin,
-            Atomic::FetchMax(_) => AtomicOperation::FetchMax,
-            Atomic::Read => AtomicOperation::Read,
+            Atomic::Add(_) => AtomicKind::Add,
+            Atomic::FetchAdd(_) => AtomicKind::FetchAdd,
+            Atomic::Swap(_) => AtomicKind::Swap,
+            Atomic::CompareSwap { .. } => AtomicKind::CompareSwap,
+            Atomic::FetchMin(_) => AtomicKind::FetchMin,
+            Atomic::FetchMax(_) => AtomicKind::FetchMax,
+            Atomic::Read => AtomicKind::Read,
         }
     }
 
@@ -423,7 +423,7 @@ impl EventLoop {
         offset: u64,
         token: Token,
     ) -> Result<()> {
-        let operation = op.operation();
+        let operation = op.kind();
         let (fi_op, _, kind) = operation.libfabric();
         let (operand, compare) = op.operands();
         remote.check(offset, 8, op.needs(), "atomic")?;
