@@ -12,11 +12,12 @@
 
 mod common;
 use common::*;
+use fabric_msg::discovery::atomic::AtomicCarrier;
 use fabric_msg::discovery::negotiate::{Capability, EndpointChoice, Requirements};
 use fabric_msg::{
-    negotiate, Access, Atomic, AtomicCarrier, AtomicKind, AtomicPolicy, Buffer, CompletionError, Error,
-    EventLoop, LadderConfig, Listener, LoopConfig, OpKind, Peer, Profile, RecvOpts, RemoteMemory, SendOpts,
-    Token, WaitMode,
+    negotiate, Access, Atomic, AtomicKind, AtomicPolicy, Buffer, CompletionError, Error, EventLoop,
+    LadderConfig, Listener, LoopConfig, OpKind, Peer, Profile, RecvOpts, RemoteMemory, SendOpts, Token,
+    WaitMode,
 };
 use std::time::{Duration, Instant};
 

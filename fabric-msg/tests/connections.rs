@@ -315,7 +315,7 @@ fn hostile_handshakes_get_clear_errors_and_never_hang() {
     let wire = profile("tcp;ofi_rxm").wire();
     let bad_magic = postcard::to_stdvec(&Frame::Hello {
         magic: 1,
-        version: fabric_msg::PROTOCOL_VERSION,
+        version: fabric_msg::discovery::profile::PROTOCOL_VERSION,
         profile: wire.clone(),
         name: vec![],
         nonce: 0,
@@ -332,7 +332,10 @@ fn hostile_handshakes_get_clear_errors_and_never_hang() {
     })
     .unwrap();
     let e = hostile(&framed(&future), t);
-    let here = format!("protocol version {} here, 99 at", fabric_msg::PROTOCOL_VERSION);
+    let here = format!(
+        "protocol version {} here, 99 at",
+        fabric_msg::discovery::profile::PROTOCOL_VERSION
+    );
     assert!(e.contains(&here), "{e}");
 
     // A peer that connects and says nothing.

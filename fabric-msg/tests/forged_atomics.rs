@@ -25,9 +25,10 @@
 mod common;
 use common::*;
 use fabric_msg::discovery::negotiate::{Capability, EndpointChoice, Requirements};
+use fabric_msg::discovery::profile::Agreement;
 use fabric_msg::{
-    negotiate, Access, Agreement, Atomic, AtomicCounters, AtomicKind, AtomicPolicy, Buffer, Completion,
-    EndpointId, EventLoop, LadderConfig, LoopConfig, OpKind, Peer, Profile, RemoteMemory, SendOpts, Token,
+    negotiate, Access, Atomic, AtomicCounters, AtomicKind, AtomicPolicy, Buffer, Completion, EndpointId,
+    EventLoop, LadderConfig, LoopConfig, OpKind, Peer, Profile, RemoteMemory, SendOpts, Token,
 };
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

@@ -13,9 +13,9 @@ mod common;
 use common::*;
 use crossbeam_channel::{Receiver, Sender};
 use fabric_msg::discovery::negotiate::{negotiate, Capability, EndpointChoice, Requirements};
+use fabric_msg::discovery::protection::RemoteProtection;
 use fabric_msg::{
-    Access, CompletionError, EventLoop, LadderConfig, Listener, LoopConfig, OpKind, Peer, RemoteMemory,
-    RemoteProtection, Token,
+    Access, CompletionError, EventLoop, LadderConfig, Listener, LoopConfig, OpKind, Peer, RemoteMemory, Token,
 };
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};

@@ -26,10 +26,10 @@
 
 mod common;
 use common::*;
+use fabric_msg::discovery::atomic::AtomicCarrier;
 use fabric_msg::discovery::negotiate::{Capability, EndpointChoice, Requirements};
 use fabric_msg::{
-    negotiate, Access, Atomic, AtomicCarrier, AtomicKind, EventLoop, LadderConfig, LoopConfig, OpKind,
-    ProgressThread, Token,
+    negotiate, Access, Atomic, AtomicKind, EventLoop, LadderConfig, LoopConfig, OpKind, ProgressThread, Token,
 };
 use std::sync::mpsc;
 use std::time::{Duration, Instant};

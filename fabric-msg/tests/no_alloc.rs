@@ -391,7 +391,7 @@ fn warmed_up_emulated_atomics_allocate_nothing_per_operation() {
     });
     assert_eq!(
         ev.profile().atomic_carrier(fabric_msg::AtomicKind::FetchAdd),
-        Some(fabric_msg::AtomicCarrier::Emulated)
+        Some(fabric_msg::discovery::atomic::AtomicCarrier::Emulated)
     );
     let mut reused = Reused::new(1);
     let mem = rma_setup(&mut ev, &peer, &mut reused);

@@ -672,7 +672,7 @@ fn atomics_are_refused_on_udp_rxd() {
     assert!(p.atomics.is_empty(), "{:?}", p.atomics);
     assert_eq!(
         p.atomic_carrier(fabric_msg::AtomicKind::FetchAdd),
-        Some(fabric_msg::AtomicCarrier::Emulated)
+        Some(fabric_msg::discovery::atomic::AtomicCarrier::Emulated)
     );
 }
 

@@ -9,11 +9,11 @@
 //! server and clients in one process over 127.0.0.1: `atomics --loopback`.
 //! Exits non-zero on a wrong total.
 
+use fabric_msg::discovery::atomic::AtomicCarrier;
 use fabric_msg::discovery::negotiate::{Capability, EndpointChoice};
 use fabric_msg::{
-    connect, negotiate, Access, Atomic, AtomicCarrier, AtomicKind, AtomicPolicy, Buffer, Completion,
-    EventLoop, LadderConfig, Listener, LoopConfig, Peer, Profile, RecvOpts, Requirements, SendOpts, Token,
-    WaitMode,
+    connect, negotiate, Access, Atomic, AtomicKind, AtomicPolicy, Buffer, Completion, EventLoop,
+    LadderConfig, Listener, LoopConfig, Peer, Profile, RecvOpts, Requirements, SendOpts, Token, WaitMode,
 };
 use fabric_msg_examples::output::atomic_op_name;
 use fabric_msg_examples::session::accept_serving;

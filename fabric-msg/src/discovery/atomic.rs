@@ -40,7 +40,7 @@ pub(crate) enum AtomicForm {
 }
 
 impl AtomicForm {
-    /// The name [`AtomicSupport::form`](crate::AtomicSupport::form) uses.
+    /// The name [`AtomicSupport::form`](crate::discovery::probe::AtomicSupport::form) uses.
     pub(crate) fn name(self) -> &'static str {
         match self {
             AtomicForm::Plain => "atomic",
@@ -100,7 +100,7 @@ impl fmt::Display for AtomicCarrier {
 }
 
 /// Which carrier the application wants for its atomics: both peers must
-/// make the same choice (it is part of the [`WireProfile`](crate::WireProfile)).
+/// make the same choice (it is part of the [`WireProfile`](crate::discovery::profile::WireProfile)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 pub enum AtomicPolicy {
     /// Native when the provider validates every operation, emulated

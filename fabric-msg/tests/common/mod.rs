@@ -136,7 +136,7 @@ pub enum Frame {
     Hello {
         magic: u32,
         version: u16,
-        profile: fabric_msg::WireProfile,
+        profile: fabric_msg::discovery::profile::WireProfile,
         name: Vec<u8>,
         /// The server's per-handshake nonce on connected endpoints, which
         /// the client's `fi_connect` carries; 0 otherwise.
@@ -163,7 +163,7 @@ pub fn hello(profile: &Profile, name: Vec<u8>) -> Vec<u8> {
     framed(
         &postcard::to_stdvec(&Frame::Hello {
             magic: MAGIC,
-            version: fabric_msg::PROTOCOL_VERSION,
+            version: fabric_msg::discovery::profile::PROTOCOL_VERSION,
             profile: profile.wire(),
             name,
             nonce: 0,
