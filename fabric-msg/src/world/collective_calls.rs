@@ -323,10 +323,10 @@ impl World {
     ) -> Result<Request<T>> {
         let _call = self.live.call();
         let (engine, mut io) = self.engine_io();
-        let (seq, alive) = engine.start(&mut io, what, sched, work, reduction);
+        let (seq, outcome) = engine.start(&mut io, what, sched, work, reduction);
         Ok(Request {
             seq,
-            _alive: alive,
+            outcome,
             shape,
             what,
             _t: PhantomData,
@@ -361,16 +361,8 @@ impl World {
     pub fn wait<T: Element>(&mut self, req: Request<T>) -> Result<Vec<T>> {
         let _call = self.live.call();
         loop {
-            if let Some(result) = self.coll.take(req.seq) {
-                let work = result?.downcast::<Vec<T>>().map_err(|_| {
-                    Error::Usage(format!(
-                        "{} #{}: the result is not a Vec<{}>",
-                        req.what,
-                        req.seq,
-                        T::NAME
-                    ))
-                })?;
-                return Ok(request::extract(*work, &req.shape));
+            if let Some(result) = req.outcome.lock().take() {
+                return result.map(|work| request::extract(work, &req.shape));
             }
             if !self.coll.running(req.seq) {
                 return Err(Error::Usage(format!(

@@ -24,15 +24,13 @@
 use super::io::{decode, forged, is_reserved, post_outgoing, token, Failure, Io, Kind, Outgoing, Shared};
 use super::io::{LOSS_GRACE, NOTICE_MAX, NOTICE_PATIENCE};
 use super::ops::{Element, Reduction};
-use super::run::{Progress, Run, Spare};
+use super::run::{Outcome, Progress, Run, Spare};
 use super::schedule::Schedule;
 use crate::error::{Error, Result};
 use crate::memory::buffer::Buffer;
 use crate::transport::event_loop::idle::{Idler, Pause};
 use crate::transport::event_loop::{Completion, RecvOpts};
 use crate::world::tags;
-use std::any::Any;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The notice receive's index on the main loop, and on the shm loop.
@@ -47,19 +45,11 @@ struct Notice {
     text: String,
 }
 
-/// A run that ended, kept until its request collects it.
-struct Finished {
-    seq: u32,
-    alive: Arc<()>,
-    result: Result<Box<dyn Any + Send>>,
-}
-
 /// Every collective of one World: its numbering, the runs in flight, the
 /// finished ones and the application's completions kept during waits.
 pub(crate) struct Engine {
     next_seq: u32,
     runs: Vec<Box<dyn Progress>>,
-    finished: Vec<Finished>,
     sh: Shared,
     stash: Vec<Completion>,
     batch: Vec<Completion>,
@@ -86,7 +76,6 @@ impl std::fmt::Debug for Engine {
         f.debug_struct("Engine")
             .field("next_seq", &self.next_seq)
             .field("runs", &self.runs.len())
-            .field("finished", &self.finished.len())
             .field("kept_completions", &self.stash.len())
             .field("idle", &self.idle)
             .finish()
@@ -121,7 +110,6 @@ impl Engine {
         Engine {
             next_seq: 0,
             runs: Vec::new(),
-            finished: Vec::new(),
             sh: Shared::default(),
             stash: Vec::new(),
             batch: Vec::new(),
@@ -163,8 +151,7 @@ impl Engine {
         Ok(())
     }
 
-    /// Start a run; returns its number and the handle whose drop abandons
-    /// its result.
+    /// Start a run; returns its number and where its result will be.
     pub(crate) fn start<T: Element>(
         &mut self,
         io: &mut Io<'_>,
@@ -172,18 +159,18 @@ impl Engine {
         sched: Schedule,
         work: Vec<T>,
         reduction: Option<Reduction<T>>,
-    ) -> (u32, Arc<()>) {
+    ) -> (u32, Outcome<T>) {
         let seq = self.next_seq;
         self.next_seq = self.next_seq.wrapping_add(1);
         let spare = self.spares.pop().unwrap_or_default();
         let run = Run::new(what, seq, sched, work, reduction, spare);
-        let alive = run.alive.clone();
+        let outcome = run.outcome.clone();
         self.runs.push(Box::new(run));
         if let Err(e) = self.listen(io) {
             log::warn!("cannot listen for other ranks' collective failures: {e}");
         }
         self.progress(io);
-        (seq, alive)
+        (seq, outcome)
     }
 
     /// A collective refused for bad arguments: it still takes its number,
@@ -264,7 +251,7 @@ impl Engine {
                 }
             }
         };
-        self.end(seq, run.alive().clone(), Err(error));
+        run.fail(error);
         self.retire(run);
     }
 
@@ -275,13 +262,6 @@ impl Engine {
     fn retire(&mut self, run: Box<dyn Progress>) {
         if run.busy() {
             self.orphans.push(run);
-        }
-    }
-
-    fn end(&mut self, seq: u32, alive: Arc<()>, result: Result<Box<dyn Any + Send>>) {
-        // Nobody holds the request any more: nobody will collect it.
-        if Arc::strong_count(&alive) > 1 {
-            self.finished.push(Finished { seq, alive, result });
         }
     }
 
@@ -308,7 +288,7 @@ impl Engine {
                         },
                         _ => Error::Usage(e.to_string()),
                     };
-                    self.end(run.seq(), run.alive().clone(), Err(e));
+                    run.fail(e);
                     self.retire(run);
                 }
             }
@@ -323,14 +303,11 @@ impl Engine {
                     if self.spares.len() < SPARES {
                         self.spares.push(run.spare());
                     }
-                    let (seq, alive) = (run.seq(), run.alive().clone());
-                    self.end(seq, alive, Ok(run.into_work()));
+                    run.succeed();
                 }
                 Err(f) => self.fail(io, i, f),
             }
         }
-        // Requests dropped after their run ended.
-        self.finished.retain(|f| Arc::strong_count(&f.alive) > 1);
     }
 
     /// Fail the runs other ranks said failed; keep notices of collectives
@@ -348,7 +325,7 @@ impl Engine {
                     rank: n.rank,
                     message: n.text,
                 };
-                self.end(run.seq(), run.alive().clone(), Err(error));
+                run.fail(error);
                 self.retire(run);
             } else if n.seq.wrapping_sub(self.next_seq) & tags::SEQ_MASK < (tags::SEQ_MASK >> 1) {
                 self.notices.push(n);
@@ -513,12 +490,6 @@ impl Engine {
             Pause::Yield => std::thread::yield_now(),
             Pause::Block => {}
         }
-    }
-
-    /// The result of run `seq`, if it ended.
-    pub(crate) fn take(&mut self, seq: u32) -> Option<Result<Box<dyn Any + Send>>> {
-        let i = self.finished.iter().position(|f| f.seq == seq)?;
-        Some(self.finished.swap_remove(i).result)
     }
 
     /// Whether run `seq` is still in flight.

@@ -4,7 +4,6 @@
 use super::ops::Element;
 use crate::error::{Error, Result};
 use std::marker::PhantomData;
-use std::sync::Arc;
 
 /// Which parts of a run's working array make the result, in order.
 #[derive(Debug, Clone)]
@@ -34,8 +33,8 @@ pub(crate) enum Shape {
 #[derive(Debug)]
 pub struct Request<T: Element> {
     pub(crate) seq: u32,
-    /// Held while someone may collect the result (see `Engine::end`).
-    pub(crate) _alive: Arc<()>,
+    /// Where the run puts its result.
+    pub(crate) outcome: super::run::Outcome<T>,
     pub(crate) shape: Shape,
     pub(crate) what: &'static str,
     pub(crate) _t: PhantomData<fn() -> T>,

@@ -24,7 +24,6 @@ use crate::error::Error;
 use crate::memory::buffer::Buffer;
 use crate::transport::event_loop::{Completion, CompletionError, PostError, RecvOpts, SendOpts};
 use crate::world::tags;
-use std::any::Any;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -89,8 +88,14 @@ pub(crate) struct Run<T: Element> {
     work: Vec<T>,
     reduction: Option<Reduction<T>>,
     scratch: Vec<T>,
-    pub(crate) alive: Arc<()>,
+    /// Where the run's result goes, shared with its [`Request`](super::request::Request).
+    pub(crate) outcome: Outcome<T>,
 }
+
+/// A run's result, typed end to end: the run puts it here when it ends,
+/// and `World::wait` takes it from its request. Dropping the request
+/// drops its half; the result is then dropped with the run.
+pub(crate) type Outcome<T> = Arc<parking_lot::Mutex<Option<crate::error::Result<Vec<T>>>>>;
 
 /// The bookkeeping containers of a finished run, which the engine hands to
 /// the next: a small collective allocated each of them every time.
@@ -107,7 +112,8 @@ pub(crate) struct Spare {
 pub(crate) trait Progress: Send {
     fn seq(&self) -> u32;
     fn what(&self) -> &'static str;
-    fn alive(&self) -> &Arc<()>;
+    /// End with `error`: the request's result.
+    fn fail(&self, error: crate::error::Error);
     /// Whether the run has posts the provider refused for a full queue:
     /// only then can advancing it help before one of its operations
     /// completes (every other reason a run waits ends with a completion).
@@ -121,8 +127,8 @@ pub(crate) trait Progress: Send {
     /// Whether the provider may still read or write the working array: a
     /// run that ends so must be kept until the World's event loop closes.
     fn busy(&self) -> bool;
-    /// The working array, as `Box<Vec<T>>`.
-    fn into_work(self: Box<Self>) -> Box<dyn Any + Send>;
+    /// End well: the working array is the request's result.
+    fn succeed(self: Box<Self>);
     /// The run's containers, for the next run (once it is done).
     fn spare(&mut self) -> Spare;
 }
@@ -174,7 +180,7 @@ impl<T: Element> Run<T> {
             work,
             reduction,
             scratch: Vec::new(),
-            alive: Arc::new(()),
+            outcome: Arc::default(),
         }
     }
 
@@ -387,8 +393,8 @@ impl<T: Element> Progress for Run<T> {
         self.what
     }
 
-    fn alive(&self) -> &Arc<()> {
-        &self.alive
+    fn fail(&self, error: crate::error::Error) {
+        *self.outcome.lock() = Some(Err(error));
     }
 
     fn stalled(&self) -> bool {
@@ -497,8 +503,9 @@ impl<T: Element> Progress for Run<T> {
         self.sending.iter().any(Option::is_some) || self.direct_recvs > 0
     }
 
-    fn into_work(self: Box<Self>) -> Box<dyn Any + Send> {
-        Box::new(self.work)
+    fn succeed(self: Box<Self>) {
+        let Run { work, outcome, .. } = *self;
+        *outcome.lock() = Some(Ok(work));
     }
 
     fn spare(&mut self) -> Spare {
