@@ -76,13 +76,11 @@ impl EventLoop {
             let desc = self.local_desc(&mut buf)?;
             let bufp = buf.ptr(false);
             let slot = self.slab.acquire(id.0, OpKind::Recv, Token::REMOTE);
-            // SAFETY: slot points into a live Box in the slab, not moved or
-            // freed until released.
-            let (index, ctx) = unsafe {
-                (*slot).role = Role::AmRequest;
-                (*slot).buffer = Some(buf);
-                (*slot).posted_len = REQUEST_LEN;
-                ((*slot).index, slot.cast::<c_void>())
+            let (index, ctx) = {
+                slot.role = Role::AmRequest;
+                slot.buffer = Some(buf);
+                slot.posted_len = REQUEST_LEN;
+                (slot.index, slot.context())
             };
             let gate = self.progress_gate();
             // SAFETY: raw is enabled; the buffer (REQUEST_LEN bytes at bufp)
@@ -137,14 +135,13 @@ impl EventLoop {
         let slot = self.slab.acquire(peer.endpoint.0, OpKind::Atomic, token);
         // Half the timeout: then the request goes once more (`am_resend`).
         let deadline = self.cfg.rma_timeout.map(|t| std::time::Instant::now() + t / 2);
-        // SAFETY: as in `am_init`.
-        let (op_index, generation, ctx) = unsafe {
-            (*slot).role = Role::AmReply;
-            (*slot).peer = peer.addr;
-            (*slot).buffer = Some(reply);
-            (*slot).posted_len = REPLY_LEN;
-            (*slot).expires = deadline;
-            ((*slot).index, (*slot).generation, slot.cast::<c_void>())
+        let (op_index, generation, ctx) = {
+            slot.role = Role::AmReply;
+            slot.peer = peer.addr;
+            slot.buffer = Some(reply);
+            slot.posted_len = REPLY_LEN;
+            slot.expires = deadline;
+            (slot.index, slot.generation, slot.context())
         };
         if deadline.is_some() {
             self.slab.timed += 1;
@@ -251,12 +248,11 @@ impl EventLoop {
             return Err(Error::Usage("no room in the completion queue".into()));
         }
         let slot = self.slab.acquire(endpoint, OpKind::Send, Token::REMOTE);
-        // SAFETY: as in `am_init`.
-        let (index, ctx) = unsafe {
-            (*slot).role = Role::AmSend;
-            (*slot).link = (generation << 32) | u64::from(op_index);
-            (*slot).buffer = Some(buf);
-            ((*slot).index, slot.cast::<c_void>())
+        let (index, ctx) = {
+            slot.role = Role::AmSend;
+            slot.link = (generation << 32) | u64::from(op_index);
+            slot.buffer = Some(buf);
+            (slot.index, slot.context())
         };
         let request_tag = self.am.tags.request();
         // SAFETY: raw is enabled; `len` bytes at bufp are owned by the slot

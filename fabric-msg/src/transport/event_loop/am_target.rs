@@ -15,7 +15,6 @@ use super::types::{OpKind, Token};
 use crate::error::strerror;
 use crate::ffi;
 use crate::memory::buffer::Buffer;
-use std::os::raw::c_void;
 
 impl EventLoop {
     /// A peer's request: check the origin, the room to answer and the
@@ -118,12 +117,11 @@ impl EventLoop {
         let (addr, tag, endpoint) = (o.addr, o.tag, o.endpoint);
         let bufp = o.buf.ptr(true);
         let slot = self.slab.acquire(endpoint, OpKind::Send, Token::REMOTE);
-        // SAFETY: as in `am_init`.
-        let (index, ctx) = unsafe {
-            (*slot).role = Role::AmSend;
-            (*slot).link = u64::MAX;
-            (*slot).buffer = Some(o.buf);
-            ((*slot).index, slot.cast::<c_void>())
+        let (index, ctx) = {
+            slot.role = Role::AmSend;
+            slot.link = u64::MAX;
+            slot.buffer = Some(o.buf);
+            (slot.index, slot.context())
         };
         // SAFETY: raw is enabled; REPLY_LEN bytes at bufp are owned by the
         // slot until its completion; ctx is the slot's.

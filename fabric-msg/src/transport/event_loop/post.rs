@@ -397,18 +397,14 @@ impl EventLoop {
     /// index, generation and the context libfabric is handed.
     pub(super) fn slot_for(&mut self, what: &Posting, base: usize) -> (u32, u64, *mut c_void) {
         let slot = self.slab.acquire(what.endpoint.0, what.kind, what.token);
-        // SAFETY: slot points into a live Box in the slab that is not moved or
-        // freed until it is released or its operation completes.
-        unsafe {
-            (*slot).posted_len = what.len;
-            if what.multi {
-                (*slot).role = Role::MultiRecv;
-            }
-            (*slot).base = base;
-            (*slot).peer = what.peer;
-            (*slot).want = what.want;
-            ((*slot).index, (*slot).generation, slot.cast::<c_void>())
+        slot.posted_len = what.len;
+        if what.multi {
+            slot.role = Role::MultiRecv;
         }
+        slot.base = base;
+        slot.peer = what.peer;
+        slot.want = what.want;
+        (slot.index, slot.generation, slot.context())
     }
 
     /// Take a slot, post, and retry on `-FI_EAGAIN` while progressing.
@@ -470,21 +466,20 @@ impl EventLoop {
         for part in 0..p.count {
             let posted = self.wait_for_room().and_then(|()| {
                 let slot = self.slab.acquire(p.endpoint.0, p.kind, p.token);
-                // SAFETY: slot points into a live Box in the slab (see `post`).
-                let (index, ctx) = unsafe {
-                    (*slot).region = p.region.cloned();
-                    (*slot).lease = p.lease.cloned();
-                    (*slot).role = match group {
+                let (index, ctx) = {
+                    slot.region = p.region.cloned();
+                    slot.lease = p.lease.cloned();
+                    slot.role = match group {
                         Some(g) => Role::Part(g),
                         None if p.atomic => Role::FetchingAtomic,
                         None => Role::Whole,
                     };
-                    (*slot).expires = timeout.map(|t| Instant::now() + t);
-                    (*slot).peer = p.peer;
+                    slot.expires = timeout.map(|t| Instant::now() + t);
+                    slot.peer = p.peer;
                     if part + 1 == p.count {
-                        (*slot).buffer = p.last_buffer.take();
+                        slot.buffer = p.last_buffer.take();
                     }
-                    ((*slot).index, slot.cast::<c_void>())
+                    (slot.index, slot.context())
                 };
                 if timeout.is_some() {
                     self.slab.timed += 1;

@@ -60,6 +60,16 @@ pub(super) struct OpSlot {
     pub(super) want: Option<(u64, u64)>,
 }
 
+impl OpSlot {
+    /// The context libfabric is handed with the operation and hands back
+    /// in its completion: the slot's own address, which does not move (each
+    /// slot is boxed) while the slot is in use.
+    #[inline]
+    pub(super) fn context(&mut self) -> *mut c_void {
+        (self as *mut OpSlot).cast()
+    }
+}
+
 pub(super) const NO_GROUP: u32 = u32::MAX;
 
 /// What an operation is, and so which path its completion takes
@@ -152,7 +162,7 @@ pub(super) struct Slab {
 
 impl Slab {
     #[inline]
-    pub(super) fn acquire(&mut self, endpoint: u32, kind: OpKind, token: Token) -> *mut OpSlot {
+    pub(super) fn acquire(&mut self, endpoint: u32, kind: OpKind, token: Token) -> &mut OpSlot {
         let index = match self.free.pop() {
             Some(i) => i,
             None => self.grow(kind, token),
@@ -256,7 +266,9 @@ mod tests {
             timed: 0,
             next_expiry_scan: std::time::Instant::now(),
         };
-        let slots: Vec<*mut OpSlot> = (0..5).map(|i| slab.acquire(0, OpKind::Send, Token(i))).collect();
+        let slots: Vec<*mut OpSlot> = (0..5)
+            .map(|i| slab.acquire(0, OpKind::Send, Token(i)) as *mut OpSlot)
+            .collect();
         for (i, s) in slots.iter().enumerate() {
             assert_eq!(slab.index_of(s.cast()), Some(i as u32));
         }
