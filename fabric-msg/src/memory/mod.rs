@@ -15,6 +15,7 @@
 //! touch until their completion, so memory never goes away under the NIC.
 
 pub mod access;
+pub(crate) mod copy;
 pub(crate) mod buffer;
 pub(crate) mod domain;
 pub(crate) mod keys;

@@ -200,9 +200,10 @@ impl RegionInner {
     pub(crate) fn read_at(&self, offset: usize, out: &mut [u8]) -> Result<()> {
         self.check(offset, out.len())?;
         // SAFETY: in bounds (checked); the region's memory is live while
-        // self is. A peer may be writing it: the copy then sees some mix of
-        // old and new bytes, never memory outside the region.
-        unsafe { ptr::copy_nonoverlapping(self.ptr.as_ptr().add(offset), out.as_mut_ptr(), out.len()) };
+        // self is, and `out` is not part of it. A peer (or this process's
+        // emulated atomics) may be writing it: the copy is atomic word by
+        // word (copy.rs), so it sees old or new words, never a data race.
+        unsafe { super::copy::copy_out(self.ptr.as_ptr().add(offset), out) };
         Ok(())
     }
 
@@ -210,7 +211,7 @@ impl RegionInner {
         self.check(offset, bytes.len())?;
         // SAFETY: as in read_at; `bytes` cannot overlap the region's memory
         // because no safe reference into the region exists.
-        unsafe { ptr::copy_nonoverlapping(bytes.as_ptr(), self.ptr.as_ptr().add(offset), bytes.len()) };
+        unsafe { super::copy::copy_in(self.ptr.as_ptr().add(offset), bytes) };
         Ok(())
     }
 }
