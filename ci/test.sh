@@ -7,7 +7,15 @@ source ci/setup.sh
 export RUSTFLAGS="${RUSTFLAGS:-} -D warnings"
 export RUSTDOCFLAGS="${RUSTDOCFLAGS:-} -D warnings"
 
-step() { printf '\n==> %s\n' "$*" >&2; }
+# Each step says how long the one before took, and the last line the
+# whole run's time: where CI's minutes go (it should stay under 30 warm).
+started=$SECONDS last=$SECONDS
+step() {
+  [ "$last" != "$SECONDS" ] && printf '    (%ss)\n' "$((SECONDS - last))" >&2
+  last=$SECONDS
+  printf '\n==> %s\n' "$*" >&2
+}
+trap 'printf "    (%ss)\n\nci/test.sh: %ss in all\n" "$((SECONDS - last))" "$((SECONDS - started))" >&2' EXIT
 
 step "source layout (layers, import cycles, file sizes)"
 python3 ci/check-layers.py
