@@ -7,6 +7,7 @@
 //! registered once, the first time it is used, and the registration is kept
 //! for reuse and closed with the buffer.
 
+use crate::discovery::info::Threading;
 use crate::error::Result;
 use crate::ffi;
 use crate::memory::domain::{close_fid, DomainInner};
@@ -213,7 +214,8 @@ pub(crate) struct LocalMr {
 
 // SAFETY: the registration is only used to read its descriptor and to close
 // it; libfabric allows both from any thread for a registration nobody else
-// touches, and the Buffer owning it is used by one thread at a time.
+// touches at FI_THREAD_SAFE and FI_THREAD_FID, the only levels `register`
+// accepts, and the Buffer owning it is used by one thread at a time.
 unsafe impl Send for LocalMr {}
 // SAFETY: no &self method mutates or calls into libfabric.
 unsafe impl Sync for LocalMr {}
@@ -221,6 +223,20 @@ unsafe impl Sync for LocalMr {}
 impl LocalMr {
     /// Register `len` bytes at `ptr`.
     pub(crate) fn register(domain: &Arc<DomainInner>, ptr: *const u8, len: usize) -> Result<LocalMr> {
+        // A Buffer is Send: its registration may be closed on whichever
+        // thread drops it, beside the loop's own calls on the domain, which
+        // only these levels allow (as for a MemoryRegion, mr.rs).
+        let p = &domain.profile;
+        if !matches!(p.threading, Threading::Safe | Threading::Fid) {
+            return Err(crate::error::Error::Unsupported {
+                what: format!(
+                    "registering a buffer at threading level {:?} (a Buffer may be dropped on any thread, and \
+                     its registration with it; fabric-msg needs FI_THREAD_SAFE or FI_THREAD_FID)",
+                    p.threading
+                ),
+                provider: p.provider.clone(),
+            });
+        }
         let access = u64::from(ffi::FI_SEND | ffi::FI_RECV);
         // SAFETY: callers register memory that outlives the registration: a
         // Buffer's own allocation (the registration is dropped first), or
