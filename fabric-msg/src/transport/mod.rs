@@ -7,8 +7,11 @@
 //! (`cm`); one-sided reads, writes and atomics on the loop ([`rma`]); and
 //! the TCP bootstrap that exchanges endpoint names and profiles
 //! ([`bootstrap`]), with the check every name from a peer passes before
-//! libfabric reads it (`address`); the bootstrap connection kept as each
-//! peer's lifeline, on which its death or stall is noticed ([`lifeline`]);
+//! libfabric reads it (`address`); the length-prefixed frames the
+//! bootstrap and the World's rendezvous speak on TCP (`framing`); the
+//! bootstrap connection kept as each peer's lifeline, on which its death or
+//! stall is noticed, with a map of every part of peer-loss detection
+//! ([`liveness`]);
 //! the thread that drives a loop's progress while its application does not
 //! poll (`progress`).
 //!
@@ -23,6 +26,6 @@ pub(crate) mod cm;
 pub(crate) mod eq;
 pub mod event_loop;
 pub(crate) mod framing;
-pub mod lifeline;
+pub mod liveness;
 pub(crate) mod progress;
 pub mod rma;

@@ -9,6 +9,9 @@
 //! their entry and exit (three relaxed atomic operations and a reference count); once a rank is
 //! lost, a watchdog thread ends the process, naming the lost rank, if one
 //! World call has not returned [`STUCK`] after the loss was noticed.
+//!
+//! This is the World's part of peer-loss detection; the whole, the event
+//! loop's lifelines included, is listed in [`crate::transport::liveness`].
 
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -19,7 +22,8 @@ const NONE: u32 = u32::MAX;
 
 /// How long one World call may go on after a loss was noticed before the
 /// process is taken to be stuck inside libfabric. A call that is not stuck
-/// returns within the World's loss grace (300 ms) of the loss.
+/// returns within [`LOSS_GRACE`](crate::transport::liveness::LOSS_GRACE)
+/// (300 ms) of the loss.
 pub(crate) const STUCK: Duration = Duration::from_secs(3);
 
 /// How long one call may go on after a loss before the watchdog says so

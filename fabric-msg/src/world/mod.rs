@@ -59,6 +59,7 @@ use crate::transport::event_loop::idle::Idler;
 use crate::transport::event_loop::{
     Completion, EndpointId, EventLoop, Peer, PostError, RecvOpts, SendOpts, Token, WaitMode,
 };
+use crate::transport::liveness::LOSS_GRACE;
 use agree::{decide, Choice, ChosenRung};
 use collectives::engine::Engine;
 use collectives::io::{is_reserved, Io};
@@ -68,10 +69,6 @@ use local::{Local, Published};
 use startup::{exchange, first_choice, hostname, interface_of, open_rung, oversubscribed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// How long a failed completion waits for liveness to name a lost rank:
-/// the liveness thread looks every 50 ms, and rank 0 relays what it sees.
-const LOSS_GRACE: Duration = Duration::from_millis(300);
 
 /// This process's place in a world of ranks, wired on one fabric.
 #[derive(Debug)]

@@ -1,5 +1,6 @@
-//! Peers lost, as the loop reports them: the lifelines' verdicts
-//! (`transport/lifeline.rs`) turned into a [`OpKind::PeerLost`] notice
+//! Peers lost, as the loop reports them (one part of liveness: the whole
+//! is listed in [`crate::transport::liveness`]): the lifelines' verdicts
+//! turned into a [`OpKind::PeerLost`] notice
 //! (for a death or a stall; a peer that closed its loop departs quietly)
 //! and the failure of every operation addressed to the lost peer.
 //!
@@ -17,15 +18,13 @@
 //!   the endpoint closes, as for a timed-out one-sided operation.
 //! - Later posts to the peer fail at once with [`Error::PeerLost`].
 
-use super::*;
+use super::slab::{self, NO_GROUP};
+use super::{Completion, CompletionError, EventLoop, OpKind, Peer, Token};
 use crate::error::{Error, Result};
-use crate::transport::lifeline::{Lifelines, Loss, LossKind};
+use crate::ffi;
+use crate::transport::liveness::{Lifelines, Loss, LossKind, LOSS_GRACE};
 use std::net::TcpStream;
-use std::time::{Duration, Instant};
-
-/// How long the provider is given to hand back the operations addressed to
-/// a lost peer on an RDM endpoint.
-pub const LOSS_GRACE: Duration = Duration::from_millis(300);
+use std::time::Instant;
 
 /// A peer watched through its lifeline.
 struct Watched {

@@ -73,7 +73,6 @@ mod types;
 pub(crate) use am::AtomicRequest;
 pub use am_state::AtomicCounters;
 pub(crate) use frame::encode_notify;
-pub use lost_peers::LOSS_GRACE;
 
 /// For the fuzz targets: fabric-msg's message header as a receive reads
 /// it from whatever arrived.
