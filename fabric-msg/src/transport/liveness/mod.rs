@@ -12,7 +12,8 @@
 //!
 //! # The event loop's part (this layer)
 //!
-//! - **Lifelines** ([`lifeline`], thread `fabric-msg-lifelines`, one per
+//! - **Lifelines** (`transport/liveness/lifeline.rs`, thread
+//!   `fabric-msg-lifelines`, one per
 //!   [`EventLoop`](super::event_loop::EventLoop) that has any): the
 //!   bootstrap's TCP connection to each peer, kept after the handshake
 //!   (`transport/bootstrap/done.rs` hands it over). The thread writes
