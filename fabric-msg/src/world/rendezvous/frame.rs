@@ -15,6 +15,8 @@ pub(super) const MAX_FRAME: usize = 4 << 20;
 pub(super) const MAGIC: u32 = 0x464d_5357;
 /// Version of this exchange.
 pub(super) const VERSION: u16 = 1;
+
+/// Every frame of the rendezvous and of the liveness star after it.
 #[derive(Debug, Serialize, Deserialize)]
 pub(super) enum Frame {
     Join {

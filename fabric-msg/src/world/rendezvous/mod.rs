@@ -40,7 +40,8 @@ use std::time::{Duration, Instant};
 
 /// Most ranks the star at rank 0 serves: one TCP connection (one file
 /// descriptor) per rank, and a table of every rank's address within
-/// [`MAX_FRAME`](frame::MAX_FRAME). Checked before anything is sized by the rank count.
+/// [`MAX_FRAME`](frame::MAX_FRAME). Checked before anything is sized by
+/// the rank count.
 pub(crate) const MAX_RANKS: u32 = 1 << 14;
 
 /// This rank's side of the rendezvous.
