@@ -5,7 +5,28 @@
 //! that grants what the application needs, and reports what it got and why
 //! every other choice was passed over.
 //!
-//! # Quick start
+//! # Two ways in
+//!
+//! - [`World`]: one program started N times (`mpirun`, `srun --mpi=pmix`,
+//!   the rendezvous variables, or alone), every rank wired to every other
+//!   on the fabric they agree on, with point-to-point messages,
+//!   collectives ([`World::allreduce`], ...), symmetric memory and
+//!   one-sided operations. Start here for SPMD programs:
+//!
+//! ```no_run
+//! use fabric_msg::{Op, World};
+//!
+//! let mut world = World::init()?;
+//! let mut sum = [world.rank() as f64];
+//! world.allreduce(&mut sum, Op::Sum)?;
+//! println!("rank {} of {}: {}", world.rank(), world.size(), sum[0]);
+//! world.finish()?;
+//! # Ok::<(), fabric_msg::Error>(())
+//! ```
+//!
+//! - [`EventLoop`]: one completion queue with the endpoints, peers and
+//!   operations the application sets up itself, for clients and servers
+//!   and anything that is not SPMD (the World runs on one too):
 //!
 //! ```no_run
 //! use fabric_msg::{connect, negotiate, Buffer, EventLoop, LadderConfig, LoopConfig, RecvOpts, Requirements,
@@ -34,7 +55,7 @@
 //! the provider's `mr_mode`; its [`RemoteMemory`] is what a peer needs to
 //! [`read`](EventLoop::read), [`write`](EventLoop::write),
 //! [`write_data`](EventLoop::write_data) or run an [`Atomic`] on it, checked
-//! for bounds and access before anything is posted (see [`memory::mr`] and [`transport::rma`]).
+//! for bounds and access before anything is posted (see [`memory::mr`] and [`transport::event_loop::rma`]).
 //!
 //! # Library dependency
 //!
@@ -112,12 +133,12 @@ pub use memory::mr::{Local, MemoryRegion};
 pub use memory::pool::{PoolSlot, RegionPool};
 pub use memory::remote::RemoteMemory;
 pub use transport::bootstrap::{connect, connect_with, Accepted, Listener, Refusal};
+pub use transport::event_loop::rma::Atomic;
 pub use transport::event_loop::{
     AtomicCounters, Completion, CompletionError, EndpointId, EventLoop, LoopConfig, OpKind, Peer, PostError,
     ProgressThread, RecvOpts, SendOpts, Token, WaitMode,
 };
 pub use transport::liveness::LossKind;
-pub use transport::rma::Atomic;
 pub use world::collectives::{CombineFn, Element, Op, Reduction, Request};
 pub use world::symmetric::Symmetric;
 pub use world::{World, WorldConfig};

@@ -4,7 +4,7 @@
 //! machine that has none.
 
 use fabric_msg::discovery::classify::{classify, parse_sysfs_text, SysfsSnapshot};
-use fabric_msg::discovery::info::parse_fi_info_text;
+use fabric_msg::discovery::info_text::parse_fi_info_text;
 use fabric_msg::discovery::negotiate::{
     plan, Capability, EndpointChoice, ProviderFilter, Reason, Requirements,
 };

@@ -64,7 +64,7 @@ impl AtomicOperation {
 
     /// libfabric's operation, its name, and the call form.
     pub(crate) fn libfabric(self) -> (ffi::fi_op, &'static str, AtomicForm) {
-        use AtomicForm::*;
+        use AtomicForm::{Compare, Fetch, Plain};
         match self {
             AtomicOperation::Add => (ffi::FI_SUM, "FI_SUM", Plain),
             AtomicOperation::FetchAdd => (ffi::FI_SUM, "FI_SUM", Fetch),

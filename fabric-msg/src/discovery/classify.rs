@@ -268,7 +268,7 @@ mod tests {
              fi_fabric_attr:\n        name: {fabric}\n        prov_name: verbs;ofi_rxm\n{}",
             network.map(|n| format!("    nic:\n        fi_link_attr:\n            network_type: {n}\n")).unwrap_or_default()
         );
-        crate::discovery::info::parse_fi_info_text(&text).remove(0)
+        crate::discovery::info_text::parse_fi_info_text(&text).remove(0)
     }
 
     #[test]

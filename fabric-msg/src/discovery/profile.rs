@@ -9,6 +9,7 @@ use crate::discovery::info::{
 };
 use crate::discovery::probe::{AtomicOp, ProbeResult};
 use crate::discovery::protection::RemoteProtection;
+use crate::discovery::quirks::Quirks;
 use crate::discovery::requirements::Requirements;
 use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
@@ -118,6 +119,9 @@ pub struct Profile {
     /// masked one.
     #[serde(default)]
     pub tag_mask_defect: Option<String>,
+    /// What fabric-msg works around on this provider ([`Quirks`]).
+    #[serde(default)]
+    pub quirks: Quirks,
     /// Send scatter-gather limit.
     pub iov_limit: usize,
     /// RMA scatter-gather limit.
@@ -271,6 +275,7 @@ impl Profile {
             framed,
             source: trust_source && info.caps & crate::ffi::FI_SOURCE != 0,
             tag_mask_defect: None,
+            quirks: Quirks::of(&info.provider),
             iov_limit: info.iov_limit,
             rma_iov_limit: info.rma_iov_limit,
             atomics: probed.atomics,

@@ -4,7 +4,8 @@
 //! completion queue, posting, completions, deadlines and teardown, one file
 //! per part under [`event_loop`]; the event queue and passive endpoint that
 //! connected (MSG) endpoints need (`eq`); connection management for them
-//! (`cm`); one-sided reads, writes and atomics on the loop ([`rma`]); and
+//! (`event_loop/cm.rs`); one-sided reads, writes and atomics on the loop
+//! ([`event_loop::rma`]); and
 //! the TCP bootstrap that exchanges endpoint names and profiles
 //! ([`bootstrap`]), with the check every name from a peer passes before
 //! libfabric reads it (`address`); the length-prefixed frames the
@@ -22,10 +23,8 @@
 
 pub(crate) mod address;
 pub mod bootstrap;
-pub(crate) mod cm;
 pub(crate) mod eq;
 pub mod event_loop;
 pub(crate) mod framing;
 pub mod liveness;
 pub(crate) mod progress;
-pub mod rma;

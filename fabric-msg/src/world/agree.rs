@@ -7,7 +7,7 @@
 
 use crate::discovery::config::LadderConfig;
 use crate::discovery::info::EndpointType;
-use crate::discovery::negotiate::rung_label;
+use crate::discovery::plan::rung_label;
 use crate::discovery::profile::Profile;
 use serde::{Deserialize, Serialize};
 

@@ -1,14 +1,189 @@
 //! Helpers of `World::init`: the exchanges, each rank's own negotiation,
 //! and what the host says of itself (its name, its interfaces, its cores).
 
-use super::agree::ChosenRung;
-use super::launch::Launcher;
+use super::config::WorldConfig;
+use super::state::World;
 use crate::discovery::classify::FabricKind;
+use crate::discovery::negotiate::{negotiate, EndpointChoice, Requirements};
+
+use super::agree::{decide, Choice, ChosenRung};
+use super::collectives::engine::Engine;
+use super::launch::Launcher;
+use super::liveness::Liveness;
+use super::local::{Local, Published};
 use crate::discovery::config::LadderConfig;
-use crate::discovery::negotiate::{negotiate, Requirements};
-use crate::discovery::profile::Profile;
+use crate::discovery::profile::{check_peer, Profile};
 use crate::error::{Error, Result};
+use crate::transport::event_loop::idle::Idler;
+use crate::transport::event_loop::{EventLoop, WaitMode};
+use std::sync::Arc;
 use std::time::Duration;
+
+impl World {
+    /// Join the world this process was launched into, with
+    /// [`WorldConfig::from_env`].
+    pub fn init() -> Result<World> {
+        World::init_with(WorldConfig::from_env()?)
+    }
+
+    /// Join the world with explicit settings.
+    pub fn init_with(cfg: WorldConfig) -> Result<World> {
+        let (mut launcher, placement) = Launcher::detect(cfg.start_timeout)?;
+        let size = placement.size;
+        let ladder = match cfg.ladder.clone() {
+            Some(l) => l,
+            None => LadderConfig::load(None)?,
+        };
+        let loop_config = waits_for(cfg.loop_config.clone(), placement.local_ranks.len());
+        let mut req = cfg.requirements.clone();
+        req.endpoint = EndpointChoice::Rdm;
+        // FABRIC_MSG_NODE lays ranks out on pretend nodes: the launcher's
+        // "all on this host" no longer holds.
+        req.same_host =
+            cfg.shared_memory && cfg.node.is_none() && placement.local_ranks.len() == size as usize;
+        req.max_peers = req.max_peers.max(size as usize);
+        let domain = cfg.domain.clone().or_else(|| interface_of(launcher.local_ip()));
+
+        // Round 1: every rank's first choice; the world takes the worst.
+        let mine = first_choice(&req, &ladder, domain.as_deref());
+        let choice = Choice {
+            host: super::local::node_name(cfg.node.as_deref(), hostname()),
+            rung: mine
+                .as_ref()
+                .map(|p| ChosenRung::of(p, &ladder))
+                .map_err(|e| e.to_string()),
+        };
+        let table = exchange(&mut launcher, "fabric-msg.choice", &choice, cfg.start_timeout)?;
+        let nodes: Vec<String> = table.iter().map(|c| c.host.clone()).collect();
+        let decision = decide(&table).map_err(|message| Error::Launch {
+            launcher: launcher.name(),
+            message,
+        })?;
+        let profile = match mine {
+            Ok(p) if p.rung == decision.rung.label => Ok(p),
+            _ => open_rung(&req, &ladder, domain.as_deref(), &decision.rung),
+        };
+
+        // Round 2: every rank's endpoint name and profile, or why it has none.
+        let opened = profile.and_then(|p| {
+            let mut ev = EventLoop::new(&p, loop_config.clone())?;
+            // The collectives' classes are the World's alone (event_loop()
+            // hands this loop to the application).
+            ev.reserve_world_classes();
+            let ep = ev.endpoint()?;
+            let name = ev.name(ep)?;
+            Ok((ev, ep, name))
+        });
+        let main = match &opened {
+            Ok((ev, _, name)) => Ok((name.clone(), ev.wire_profile())),
+            Err(e) => Err(format!("cannot open {}: {e}", decision.rung.label)),
+        };
+        // And, beside ranks on its node, its shared-memory endpoint.
+        let not_wanted =
+            super::local::wanted(cfg.shared_memory, &decision.rung.provider, &nodes, placement.rank);
+        let shm = match not_wanted {
+            Some(why) => Err(why),
+            None => super::local::open(&req, &ladder, loop_config.clone())
+                .map_err(|e| format!("cannot open shm: {e}")),
+        };
+        let mine = Published {
+            main,
+            local: match &shm {
+                Ok((ev, _, name)) => Ok((name.clone(), ev.wire_profile())),
+                Err(why) => Err(why.clone()),
+            },
+        };
+        let table = exchange(&mut launcher, "fabric-msg.address", &mine, cfg.start_timeout)?;
+        let launch_error = |message: String| Error::Launch {
+            launcher: launcher.name(),
+            message,
+        };
+        if let Some((r, why)) = table
+            .iter()
+            .enumerate()
+            .find_map(|(r, t)| t.main.as_ref().err().map(|w| (r, w)))
+        {
+            return Err(launch_error(format!("rank {r} {why}")));
+        }
+        let (mut ev, ep, _) = opened?;
+        let local = ev.wire_profile();
+        let mut names = Vec::with_capacity(table.len());
+        let mut agreements = Vec::with_capacity(table.len());
+        for (r, entry) in table.iter().enumerate() {
+            let (name, wire) = entry.main.clone().map_err(&launch_error)?;
+            let agreement = check_peer(&local, &wire).map_err(|e| launch_error(format!("rank {r}: {e}")))?;
+            if agreement.tag_bits < 64 {
+                return Err(launch_error(format!(
+                    "rank {r}: the fabric honours {} tag bits; the world needs 64",
+                    agreement.tag_bits
+                )));
+            }
+            names.push(name);
+            agreements.push(agreement);
+        }
+        let peers = ev.insert_peers(ep, &names, &agreements)?;
+        let has: Vec<bool> = table.iter().map(|p| p.local.is_ok()).collect();
+        let pairs = super::local::pairs_of(placement.rank, &nodes, &has);
+        let (mut shm, shm_report) = match shm {
+            Ok((lev, lep, _)) => {
+                let wired = Local::wire(lev, lep, size, &pairs, &table).map_err(&launch_error)?;
+                let report = match &wired {
+                    Some(_) => super::local::report(placement.rank, &pairs, &decision.rung.label),
+                    None => "no other rank on this node published an shm endpoint".into(),
+                };
+                (wired, report)
+            }
+            Err(why) => (None, why),
+        };
+        let live = Arc::new(Liveness::new(placement.rank, local.provider.clone()));
+        // A send stuck on a queue full of messages for a rank that died
+        // fails with that rank's loss at once, not after post_timeout.
+        ev.give_up_when(live.flag());
+        if let Some(l) = shm.as_mut() {
+            l.ev.give_up_when(live.flag());
+        }
+        launcher.watch(live.clone())?;
+        let mut world = World {
+            ev,
+            ep,
+            peers,
+            local: shm,
+            shm_report,
+            placement,
+            launcher,
+            live,
+            report: decision.why,
+            finish_timeout: cfg.finish_timeout,
+            finished: false,
+            coll: Engine::new(Idler::new(&loop_config)),
+        };
+        let (engine, mut io) = world.engine_io();
+        engine.listen(&mut io)?;
+        Ok(world)
+    }
+}
+
+/// How this rank's loops wait (`transport/event_loop/idle.rs`): as `cfg`
+/// says, except that where this node runs more ranks than this process
+/// has cores (`startup::oversubscribed`) a wait gives the core away from
+/// its first empty look: a spinning rank would hold the core the rank it
+/// waits for needs to answer (200x slower for a DHT of 4 ranks on 2
+/// cores), and sleeps on the CQ's fd after 2 ms of that where no
+/// `yield_before_block` was set: the cores are better spent on the ranks
+/// that have work. An explicit `WaitMode::Spin` then yields too.
+fn waits_for(
+    mut cfg: crate::transport::event_loop::LoopConfig,
+    local_ranks: usize,
+) -> crate::transport::event_loop::LoopConfig {
+    if oversubscribed(local_ranks) {
+        cfg.spin_before_block = Duration::ZERO;
+        cfg.yield_before_block.get_or_insert(Duration::from_millis(2));
+        if cfg.wait == WaitMode::Spin {
+            cfg.wait = WaitMode::Adaptive;
+        }
+    }
+    cfg
+}
 
 /// More ranks on this node (as the launcher says: PMIx's local peers,
 /// the rendezvous's hosts) than cores to run them: waits yield the core.

@@ -32,8 +32,8 @@ use crate::error::{Error, Result};
 use crate::memory::access::Access;
 use crate::memory::mr::{Local, MemoryRegion};
 use crate::memory::remote::{RemoteMemory, MAX_REMOTE_MEMORY};
+use crate::transport::event_loop::rma::Atomic;
 use crate::transport::event_loop::{EventLoop, Peer, Token};
-use crate::transport::rma::Atomic;
 
 /// The allgather of what each rank registered: length, access, status,
 /// descriptor length.
@@ -264,7 +264,7 @@ impl World {
 
     fn part<'m>(&self, mem: &'m Symmetric, rank: u32, token: Token) -> Result<&'m RemoteMemory> {
         self.check_rank(rank)?;
-        super::check_token(token)?;
+        super::point_to_point::check_token(token)?;
         if mem.parts.len() != self.size() as usize {
             return Err(Error::Usage(format!(
                 "symmetric memory of a world of {} ranks used in one of {}",

@@ -11,7 +11,7 @@ use crate::discovery::info::EndpointType;
 use crate::discovery::profile::Agreement;
 use crate::error::{Error, Result};
 use crate::ffi;
-use crate::transport::cm::Prepost;
+use crate::transport::event_loop::cm::Prepost;
 use crate::transport::event_loop::{EndpointId, EventLoop, Peer};
 use crate::transport::framing::FrameReader;
 use std::net::{SocketAddr, TcpStream};

@@ -24,19 +24,22 @@
 //! applied; until then the origin's operation waits (and reports
 //! [`CompletionError::TimedOut`] after `LoopConfig::rma_timeout`).
 
-use super::am_state::{AtomicCounters, Outgoing};
+use super::am_state::AtomicCounters;
 use super::am_wire::{
-    apply, decode_reply, decode_request, encode_reply, encode_request, Request, Status, MAX_NAME, MAX_OUTBOX,
-    REPLY_LEN, REQUEST_LEN, REQUEST_RECVS,
+    decode_reply, encode_request, Request, Status, MAX_NAME, REPLY_LEN, REQUEST_LEN, REQUEST_RECVS,
 };
-use super::post::{raw_recv, raw_send};
+use super::calls::{raw_recv, raw_send};
+use super::slab;
 use super::slab::Internal;
-use super::*;
+use super::state::EventLoop;
+use super::types::{Completion, CompletionError, EndpointId, OpKind, Peer, Token};
 use crate::discovery::atomic::AtomicOperation;
-use crate::error::{strerror, Error, ErrorCode, Result};
+use crate::error::{check, strerror, Error, ErrorCode, Result};
 use crate::ffi;
+use crate::memory::buffer::Buffer;
 use crate::memory::remote::RemoteMemory;
 use std::os::raw::c_void;
+use std::ptr;
 
 /// An atomic's operation and operands, as the emulation sends them.
 pub(crate) struct AtomicRequest {
@@ -80,9 +83,11 @@ impl EventLoop {
                 (*slot).posted_len = REQUEST_LEN;
                 ((*slot).index, slot.cast::<c_void>())
             };
+            let gate = self.progress_gate();
             // SAFETY: raw is enabled; the buffer (REQUEST_LEN bytes at bufp)
             // is owned by the slot until its completion; ctx is the slot's.
             let posted = self.retry("fi_trecv", || unsafe {
+                let _gate = gate.as_ref().map(|g| g.lock());
                 raw_recv(
                     raw,
                     bufp,
@@ -159,9 +164,11 @@ impl EventLoop {
         } else {
             ffi::FI_ADDR_UNSPEC
         };
+        let gate = self.progress_gate();
         // SAFETY: raw is enabled; REPLY_LEN bytes at replyp are owned by the
         // slot until its completion; ctx is the slot's.
         let posted = self.retry("fi_trecv", || unsafe {
+            let _gate = gate.as_ref().map(|g| g.lock());
             raw_recv(raw, replyp, REPLY_LEN, desc, src, Some((tag, 0)), ctx)
         });
         if let Err(e) = posted {
@@ -405,89 +412,6 @@ impl EventLoop {
         self.am_report(endpoint, token, result);
     }
 
-    /// A peer's request: check the origin, the room to answer and the
-    /// request, then apply and answer; or drop it unapplied.
-    fn am_request_arrived(&mut self, index: u32, len: usize, source: Option<u64>) {
-        let endpoint = self.slab.slots[index as usize].endpoint;
-        let space = self.am.tags;
-        let mut name = [0u8; MAX_NAME];
-        let parsed = self.slab.slots[index as usize]
-            .buffer
-            .as_ref()
-            .and_then(|b| b.payload_at(0, len.min(REQUEST_LEN)))
-            .and_then(|b| decode_request(space, b))
-            .map(|(r, n)| {
-                name[..n.len()].copy_from_slice(n);
-                (r, n.len())
-            });
-        let Some((req, name_len)) = parsed else {
-            // Not a request of ours: no reply can be addressed; dropped.
-            self.am.counters.refused_requests += 1;
-            log::debug!("a malformed emulated-atomic request ({len} bytes) was dropped");
-            return self.am_repost(index);
-        };
-        let to = match source.filter(|&s| s != ffi::FI_ADDR_NOTAVAIL) {
-            Some(s) => Some(s),
-            None => self.am_origin(&name[..name_len]),
-        };
-        let Some(addr) = to else {
-            // No answer could reach the origin: not applied either.
-            return self.am_repost(index);
-        };
-        let result = match self.am.applied.get(addr, req.cookie) {
-            Some(result) => {
-                self.am.counters.repeated_requests += 1;
-                result
-            }
-            None if self.am.outbox.len() >= MAX_OUTBOX => {
-                log::warn!(
-                    "emulated atomics: {MAX_OUTBOX} replies wait for room; a request was refused unapplied"
-                );
-                self.am.counters.refused_requests += 1;
-                return self.am_repost(index);
-            }
-            None => {
-                let result = match apply(&self.am.regions, &req) {
-                    Ok(v) => (Status::Ok, v),
-                    Err(s) => (s, 0),
-                };
-                self.am.applied.remember(addr, req.cookie, result);
-                result
-            }
-        };
-        let mut buf = self.notify_bufs.pop().unwrap_or_else(|| Buffer::new(0));
-        *buf.header_mut() = encode_reply(result.0, req.cookie, result.1);
-        let o = Outgoing {
-            endpoint,
-            addr,
-            tag: req.reply_tag,
-            buf,
-        };
-        if let Some(o) = self.am_post_reply(o) {
-            if self.am.outbox.len() < MAX_OUTBOX {
-                self.am.outbox.push(o);
-            } else {
-                // Only a repeated request gets here (a new one was checked
-                // above): its first answer went or waits already.
-                self.notify_bufs.push(o.buf);
-            }
-        }
-        self.am_repost(index);
-    }
-
-    /// The AV address of the origin that named itself `name`: a peer this
-    /// loop inserted, or none (a request never inserts an address).
-    fn am_origin(&mut self, name: &[u8]) -> Option<ffi::fi_addr_t> {
-        let found = self.am.peers.find(name);
-        if found.is_none() {
-            self.am.counters.unknown_origins += 1;
-            log::debug!(
-                "emulated atomics: a request from an origin that is no peer of this loop was dropped"
-            );
-        }
-        found
-    }
-
     /// What this loop refused of its peers' emulated-atomic traffic:
     /// forged replies, requests dropped unapplied, repeated requests,
     /// requests from origins that are no peer (docs/atomics.md, "What a
@@ -496,56 +420,9 @@ impl EventLoop {
         self.am.counters
     }
 
-    /// Post a reply once; it comes back if the queue has no room now.
-    fn am_post_reply(&mut self, mut o: Outgoing) -> Option<Outgoing> {
-        let Some(Some(ep)) = self.endpoints.get(o.endpoint as usize) else {
-            self.notify_bufs.push(o.buf);
-            return None;
-        };
-        let raw = ep.raw;
-        if self.slab.in_flight >= self.cq.capacity {
-            return Some(o);
-        }
-        let Ok(desc) = self.local_desc(&mut o.buf) else {
-            self.notify_bufs.push(o.buf);
-            return None;
-        };
-        let (addr, tag, endpoint) = (o.addr, o.tag, o.endpoint);
-        let bufp = o.buf.ptr(true);
-        let slot = self.slab.acquire(endpoint, OpKind::Send, Token::REMOTE);
-        // SAFETY: as in `am_init`.
-        let (index, ctx) = unsafe {
-            (*slot).internal = Internal::AmSend;
-            (*slot).link = u64::MAX;
-            (*slot).buffer = Some(o.buf);
-            ((*slot).index, slot.cast::<c_void>())
-        };
-        // SAFETY: raw is enabled; REPLY_LEN bytes at bufp are owned by the
-        // slot until its completion; ctx is the slot's.
-        let rc = unsafe { raw_send(raw, bufp, REPLY_LEN, desc, addr, Some(tag), None, ctx) };
-        if rc == 0 {
-            return None;
-        }
-        let buf = self.slab.release(index)?;
-        if rc == -(ffi::FI_EAGAIN as isize) {
-            return Some(Outgoing {
-                endpoint,
-                addr,
-                tag,
-                buf,
-            });
-        }
-        log::warn!(
-            "emulated atomic: a reply could not be sent: {}",
-            strerror(rc.unsigned_abs() as u32)
-        );
-        self.notify_bufs.push(buf);
-        None
-    }
-
     /// Post a request receive, or an operation's reply receive, again in
     /// its own slot.
-    fn am_repost(&mut self, index: u32) {
+    pub(super) fn am_repost(&mut self, index: u32) {
         let s = &self.slab.slots[index as usize];
         let (endpoint, internal, target) = (s.endpoint, s.internal, s.peer);
         let raw = match self.endpoints.get(endpoint as usize) {
@@ -581,9 +458,13 @@ impl EventLoop {
             ptr::null_mut()
         };
         let bufp = buf.ptr(header);
-        // SAFETY: the slot still owns its buffer (`len` bytes at bufp) and
-        // stays in use; raw is enabled; ctx is the slot's.
-        let rc = unsafe { raw_recv(raw, bufp, len, desc, src, Some((tag, 0)), ctx) };
+        let gate = self.progress_gate();
+        let rc = {
+            let _gate = gate.as_ref().map(|g| g.lock());
+            // SAFETY: the slot still owns its buffer (`len` bytes at bufp)
+            // and stays in use; raw is enabled; ctx is the slot's.
+            unsafe { raw_recv(raw, bufp, len, desc, src, Some((tag, 0)), ctx) }
+        };
         if rc == -(ffi::FI_EAGAIN as isize) {
             self.am.reposts.push(index);
         } else if rc != 0 {

@@ -8,8 +8,8 @@
 //! the loop's promise (one completion per operation) holds.
 
 use super::slab::{Internal, NO_GROUP};
+use super::state::EventLoop;
 use super::types::{EndpointId, OpKind, Token};
-use super::EventLoop;
 use crate::error::{Error, Result};
 use crate::ffi;
 

@@ -2,9 +2,14 @@
 //! batch of entries and error entries, matching each to its slot, ending
 //! split transfers, and handing completions out.
 
+use super::frame::{decode_header, is_notify};
 use super::idle::Pause;
 use super::overflow::Sink;
-use super::*;
+use super::resources::{CqEntries, CQ_BATCH};
+use super::slab;
+use super::slab::NO_GROUP;
+use super::state::EventLoop;
+use super::types::{Completion, CompletionError, EndpointId, OpKind, Token, WaitMode};
 use crate::error::{strerror, Error, ErrorCode, Result};
 use crate::ffi;
 use crate::memory::buffer::HEADROOM;

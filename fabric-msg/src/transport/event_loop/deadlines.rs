@@ -1,7 +1,10 @@
 //! Deadlines of one-sided operations: reporting those the provider never
 //! completes as timed out, and swallowing their late completions.
 
-use super::*;
+use super::slab;
+use super::slab::NO_GROUP;
+use super::state::EventLoop;
+use super::types::{Completion, CompletionError};
 use std::time::{Duration, Instant};
 
 impl EventLoop {

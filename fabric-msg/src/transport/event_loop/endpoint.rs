@@ -1,7 +1,9 @@
 //! Opening endpoints, naming them, and inserting peers' addresses.
 
 use super::overflow::{needs_sink, Sink};
-use super::*;
+use super::resources::EndpointState;
+use super::state::EventLoop;
+use super::types::{EndpointId, Peer};
 use crate::discovery::probe::remove_stale_shm_region;
 use crate::discovery::profile::Agreement;
 use crate::error::{check, Error, Result};
@@ -65,7 +67,7 @@ impl EventLoop {
         // receive get the overflow sink behind them (overflow.rs).
         let profile = &self.domain.profile;
         let context = if needs_sink(
-            &profile.provider,
+            &profile.quirks,
             profile.iov_limit,
             self.domain.mr_mode(ffi::FI_MR_LOCAL),
         ) {

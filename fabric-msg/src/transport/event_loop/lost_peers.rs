@@ -5,49 +5,47 @@
 //! and the failure of every operation addressed to the lost peer.
 //!
 //! - On a connected (MSG) endpoint, the peer's connection endpoint is
-//!   closed after [`LOSS_GRACE`], in which what the peer sent before it
+//!   closed after [`LOSS_GRACE`](crate::transport::liveness::LOSS_GRACE), in which what the peer sent before it
 //!   went is still delivered; once `fi_close` returns, the provider no
 //!   longer touches its operations' buffers, so each operation still
 //!   posted completes with [`CompletionError::PeerLost`] and its buffer.
 //! - On an RDM endpoint, shared with other peers, the operations addressed
 //!   to the lost peer (sends, directed receives, one-sided operations) are
-//!   given [`LOSS_GRACE`] to come back from the provider, with their
+//!   given [`LOSS_GRACE`](crate::transport::liveness::LOSS_GRACE) to come back from the provider, with their
 //!   buffers (a failure among them is reported as `PeerLost`); those the
 //!   provider still holds after that complete with `PeerLost` without their
 //!   buffer, which stays with the loop until the provider lets go of it or
 //!   the endpoint closes, as for a timed-out one-sided operation.
 //! - Later posts to the peer fail at once with [`Error::PeerLost`].
 
-use super::slab::{self, NO_GROUP};
-use super::{Completion, CompletionError, EventLoop, OpKind, Peer, Token};
+use super::types::CompletionError;
 use crate::error::{Error, Result};
 use crate::ffi;
-use crate::transport::liveness::{Lifelines, Loss, LossKind, LOSS_GRACE};
-use std::net::TcpStream;
+use crate::transport::liveness::{Lifelines, LossKind};
 use std::time::Instant;
 
 /// A peer watched through its lifeline.
-struct Watched {
-    id: u64,
-    endpoint: u32,
-    addr: u64,
+pub(super) struct Watched {
+    pub(super) id: u64,
+    pub(super) endpoint: u32,
+    pub(super) addr: u64,
     /// Its bootstrap socket address, to name it.
-    label: String,
-    lost: Option<LossKind>,
+    pub(super) label: String,
+    pub(super) lost: Option<LossKind>,
 }
 
 /// The loop's lifelines and what it has learnt from them.
 #[derive(Default)]
 pub(crate) struct LostPeers {
-    lifelines: Option<Lifelines>,
-    watched: Vec<Watched>,
+    pub(super) lifelines: Option<Lifelines>,
+    pub(super) watched: Vec<Watched>,
     /// The lifelines' epoch last handled.
-    seen: u64,
+    pub(super) seen: u64,
     /// Lost peers: (endpoint, fi_addr), `FI_ADDR_UNSPEC` for a connection.
-    addrs: Vec<(u32, u64)>,
+    pub(super) addrs: Vec<(u32, u64)>,
     /// Lost peers' connections to close once the provider had its grace
     /// to deliver what had arrived: (endpoint, when, why).
-    closing: Vec<(u32, Instant, CompletionError)>,
+    pub(super) closing: Vec<(u32, Instant, CompletionError)>,
 }
 
 impl LostPeers {
@@ -130,201 +128,5 @@ impl LostPeers {
         self.watched
             .iter()
             .any(|w| w.lost.is_some_and(|k| k != LossKind::Departed))
-    }
-}
-
-impl EventLoop {
-    /// Keep `lifeline`, the bootstrap connection to `peer` (at `label`), as
-    /// the channel its death or stall is noticed on.
-    pub(crate) fn watch_peer(&mut self, peer: &Peer, lifeline: TcpStream, label: String) -> Result<()> {
-        let io = |e: std::io::Error| Error::Io {
-            context: format!("keeping the connection to {label} as its lifeline"),
-            source: e,
-        };
-        if self.lost.lifelines.is_none() {
-            self.lost.lifelines = Some(Lifelines::start(self.cfg.peer_timeout).map_err(io)?);
-        }
-        let lifelines = self.lost.lifelines.as_mut().expect("started above");
-        let id = lifelines.add(lifeline).map_err(io)?;
-        self.lost.watched.push(Watched {
-            id,
-            endpoint: peer.endpoint.0,
-            addr: peer.addr,
-            label,
-            lost: None,
-        });
-        Ok(())
-    }
-
-    /// The error of an operation addressed to a lost peer.
-    pub(super) fn lost_failure(&self, index: u32) -> CompletionError {
-        let s = &self.slab.slots[index as usize];
-        let w = self
-            .lost
-            .watched
-            .iter()
-            .find(|w| w.endpoint == s.endpoint && w.addr == s.peer);
-        CompletionError::PeerLost {
-            peer: w.map_or_else(|| "?".to_string(), |w| w.label.clone()),
-            how: w.and_then(|w| w.lost).unwrap_or(LossKind::Died),
-        }
-    }
-
-    /// Report the losses the lifelines found since the last look.
-    pub(super) fn take_losses(&mut self) {
-        let Some(l) = &self.lost.lifelines else { return };
-        self.lost.seen = l.epoch();
-        for Loss { id, kind } in l.take() {
-            let Some(w) = self
-                .lost
-                .watched
-                .iter_mut()
-                .find(|w| w.id == id && w.lost.is_none())
-            else {
-                continue;
-            };
-            w.lost = Some(kind);
-            let (endpoint, addr) = (w.endpoint, w.addr);
-            let failure = CompletionError::PeerLost {
-                peer: w.label.clone(),
-                how: kind,
-            };
-            if kind == LossKind::Departed {
-                // An orderly end is no event: only what was addressed to
-                // the peer fails, and later posts to it.
-                log::debug!("peer {} departed", w.label);
-            } else {
-                log::warn!("peer {} lost: {kind}", w.label);
-                let lost = Err(failure.clone());
-                let mut notice = Completion::outcome(Token::PEER_LOST, endpoint, OpKind::PeerLost, lost);
-                notice.source = Some(addr);
-                self.pending.push(notice);
-            }
-            self.lost.addrs.push((endpoint, addr));
-            // Sends the provider had no room for never reached it.
-            self.fail_backlog_to(endpoint, addr, &failure);
-            if addr == ffi::FI_ADDR_UNSPEC {
-                // What the peer sent before it went may still be on its way
-                // through the provider: close after the grace.
-                self.lost
-                    .closing
-                    .push((endpoint, Instant::now() + LOSS_GRACE, failure));
-                for s in self
-                    .slab
-                    .slots
-                    .iter_mut()
-                    .filter(|s| s.in_use && s.endpoint == endpoint)
-                {
-                    s.lost = true;
-                }
-            } else {
-                self.doom(endpoint, addr);
-            }
-        }
-    }
-
-    /// Close the lost peers' connections whose grace is over.
-    pub(super) fn close_lost_connections(&mut self, now: Instant) {
-        while let Some(i) = self.lost.closing.iter().position(|&(_, t, _)| t <= now) {
-            let (endpoint, _, failure) = self.lost.closing.swap_remove(i);
-            self.fail_connection(endpoint, failure);
-        }
-    }
-
-    /// A lost peer's connection: close it and fail its operations with
-    /// their buffers.
-    fn fail_connection(&mut self, endpoint: u32, failure: CompletionError) {
-        // What already completed is delivered as it is.
-        if let Err(e) = self.read_cq() {
-            log::warn!("reading completions before closing a lost peer's connection: {e}");
-        }
-        let Some(Some(state)) = self.endpoints.get(endpoint as usize) else {
-            return;
-        };
-        if state.raw.is_null() {
-            return;
-        }
-        let rc = {
-            let gate = self.progress_gate();
-            let _gate = gate.as_ref().map(|g| g.lock());
-            // SAFETY: the endpoint is open; it stays in the table (so that
-            // completions read below are delivered) but nothing posts to it
-            // again: it is removed at the end of this function.
-            unsafe { ffi::fi_close(&mut (*state.raw).fid) }
-        };
-        if let Err(e) = self.read_cq() {
-            log::warn!("reading completions of a lost peer's connection: {e}");
-        }
-        for i in 0..self.slab.slots.len() {
-            let s = &mut self.slab.slots[i];
-            if !s.in_use || s.endpoint != endpoint || s.abandoned {
-                continue;
-            }
-            if rc != 0 {
-                // Not closed: the provider may still write into it.
-                s.abandoned = true;
-                self.close_failed = true;
-                continue;
-            }
-            let (internal, group, kind, token) = (s.internal, s.group, s.kind, s.token);
-            match internal {
-                slab::Internal::No if group != NO_GROUP => {
-                    self.finish_part(i as u32, group, Err(failure.clone()))
-                }
-                slab::Internal::No => {
-                    let buffer = self.slab.release(i as u32);
-                    let mut c = Completion::outcome(token, endpoint, kind, Err(failure.clone()));
-                    c.buffer = buffer;
-                    self.pending.push(c);
-                }
-                slab::Internal::AmRequest => {
-                    if let Some(b) = self.slab.release(i as u32) {
-                        self.am.bufs.push(b);
-                    }
-                }
-                other => self.am_failed(i as u32, other, failure.clone()),
-            }
-        }
-        if rc != 0 {
-            log::warn!(
-                "closing a lost peer's connection: {}",
-                Error::from_rc("fi_close(endpoint)", rc.into())
-            );
-        }
-        self.endpoints[endpoint as usize] = None;
-        self.forget_reclaimed(endpoint);
-    }
-
-    /// Operations addressed to a lost peer of an RDM endpoint: cancel the
-    /// receives, and give the rest [`LOSS_GRACE`] to come back.
-    fn doom(&mut self, endpoint: u32, addr: u64) {
-        let until = Instant::now() + LOSS_GRACE;
-        let raw = match self.endpoints.get(endpoint as usize) {
-            Some(Some(e)) => e.raw,
-            _ => return,
-        };
-        for s in self.slab.slots.iter_mut() {
-            if !s.in_use || s.abandoned || s.endpoint != endpoint || s.peer != addr || s.lost {
-                continue;
-            }
-            s.lost = true;
-            match s.expires {
-                Some(t) if t <= until => {}
-                Some(_) => s.expires = Some(until),
-                None => {
-                    s.expires = Some(until);
-                    self.slab.timed += 1;
-                }
-            }
-            if s.kind == OpKind::Recv && !raw.is_null() {
-                let ctx = (&mut **s as *mut slab::OpSlot).cast::<std::os::raw::c_void>();
-                // SAFETY: the endpoint is open and the receive is posted on
-                // it with this context; fi_cancel only looks it up. One that
-                // cannot be cancelled ends with the grace.
-                unsafe { ffi::fi_cancel(&mut (*raw).fid, ctx) };
-            }
-        }
-        // Wake the deadline scan for the grace.
-        self.next_expiry_scan = Instant::now();
     }
 }

@@ -3,7 +3,8 @@
 
 use super::completions::tag_of;
 use super::post::{Posting, Prepared};
-use super::*;
+use super::state::EventLoop;
+use super::types::{Completion, EndpointId, OpKind, PostError, Token};
 use crate::error::{Error, Result};
 use crate::ffi;
 use crate::memory::buffer::Buffer;
@@ -13,7 +14,7 @@ impl EventLoop {
     /// it back to back, each completing with [`Completion::multi`] set; the
     /// completion that returns the buffer is the last. Needs
     /// [`Capability::MultiRecv`](crate::Capability::MultiRecv) and an
-    /// unframed endpoint. [`LoopConfig::min_multi_recv`] sets how much room
+    /// unframed endpoint. [`LoopConfig::min_multi_recv`](super::types::LoopConfig::min_multi_recv) sets how much room
     /// must remain for the buffer to stay posted.
     pub fn recv_multi(&mut self, id: EndpointId, buf: Buffer, token: Token) -> Result<(), PostError> {
         let multi_recv = self
@@ -43,7 +44,9 @@ impl EventLoop {
             call: "fi_recvmsg",
             want: None,
         };
+        let gate = self.progress_gate();
         self.post(what, buf, |bufp, ctx| {
+            let _gate = gate.as_ref().map(|g| g.lock());
             let iov = libc::iovec {
                 iov_base: bufp,
                 iov_len: len,

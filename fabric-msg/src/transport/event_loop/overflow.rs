@@ -23,6 +23,7 @@
 //! `raw_recv` (which every receive, internal ones included, goes through)
 //! finds it with one load.
 
+use crate::discovery::quirks::Quirks;
 use crate::ffi;
 use std::os::raw::c_void;
 use std::ptr;
@@ -131,19 +132,19 @@ impl Sink {
     }
 }
 
-/// Whether receives on `provider` need the sink: the providers above, when
-/// receives take a second iovec without a descriptor (no `FI_MR_LOCAL`).
+/// Whether receives need the sink: on the providers above
+/// ([`Quirks::cuts_oversized_badly`](crate::discovery::quirks::Quirks::cuts_oversized_badly)),
+/// when receives take a second iovec without a descriptor (no `FI_MR_LOCAL`).
 /// Only over cores that need no registration (tcp, udp; shm itself): over
 /// a core that does (`verbs`), rxm registers a receive's memory itself for
 /// a rendezvous read, and would pin the whole sink, whatever `mr_mode` it
 /// shows the application.
-pub(crate) fn needs_sink(provider: &str, iov_limit: usize, mr_local: bool) -> bool {
-    let affected = matches!(provider, "tcp;ofi_rxm" | "shm" | "udp;ofi_rxd");
-    affected && iov_limit >= 2 && !mr_local
+pub(crate) fn needs_sink(quirks: &Quirks, iov_limit: usize, mr_local: bool) -> bool {
+    quirks.cuts_oversized_badly && iov_limit >= 2 && !mr_local
 }
 
 impl Sink {
-    /// `post.rs`'s `raw_recv` with the overflow sink behind the buffer.
+    /// `calls.rs`'s `raw_recv` with the overflow sink behind the buffer.
     ///
     /// # Safety
     /// As for `raw_recv`: `raw` is an enabled endpoint, `len` writable bytes
@@ -184,18 +185,19 @@ impl Sink {
 #[cfg(test)]
 mod tests {
     use super::{needs_sink, Sink, LEAST};
+    use crate::discovery::quirks::Quirks;
 
     #[test]
     fn the_affected_providers_take_the_sink() {
-        assert!(needs_sink("tcp;ofi_rxm", 4, false));
-        assert!(needs_sink("shm", 4, false));
-        assert!(needs_sink("udp;ofi_rxd", 4, false));
-        assert!(!needs_sink("tcp", 4, false));
-        assert!(!needs_sink("sockets", 8, false));
+        assert!(needs_sink(&Quirks::of("tcp;ofi_rxm"), 4, false));
+        assert!(needs_sink(&Quirks::of("shm"), 4, false));
+        assert!(needs_sink(&Quirks::of("udp;ofi_rxd"), 4, false));
+        assert!(!needs_sink(&Quirks::of("tcp"), 4, false));
+        assert!(!needs_sink(&Quirks::of("sockets"), 8, false));
         // verbs;ofi_rxm needs a descriptor for every piece.
-        assert!(!needs_sink("verbs;ofi_rxm", 4, true));
-        assert!(!needs_sink("verbs;ofi_rxm", 4, false));
-        assert!(!needs_sink("shm", 1, false));
+        assert!(!needs_sink(&Quirks::of("verbs;ofi_rxm"), 4, true));
+        assert!(!needs_sink(&Quirks::of("verbs;ofi_rxm"), 4, false));
+        assert!(!needs_sink(&Quirks::of("shm"), 1, false));
     }
 
     #[test]

@@ -2,9 +2,14 @@
 //! transfers; a full queue (`FI_EAGAIN`) is progressed and retried for at
 //! most `LoopConfig::post_timeout`.
 
-use super::overflow::Sink;
-use super::*;
-use crate::error::{check, Error, Result};
+use super::backlog;
+use super::calls::{raw_recv, raw_send, recv_call, send_call};
+use super::frame::encode_header;
+use super::resources::EndpointState;
+use super::slab::{Group, NO_GROUP};
+use super::state::EventLoop;
+use super::types::{CompletionError, EndpointId, OpKind, Peer, PostError, RecvOpts, SendOpts, Token};
+use crate::error::{Error, Result};
 use crate::ffi;
 use crate::memory::buffer::{Buffer, HEADROOM};
 use crate::memory::lease::Lease;
@@ -12,7 +17,7 @@ use crate::memory::mr::RegionInner;
 use std::os::raw::c_void;
 use std::ptr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// An endpoint ready for a post, from [`EventLoop::prepare`].
 pub(super) struct Prepared {
@@ -138,7 +143,9 @@ impl EventLoop {
             call: recv_call(tag),
             want: tag,
         };
+        let gate = self.progress_gate();
         self.post(what, buf, |bufp, ctx| {
+            let _gate = gate.as_ref().map(|g| g.lock());
             // SAFETY: as in `send`; the buffer has `len` writable bytes at bufp.
             unsafe { raw_recv(raw, bufp, len, desc, src, tag, ctx) }
         })
@@ -221,7 +228,9 @@ impl EventLoop {
             call: recv_call(tag),
             want: tag,
         };
+        let gate = self.progress_gate();
         self.post_borrowed(what, data, move |bufp, desc, ctx| {
+            let _gate = gate.as_ref().map(|g| g.lock());
             // SAFETY: as in `send_borrowed`; `len` writable bytes at bufp.
             unsafe { raw_recv(raw, bufp, len, desc, src, tag, ctx) }
         })
@@ -502,179 +511,6 @@ impl EventLoop {
             return Ok(());
         }
         Ok(())
-    }
-
-    /// Read the CQ until fewer operations than it holds are in flight.
-    #[inline]
-    pub(super) fn wait_for_room(&mut self) -> Result<()> {
-        if self.posted() < self.cq.capacity {
-            return Ok(());
-        }
-        self.wait_for_room_slow()
-    }
-
-    #[cold]
-    fn wait_for_room_slow(&mut self) -> Result<()> {
-        let started = Instant::now();
-        while self.posted() >= self.cq.capacity {
-            if !self.patient(started) {
-                return Err(Error::QueueFull {
-                    call: "fi_cq_read",
-                    waited: started.elapsed(),
-                    in_flight: self.slab.in_flight,
-                    code: None,
-                });
-            }
-            self.progress()?;
-        }
-        Ok(())
-    }
-
-    /// Call `op` (libfabric's `call`) until it does not return
-    /// `-FI_EAGAIN`, progressing in between, while [`EventLoop::patient`].
-    /// A receive's `-FI_ENOMEM` is retried the same way: shm (1.17)
-    /// returns it while its receive entries are all taken by posted
-    /// receives and unexpected messages, which progress frees.
-    pub(super) fn retry(&mut self, call: &'static str, mut op: impl FnMut() -> isize) -> Result<isize> {
-        let mut started: Option<Instant> = None;
-        loop {
-            let rc = op();
-            if rc >= 0 {
-                return Ok(rc);
-            }
-            let receive = || call.starts_with("fi_recv") || call.starts_with("fi_trecv");
-            let no_room = rc == -(ffi::FI_EAGAIN as isize) || (rc == -(ffi::FI_ENOMEM as isize) && receive());
-            if !no_room {
-                return check(call, rc as i64).map(|v| v as isize);
-            }
-            let t0 = *started.get_or_insert_with(Instant::now);
-            if !self.patient(t0) {
-                return Err(Error::QueueFull {
-                    call,
-                    waited: t0.elapsed(),
-                    in_flight: self.slab.in_flight,
-                    code: Some(crate::error::ErrorCode(rc.unsigned_abs() as u32)),
-                });
-            }
-            self.progress()?;
-        }
-    }
-
-    /// Progress while a post waits: read the CQ, then post the send
-    /// backlog, which then takes room before the waiting post tries again.
-    /// Flushed before the read, or not at all here, backlogged sends
-    /// starved behind a retrying write in the shm soak (20 messages/s for
-    /// 3 s in 4 of 32 runs; none in 16 runs with this order).
-    pub(super) fn progress(&mut self) -> Result<()> {
-        let read = self.read_cq();
-        self.flush_backlog();
-        read
-    }
-
-    /// Whether a post refused for lack of room fails at once instead of
-    /// waiting: while the World's collectives post (`no_wait`: they keep
-    /// what was refused and post it at their next progress, where losses
-    /// and other ranks' notices are seen), or where the application set a
-    /// zero `post_timeout`.
-    #[inline]
-    pub(super) fn fail_fast(&self) -> bool {
-        self.no_wait || self.cfg.post_timeout == Some(Duration::ZERO)
-    }
-
-    /// Whether a wait for room that began at `since` goes on: not where
-    /// posts fail fast, not once the layer above gives up (the World's
-    /// liveness saw a rank lost) or a peer of this loop is newly lost (the
-    /// post fails; the next `poll` reports the loss), and not past the
-    /// application's `post_timeout` if it set one. Otherwise it waits as
-    /// long as it takes: a peer that computes is not a failure.
-    pub(super) fn patient(&self, since: Instant) -> bool {
-        !(self.fail_fast()
-            || self.giving_up()
-            || self.lost.changed()
-            || self.cfg.post_timeout.is_some_and(|t| since.elapsed() >= t))
-    }
-
-    /// Whether the layer above asked posts to stop waiting for room.
-    pub(super) fn giving_up(&self) -> bool {
-        self.give_up
-            .as_ref()
-            .is_some_and(|flag| flag.load(std::sync::atomic::Ordering::Acquire))
-    }
-}
-
-/// The libfabric function a send with these options is posted with.
-pub(super) fn send_call(tag: Option<u64>, data: Option<u64>) -> &'static str {
-    match (tag, data) {
-        (None, None) => "fi_send",
-        (Some(_), None) => "fi_tsend",
-        (None, Some(_)) => "fi_senddata",
-        (Some(_), Some(_)) => "fi_tsenddata",
-    }
-}
-
-/// The libfabric function a receive with this matcher is posted with.
-pub(super) fn recv_call(tag: Option<(u64, u64)>) -> &'static str {
-    if tag.is_some() {
-        "fi_trecv"
-    } else {
-        "fi_recv"
-    }
-}
-
-/// Post a send in the form its options call for.
-///
-/// # Safety
-/// `raw` is an enabled endpoint; `bufp` and `len` describe memory that stays
-/// valid until the completion; `desc` is its local descriptor (or NULL where
-/// none is needed); `ctx` is an operation slot's context.
-#[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn raw_send(
-    raw: *mut ffi::fid_ep,
-    bufp: *mut c_void,
-    len: usize,
-    desc: *mut c_void,
-    addr: ffi::fi_addr_t,
-    tag: Option<u64>,
-    data: Option<u64>,
-    ctx: *mut c_void,
-) -> isize {
-    // SAFETY: the caller's promises are exactly these calls' requirements.
-    unsafe {
-        match (tag, data) {
-            (None, None) => ffi::fi_send(raw, bufp, len, desc, addr, ctx),
-            (Some(t), None) => ffi::fi_tsend(raw, bufp, len, desc, addr, t, ctx),
-            (None, Some(d)) => ffi::fi_senddata(raw, bufp, len, desc, d, addr, ctx),
-            (Some(t), Some(d)) => ffi::fi_tsenddata(raw, bufp, len, desc, d, addr, t, ctx),
-        }
-    }
-}
-
-/// Post a receive, tagged (`(tag, ignore)`) or not.
-///
-/// # Safety
-/// As for [`raw_send`], with `len` writable bytes at `bufp`.
-pub(super) unsafe fn raw_recv(
-    raw: *mut ffi::fid_ep,
-    bufp: *mut c_void,
-    len: usize,
-    desc: *mut c_void,
-    src: ffi::fi_addr_t,
-    tag: Option<(u64, u64)>,
-    ctx: *mut c_void,
-) -> isize {
-    // SAFETY: raw is enabled (the caller's promise).
-    if let Some(sink) = unsafe { Sink::of(raw) } {
-        // SAFETY: as below; the sink is mapped for the whole process and
-        // takes a message's tail (overflow.rs), and both calls read `iov`
-        // and `descs` during the call only.
-        return unsafe { sink.recv(raw, bufp, len, desc, src, tag, ctx) };
-    }
-    // SAFETY: the caller's promises are exactly these calls' requirements.
-    unsafe {
-        match tag {
-            None => ffi::fi_recv(raw, bufp, len, desc, src, ctx),
-            Some((t, ignore)) => ffi::fi_trecv(raw, bufp, len, desc, src, t, ignore, ctx),
-        }
     }
 }
 

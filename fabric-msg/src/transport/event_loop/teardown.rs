@@ -1,7 +1,9 @@
 //! Closing an endpoint, and dropping the loop: endpoints first, then the
 //! operations' memory, then the queues and the domain.
 
-use super::*;
+use super::slab;
+use super::state::EventLoop;
+use super::types::EndpointId;
 use crate::error::{check, Error, Result};
 use crate::ffi;
 use std::sync::Arc;
@@ -112,7 +114,7 @@ impl EventLoop {
     /// lands after the close is dropped by the device). docs/decisions.md,
     /// "The receive that is left: rxm's credits".
     pub(super) fn settle_rxm(&mut self) {
-        if self.domain.profile.provider != "verbs;ofi_rxm" {
+        if !self.domain.profile.quirks.reposts_credits_on_close {
             return;
         }
         let until = Instant::now() + RXM_SETTLE;
@@ -161,7 +163,7 @@ impl EventLoop {
     /// it after 3 s, status 70). docs/decisions.md, "rxm's close of a
     /// message half received".
     fn rxm_left_open(&mut self) -> bool {
-        if !self.domain.profile.provider.ends_with("ofi_rxm") {
+        if !self.domain.profile.quirks.close_hangs_after_loss {
             return false;
         }
         if self.lost.changed() {

@@ -20,15 +20,18 @@
 //!   heartbeats, reads the peers' heartbeats, goodbyes and verdicts, and
 //!   reports a death, a departure or a stall ([`LossKind`]) by bumping an
 //!   epoch the loop reads with one atomic load per `poll`.
-//! - **The loop's lost-peer record** (`transport/event_loop/lost_peers.rs`,
-//!   run on the thread that polls the loop): which peer each lifeline
-//!   watches, which are lost and why; the `PeerLost` notice; failing the
-//!   operations addressed to a lost peer, after [`LOSS_GRACE`]; refusing
-//!   later posts to it. It stays inside `event_loop/` because it works on
-//!   the loop's slab, backlog and endpoints.
-//! - **The loop's give-up signal** (set by the World, read in
-//!   `transport/event_loop/post.rs`, `backlog.rs` and `teardown.rs`): a
-//!   post blocked on a full queue, a send waiting in the backlog, or a
+//! - **The loop's lost-peer record and handling** (run on the thread that
+//!   polls the loop): `transport/event_loop/lost_peers.rs` keeps which
+//!   peer each lifeline watches, which are lost and why;
+//!   `transport/event_loop/loss_handling.rs` takes the lifelines' verdicts
+//!   each `poll`, posts the `PeerLost` notice, fails the operations
+//!   addressed to a lost peer after [`LOSS_GRACE`] and closes a lost
+//!   peer's connection. They stay inside `event_loop/` because they work on
+//!   the loop's slab, backlog and endpoints (and this module does not
+//!   import the loop: no cycle).
+//! - **The loop's give-up signal** (`EventLoop::give_up_when`, read in
+//!   `transport/event_loop/room.rs`, `backlog_flush.rs` and `teardown.rs`):
+//!   a post blocked on a full queue, a send waiting in the backlog, or a
 //!   teardown waiting for the provider stops waiting once the World has
 //!   lost a rank (below); the lifelines' losses do the same through the
 //!   lost-peer record.
@@ -44,7 +47,8 @@
 //!   the star's thread, read by every World call with one atomic load; its
 //!   flag is the loop's give-up flag above. A World call whose completion
 //!   failed waits up to [`LOSS_GRACE`] for it to name a lost rank
-//!   (`world/mod.rs`, `world/collectives/`), so the error names the rank.
+//!   (`world/point_to_point.rs`, `world/collectives/`), so the error names
+//!   the rank.
 //! - **The watchdog** (`world/liveness.rs`, thread `fabric-msg-stuck`,
 //!   started with the first loss): ends the process, naming the lost
 //!   rank, if a World call is still inside libfabric seconds after the loss

@@ -10,11 +10,8 @@
 //! - **ring** for long totals: `size - 1` rounds, each passing one block to
 //!   the right neighbour, so every link carries each byte once.
 
-use super::ops::Element;
-use super::request::{check_counts, Request, Shape};
+use super::request::Shape;
 use super::schedule::{back, ring_allgather, xfer, Blocks, Round, Schedule};
-use crate::error::Result;
-use crate::world::World;
 use smallvec::smallvec;
 
 /// Total bytes from which allgathers go around a ring.
@@ -70,44 +67,5 @@ pub(crate) fn schedule(rank: u32, size: u32, counts: &[usize], algo: Algorithm) 
                 .collect();
             (s, 0, Shape::Pieces(out))
         }
-    }
-}
-
-impl World {
-    /// Every rank's `mine`, in rank order, on every rank
-    /// (`size × mine.len()` elements). Every rank passes the same length;
-    /// see [`World::allgatherv`] for different lengths.
-    ///
-    /// ```no_run
-    /// let mut world = fabric_msg::World::init()?;
-    /// let ranks = world.allgather(&[world.rank()])?;
-    /// assert_eq!(ranks, (0..world.size()).collect::<Vec<u32>>());
-    /// # Ok::<(), fabric_msg::Error>(())
-    /// ```
-    pub fn allgather<T: Element>(&mut self, mine: &[T]) -> Result<Vec<T>> {
-        let counts = vec![mine.len(); self.size() as usize];
-        let r = self.iallgatherv(mine.to_vec(), &counts)?;
-        self.wait(r)
-    }
-
-    /// [`World::allgather`] with a length per rank: rank `r` contributes
-    /// `counts[r]` elements (0 allowed), and every rank passes the same
-    /// `counts`.
-    pub fn allgatherv<T: Element>(&mut self, mine: &[T], counts: &[usize]) -> Result<Vec<T>> {
-        let r = self.iallgatherv(mine.to_vec(), counts)?;
-        self.wait(r)
-    }
-
-    /// Start a [`World::allgatherv`]; [`World::wait`] gives its result.
-    pub fn iallgatherv<T: Element>(&mut self, mine: Vec<T>, counts: &[usize]) -> Result<Request<T>> {
-        let (rank, size) = (self.rank(), self.size());
-        if let Err(m) = check_counts(counts, size, rank, mine.len()) {
-            return Err(self.refuse("allgather", m));
-        }
-        let total: usize = counts.iter().sum();
-        let (s, own, out) = schedule(rank, size, counts, choose(total * T::SIZE));
-        let mut work = vec![T::ZERO; total];
-        work[own..own + mine.len()].copy_from_slice(&mine);
-        self.start_run("allgather", s, work, None, out)
     }
 }

@@ -13,11 +13,7 @@
 //!   `2 (size - 1)` rounds in which every rank sends and receives
 //!   `2 (size - 1) / size` of the vector: the least data any algorithm moves.
 
-use super::ops::{Element, Reduction};
-use super::request::{copy_result, Request, Shape};
 use super::schedule::{ring_allgather, ring_reduce_scatter, xfer, Apply, Blocks, Round, Schedule, Xfer};
-use crate::error::Result;
-use crate::world::World;
 use smallvec::smallvec;
 
 /// Bytes from which an allreduce goes around the ring. MPICH leaves
@@ -100,46 +96,5 @@ fn recursive_doubling(s: &mut Schedule, rank: u32, size: u32, n: usize) {
     }
     if rank < 2 * rem {
         s.send(xfer(rank - 1, UNFOLD_STEP, 0, n));
-    }
-}
-
-impl World {
-    /// Combine every rank's `data` element by element with `op`, and give
-    /// every rank the result in `data` (the same bits on every rank). Every
-    /// rank passes the same length and the same reduction.
-    ///
-    /// ```no_run
-    /// use fabric_msg::{Op, Reduction};
-    /// let mut world = fabric_msg::World::init()?;
-    /// let mut residual = [0.25f64, 4.0];
-    /// world.allreduce(&mut residual, Op::Sum)?;
-    /// let mut norm = [3.0f64];
-    /// world.allreduce(&mut norm, Reduction::custom(|acc: &mut [f64], other: &[f64]| {
-    ///     for (a, b) in acc.iter_mut().zip(other) {
-    ///         *a = a.hypot(*b);
-    ///     }
-    /// }))?;
-    /// # Ok::<(), fabric_msg::Error>(())
-    /// ```
-    pub fn allreduce<T: Element>(&mut self, data: &mut [T], op: impl Into<Reduction<T>>) -> Result<()> {
-        let r = self.iallreduce(data.to_vec(), op)?;
-        let out = self.wait(r)?;
-        copy_result("allreduce", data, &out)
-    }
-
-    /// Start a [`World::allreduce`] of `data`; [`World::wait`] gives the
-    /// result.
-    pub fn iallreduce<T: Element>(
-        &mut self,
-        data: Vec<T>,
-        op: impl Into<Reduction<T>>,
-    ) -> Result<Request<T>> {
-        let reduction = op.into();
-        if let Err(m) = reduction.check() {
-            return Err(self.refuse("allreduce", m));
-        }
-        let algo = choose(data.len() * T::SIZE, data.len(), self.size());
-        let s = schedule(self.rank(), self.size(), data.len(), algo);
-        self.start_run("allreduce", s, data, Some(reduction), Shape::Whole)
     }
 }

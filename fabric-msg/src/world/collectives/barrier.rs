@@ -18,10 +18,7 @@
 //!   rank has heard, directly or through others, from every rank. Any size,
 //!   no extra step for non-powers of two.
 
-use super::request::{Request, Shape};
 use super::schedule::{back, xfer, Round, Schedule};
-use crate::error::Result;
-use crate::world::World;
 use smallvec::smallvec;
 
 /// Most ranks the linear barrier serves (the same bound as the linear
@@ -81,26 +78,4 @@ pub(crate) fn schedule(rank: u32, size: u32, algo: Algorithm) -> Schedule {
         }
     }
     s
-}
-
-impl World {
-    /// Wait until every rank has called `barrier`.
-    ///
-    /// ```no_run
-    /// let mut world = fabric_msg::World::init()?;
-    /// world.barrier()?;
-    /// # Ok::<(), fabric_msg::Error>(())
-    /// ```
-    pub fn barrier(&mut self) -> Result<()> {
-        let r = self.ibarrier()?;
-        self.wait(r).map(drop)
-    }
-
-    /// Start a barrier; [`World::wait`] returns (an empty vector) once every
-    /// rank has started it.
-    pub fn ibarrier(&mut self) -> Result<Request<u8>> {
-        let size = self.size();
-        let s = schedule(self.rank(), size, choose(size));
-        self.start_run("barrier", s, Vec::new(), None, Shape::Whole)
-    }
 }

@@ -16,11 +16,7 @@
 //!   ranks pass pieces around a ring until each has all. The root sends
 //!   about the message once instead of ⌈log2 size⌉ times.
 
-use super::ops::Element;
-use super::request::{check_root, copy_result, Request, Shape};
 use super::schedule::{children, parent, ring_allgather, subtree, xfer, Blocks, Rotation, Round, Schedule};
-use crate::error::Result;
-use crate::world::World;
 use smallvec::smallvec;
 
 /// Bytes from which a broadcast scatters and allgathers.
@@ -101,37 +97,4 @@ pub(crate) fn schedule(rank: u32, size: u32, root: u32, n: usize, algo: Algorith
         }
     }
     s
-}
-
-impl World {
-    /// Give every rank `root`'s `data`: on the root it is read, on every
-    /// other rank overwritten. Every rank passes the same length (a rank
-    /// that receives a different length fails with [`Error::Collective`](crate::Error::Collective),
-    /// and so do the others).
-    ///
-    /// ```no_run
-    /// let mut world = fabric_msg::World::init()?;
-    /// let mut params = [0.0f64; 3];
-    /// if world.rank() == 0 {
-    ///     params = [0.1, 0.01, 1e-6];
-    /// }
-    /// world.broadcast(0, &mut params)?;
-    /// # Ok::<(), fabric_msg::Error>(())
-    /// ```
-    pub fn broadcast<T: Element>(&mut self, root: u32, data: &mut [T]) -> Result<()> {
-        let r = self.ibroadcast(root, data.to_vec())?;
-        let out = self.wait(r)?;
-        copy_result("broadcast", data, &out)
-    }
-
-    /// Start a broadcast of `root`'s `data` (on other ranks only its length
-    /// counts); [`World::wait`] returns root's data on every rank.
-    pub fn ibroadcast<T: Element>(&mut self, root: u32, data: Vec<T>) -> Result<Request<T>> {
-        if let Err(m) = check_root(root, self.size()) {
-            return Err(self.refuse("broadcast", m));
-        }
-        let algo = choose(data.len() * T::SIZE, data.len(), self.size());
-        let s = schedule(self.rank(), self.size(), root, data.len(), algo);
-        self.start_run("broadcast", s, data, None, Shape::Whole)
-    }
 }

@@ -288,14 +288,14 @@ impl Engine {
 
     /// Move runs on: losses, notices, finished rounds, posts that found the
     /// provider's queue full. Posts made here fail at once on a full queue
-    /// instead of waiting in the loop for room (`Io::no_wait`): what could
+    /// instead of waiting in the loop for room (`Io::fail_fast`): what could
     /// not be posted is kept and tried again at the next progress, where
     /// losses and other ranks' notices are seen.
     pub(crate) fn progress(&mut self, io: &mut Io<'_>) {
-        let saved = io.no_wait(true);
+        let saved = io.fail_fast(true);
         self.progress_runs(io);
         self.flush_notices(io);
-        io.no_wait(saved);
+        io.fail_fast(saved);
     }
 
     fn progress_runs(&mut self, io: &mut Io<'_>) {

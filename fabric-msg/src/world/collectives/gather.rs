@@ -9,11 +9,8 @@
 //! - **linear** for long ones: every rank sends straight to the root, which
 //!   has all receives posted, so no block is copied twice.
 
-use super::ops::Element;
-use super::request::{check_counts, check_root, Request, Shape};
+use super::request::Shape;
 use super::schedule::{children, parent, subtree, xfer, Blocks, Rotation, Round, Schedule};
-use crate::error::Result;
-use crate::world::World;
 use smallvec::smallvec;
 
 /// Average bytes per rank below which gathers go up a binomial tree.
@@ -88,57 +85,5 @@ pub(crate) fn schedule(
                 .collect();
             (s, mine.total(), Shape::Pieces(out))
         }
-    }
-}
-
-impl World {
-    /// Collect every rank's `mine` on `root`: there the result is every
-    /// rank's block in rank order (`size × mine.len()` elements); elsewhere
-    /// it is empty. Every rank passes the same length; see
-    /// [`World::gatherv`] for different lengths.
-    pub fn gather<T: Element>(&mut self, root: u32, mine: &[T]) -> Result<Vec<T>> {
-        let counts = vec![mine.len(); self.size() as usize];
-        let r = self.igatherv(root, mine.to_vec(), &counts)?;
-        self.wait(r)
-    }
-
-    /// [`World::gather`] with a length per rank: rank `r` contributes
-    /// `counts[r]` elements (0 allowed), and every rank passes the same
-    /// `counts`.
-    ///
-    /// ```no_run
-    /// let mut world = fabric_msg::World::init()?;
-    /// let (rank, size) = (world.rank(), world.size());
-    /// let mine: Vec<u32> = vec![rank; rank as usize]; // rank r sends r copies of r
-    /// let counts: Vec<usize> = (0..size as usize).collect();
-    /// let all = world.gatherv(0, &mine, &counts)?;
-    /// if rank == 0 {
-    ///     assert_eq!(all.len(), counts.iter().sum::<usize>());
-    /// }
-    /// # Ok::<(), fabric_msg::Error>(())
-    /// ```
-    pub fn gatherv<T: Element>(&mut self, root: u32, mine: &[T], counts: &[usize]) -> Result<Vec<T>> {
-        let r = self.igatherv(root, mine.to_vec(), counts)?;
-        self.wait(r)
-    }
-
-    /// Start a [`World::gatherv`]; [`World::wait`] gives its result.
-    pub fn igatherv<T: Element>(&mut self, root: u32, mine: Vec<T>, counts: &[usize]) -> Result<Request<T>> {
-        let (rank, size) = (self.rank(), self.size());
-        let checked = check_root(root, size).and_then(|()| check_counts(counts, size, rank, mine.len()));
-        if let Err(m) = checked {
-            return Err(self.refuse("gather", m));
-        }
-        let total: usize = counts.iter().sum();
-        let algo = choose(total * T::SIZE, size);
-        let (s, len, out) = schedule(rank, size, root, counts, algo);
-        let mut work = vec![T::ZERO; len];
-        let at = if algo == Algorithm::Linear && rank == root {
-            counts[..rank as usize].iter().sum()
-        } else {
-            0
-        };
-        work[at..at + mine.len()].copy_from_slice(&mine);
-        self.start_run("gather", s, work, None, out)
     }
 }

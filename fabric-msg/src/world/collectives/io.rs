@@ -67,14 +67,14 @@ impl Io<'_> {
     }
 
     /// Whether both loops fail a post the provider refuses at once
-    /// (`EventLoop::no_wait`) instead of waiting for room: on while the
+    /// (`EventLoop::set_fail_fast`) instead of waiting for room: on while the
     /// collectives post, which keep what was refused and post it at their
     /// next progress. Returns the old setting.
-    pub(crate) fn no_wait(&mut self, on: bool) -> bool {
+    pub(crate) fn fail_fast(&mut self, on: bool) -> bool {
         if let Some(l) = self.local.as_mut() {
-            l.ev.no_wait = on;
+            l.ev.set_fail_fast(on);
         }
-        std::mem::replace(&mut self.ev.no_wait, on)
+        self.ev.set_fail_fast(on)
     }
 
     /// Poll both loops (see `Local::poll`), or the main one alone.

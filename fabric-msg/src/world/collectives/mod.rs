@@ -34,17 +34,17 @@
 //! [`Error::Collective`](crate::Error::Collective) naming it, instead of
 //! waiting.
 
-mod allgather;
-mod allreduce;
-mod barrier;
-mod bcast;
+pub(crate) mod allgather;
+pub(crate) mod allreduce;
+pub(crate) mod barrier;
+pub(crate) mod bcast;
 pub(crate) mod engine;
-mod gather;
+pub(crate) mod gather;
 pub(crate) mod io;
 pub(crate) mod ops;
-mod reduce;
-mod reduce_scatter;
-mod request;
+pub(crate) mod reduce;
+pub(crate) mod reduce_scatter;
+pub(crate) mod request;
 mod run;
 pub(crate) mod schedule;
 #[cfg(test)]

@@ -8,13 +8,9 @@
 //!   combined block, and the blocks are sent to the root. Each rank moves
 //!   about two vectors' worth instead of ⌈log2 size⌉ vectors.
 
-use super::ops::{Element, Reduction};
-use super::request::{check_root, copy_result, Request, Shape};
 use super::schedule::{
     children, parent, ring_reduce_scatter, xfer, Apply, Blocks, Rotation, Round, Schedule, Xfer,
 };
-use crate::error::Result;
-use crate::world::World;
 use smallvec::smallvec;
 
 /// Bytes from which a reduce goes through a reduce-scatter: as allreduce's
@@ -81,54 +77,4 @@ pub(crate) fn schedule(rank: u32, size: u32, root: u32, n: usize, algo: Algorith
         }
     }
     s
-}
-
-impl World {
-    /// Combine every rank's `data` element by element with `op`; on `root`,
-    /// `data` becomes the result, elsewhere it is left as it was. Every
-    /// rank passes the same length and the same reduction.
-    ///
-    /// ```no_run
-    /// use fabric_msg::Op;
-    /// let mut world = fabric_msg::World::init()?;
-    /// let mut worst = [world.rank() as f64 * 0.5];
-    /// world.reduce(0, &mut worst, Op::Max)?;
-    /// # Ok::<(), fabric_msg::Error>(())
-    /// ```
-    pub fn reduce<T: Element>(
-        &mut self,
-        root: u32,
-        data: &mut [T],
-        op: impl Into<Reduction<T>>,
-    ) -> Result<()> {
-        let r = self.ireduce(root, data.to_vec(), op)?;
-        let out = self.wait(r)?;
-        if self.rank() == root {
-            copy_result("reduce", data, &out)?;
-        }
-        Ok(())
-    }
-
-    /// Start a [`World::reduce`]; [`World::wait`] gives the result on
-    /// `root` and an empty vector elsewhere.
-    pub fn ireduce<T: Element>(
-        &mut self,
-        root: u32,
-        data: Vec<T>,
-        op: impl Into<Reduction<T>>,
-    ) -> Result<Request<T>> {
-        let reduction = op.into();
-        let (rank, size) = (self.rank(), self.size());
-        if let Err(m) = check_root(root, size).and_then(|()| reduction.check()) {
-            return Err(self.refuse("reduce", m));
-        }
-        let algo = choose(data.len() * T::SIZE, data.len(), size);
-        let s = schedule(rank, size, root, data.len(), algo);
-        let shape = if rank == root {
-            Shape::Whole
-        } else {
-            Shape::Pieces(vec![])
-        };
-        self.start_run("reduce", s, data, Some(reduction), shape)
-    }
 }

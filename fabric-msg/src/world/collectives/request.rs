@@ -1,10 +1,8 @@
 //! A collective in flight: [`Request`], and [`World::wait`] and
 //! [`World::test`], which progress the collectives until it ends.
 
-use super::ops::{Element, Reduction};
-use super::schedule::Schedule;
+use super::ops::Element;
 use crate::error::{Error, Result};
-use crate::world::World;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
@@ -17,23 +15,30 @@ pub(crate) enum Shape {
     Pieces(Vec<(usize, usize)>),
 }
 
-/// A collective started with one of the `i…` methods ([`World::iallreduce`],
-/// [`World::ibarrier`], ...). It progresses whenever the World is polled —
-/// [`World::poll`], [`World::test`], [`World::wait`] or another collective's
-/// wait — and [`World::wait`] gives its result.
+/// A collective started with one of the `i…` methods
+/// ([`World::iallreduce`], [`World::ibarrier`], ...). It progresses
+/// whenever the World is polled — [`World::poll`], [`World::test`],
+/// [`World::wait`] or another collective's wait — and [`World::wait`]
+/// gives its result.
 ///
 /// Every rank must start the same collectives in the same order. Dropping
 /// a request does not stop the collective (the other ranks still need this
 /// rank's part); its result is discarded when it ends.
+///
+/// [`World::iallreduce`]: crate::world::World::iallreduce
+/// [`World::ibarrier`]: crate::world::World::ibarrier
+/// [`World::poll`]: crate::world::World::poll
+/// [`World::test`]: crate::world::World::test
+/// [`World::wait`]: crate::world::World::wait
 #[must_use = "a collective's result comes from World::wait"]
 #[derive(Debug)]
 pub struct Request<T: Element> {
-    seq: u32,
+    pub(crate) seq: u32,
     /// Held while someone may collect the result (see `Engine::end`).
-    _alive: Arc<()>,
-    shape: Shape,
-    what: &'static str,
-    _t: PhantomData<fn() -> T>,
+    pub(crate) _alive: Arc<()>,
+    pub(crate) shape: Shape,
+    pub(crate) what: &'static str,
+    pub(crate) _t: PhantomData<fn() -> T>,
 }
 
 impl<T: Element> Request<T> {
@@ -46,81 +51,6 @@ impl<T: Element> Request<T> {
     /// `"allreduce"`, `"barrier"`, ...
     pub fn operation(&self) -> &'static str {
         self.what
-    }
-}
-
-impl World {
-    /// Start a collective of this rank's `sched` over `work`.
-    pub(crate) fn start_run<T: Element>(
-        &mut self,
-        what: &'static str,
-        sched: Schedule,
-        work: Vec<T>,
-        reduction: Option<Reduction<T>>,
-        shape: Shape,
-    ) -> Result<Request<T>> {
-        let _call = self.live.call();
-        let (engine, mut io) = self.engine_io();
-        let (seq, alive) = engine.start(&mut io, what, sched, work, reduction);
-        Ok(Request {
-            seq,
-            _alive: alive,
-            shape,
-            what,
-            _t: PhantomData,
-        })
-    }
-
-    /// Refuse a collective for a bad argument (`Error::Usage`), telling the
-    /// other ranks so that none waits for this one.
-    pub(crate) fn refuse(&mut self, what: &'static str, message: String) -> Error {
-        let _call = self.live.call();
-        let (engine, mut io) = self.engine_io();
-        engine.refuse(&mut io, what, message)
-    }
-
-    /// Whether `req` has ended (its result or error is ready for
-    /// [`World::wait`]). Progresses every collective in flight, without
-    /// waiting.
-    pub fn test<T: Element>(&mut self, req: &Request<T>) -> Result<bool> {
-        let _call = self.live.call();
-        let (engine, mut io) = self.engine_io();
-        if engine.running(req.seq) {
-            engine.poll_once(&mut io)?;
-        }
-        Ok(!self.coll.running(req.seq))
-    }
-
-    /// Wait for `req` and return its result: what each `i…` method says.
-    /// Fails with [`Error::RankLost`] as soon as any rank is lost, and with
-    /// [`Error::Collective`] when a rank saw the collective go wrong.
-    /// Completions of the application's own operations that arrive
-    /// meanwhile are kept for its next [`World::poll`].
-    pub fn wait<T: Element>(&mut self, req: Request<T>) -> Result<Vec<T>> {
-        let _call = self.live.call();
-        loop {
-            if let Some(result) = self.coll.take(req.seq) {
-                let work = result?.downcast::<Vec<T>>().map_err(|_| {
-                    Error::Usage(format!(
-                        "{} #{}: the result is not a Vec<{}>",
-                        req.what,
-                        req.seq,
-                        T::NAME
-                    ))
-                })?;
-                return Ok(extract(*work, &req.shape));
-            }
-            if !self.coll.running(req.seq) {
-                return Err(Error::Usage(format!(
-                    "{} #{} is neither in flight nor finished: was it waited for already?",
-                    req.what, req.seq
-                )));
-            }
-            let (engine, mut io) = self.engine_io();
-            if !engine.poll_once(&mut io)? {
-                engine.idle();
-            }
-        }
     }
 }
 

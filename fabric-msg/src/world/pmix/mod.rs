@@ -62,6 +62,7 @@ mod sys;
 mod checks;
 mod client;
 mod error;
+mod job;
 mod load;
 mod nb;
 mod value;
@@ -71,7 +72,7 @@ pub(crate) use error::PmixError;
 
 /// For the fuzz targets: `PMIX_LOCAL_PEERS` as the client parses it.
 pub(crate) fn fuzz_local_peers(text: &[u8], size: u32, me: u32) -> bool {
-    client::parse_peers(text, size, me).is_ok()
+    job::parse_peers(text, size, me).is_ok()
 }
 
 #[cfg(test)]

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::checks::{checked_key, checked_namespace, deadline, server_timeout};
-use super::client::parse_peers;
 use super::error::PmixError;
+use super::job::parse_peers;
 use super::load::{api, detect, load, Launch};
 use super::nb::{
     fence_done, get_done, FenceInputs, FenceRequest, Fetched, GetInputs, GetRequest, Slot,

@@ -13,6 +13,10 @@
 //! target's loop must be polled for a peer's one-sided operations to
 //! proceed, as with messages.
 
+use super::am::AtomicRequest;
+use super::post::Parts;
+use super::state::EventLoop;
+use super::types::{OpKind, Peer, Token};
 use crate::discovery::atomic::{AtomicCarrier, AtomicForm, AtomicOperation};
 use crate::error::{Error, Result};
 use crate::ffi;
@@ -20,7 +24,6 @@ use crate::memory::access::Access;
 use crate::memory::mr::{self, Local, MemoryRegion};
 use crate::memory::pool::RegionPool;
 use crate::memory::remote::RemoteMemory;
-use crate::transport::event_loop::{AtomicRequest, EventLoop, OpKind, Parts, Peer, Token};
 use std::os::raw::c_void;
 use std::ptr::{self, NonNull};
 use std::sync::Arc;

@@ -7,11 +7,13 @@
 //! `connect` and `Listener::accept` look the same on every fabric; the
 //! returned `Peer` names the connection's endpoint.
 
+use super::resources::EndpointState;
+use super::state::EventLoop;
+use super::types::EndpointId;
 use crate::error::{check, Error, Result};
 use crate::ffi;
 use crate::memory::domain::close_fid;
 use crate::transport::eq::{CmEvent, Eq, Pep};
-use crate::transport::event_loop::{EndpointId, EndpointState, EventLoop};
 use std::ptr;
 use std::time::{Duration, Instant};
 

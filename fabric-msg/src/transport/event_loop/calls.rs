@@ -1,0 +1,95 @@
+//! The provider's posting calls, in the form an operation's options ask
+//! for (`fi_send`, `fi_tsend`, `fi_senddata`, `fi_tsenddata`; `fi_recv`,
+//! `fi_trecv`, or their vector forms behind the overflow sink), and the
+//! names errors give them. Every send and receive of the loop, internal
+//! ones included, goes through here.
+
+use super::overflow::Sink;
+use crate::ffi;
+use std::os::raw::c_void;
+
+/// The libfabric function a send with these options is posted with.
+pub(super) fn send_call(tag: Option<u64>, data: Option<u64>) -> &'static str {
+    match (tag, data) {
+        (None, None) => "fi_send",
+        (Some(_), None) => "fi_tsend",
+        (None, Some(_)) => "fi_senddata",
+        (Some(_), Some(_)) => "fi_tsenddata",
+    }
+}
+
+/// The libfabric function a receive with this matcher is posted with.
+pub(super) fn recv_call(tag: Option<(u64, u64)>) -> &'static str {
+    if tag.is_some() {
+        "fi_trecv"
+    } else {
+        "fi_recv"
+    }
+}
+
+/// Post a send in the form its options call for.
+///
+/// # Safety
+/// `raw` is an enabled endpoint; `bufp` and `len` describe memory that stays
+/// valid until the completion; `desc` is its local descriptor (or NULL where
+/// none is needed); `ctx` is an operation slot's context.
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn raw_send(
+    raw: *mut ffi::fid_ep,
+    bufp: *mut c_void,
+    len: usize,
+    desc: *mut c_void,
+    addr: ffi::fi_addr_t,
+    tag: Option<u64>,
+    data: Option<u64>,
+    ctx: *mut c_void,
+) -> isize {
+    // SAFETY: the caller's promises are exactly these calls' requirements.
+    unsafe {
+        match (tag, data) {
+            (None, None) => ffi::fi_send(raw, bufp, len, desc, addr, ctx),
+            (Some(t), None) => ffi::fi_tsend(raw, bufp, len, desc, addr, t, ctx),
+            (None, Some(d)) => ffi::fi_senddata(raw, bufp, len, desc, d, addr, ctx),
+            (Some(t), Some(d)) => ffi::fi_tsenddata(raw, bufp, len, desc, d, addr, t, ctx),
+        }
+    }
+}
+
+/// Post a receive, tagged (`(tag, ignore)`) or not.
+///
+/// Where the loop runs a progress thread, callers hold its gate
+/// ([`EventLoop::progress_gate`]) around this call: libfabric 1.17's shm
+/// matches an arriving message against posted receives and, finding none,
+/// queues it as unexpected in two steps under two takings of its receive
+/// lock (`smr_progress_cmd_msg`: `get_tag`, then `queue_tag`), so a receive
+/// posted between them by another thread misses the message and the
+/// message waits unexpected beside it for ever. The progress thread made
+/// that other thread: 4 of 157 runs of 5 ranks' `collectives_check` under
+/// load hung so, none of 200 without the thread (docs/reliability.md).
+///
+/// # Safety
+/// As for [`raw_send`], with `len` writable bytes at `bufp`.
+pub(super) unsafe fn raw_recv(
+    raw: *mut ffi::fid_ep,
+    bufp: *mut c_void,
+    len: usize,
+    desc: *mut c_void,
+    src: ffi::fi_addr_t,
+    tag: Option<(u64, u64)>,
+    ctx: *mut c_void,
+) -> isize {
+    // SAFETY: raw is enabled (the caller's promise).
+    if let Some(sink) = unsafe { Sink::of(raw) } {
+        // SAFETY: as below; the sink is mapped for the whole process and
+        // takes a message's tail (overflow.rs), and both calls read `iov`
+        // and `descs` during the call only.
+        return unsafe { sink.recv(raw, bufp, len, desc, src, tag, ctx) };
+    }
+    // SAFETY: the caller's promises are exactly these calls' requirements.
+    unsafe {
+        match tag {
+            None => ffi::fi_recv(raw, bufp, len, desc, src, ctx),
+            Some((t, ignore)) => ffi::fi_trecv(raw, bufp, len, desc, src, t, ignore, ctx),
+        }
+    }
+}

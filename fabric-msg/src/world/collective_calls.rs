@@ -1,0 +1,387 @@
+//! The World's collective calls: each one checks its arguments, builds its
+//! schedule (`collectives/<name>.rs`, which also explains the algorithm)
+//! and hands it to the engine (`collectives/engine.rs`); the blocking
+//! form waits on the [`Request`] the non-blocking one returns.
+//!
+//! They live here, not beside their schedules, so that the collectives
+//! folder never names the [`World`] that holds its engine: schedules and
+//! engine are plain parts the World drives.
+
+use super::collectives::ops::{Element, Reduction};
+use super::collectives::request::{check_counts, check_root, copy_result, Request, Shape};
+use super::collectives::schedule::Schedule;
+use super::collectives::{allgather, allreduce, barrier, bcast, gather, reduce, reduce_scatter, request};
+use super::World;
+use crate::error::{Error, Result};
+use std::marker::PhantomData;
+
+impl World {
+    /// Every rank's `mine`, in rank order, on every rank
+    /// (`size × mine.len()` elements). Every rank passes the same length;
+    /// see [`World::allgatherv`] for different lengths.
+    ///
+    /// ```no_run
+    /// let mut world = fabric_msg::World::init()?;
+    /// let ranks = world.allgather(&[world.rank()])?;
+    /// assert_eq!(ranks, (0..world.size()).collect::<Vec<u32>>());
+    /// # Ok::<(), fabric_msg::Error>(())
+    /// ```
+    pub fn allgather<T: Element>(&mut self, mine: &[T]) -> Result<Vec<T>> {
+        let counts = vec![mine.len(); self.size() as usize];
+        let r = self.iallgatherv(mine.to_vec(), &counts)?;
+        self.wait(r)
+    }
+
+    /// [`World::allgather`] with a length per rank: rank `r` contributes
+    /// `counts[r]` elements (0 allowed), and every rank passes the same
+    /// `counts`.
+    pub fn allgatherv<T: Element>(&mut self, mine: &[T], counts: &[usize]) -> Result<Vec<T>> {
+        let r = self.iallgatherv(mine.to_vec(), counts)?;
+        self.wait(r)
+    }
+
+    /// Start a [`World::allgatherv`]; [`World::wait`] gives its result.
+    pub fn iallgatherv<T: Element>(&mut self, mine: Vec<T>, counts: &[usize]) -> Result<Request<T>> {
+        let (rank, size) = (self.rank(), self.size());
+        if let Err(m) = check_counts(counts, size, rank, mine.len()) {
+            return Err(self.refuse("allgather", m));
+        }
+        let total: usize = counts.iter().sum();
+        let (s, own, out) = allgather::schedule(rank, size, counts, allgather::choose(total * T::SIZE));
+        let mut work = vec![T::ZERO; total];
+        work[own..own + mine.len()].copy_from_slice(&mine);
+        self.start_run("allgather", s, work, None, out)
+    }
+}
+
+impl World {
+    /// Combine every rank's `data` element by element with `op`, and give
+    /// every rank the result in `data` (the same bits on every rank). Every
+    /// rank passes the same length and the same reduction.
+    ///
+    /// ```no_run
+    /// use fabric_msg::{Op, Reduction};
+    /// let mut world = fabric_msg::World::init()?;
+    /// let mut residual = [0.25f64, 4.0];
+    /// world.allreduce(&mut residual, Op::Sum)?;
+    /// let mut norm = [3.0f64];
+    /// world.allreduce(&mut norm, Reduction::custom(|acc: &mut [f64], other: &[f64]| {
+    ///     for (a, b) in acc.iter_mut().zip(other) {
+    ///         *a = a.hypot(*b);
+    ///     }
+    /// }))?;
+    /// # Ok::<(), fabric_msg::Error>(())
+    /// ```
+    pub fn allreduce<T: Element>(&mut self, data: &mut [T], op: impl Into<Reduction<T>>) -> Result<()> {
+        let r = self.iallreduce(data.to_vec(), op)?;
+        let out = self.wait(r)?;
+        copy_result("allreduce", data, &out)
+    }
+
+    /// Start a [`World::allreduce`] of `data`; [`World::wait`] gives the
+    /// result.
+    pub fn iallreduce<T: Element>(
+        &mut self,
+        data: Vec<T>,
+        op: impl Into<Reduction<T>>,
+    ) -> Result<Request<T>> {
+        let reduction = op.into();
+        if let Err(m) = reduction.check() {
+            return Err(self.refuse("allreduce", m));
+        }
+        let algo = allreduce::choose(data.len() * T::SIZE, data.len(), self.size());
+        let s = allreduce::schedule(self.rank(), self.size(), data.len(), algo);
+        self.start_run("allreduce", s, data, Some(reduction), Shape::Whole)
+    }
+}
+
+impl World {
+    /// Wait until every rank has called `barrier`.
+    ///
+    /// ```no_run
+    /// let mut world = fabric_msg::World::init()?;
+    /// world.barrier()?;
+    /// # Ok::<(), fabric_msg::Error>(())
+    /// ```
+    pub fn barrier(&mut self) -> Result<()> {
+        let r = self.ibarrier()?;
+        self.wait(r).map(drop)
+    }
+
+    /// Start a barrier; [`World::wait`] returns (an empty vector) once every
+    /// rank has started it.
+    pub fn ibarrier(&mut self) -> Result<Request<u8>> {
+        let size = self.size();
+        let s = barrier::schedule(self.rank(), size, barrier::choose(size));
+        self.start_run("barrier", s, Vec::new(), None, Shape::Whole)
+    }
+}
+
+impl World {
+    /// Give every rank `root`'s `data`: on the root it is read, on every
+    /// other rank overwritten. Every rank passes the same length (a rank
+    /// that receives a different length fails with [`Error::Collective`],
+    /// and so do the others).
+    ///
+    /// ```no_run
+    /// let mut world = fabric_msg::World::init()?;
+    /// let mut params = [0.0f64; 3];
+    /// if world.rank() == 0 {
+    ///     params = [0.1, 0.01, 1e-6];
+    /// }
+    /// world.broadcast(0, &mut params)?;
+    /// # Ok::<(), fabric_msg::Error>(())
+    /// ```
+    pub fn broadcast<T: Element>(&mut self, root: u32, data: &mut [T]) -> Result<()> {
+        let r = self.ibroadcast(root, data.to_vec())?;
+        let out = self.wait(r)?;
+        copy_result("broadcast", data, &out)
+    }
+
+    /// Start a broadcast of `root`'s `data` (on other ranks only its length
+    /// counts); [`World::wait`] returns root's data on every rank.
+    pub fn ibroadcast<T: Element>(&mut self, root: u32, data: Vec<T>) -> Result<Request<T>> {
+        if let Err(m) = check_root(root, self.size()) {
+            return Err(self.refuse("broadcast", m));
+        }
+        let algo = bcast::choose(data.len() * T::SIZE, data.len(), self.size());
+        let s = bcast::schedule(self.rank(), self.size(), root, data.len(), algo);
+        self.start_run("broadcast", s, data, None, Shape::Whole)
+    }
+}
+
+impl World {
+    /// Collect every rank's `mine` on `root`: there the result is every
+    /// rank's block in rank order (`size × mine.len()` elements); elsewhere
+    /// it is empty. Every rank passes the same length; see
+    /// [`World::gatherv`] for different lengths.
+    pub fn gather<T: Element>(&mut self, root: u32, mine: &[T]) -> Result<Vec<T>> {
+        let counts = vec![mine.len(); self.size() as usize];
+        let r = self.igatherv(root, mine.to_vec(), &counts)?;
+        self.wait(r)
+    }
+
+    /// [`World::gather`] with a length per rank: rank `r` contributes
+    /// `counts[r]` elements (0 allowed), and every rank passes the same
+    /// `counts`.
+    ///
+    /// ```no_run
+    /// let mut world = fabric_msg::World::init()?;
+    /// let (rank, size) = (world.rank(), world.size());
+    /// let mine: Vec<u32> = vec![rank; rank as usize]; // rank r sends r copies of r
+    /// let counts: Vec<usize> = (0..size as usize).collect();
+    /// let all = world.gatherv(0, &mine, &counts)?;
+    /// if rank == 0 {
+    ///     assert_eq!(all.len(), counts.iter().sum::<usize>());
+    /// }
+    /// # Ok::<(), fabric_msg::Error>(())
+    /// ```
+    pub fn gatherv<T: Element>(&mut self, root: u32, mine: &[T], counts: &[usize]) -> Result<Vec<T>> {
+        let r = self.igatherv(root, mine.to_vec(), counts)?;
+        self.wait(r)
+    }
+
+    /// Start a [`World::gatherv`]; [`World::wait`] gives its result.
+    pub fn igatherv<T: Element>(&mut self, root: u32, mine: Vec<T>, counts: &[usize]) -> Result<Request<T>> {
+        let (rank, size) = (self.rank(), self.size());
+        let checked = check_root(root, size).and_then(|()| check_counts(counts, size, rank, mine.len()));
+        if let Err(m) = checked {
+            return Err(self.refuse("gather", m));
+        }
+        let total: usize = counts.iter().sum();
+        let algo = gather::choose(total * T::SIZE, size);
+        let (s, len, out) = gather::schedule(rank, size, root, counts, algo);
+        let mut work = vec![T::ZERO; len];
+        let at = if algo == gather::Algorithm::Linear && rank == root {
+            counts[..rank as usize].iter().sum()
+        } else {
+            0
+        };
+        work[at..at + mine.len()].copy_from_slice(&mine);
+        self.start_run("gather", s, work, None, out)
+    }
+}
+
+impl World {
+    /// Combine every rank's `data` element by element with `op`; on `root`,
+    /// `data` becomes the result, elsewhere it is left as it was. Every
+    /// rank passes the same length and the same reduction.
+    ///
+    /// ```no_run
+    /// use fabric_msg::Op;
+    /// let mut world = fabric_msg::World::init()?;
+    /// let mut worst = [world.rank() as f64 * 0.5];
+    /// world.reduce(0, &mut worst, Op::Max)?;
+    /// # Ok::<(), fabric_msg::Error>(())
+    /// ```
+    pub fn reduce<T: Element>(
+        &mut self,
+        root: u32,
+        data: &mut [T],
+        op: impl Into<Reduction<T>>,
+    ) -> Result<()> {
+        let r = self.ireduce(root, data.to_vec(), op)?;
+        let out = self.wait(r)?;
+        if self.rank() == root {
+            copy_result("reduce", data, &out)?;
+        }
+        Ok(())
+    }
+
+    /// Start a [`World::reduce`]; [`World::wait`] gives the result on
+    /// `root` and an empty vector elsewhere.
+    pub fn ireduce<T: Element>(
+        &mut self,
+        root: u32,
+        data: Vec<T>,
+        op: impl Into<Reduction<T>>,
+    ) -> Result<Request<T>> {
+        let reduction = op.into();
+        let (rank, size) = (self.rank(), self.size());
+        if let Err(m) = check_root(root, size).and_then(|()| reduction.check()) {
+            return Err(self.refuse("reduce", m));
+        }
+        let algo = reduce::choose(data.len() * T::SIZE, data.len(), size);
+        let s = reduce::schedule(rank, size, root, data.len(), algo);
+        let shape = if rank == root {
+            Shape::Whole
+        } else {
+            Shape::Pieces(vec![])
+        };
+        self.start_run("reduce", s, data, Some(reduction), shape)
+    }
+}
+
+impl World {
+    /// Combine every rank's `data` element by element with `op`, and give
+    /// rank `r` the `counts[r]` elements of block `r` of the result (blocks
+    /// in rank order, 0 elements allowed). `data.len()` is the sum of
+    /// `counts`; every rank passes the same `counts` and reduction.
+    ///
+    /// ```no_run
+    /// use fabric_msg::Op;
+    /// let mut world = fabric_msg::World::init()?;
+    /// let size = world.size() as usize;
+    /// let counts = vec![2; size];
+    /// let mine = world.reduce_scatter(&vec![1u64; 2 * size], &counts, Op::Sum)?;
+    /// assert_eq!(mine, [size as u64, size as u64]);
+    /// # Ok::<(), fabric_msg::Error>(())
+    /// ```
+    pub fn reduce_scatter<T: Element>(
+        &mut self,
+        data: &[T],
+        counts: &[usize],
+        op: impl Into<Reduction<T>>,
+    ) -> Result<Vec<T>> {
+        let r = self.ireduce_scatter(data.to_vec(), counts, op)?;
+        self.wait(r)
+    }
+
+    /// Start a [`World::reduce_scatter`]; [`World::wait`] gives this rank's
+    /// block.
+    pub fn ireduce_scatter<T: Element>(
+        &mut self,
+        data: Vec<T>,
+        counts: &[usize],
+        op: impl Into<Reduction<T>>,
+    ) -> Result<Request<T>> {
+        let reduction = op.into();
+        let (rank, size) = (self.rank(), self.size());
+        let total: usize = counts.iter().sum();
+        let checked = if counts.len() != size as usize {
+            Err(format!(
+                "{} counts for a world of {size} ranks: give one per rank",
+                counts.len()
+            ))
+        } else if data.len() != total {
+            Err(format!(
+                "{} elements for counts that add up to {total}",
+                data.len()
+            ))
+        } else {
+            reduction.check()
+        };
+        if let Err(m) = checked {
+            return Err(self.refuse("reduce_scatter", m));
+        }
+        let s = reduce_scatter::schedule(rank, size, counts);
+        let at = counts[..rank as usize].iter().sum();
+        let shape = Shape::Pieces(vec![(at, counts[rank as usize])]);
+        self.start_run("reduce_scatter", s, data, Some(reduction), shape)
+    }
+}
+
+impl World {
+    /// Start a collective of this rank's `sched` over `work`.
+    pub(crate) fn start_run<T: Element>(
+        &mut self,
+        what: &'static str,
+        sched: Schedule,
+        work: Vec<T>,
+        reduction: Option<Reduction<T>>,
+        shape: Shape,
+    ) -> Result<Request<T>> {
+        let _call = self.live.call();
+        let (engine, mut io) = self.engine_io();
+        let (seq, alive) = engine.start(&mut io, what, sched, work, reduction);
+        Ok(Request {
+            seq,
+            _alive: alive,
+            shape,
+            what,
+            _t: PhantomData,
+        })
+    }
+
+    /// Refuse a collective for a bad argument (`Error::Usage`), telling the
+    /// other ranks so that none waits for this one.
+    pub(crate) fn refuse(&mut self, what: &'static str, message: String) -> Error {
+        let _call = self.live.call();
+        let (engine, mut io) = self.engine_io();
+        engine.refuse(&mut io, what, message)
+    }
+
+    /// Whether `req` has ended (its result or error is ready for
+    /// [`World::wait`]). Progresses every collective in flight, without
+    /// waiting.
+    pub fn test<T: Element>(&mut self, req: &Request<T>) -> Result<bool> {
+        let _call = self.live.call();
+        let (engine, mut io) = self.engine_io();
+        if engine.running(req.seq) {
+            engine.poll_once(&mut io)?;
+        }
+        Ok(!self.coll.running(req.seq))
+    }
+
+    /// Wait for `req` and return its result: what each `i…` method says.
+    /// Fails with [`Error::RankLost`] as soon as any rank is lost, and with
+    /// [`Error::Collective`] when a rank saw the collective go wrong.
+    /// Completions of the application's own operations that arrive
+    /// meanwhile are kept for its next [`World::poll`].
+    pub fn wait<T: Element>(&mut self, req: Request<T>) -> Result<Vec<T>> {
+        let _call = self.live.call();
+        loop {
+            if let Some(result) = self.coll.take(req.seq) {
+                let work = result?.downcast::<Vec<T>>().map_err(|_| {
+                    Error::Usage(format!(
+                        "{} #{}: the result is not a Vec<{}>",
+                        req.what,
+                        req.seq,
+                        T::NAME
+                    ))
+                })?;
+                return Ok(request::extract(*work, &req.shape));
+            }
+            if !self.coll.running(req.seq) {
+                return Err(Error::Usage(format!(
+                    "{} #{} is neither in flight nor finished: was it waited for already?",
+                    req.what, req.seq
+                )));
+            }
+            let (engine, mut io) = self.engine_io();
+            if !engine.poll_once(&mut io)? {
+                engine.idle();
+            }
+        }
+    }
+}

@@ -1,0 +1,176 @@
+//! The World's point-to-point messages: `send`, `recv`, and `poll`, which
+//! also progresses the collectives and turns failures into the loss of the
+//! rank behind them.
+
+use super::collectives::io::is_reserved;
+use super::state::World;
+use crate::error::{Error, Result};
+use crate::memory::buffer::Buffer;
+use crate::transport::event_loop::{Completion, PostError, RecvOpts, SendOpts, Token};
+use crate::transport::liveness::LOSS_GRACE;
+use std::time::{Duration, Instant};
+
+impl World {
+    /// Send `buf` to `to` with the application's `tag`.
+    ///
+    /// Tokens whose top byte is `0xFE` or `0xFD` are the World's own and
+    /// are refused. To a rank on this node the message goes over shared
+    /// memory where [`World::shm_ranks`] lists it.
+    pub fn send(&mut self, to: u32, tag: u32, buf: Buffer, token: Token) -> Result<(), PostError> {
+        let _call = self.live.call();
+        if let Err(error) = self.check_rank(to).and_then(|()| check_token(token)) {
+            return Err(PostError {
+                error,
+                buffer: Some(buf),
+            });
+        }
+        let opts = SendOpts {
+            tag: Some(super::tags::encode(super::tags::CLASS_USER, self.rank(), tag)),
+            data: None,
+        };
+        let r = {
+            let (_, mut io) = self.engine_io();
+            let (ev, _, peer) = io.lane(to);
+            ev.send(peer, buf, opts, token)
+        };
+        r.map_err(|e| self.explain_post(e))
+    }
+
+    /// An operation that failed while a rank was being lost (a send to a
+    /// dead rank fills its queue first) fails as that rank's loss.
+    fn explain_post(&self, mut e: PostError) -> PostError {
+        if let Some(r) = self.live.first_lost() {
+            e.error = self.lost(r);
+        }
+        e
+    }
+
+    /// Receive into `buf` from `from` (`None`: any rank) with `tag`
+    /// (`None`: any tag). [`World::source`] and [`World::tag`] say what
+    /// arrived. Tokens whose top byte is `0xFE` or `0xFD` are refused, as for
+    /// [`World::send`].
+    pub fn recv(
+        &mut self,
+        from: Option<u32>,
+        tag: Option<u32>,
+        buf: Buffer,
+        token: Token,
+    ) -> Result<(), PostError> {
+        let _call = self.live.call();
+        let checked = match from {
+            Some(r) => self.check_rank(r),
+            None => self.live.first_lost().map_or(Ok(()), |r| Err(self.lost(r))),
+        }
+        .and_then(|()| check_token(token));
+        if let Err(error) = checked {
+            return Err(PostError {
+                error,
+                buffer: Some(buf),
+            });
+        }
+        let want = super::local::user_matcher(from, tag);
+        let opts = RecvOpts {
+            tag: Some(want),
+            from: None,
+        };
+        let r = match self.local.as_mut() {
+            None => self.ev.recv(self.ep, buf, opts, token),
+            Some(l) => match l.claim(want, buf, token) {
+                Ok(()) => Ok(()),
+                Err(buf) => l.recv(&mut self.ev, self.ep, from, tag, buf, token),
+            },
+        };
+        r.map_err(|e| self.explain_post(e))
+    }
+
+    /// The rank a received message came from.
+    pub fn source(&self, c: &Completion) -> u32 {
+        super::tags::source_of(c.tag)
+    }
+
+    /// The application's tag of a received message.
+    pub fn tag(&self, c: &Completion) -> u32 {
+        super::tags::user_tag_of(c.tag)
+    }
+
+    /// [`EventLoop::poll`](crate::transport::event_loop::EventLoop::poll),
+    /// failing with [`Error::RankLost`] once any rank
+    /// of the world is gone (noticed within milliseconds of its process
+    /// ending). A batch with a failed completion waits up to 300 ms for a
+    /// loss to be noticed, so a send that failed because its peer died is
+    /// reported as that rank's loss. A `None` timeout waits in slices, so a
+    /// lost rank still ends the wait.
+    ///
+    /// Collectives started with the `i…` methods progress here too; their
+    /// completions are never handed out. Completions of the application's
+    /// operations that arrived while a collective was waited for come
+    /// first.
+    pub fn poll(&mut self, out: &mut Vec<Completion>, timeout: Option<Duration>) -> Result<usize> {
+        let _call = self.live.call();
+        const SLICE: Duration = Duration::from_millis(20);
+        let deadline = timeout.map(|t| Instant::now() + t);
+        loop {
+            if let Some(r) = self.live.first_lost() {
+                out.clear();
+                return Err(self.lost(r));
+            }
+            out.clear();
+            if self.coll.take_kept(out) > 0 {
+                return Ok(out.len());
+            }
+            let slice = match deadline {
+                Some(d) => d.saturating_duration_since(Instant::now()).min(SLICE),
+                None => SLICE,
+            };
+            let polled = self.engine_io().1.poll(out, Some(slice));
+            let n = match polled {
+                Ok(n) => n,
+                Err(e) => return Err(self.live.first_lost().map_or(e, |r| self.lost(r))),
+            };
+            let n = if self.coll.in_flight() > 0 || out.iter().any(|c| is_reserved(c.token)) {
+                let (engine, mut io) = self.engine_io();
+                engine.filter(&mut io, out);
+                out.len()
+            } else {
+                n
+            };
+            if n > 0 && out.iter().any(|c| c.result.is_err()) {
+                // A send to a rank that just died fails on the fabric (FI_ECONNRESET
+                // on tcp;ofi_rxm) a moment before its socket's end is seen:
+                // give liveness that moment, and report the loss, naming the rank.
+                if let Some(r) = self.wait_for_loss(LOSS_GRACE) {
+                    out.clear();
+                    return Err(self.lost(r));
+                }
+            }
+            if n > 0 || deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(n);
+            }
+        }
+    }
+
+    /// The first lost rank, waiting up to `grace` for one to be noticed.
+    fn wait_for_loss(&self, grace: Duration) -> Option<u32> {
+        let until = Instant::now() + grace;
+        loop {
+            if let Some(r) = self.live.first_lost() {
+                return Some(r);
+            }
+            if Instant::now() >= until {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+}
+
+/// Refuse the tokens the collectives and the any-source pairs use.
+pub(super) fn check_token(token: Token) -> Result<()> {
+    if is_reserved(token) || super::local::is_pair(token) {
+        return Err(Error::Usage(format!(
+            "token {:#x} is in the range the World uses (top byte 0xFE or 0xFD): choose another",
+            token.0
+        )));
+    }
+    Ok(())
+}
