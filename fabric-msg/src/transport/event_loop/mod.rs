@@ -128,7 +128,7 @@ pub use types::{
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{Completion, EventLoop, LoopConfig, Peer, ProgressThread, WaitMode};
     use crate::memory::buffer::Buffer;
 
     #[test]

@@ -273,7 +273,10 @@ impl Pool {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{decode, is_reserved, token, Kind, Pool, POOL_BUFFERS};
+    use crate::memory::buffer::Buffer;
+    use crate::transport::event_loop::Token;
+    use crate::world::tags;
 
     #[test]
     fn tokens_carry_kind_number_and_index_in_the_reserved_range() {
