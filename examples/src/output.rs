@@ -278,8 +278,8 @@ impl Monitor {
 
 /// A short name for an atomic operation, as `fabric_info` and `atomics`
 /// print it (`fetch_add`, `compare_swap`, ...).
-pub fn atomic_op_name(op: fabric_msg::AtomicOperation) -> &'static str {
-    use fabric_msg::AtomicOperation::*;
+pub fn atomic_op_name(op: fabric_msg::AtomicKind) -> &'static str {
+    use fabric_msg::AtomicKind::*;
     match op {
         Add => "add",
         FetchAdd => "fetch_add",

@@ -486,7 +486,7 @@ fn client<B: Bench>(
 ) -> AnyResult<()> {
     let plan = Plan::from_opts(o);
     let mut ev = EventLoop::new(profile, loop_config(o))?;
-    let ep = ev.endpoint()?;
+    let ep = ev.open_endpoint()?;
     let mut ctrl = ctrl_buffers();
     // Ready for size 0 may come as soon as the plan is out.
     let posted = B::CLIENT_CTRL_DEPTH.max(1);
@@ -566,7 +566,7 @@ fn serve<B: Bench>(
     monitor: Option<&Arc<Monitor>>,
 ) -> AnyResult<()> {
     let mut ev = EventLoop::new(profile, loop_config(o))?;
-    let ep = ev.endpoint()?;
+    let ep = ev.open_endpoint()?;
     let mut ctrl = ctrl_buffers();
     let peer = accept_serving(o.tool.name(), listener, &mut ev, ep, |ev, e| {
         post_ctrl(ev, e, &mut ctrl)

@@ -15,8 +15,8 @@ const CHECK: &str = env!("CARGO_BIN_EXE_symmetric_check");
 /// Longest any one launch may take (5 ranks on 2 cores under load).
 const DEADLINE: Duration = Duration::from_secs(180);
 
-/// The checks one rank of `n` makes: a slot put by every rank, a slot read
-/// from every rank, the refused out-of-bounds put, and with atomics the
+/// The checks one rank of `n` makes: a slot written by every rank, a slot read
+/// from every rank, the refused out-of-bounds write, and with atomics the
 /// two counters plus the fetched values of every target.
 fn expected_checks(n: u32, atomics: bool) -> usize {
     let n = n as usize;
@@ -48,7 +48,7 @@ fn mpirun_checks(shm: bool, args: &[&str], provider: &str, atomics: bool) {
 
 /// Native atomics (shm validates them all).
 #[test]
-fn mpirun_symmetric_put_get_and_atomics_on_shm() {
+fn mpirun_symmetric_write_read_and_atomics_on_shm() {
     mpirun_checks(true, &[], "shm", true);
 }
 
@@ -56,7 +56,7 @@ fn mpirun_symmetric_put_get_and_atomics_on_shm() {
 /// validates no atomics: the World's default asks for them, so fabric-msg
 /// emulates them (the ladder's choice stays).
 #[test]
-fn mpirun_symmetric_put_get_and_emulated_atomics_on_tcp() {
+fn mpirun_symmetric_write_read_and_emulated_atomics_on_tcp() {
     mpirun_checks(false, &["--atomics", "20"], best_tcp(), true);
 }
 

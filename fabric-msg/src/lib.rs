@@ -41,7 +41,7 @@
 //! }
 //!
 //! let mut ev = EventLoop::new(&found.profile, LoopConfig::default())?;
-//! let ep = ev.endpoint()?;
+//! let ep = ev.open_endpoint()?;
 //! let peer = connect(&mut ev, ep, "server.example:9228", Duration::from_secs(10))?;
 //! ev.recv(peer.endpoint(), Buffer::new(4096), RecvOpts { tag: Some((7, 0)), from: None }, Token(1))?;
 //! ev.send(&peer, Buffer::from_slice(b"hello"), SendOpts { tag: Some(7), data: None }, Token(2))?;
@@ -71,10 +71,10 @@
 //! InfiniBand, RoCE, iWARP through `verbs`, then TCP (`net`, `tcp;ofi_rxm`,
 //! `tcp`), UDP, and `sockets` last; `shm` when the application says every
 //! peer is on this host. `FI_PROVIDER`, when set, is honoured and wins.
-//! Candidates are classified by [`classify()`] from what libfabric reports and,
+//! Candidates are classified by [`classify()`](discovery::classify::classify) from what libfabric reports and,
 //! for verbs devices, from sysfs. The result is a [`Profile`]: the granted
 //! sizes, modes and limits the rest of the framework obeys, of which the
-//! [`WireProfile`] part is compared with each peer's ([`check_peer`]).
+//! [`WireProfile`](discovery::profile::WireProfile) part is compared with each peer's ([`check_peer`](discovery::profile::check_peer)).
 //!
 //! Before libfabric starts, fabric-msg sets `FI_UNIVERSE_SIZE` (unless the
 //! user has) so that `ofi_rxm`'s completion queue fits every RDMA device's
@@ -118,14 +118,15 @@ pub mod memory;
 pub mod transport;
 pub mod world;
 
-pub use discovery::atomic::{AtomicCarrier, AtomicOperation, AtomicPolicy};
-pub use discovery::classify::{classify, Classification, FabricKind};
+// The root holds what applications name; what only tools and tests need
+// (classification, probing, the wire profile, protection) stays in its
+// layer's module: `fabric_msg::discovery::…`.
+pub use discovery::atomic::{AtomicKind, AtomicPolicy};
+pub use discovery::classify::FabricKind;
 pub use discovery::config::LadderConfig;
-pub use discovery::info::{EndpointType, FabricInfo};
+pub use discovery::info::EndpointType;
 pub use discovery::negotiate::{negotiate, Capability, EndpointChoice, Negotiation, Requirements};
-pub use discovery::probe::AtomicOp;
-pub use discovery::profile::{check_peer, Agreement, Profile, WireProfile, PROTOCOL_VERSION};
-pub use discovery::protection::RemoteProtection;
+pub use discovery::profile::Profile;
 pub use error::{Error, Reason, Rejection, Result};
 pub use memory::access::Access;
 pub use memory::buffer::Buffer;
@@ -142,3 +143,15 @@ pub use transport::liveness::LossKind;
 pub use world::collectives::{CombineFn, Element, Op, Reduction, Request};
 pub use world::symmetric::Symmetric;
 pub use world::{World, WorldConfig};
+
+/// What most programs name, in one import: `use fabric_msg::prelude::*;`.
+///
+/// The World and its collectives for SPMD programs; the event loop, its
+/// messages and one-sided operations for the rest; errors for both.
+pub mod prelude {
+    pub use crate::{
+        connect, negotiate, Access, Atomic, Buffer, Completion, CompletionError, EndpointId, Error,
+        EventLoop, LadderConfig, Listener, LoopConfig, MemoryRegion, Op, OpKind, Peer, RecvOpts, Reduction,
+        RemoteMemory, Request, Requirements, Result, SendOpts, Symmetric, Token, World, WorldConfig,
+    };
+}

@@ -12,11 +12,12 @@
 
 mod common;
 use common::*;
+use fabric_msg::discovery::atomic::AtomicCarrier;
 use fabric_msg::discovery::negotiate::{Capability, EndpointChoice, Requirements};
 use fabric_msg::{
-    negotiate, Access, Atomic, AtomicCarrier, AtomicOperation, AtomicPolicy, Buffer, CompletionError, Error,
-    EventLoop, LadderConfig, Listener, LoopConfig, OpKind, Peer, Profile, RecvOpts, RemoteMemory, SendOpts,
-    Token, WaitMode,
+    negotiate, Access, Atomic, AtomicKind, AtomicPolicy, Buffer, CompletionError, Error, EventLoop,
+    LadderConfig, Listener, LoopConfig, OpKind, Peer, Profile, RecvOpts, RemoteMemory, SendOpts, Token,
+    WaitMode,
 };
 use std::time::{Duration, Instant};
 
@@ -150,7 +151,7 @@ fn counter_ends_exact(provider: &str, policy: AtomicPolicy) {
     let sp = p.clone();
     let server = std::thread::spawn(move || {
         let mut ev = EventLoop::new(&sp, cfg()).unwrap();
-        let ep = ev.endpoint().unwrap();
+        let ep = ev.open_endpoint().unwrap();
         let region = ev.register(64, Access::ReadWrite).unwrap();
         let peers: Vec<Peer> = (0..CLIENTS)
             .map(|_| listener.accept(&mut ev, ep).unwrap())
@@ -173,7 +174,7 @@ fn counter_ends_exact(provider: &str, policy: AtomicPolicy) {
             let n = total / CLIENTS + u64::from(id < total % CLIENTS);
             std::thread::spawn(move || {
                 let mut ev = EventLoop::new(&p, cfg()).expect("client loop");
-                let ep = ev.endpoint().expect("client endpoint");
+                let ep = ev.open_endpoint().expect("client endpoint");
                 let peer = fabric_msg::connect(&mut ev, ep, addr, TIMEOUT).expect("connect");
                 let mut c = Side { ev, ep, peer };
                 let bytes = recv_tagged(&mut c.ev, c.ep, DESCRIPTOR);
@@ -186,7 +187,7 @@ fn counter_ends_exact(provider: &str, policy: AtomicPolicy) {
         .collect();
     let mut seen: Vec<u64> = clients.into_iter().flat_map(|t| t.join().unwrap()).collect();
     let (counter, untouched) = server.join().unwrap();
-    let carrier = p.atomic_carrier(AtomicOperation::FetchAdd).unwrap();
+    let carrier = p.atomic_carrier(AtomicKind::FetchAdd).unwrap();
     eprintln!(
         "{provider}: {total} increments by {CLIENTS} peers, {carrier}, in {:?}",
         started.elapsed()
@@ -202,7 +203,7 @@ fn counter_ends_exact(provider: &str, policy: AtomicPolicy) {
 
 fn carrier_is(provider: &str, policy: AtomicPolicy, want: AtomicCarrier) {
     let p = atomics_profile(provider, policy);
-    for op in AtomicOperation::ALL {
+    for op in AtomicKind::ALL {
         assert_eq!(p.atomic_carrier(op), Some(want), "{provider}: {op}");
     }
 }

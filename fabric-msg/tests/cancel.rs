@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 fn cancels_a_posted_receive(provider: &str) {
     let p = profile(provider);
     let mut ev = EventLoop::new(&p, LoopConfig::default()).expect("event loop");
-    let ep = ev.endpoint().expect("endpoint");
+    let ep = ev.open_endpoint().expect("endpoint");
     for (tag, ignore) in [(0x17, 0), (0x17, 0xff)] {
         let opts = RecvOpts {
             tag: Some((tag, ignore)),

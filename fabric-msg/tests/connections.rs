@@ -44,7 +44,7 @@ fn any_source_receives_match_every_peer_and_report_the_sender() {
             std::thread::sleep(Duration::from_millis(200));
         });
         let mut ev = EventLoop::new(&p, LoopConfig::default()).unwrap();
-        let ep = ev.endpoint().unwrap();
+        let ep = ev.open_endpoint().unwrap();
         let pa = listener.accept(&mut ev, ep).unwrap();
         let pb = listener.accept(&mut ev, ep).unwrap();
         for t in 0..2 {
@@ -108,7 +108,7 @@ fn directed_receives_take_only_their_peer() {
         std::thread::sleep(Duration::from_millis(200));
     });
     let mut ev = EventLoop::new(&p, LoopConfig::default()).unwrap();
-    let ep = ev.endpoint().unwrap();
+    let ep = ev.open_endpoint().unwrap();
     let _pa = listener.accept(&mut ev, ep).unwrap();
     let pb = listener.accept(&mut ev, ep).unwrap();
     // Only from b, although a's message arrives first.
@@ -173,8 +173,8 @@ fn two_endpoints_share_one_event_loop() {
         std::thread::sleep(Duration::from_millis(200));
     });
     let mut ev = EventLoop::new(&p, LoopConfig::default()).unwrap();
-    let ep1 = ev.endpoint().unwrap();
-    let ep2 = ev.endpoint().unwrap();
+    let ep1 = ev.open_endpoint().unwrap();
+    let ep2 = ev.open_endpoint().unwrap();
     assert_ne!(ep1, ep2);
     l1.accept(&mut ev, ep1).unwrap();
     l2.accept(&mut ev, ep2).unwrap();
@@ -194,8 +194,8 @@ fn two_endpoints_share_one_event_loop() {
 fn closing_an_endpoint_with_operations_in_flight_returns_no_token_and_frees_them() {
     let p = profile("tcp;ofi_rxm");
     let mut ev = EventLoop::new(&p, LoopConfig::default()).unwrap();
-    let keep = ev.endpoint().unwrap();
-    let doomed = ev.endpoint().unwrap();
+    let keep = ev.open_endpoint().unwrap();
+    let doomed = ev.open_endpoint().unwrap();
     for i in 0..100 {
         ev.recv(doomed, Buffer::new(1024), RecvOpts::default(), Token(i))
             .unwrap();
@@ -255,11 +255,11 @@ fn a_profile_mismatch_is_a_clear_error_on_both_sides() {
     let addr = listener.local_addr().unwrap();
     let server = std::thread::spawn(move || {
         let mut ev = EventLoop::new(&server_profile, LoopConfig::default()).unwrap();
-        let ep = ev.endpoint().unwrap();
+        let ep = ev.open_endpoint().unwrap();
         listener.accept(&mut ev, ep).unwrap_err().to_string()
     });
     let mut ev = EventLoop::new(&client_profile, LoopConfig::default()).unwrap();
-    let ep = ev.endpoint().unwrap();
+    let ep = ev.open_endpoint().unwrap();
     let client_err = connect(&mut ev, ep, addr, TIMEOUT).unwrap_err().to_string();
     let server_err = server.join().unwrap();
     for (side, e) in [("client", &client_err), ("server", &server_err)] {
@@ -282,7 +282,7 @@ fn hostile(bytes: &[u8], listener_timeout: Duration) -> String {
     // The loop is ready before the attacker starts its clock: on a slow
     // host, opening it could outlast the attacker's connection.
     let mut ev = EventLoop::new(&p, LoopConfig::default()).unwrap();
-    let ep = ev.endpoint().unwrap();
+    let ep = ev.open_endpoint().unwrap();
     let bytes = bytes.to_vec();
     let attacker = std::thread::spawn(move || {
         let mut s = TcpStream::connect(addr).unwrap();
@@ -315,7 +315,7 @@ fn hostile_handshakes_get_clear_errors_and_never_hang() {
     let wire = profile("tcp;ofi_rxm").wire();
     let bad_magic = postcard::to_stdvec(&Frame::Hello {
         magic: 1,
-        version: fabric_msg::PROTOCOL_VERSION,
+        version: fabric_msg::discovery::profile::PROTOCOL_VERSION,
         profile: wire.clone(),
         name: vec![],
         nonce: 0,
@@ -332,7 +332,10 @@ fn hostile_handshakes_get_clear_errors_and_never_hang() {
     })
     .unwrap();
     let e = hostile(&framed(&future), t);
-    let here = format!("protocol version {} here, 99 at", fabric_msg::PROTOCOL_VERSION);
+    let here = format!(
+        "protocol version {} here, 99 at",
+        fabric_msg::discovery::profile::PROTOCOL_VERSION
+    );
     assert!(e.contains(&here), "{e}");
 
     // A peer that connects and says nothing.
@@ -347,7 +350,7 @@ fn hostile_handshakes_get_clear_errors_and_never_hang() {
 fn connecting_to_nobody_is_a_clear_error() {
     let p = profile("tcp;ofi_rxm");
     let mut ev = EventLoop::new(&p, LoopConfig::default()).unwrap();
-    let ep = ev.endpoint().unwrap();
+    let ep = ev.open_endpoint().unwrap();
     // Bind then drop: a port on this host with nobody listening.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -384,7 +387,7 @@ fn a_port_in_use_is_a_clear_error() {
 fn an_unreachable_address_fails_within_the_timeout() {
     let p = profile("tcp;ofi_rxm");
     let mut ev = EventLoop::new(&p, LoopConfig::default()).unwrap();
-    let ep = ev.endpoint().unwrap();
+    let ep = ev.open_endpoint().unwrap();
     let started = Instant::now();
     let e = connect(&mut ev, ep, ("192.0.2.1", 9), Duration::from_secs(1)).unwrap_err();
     let took = started.elapsed();

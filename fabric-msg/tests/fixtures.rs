@@ -4,11 +4,12 @@
 //! machine that has none.
 
 use fabric_msg::discovery::classify::{classify, parse_sysfs_text, SysfsSnapshot};
+use fabric_msg::discovery::info::FabricInfo;
 use fabric_msg::discovery::info_text::parse_fi_info_text;
 use fabric_msg::discovery::negotiate::{
     plan, Capability, EndpointChoice, ProviderFilter, Reason, Requirements,
 };
-use fabric_msg::{EndpointType, FabricInfo, FabricKind, LadderConfig};
+use fabric_msg::{EndpointType, FabricKind, LadderConfig};
 use std::path::PathBuf;
 
 fn fixture(host: &str) -> (Vec<FabricInfo>, SysfsSnapshot) {

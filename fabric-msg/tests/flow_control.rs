@@ -220,7 +220,7 @@ fn a_receive_the_provider_has_no_room_for_names_fi_trecv() {
         ..Default::default()
     };
     let mut ev = fabric_msg::EventLoop::new(&p, cfg).expect("loop");
-    let ep = ev.endpoint().expect("endpoint");
+    let ep = ev.open_endpoint().expect("endpoint");
     let any = RecvOpts {
         tag: Some((TAG, 0)),
         ..Default::default()

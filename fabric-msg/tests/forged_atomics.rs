@@ -25,9 +25,10 @@
 mod common;
 use common::*;
 use fabric_msg::discovery::negotiate::{Capability, EndpointChoice, Requirements};
+use fabric_msg::discovery::profile::Agreement;
 use fabric_msg::{
-    negotiate, Access, Agreement, Atomic, AtomicCounters, AtomicOperation, AtomicPolicy, Buffer, Completion,
-    EndpointId, EventLoop, LadderConfig, LoopConfig, OpKind, Peer, Profile, RemoteMemory, SendOpts, Token,
+    negotiate, Access, Atomic, AtomicCounters, AtomicKind, AtomicPolicy, Buffer, Completion, EndpointId,
+    EventLoop, LadderConfig, LoopConfig, OpKind, Peer, Profile, RemoteMemory, SendOpts, Token,
 };
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -55,7 +56,7 @@ struct Node {
 
 fn node(p: &Profile, cfg: LoopConfig) -> Node {
     let mut ev = EventLoop::new(p, cfg).expect("loop");
-    let ep = ev.endpoint().expect("endpoint");
+    let ep = ev.open_endpoint().expect("endpoint");
     Node { ev, ep }
 }
 
@@ -101,7 +102,7 @@ fn start(p: &Profile, origin_cfg: LoopConfig, init: [u64; 2]) -> (Side, Target, 
         let desc = region.remote().encode();
         let mut msg = (desc.len() as u32).to_le_bytes().to_vec();
         msg.extend_from_slice(&desc);
-        msg.extend_from_slice(&s.ev.name(s.ep).unwrap());
+        msg.extend_from_slice(&s.ev.endpoint_name(s.ep).unwrap());
         send_tagged(&mut s.ev, &s.peer, REGION, &msg);
         let mut batch = Vec::new();
         while !st.load(Ordering::SeqCst) {
@@ -257,7 +258,7 @@ fn forged_replies_complete_nothing(provider: &str) {
     let to_target = origin.peer;
     // A loop without atomics: no tag bit reserved, so it may send in the space.
     let mut forger = node(&profile(provider), LoopConfig::default());
-    let origin_name = origin.ev.name(origin.ep).unwrap();
+    let origin_name = origin.ev.endpoint_name(origin.ep).unwrap();
     let to_origin = link_to(&mut forger, &origin_name);
     // Connected first (a read), then the target computes.
     origin
@@ -388,9 +389,9 @@ fn a_request_sent_again_is_applied_once_shm() {
 
 /// A request as docs/atomics.md lays it out, naming `origin`.
 fn request(addr: u64, key: u64, cookie: u64, reply_tag: u64, origin: &[u8]) -> Vec<u8> {
-    let op = AtomicOperation::ALL
+    let op = AtomicKind::ALL
         .iter()
-        .position(|&o| o == AtomicOperation::FetchAdd)
+        .position(|&o| o == AtomicKind::FetchAdd)
         .unwrap() as u8;
     let mut r = vec![0u8; 64];
     r[..4].copy_from_slice(b"FMAq");
@@ -423,7 +424,7 @@ fn requests_naming_other_origins_are_dropped_and_an_honest_one_is_answered() {
     let honest = origin.peer;
     let mut forger = node(&profile(provider), LoopConfig::default());
     let to_target = link_to(&mut forger, &target.name);
-    let own = forger.ev.name(forger.ep).unwrap();
+    let own = forger.ev.endpoint_name(forger.ep).unwrap();
     assert_eq!(own.len(), 16, "a sockaddr_in");
     let bits = p.tag_bits.clamp(40, 64);
     let request_bit = 1u64 << (bits - 1);
@@ -465,8 +466,8 @@ fn a_reply_counts_only_with_the_cookie(provider: &str) {
     // A region only for a well-formed descriptor; the request goes to the forger.
     let region = origin.ev.register(64, Access::ReadWrite).unwrap();
     let remote = origin.ev.import(&region.remote().encode()).unwrap();
-    let to_forger = link_to(&mut origin, &forger.ev.name(forger.ep).unwrap());
-    let origin_name = origin.ev.name(origin.ep).unwrap();
+    let to_forger = link_to(&mut origin, &forger.ev.endpoint_name(forger.ep).unwrap());
+    let origin_name = origin.ev.endpoint_name(origin.ep).unwrap();
     let bits = p.tag_bits.clamp(40, 64);
     let request_bit = 1u64 << (bits - 1);
     let forging = std::thread::spawn(move || {

@@ -13,9 +13,9 @@ mod common;
 use common::*;
 use crossbeam_channel::{Receiver, Sender};
 use fabric_msg::discovery::negotiate::{negotiate, Capability, EndpointChoice, Requirements};
+use fabric_msg::discovery::protection::RemoteProtection;
 use fabric_msg::{
-    Access, CompletionError, EventLoop, LadderConfig, Listener, LoopConfig, OpKind, Peer, RemoteMemory,
-    RemoteProtection, Token,
+    Access, CompletionError, EventLoop, LadderConfig, Listener, LoopConfig, OpKind, Peer, RemoteMemory, Token,
 };
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -56,7 +56,7 @@ fn serve(
     }
     let base = mem.as_mut_ptr();
     let mut ev = EventLoop::new(&p, LoopConfig::default()).expect("server loop");
-    let ep = ev.endpoint().expect("server endpoint");
+    let ep = ev.open_endpoint().expect("server endpoint");
     // SAFETY: `mem` outlives both regions and the loop, all dropped before
     // it is read below; nothing else touches it meanwhile.
     // The page before A is shared too, for reading only.
@@ -122,7 +122,7 @@ impl Client {
         if self.side.is_none() {
             self.commands.send(Command::Accept).unwrap();
             let mut ev = EventLoop::new(&self.p, self.cfg.clone()).expect("client loop");
-            let ep = ev.endpoint().expect("client endpoint");
+            let ep = ev.open_endpoint().expect("client endpoint");
             let peer = fabric_msg::connect(&mut ev, ep, self.addr, TIMEOUT).expect("connect");
             self.accepted.recv_timeout(TIMEOUT).expect("server accepted");
             self.connections += 1;
@@ -451,7 +451,7 @@ fn shm_guards_as_its_profile_says() {
 fn keys_of_consecutive_regions_are_not_neighbours() {
     let p = rma_profile("tcp;ofi_rxm", EndpointChoice::Rdm);
     let mut ev = EventLoop::new(&p, LoopConfig::default()).unwrap();
-    let _ep = ev.endpoint().unwrap();
+    let _ep = ev.open_endpoint().unwrap();
     let mut keys = Vec::new();
     for _ in 0..64 {
         let r = ev.register(64, Access::Read).unwrap();

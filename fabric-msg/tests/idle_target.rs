@@ -26,10 +26,10 @@
 
 mod common;
 use common::*;
+use fabric_msg::discovery::atomic::AtomicCarrier;
 use fabric_msg::discovery::negotiate::{Capability, EndpointChoice, Requirements};
 use fabric_msg::{
-    negotiate, Access, Atomic, AtomicCarrier, AtomicOperation, EventLoop, LadderConfig, LoopConfig, OpKind,
-    ProgressThread, Token,
+    negotiate, Access, Atomic, AtomicKind, EventLoop, LadderConfig, LoopConfig, OpKind, ProgressThread, Token,
 };
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -164,7 +164,7 @@ fn target_role() {
         ..Default::default()
     };
     let mut ev = EventLoop::new(&p, cfg).unwrap();
-    let ep = ev.endpoint().unwrap();
+    let ep = ev.open_endpoint().unwrap();
     let peer = listener.accept(&mut ev, ep).unwrap();
     let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let d = done.clone();
@@ -190,9 +190,7 @@ fn run(
 ) -> Outcome {
     use std::io::{BufRead, Write};
     let p = profile(provider, endpoint, atomics);
-    let carrier = atomics
-        .then(|| p.atomic_carrier(AtomicOperation::FetchAdd))
-        .flatten();
+    let carrier = atomics.then(|| p.atomic_carrier(AtomicKind::FetchAdd)).flatten();
     let cfg = LoopConfig {
         progress_thread: progress,
         ..Default::default()

@@ -22,7 +22,7 @@ fn real_client(p: &fabric_msg::Profile, addr: SocketAddr) -> std::thread::JoinHa
     let p = p.clone();
     std::thread::spawn(move || {
         let mut ev = EventLoop::new(&p, LoopConfig::default()).unwrap();
-        let ep = ev.endpoint().unwrap();
+        let ep = ev.open_endpoint().unwrap();
         let t = Instant::now();
         connect(&mut ev, ep, addr, TIMEOUT).expect("the real client connects");
         t.elapsed()
@@ -54,7 +54,7 @@ fn trickle(
 fn rdm_server() -> (fabric_msg::Profile, EventLoop, EndpointId) {
     let p = profile("tcp;ofi_rxm");
     let mut ev = EventLoop::new(&p, LoopConfig::default()).unwrap();
-    let ep = ev.endpoint().unwrap();
+    let ep = ev.open_endpoint().unwrap();
     (p, ev, ep)
 }
 
@@ -398,7 +398,7 @@ fn on_msg_a_connection_request_without_the_handshakes_nonce_is_refused() {
     let sp = p.clone();
     let server = std::thread::spawn(move || {
         let mut ev = EventLoop::new(&sp, LoopConfig::default()).unwrap();
-        let base = ev.endpoint().unwrap();
+        let base = ev.open_endpoint().unwrap();
         let deadline = Instant::now() + TIMEOUT;
         let mut refused = Vec::new();
         loop {
@@ -435,7 +435,7 @@ fn on_msg_a_connection_request_without_the_handshakes_nonce_is_refused() {
 
     // The real client connects all the same.
     let mut ev = EventLoop::new(&p, LoopConfig::default()).unwrap();
-    let base = ev.endpoint().unwrap();
+    let base = ev.open_endpoint().unwrap();
     let peer = connect(&mut ev, base, addr, TIMEOUT).unwrap();
     ev.send(&peer, Buffer::from_slice(b"real"), SendOpts::default(), Token(2))
         .unwrap();

@@ -288,7 +288,7 @@ fn a_queue_that_never_drains_is_a_clear_error_not_a_hang() {
         ..Default::default()
     };
     let mut ev = fabric_msg::EventLoop::new(&p, cfg).unwrap();
-    let ep = ev.endpoint().unwrap();
+    let ep = ev.open_endpoint().unwrap();
     for i in 0..4 {
         ev.recv(ep, Buffer::new(8), RecvOpts::default(), Token(i))
             .unwrap();

@@ -13,7 +13,7 @@ fn two_clients_connect_to_one_listener_and_echo() {
     let sp = p.clone();
     let server = std::thread::spawn(move || {
         let mut ev = EventLoop::new(&sp, LoopConfig::default()).unwrap();
-        let base = ev.endpoint().unwrap();
+        let base = ev.open_endpoint().unwrap();
         let peers = [
             listener.accept(&mut ev, base).unwrap(),
             listener.accept(&mut ev, base).unwrap(),
@@ -43,7 +43,7 @@ fn two_clients_connect_to_one_listener_and_echo() {
     let mut clients = Vec::new();
     for seq in 0..2u64 {
         let mut ev = EventLoop::new(&p, LoopConfig::default()).unwrap();
-        let base = ev.endpoint().unwrap();
+        let base = ev.open_endpoint().unwrap();
         let peer = connect(&mut ev, base, addr, TIMEOUT).unwrap();
         let len = 1000 + seq as usize * 300_000;
         ev.recv(
@@ -76,7 +76,7 @@ fn two_clients_connect_to_one_listener_and_echo() {
 fn posting_on_the_base_endpoint_of_a_msg_loop_says_where_to_post() {
     let p = msg_profile();
     let mut ev = EventLoop::new(&p, LoopConfig::default()).unwrap();
-    let base = ev.endpoint().unwrap();
+    let base = ev.open_endpoint().unwrap();
     let e = ev
         .recv(base, Buffer::new(8), RecvOpts::default(), Token(1))
         .unwrap_err();

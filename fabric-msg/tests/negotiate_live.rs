@@ -129,7 +129,7 @@ fn atomics_do_not_decide_the_fabric() {
     let b = negotiate(&with, &LadderConfig::default()).unwrap().profile;
     assert_eq!((&a.provider, &a.domain), (&b.provider, &b.domain));
     assert_ne!(b.provider, "sockets", "atomics no longer push to the slow rung");
-    for op in fabric_msg::AtomicOperation::ALL {
+    for op in fabric_msg::AtomicKind::ALL {
         assert!(b.atomic_carrier(op).is_some(), "{}: {op}", b.provider);
     }
 }
@@ -247,8 +247,9 @@ fn profiles_of_two_negotiations_on_one_host_agree() {
     let a = negotiate(&Requirements::default(), &LadderConfig::default()).unwrap();
     let b = negotiate(&Requirements::default(), &LadderConfig::default()).unwrap();
     let bytes = a.profile.wire().encode().unwrap();
-    let remote = fabric_msg::WireProfile::decode(&bytes).unwrap();
-    fabric_msg::check_peer(&b.profile.wire(), &remote).expect("same host, same ladder: compatible");
+    let remote = fabric_msg::discovery::profile::WireProfile::decode(&bytes).unwrap();
+    fabric_msg::discovery::profile::check_peer(&b.profile.wire(), &remote)
+        .expect("same host, same ladder: compatible");
 
     let shm = negotiate(
         &Requirements {
@@ -258,7 +259,7 @@ fn profiles_of_two_negotiations_on_one_host_agree() {
         &LadderConfig::default(),
     )
     .unwrap();
-    let e = fabric_msg::check_peer(&a.profile.wire(), &shm.profile.wire())
+    let e = fabric_msg::discovery::profile::check_peer(&a.profile.wire(), &shm.profile.wire())
         .unwrap_err()
         .to_string();
     let provider = format!("`{}`", a.profile.provider);

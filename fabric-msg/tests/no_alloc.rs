@@ -154,7 +154,7 @@ fn pair_with<K: 'static>(
     let scfg = cfg.clone();
     let thread = std::thread::spawn(move || {
         let mut ev = EventLoop::new(&sp, scfg).unwrap();
-        let ep = ev.endpoint().unwrap();
+        let ep = ev.open_endpoint().unwrap();
         let peer = listener.accept(&mut ev, ep).unwrap();
         // What `serve` returns (a registered region) is kept until the
         // client has counted: its last one-sided operation may reach this
@@ -165,7 +165,7 @@ fn pair_with<K: 'static>(
     });
     let server = Server { counted, thread };
     let mut ev = EventLoop::new(&p, cfg).unwrap();
-    let ep = ev.endpoint().unwrap();
+    let ep = ev.open_endpoint().unwrap();
     let peer = connect(&mut ev, ep, addr, Duration::from_secs(10)).unwrap();
     (ev, peer, server)
 }
@@ -390,8 +390,8 @@ fn warmed_up_emulated_atomics_allocate_nothing_per_operation() {
         next(ev, out, held, OpKind::Recv);
     });
     assert_eq!(
-        ev.profile().atomic_carrier(fabric_msg::AtomicOperation::FetchAdd),
-        Some(fabric_msg::AtomicCarrier::Emulated)
+        ev.profile().atomic_carrier(fabric_msg::AtomicKind::FetchAdd),
+        Some(fabric_msg::discovery::atomic::AtomicCarrier::Emulated)
     );
     let mut reused = Reused::new(1);
     let mem = rma_setup(&mut ev, &peer, &mut reused);

@@ -54,7 +54,7 @@ fn peer_role() {
     let mut it = spec.splitn(3, ',');
     let (provider, mode, addr) = (it.next().unwrap(), it.next().unwrap(), it.next().unwrap());
     let mut ev = EventLoop::new(&profile_for(provider), config(Duration::from_secs(2))).unwrap();
-    let ep = ev.endpoint().unwrap();
+    let ep = ev.open_endpoint().unwrap();
     let peer = connect(&mut ev, ep, addr, TIMEOUT).unwrap();
     ev.send(&peer, Buffer::from_slice(b"hello"), SendOpts::default(), Token(1))
         .unwrap();
@@ -138,7 +138,7 @@ struct Child1 {
 impl Survivor {
     fn new(provider: &'static str, peer_timeout: Duration) -> Survivor {
         let mut ev = EventLoop::new(&profile_for(provider), config(peer_timeout)).unwrap();
-        let ep = ev.endpoint().unwrap();
+        let ep = ev.open_endpoint().unwrap();
         let listener = Listener::bind("127.0.0.1:0").unwrap();
         Survivor {
             ev,

@@ -23,7 +23,7 @@ fn server_role() {
     std::fs::write(&tmp, listener.local_addr().unwrap().to_string()).unwrap();
     std::fs::rename(&tmp, &addr_file).unwrap();
     let mut ev = EventLoop::new(&p, LoopConfig::default()).unwrap();
-    let ep = ev.endpoint().unwrap();
+    let ep = ev.open_endpoint().unwrap();
     let peer = listener.accept(&mut ev, ep).unwrap();
     for i in 0..ROUNDS {
         ev.recv(
@@ -78,7 +78,7 @@ fn client_and_server_in_two_processes() {
     std::fs::remove_file(&addr_file).ok();
     let p = profile("tcp;ofi_rxm");
     let mut ev = EventLoop::new(&p, LoopConfig::default()).unwrap();
-    let ep = ev.endpoint().unwrap();
+    let ep = ev.open_endpoint().unwrap();
     let peer = connect(&mut ev, ep, addr, TIMEOUT).unwrap();
     for i in 0..ROUNDS {
         let len = (i as usize * 3001) % (1 << 16);

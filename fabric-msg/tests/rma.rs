@@ -495,7 +495,7 @@ fn out_of_bounds_and_wrong_access_are_refused_locally() {
 fn hostile_descriptors_are_refused() {
     let p = rma_profile("tcp;ofi_rxm");
     let mut ev = EventLoop::new(&p, LoopConfig::default()).unwrap();
-    let _ep = ev.endpoint().unwrap();
+    let _ep = ev.open_endpoint().unwrap();
     let region = ev.register(64, Access::Read).unwrap();
     let good = region.remote().encode();
     assert_eq!(ev.import(&good).unwrap(), RemoteMemory::decode(&good).unwrap());
@@ -571,7 +571,7 @@ fn atomics_under_contention(provider: &str, clients: u64) {
     let sp = p.clone();
     let server = std::thread::spawn(move || {
         let mut ev = EventLoop::new(&sp, LoopConfig::default()).unwrap();
-        let ep = ev.endpoint().unwrap();
+        let ep = ev.open_endpoint().unwrap();
         let region = ev.register(64, Access::ReadWrite).unwrap();
         let peers: Vec<Peer> = (0..clients)
             .map(|_| listener.accept(&mut ev, ep).unwrap())
@@ -671,8 +671,8 @@ fn atomics_are_refused_on_udp_rxd() {
         .profile;
     assert!(p.atomics.is_empty(), "{:?}", p.atomics);
     assert_eq!(
-        p.atomic_carrier(fabric_msg::AtomicOperation::FetchAdd),
-        Some(fabric_msg::AtomicCarrier::Emulated)
+        p.atomic_carrier(fabric_msg::AtomicKind::FetchAdd),
+        Some(fabric_msg::discovery::atomic::AtomicCarrier::Emulated)
     );
 }
 
@@ -688,7 +688,7 @@ fn atomics_under_contention_shm() {
 fn atomics_are_unsupported_on_tcp() {
     let p = rma_profile("tcp;ofi_rxm");
     assert!(p.atomics.is_empty());
-    assert_eq!(p.atomic_carrier(fabric_msg::AtomicOperation::FetchAdd), None);
+    assert_eq!(p.atomic_carrier(fabric_msg::AtomicKind::FetchAdd), None);
     let (mut c, server) = pair(p.clone(), p, LoopConfig::default(), move |mut s| {
         let region = s.ev.register(64, Access::ReadWrite).unwrap();
         send_tagged(&mut s.ev, &s.peer, DESCRIPTOR, &region.remote().encode());

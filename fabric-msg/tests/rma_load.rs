@@ -27,7 +27,7 @@ fn load(provider: &str, window: usize) {
     let sp = p.clone();
     let server = std::thread::spawn(move || {
         let mut ev = EventLoop::new(&sp, LoopConfig::default()).unwrap();
-        let ep = ev.endpoint().unwrap();
+        let ep = ev.open_endpoint().unwrap();
         let region = ev.register(LEN * SLOTS, Access::Read).unwrap();
         for s in 0..SLOTS {
             region.write_at(s * LEN, &pattern(s as u64, LEN)).unwrap();

@@ -48,7 +48,7 @@ fn receiver_role() {
     let Ok(spec) = std::env::var(ENV) else { return };
     let (provider, addr) = spec.split_once(',').unwrap();
     let mut ev = EventLoop::new(&profile(provider), config()).unwrap();
-    let ep = ev.endpoint().unwrap();
+    let ep = ev.open_endpoint().unwrap();
     let _peer = connect(&mut ev, ep, addr, TIMEOUT).unwrap();
     let mut lines = std::io::stdin().lock().lines();
     say("ready");
@@ -126,7 +126,7 @@ impl Drop for Receiver {
 
 fn run(provider: &str) {
     let mut ev = EventLoop::new(&profile(provider), config()).unwrap();
-    let ep = ev.endpoint().unwrap();
+    let ep = ev.open_endpoint().unwrap();
     let listener = Listener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     let mut receiver = Receiver(

@@ -9,11 +9,11 @@
 //! server and clients in one process over 127.0.0.1: `atomics --loopback`.
 //! Exits non-zero on a wrong total.
 
+use fabric_msg::discovery::atomic::AtomicCarrier;
 use fabric_msg::discovery::negotiate::{Capability, EndpointChoice};
 use fabric_msg::{
-    connect, negotiate, Access, Atomic, AtomicCarrier, AtomicOperation, AtomicPolicy, Buffer, Completion,
-    EventLoop, LadderConfig, Listener, LoopConfig, Peer, Profile, RecvOpts, Requirements, SendOpts, Token,
-    WaitMode,
+    connect, negotiate, Access, Atomic, AtomicKind, AtomicPolicy, Buffer, Completion, EventLoop,
+    LadderConfig, Listener, LoopConfig, Peer, Profile, RecvOpts, Requirements, SendOpts, Token, WaitMode,
 };
 use fabric_msg_examples::output::atomic_op_name;
 use fabric_msg_examples::session::accept_serving;
@@ -215,7 +215,7 @@ fn header(o: &Opts, p: &Profile) {
 
 fn run(o: &Opts) -> AnyResult<bool> {
     let profile = negotiate(&requirements(o), &LadderConfig::load(None)?)?.profile;
-    for op in [AtomicOperation::FetchAdd, AtomicOperation::CompareSwap] {
+    for op in [AtomicKind::FetchAdd, AtomicKind::CompareSwap] {
         if profile.atomic_carrier(op).is_none() {
             return Err(format!("{} carries no {op} here", profile.provider).into());
         }
@@ -327,7 +327,7 @@ fn wait_for(ev: &mut EventLoop, token: Token, stash: &mut Vec<Completion>) -> An
 /// emulated atomics) until each says DONE with its count, check the total.
 fn serve(p: &Profile, o: &Opts, listener: Listener, clients: u64) -> AnyResult<(bool, EventLoop)> {
     let mut ev = EventLoop::new(p, loop_config(o))?;
-    let ep = ev.endpoint()?;
+    let ep = ev.open_endpoint()?;
     let counter = ev.register(8, Access::ReadWrite)?;
     let mut peers = Vec::new();
     for _ in 0..clients {
@@ -399,7 +399,7 @@ fn serve(p: &Profile, o: &Opts, listener: Listener, clients: u64) -> AnyResult<(
 /// half by compare-and-swap; checks that every old value it saw is new.
 fn drive(p: &Profile, o: &Opts, addr: std::net::SocketAddr, id: u64) -> AnyResult<EventLoop> {
     let mut ev = EventLoop::new(p, loop_config(o))?;
-    let ep = ev.endpoint()?;
+    let ep = ev.open_endpoint()?;
     let peer = connect(&mut ev, ep, addr, PATIENCE)?;
     let opts = RecvOpts {
         tag: tagged(&ev).then_some((DESCRIPTOR, 0)),
@@ -471,7 +471,7 @@ fn drive(p: &Profile, o: &Opts, addr: std::net::SocketAddr, id: u64) -> AnyResul
     let ops = fa_total + cas_tries;
     let usec = elapsed.as_secs_f64() * 1e6 / ops.max(1) as f64;
     let carrier = p
-        .atomic_carrier(AtomicOperation::FetchAdd)
+        .atomic_carrier(AtomicKind::FetchAdd)
         .unwrap_or(AtomicCarrier::Native);
     if o.json {
         println!(

@@ -98,7 +98,7 @@ fn run(req: &Requirements, rounds: u32, messages: usize, wait: Duration) -> Resu
         let p = profile.clone();
         let accepting = std::thread::spawn(move || -> Result<_, String> {
             let mut ev = EventLoop::new(&p, LoopConfig::default()).map_err(|e| e.to_string())?;
-            let ep = ev.endpoint().map_err(|e| e.to_string())?;
+            let ep = ev.open_endpoint().map_err(|e| e.to_string())?;
             for _ in 0..WINDOW {
                 ev.recv(ep, Buffer::new(LEN), RecvOpts::default(), Token(1))
                     .map_err(|e| e.to_string())?;
@@ -107,7 +107,7 @@ fn run(req: &Requirements, rounds: u32, messages: usize, wait: Duration) -> Resu
             Ok((ev, ep))
         });
         let mut tx = EventLoop::new(&profile, LoopConfig::default()).map_err(|e| e.to_string())?;
-        let tx_ep = tx.endpoint().map_err(|e| e.to_string())?;
+        let tx_ep = tx.open_endpoint().map_err(|e| e.to_string())?;
         let peer = connect(&mut tx, tx_ep, addr, PATIENCE).map_err(|e| e.to_string())?;
         let (mut rx, rx_ep) = accepting.join().map_err(|_| "the accepting thread panicked")??;
 

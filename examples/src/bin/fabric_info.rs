@@ -219,7 +219,7 @@ fn print_text(n: &fabric_msg::Negotiation) {
     let atomics: Vec<String> = p
         .atomics
         .iter()
-        .map(|a| format!("{}({})", a.op, a.kind))
+        .map(|a| format!("{}({})", a.op, a.form))
         .collect();
     let atomics_asked = p.caps_requested.iter().any(|c| c == "FI_ATOMIC");
     row(

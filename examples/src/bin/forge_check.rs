@@ -70,7 +70,7 @@ fn main() -> ExitCode {
         Ok(Vec::new())
     } else if rank == 0 {
         let ep = w.endpoint();
-        let name = w.event_loop().name(ep).expect("own name");
+        let name = w.event_loop().endpoint_name(ep).expect("own name");
         send_and_wait(&mut w, forger, NAME_TAG, &name).and_then(|()| recv_one(&mut w, forger, READY_TAG))
     } else if rank == forger {
         recv_one(&mut w, 0, NAME_TAG).and_then(|name| {
@@ -165,7 +165,7 @@ fn refuse_reserved(w: &mut World) -> Result<usize, String> {
 fn forge(w: &World, rank0_name: &[u8]) -> Result<usize, String> {
     let agreement = w.peer(0).map_err(|e| e.to_string())?.agreement;
     let mut ev = EventLoop::new(w.profile(), LoopConfig::default()).map_err(|e| e.to_string())?;
-    let ep = ev.endpoint().map_err(|e| e.to_string())?;
+    let ep = ev.open_endpoint().map_err(|e| e.to_string())?;
     let victim = ev
         .insert_peer(ep, rank0_name, agreement)
         .map_err(|e| e.to_string())?;

@@ -195,12 +195,12 @@ fn run(provider: &str, size: usize, trips: usize, tagged: bool) -> Result<String
     let (p, c) = (profile.clone(), cfg.clone());
     let accepting = std::thread::spawn(move || -> Result<(EventLoop, Peer), String> {
         let mut ev = EventLoop::new(&p, c).map_err(|e| e.to_string())?;
-        let ep = ev.endpoint().map_err(|e| e.to_string())?;
+        let ep = ev.open_endpoint().map_err(|e| e.to_string())?;
         let peer = listener.accept(&mut ev, ep).map_err(|e| e.to_string())?;
         Ok((ev, peer))
     });
     let mut ev = EventLoop::new(&profile, cfg.clone()).map_err(|e| e.to_string())?;
-    let ep = ev.endpoint().map_err(|e| e.to_string())?;
+    let ep = ev.open_endpoint().map_err(|e| e.to_string())?;
     let peer = connect(&mut ev, ep, addr, PATIENCE).map_err(|e| e.to_string())?;
     let (bev, bpeer) = accepting.join().map_err(|_| "the accepting thread panicked")??;
     let side = |ev, peer| Side {

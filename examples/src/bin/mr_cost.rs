@@ -46,7 +46,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     }
     let profile = negotiate(&req, &LadderConfig::load(None)?)?.profile;
     let mut ev = EventLoop::new(&profile, LoopConfig::default())?;
-    let _ep = ev.endpoint()?;
+    let _ep = ev.open_endpoint()?;
     fabric_msg_examples::say!(
         "# {} ({}) domain {}, mr_mode {:?}",
         profile.provider,

@@ -116,7 +116,7 @@ const MAX: usize = MAX_RMA_SIZE;
 impl Side {
     fn accept(p: &fabric_msg::Profile, listener: &Listener, o: &Opts) -> AnyResult<Side> {
         let mut ev = EventLoop::new(p, loop_config(o))?;
-        let ep = ev.endpoint()?;
+        let ep = ev.open_endpoint()?;
         // Receives go up before the connection starts (iWARP needs that).
         let peer = accept_serving("rma_pingpong", listener, &mut ev, ep, post_notice_recvs)?;
         Side::exchange(ev, peer, o.read)
@@ -124,7 +124,7 @@ impl Side {
 
     fn connect(p: &fabric_msg::Profile, addr: std::net::SocketAddr, o: &Opts) -> AnyResult<Side> {
         let mut ev = EventLoop::new(p, loop_config(o))?;
-        let ep = ev.endpoint()?;
+        let ep = ev.open_endpoint()?;
         let peer = fabric_msg::connect_with(&mut ev, ep, addr, Duration::from_secs(10), |ev, e| {
             post_notice_recvs(ev, e)
         })?;

@@ -26,7 +26,7 @@
 //! ring; `--announce` prints `rank R/N: ring running` once the world has
 //! formed: all three are for failure tests.
 
-use fabric_msg::{Buffer, Completion, OpKind, Token, World};
+use fabric_msg::prelude::*;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 

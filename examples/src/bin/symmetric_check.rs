@@ -17,7 +17,7 @@
 //!        is then skipped, loudly)
 //!        symmetric_check --mismatch      the last rank asks for 8 bytes more
 
-use fabric_msg::{Access, Atomic, AtomicOperation, Capability, Symmetric, Token, World, WorldConfig};
+use fabric_msg::{Access, Atomic, AtomicKind, Capability, Symmetric, Token, World, WorldConfig};
 use std::collections::HashMap;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -115,7 +115,7 @@ fn check(world: &mut World, o: &Opts) -> Result<(usize, Vec<String>), String> {
         let local = src.local(t as usize * o.slot, o.slot).map_err(e)?;
         let token = Token(0x1_0000_0000 | t as u64);
         world
-            .put(&mem, t, (me as usize * o.slot) as u64, local, token)
+            .write(t, local, &mem, (me as usize * o.slot) as u64, token)
             .map_err(e)?;
         tokens.push(token);
     }
@@ -139,7 +139,7 @@ fn check(world: &mut World, o: &Opts) -> Result<(usize, Vec<String>), String> {
         let local = dst.local(t as usize * o.slot, o.slot).map_err(e)?;
         let token = Token(0x2_0000_0000 | t as u64);
         world
-            .get(&mem, t, (s as usize * o.slot) as u64, local, token)
+            .read(t, local, &mem, (s as usize * o.slot) as u64, token)
             .map_err(e)?;
         tokens.push(token);
     }
@@ -158,16 +158,16 @@ fn check(world: &mut World, o: &Opts) -> Result<(usize, Vec<String>), String> {
     }
 
     // Out of bounds: refused here, before anything reaches the fabric.
-    let over = world.put(
-        &mem,
+    let over = world.write(
         (me + 1) % size,
-        (len - 4) as u64,
         src.local(0, 8).map_err(e)?,
+        &mem,
+        (len - 4) as u64,
         Token(3),
     );
     checks += 1;
     if over.is_ok() {
-        failures.push("an 8-byte put 4 bytes before the end was accepted".into());
+        failures.push("an 8-byte write 4 bytes before the end was accepted".into());
     }
 
     checks += atomics(world, &mem, o, counters as u64, &mut failures)?;
@@ -189,7 +189,7 @@ fn atomics(
 ) -> Result<usize, String> {
     let (me, size) = (world.rank(), world.size());
     let profile = world.profile();
-    let missing: Vec<_> = [AtomicOperation::FetchAdd, AtomicOperation::CompareSwap]
+    let missing: Vec<_> = [AtomicKind::FetchAdd, AtomicKind::CompareSwap]
         .into_iter()
         .filter(|&op| profile.atomic_carrier(op).is_none())
         .collect();
@@ -211,7 +211,7 @@ fn atomics(
         let mut tokens = Vec::new();
         for (i, &(t, _)) in chunk.iter().enumerate() {
             let token = Token(0x4_0000_0000 | (t as u64) << 16 | i as u64);
-            world.atomic(mem, t, at, Atomic::FetchAdd(1), token).map_err(e)?;
+            world.atomic(t, Atomic::FetchAdd(1), mem, at, token).map_err(e)?;
             tokens.push(token);
         }
         let values = complete(world, &tokens)?;
@@ -234,7 +234,7 @@ fn atomics(
                 expected: guess,
                 new: guess + 1,
             };
-            world.atomic(mem, t, at + 8, op, Token(5)).map_err(e)?;
+            world.atomic(t, op, mem, at + 8, Token(5)).map_err(e)?;
             let old = complete(world, &[Token(5)])?[&5].ok_or("a compare-swap returned no value")?;
             if old == guess {
                 seen[t as usize] = guess + 1;

@@ -282,7 +282,7 @@ fn get(world: &mut World, o: &Opts) -> Result<String, String> {
             for i in 0..o.reads.max(1) {
                 let t = Instant::now();
                 let local = dst.local(0, len).map_err(e)?;
-                world.get(&mem, 1, 0, local, Token(100 + i)).map_err(e)?;
+                world.read(1, local, &mem, 0, Token(100 + i)).map_err(e)?;
                 complete(world, &[Token(100 + i)], false)?;
                 slowest = slowest.max(t.elapsed());
             }

@@ -9,11 +9,11 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 
 /// A u64 atomic operation, without its operands: what a [`Profile`] can be
-/// asked about (`profile.supports(AtomicOperation::FetchAdd)`).
+/// asked about (`profile.supports(AtomicKind::FetchAdd)`).
 ///
 /// [`Profile`]: crate::Profile
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum AtomicOperation {
+pub enum AtomicKind {
     /// Add, returning nothing (`FI_SUM`).
     Add,
     /// Add, returning the old value (`FI_SUM`, fetching).
@@ -40,7 +40,7 @@ pub(crate) enum AtomicForm {
 }
 
 impl AtomicForm {
-    /// The name [`AtomicOp::kind`](crate::AtomicOp::kind) uses.
+    /// The name [`AtomicSupport::form`](crate::discovery::probe::AtomicSupport::form) uses.
     pub(crate) fn name(self) -> &'static str {
         match self {
             AtomicForm::Plain => "atomic",
@@ -50,29 +50,29 @@ impl AtomicForm {
     }
 }
 
-impl AtomicOperation {
+impl AtomicKind {
     /// Every operation, in declaration order.
-    pub const ALL: [AtomicOperation; 7] = [
-        AtomicOperation::Add,
-        AtomicOperation::FetchAdd,
-        AtomicOperation::Swap,
-        AtomicOperation::CompareSwap,
-        AtomicOperation::FetchMin,
-        AtomicOperation::FetchMax,
-        AtomicOperation::Read,
+    pub const ALL: [AtomicKind; 7] = [
+        AtomicKind::Add,
+        AtomicKind::FetchAdd,
+        AtomicKind::Swap,
+        AtomicKind::CompareSwap,
+        AtomicKind::FetchMin,
+        AtomicKind::FetchMax,
+        AtomicKind::Read,
     ];
 
     /// libfabric's operation, its name, and the call form.
     pub(crate) fn libfabric(self) -> (ffi::fi_op, &'static str, AtomicForm) {
         use AtomicForm::{Compare, Fetch, Plain};
         match self {
-            AtomicOperation::Add => (ffi::FI_SUM, "FI_SUM", Plain),
-            AtomicOperation::FetchAdd => (ffi::FI_SUM, "FI_SUM", Fetch),
-            AtomicOperation::Swap => (ffi::FI_ATOMIC_WRITE, "FI_ATOMIC_WRITE", Fetch),
-            AtomicOperation::CompareSwap => (ffi::FI_CSWAP, "FI_CSWAP", Compare),
-            AtomicOperation::FetchMin => (ffi::FI_MIN, "FI_MIN", Fetch),
-            AtomicOperation::FetchMax => (ffi::FI_MAX, "FI_MAX", Fetch),
-            AtomicOperation::Read => (ffi::FI_ATOMIC_READ, "FI_ATOMIC_READ", Fetch),
+            AtomicKind::Add => (ffi::FI_SUM, "FI_SUM", Plain),
+            AtomicKind::FetchAdd => (ffi::FI_SUM, "FI_SUM", Fetch),
+            AtomicKind::Swap => (ffi::FI_ATOMIC_WRITE, "FI_ATOMIC_WRITE", Fetch),
+            AtomicKind::CompareSwap => (ffi::FI_CSWAP, "FI_CSWAP", Compare),
+            AtomicKind::FetchMin => (ffi::FI_MIN, "FI_MIN", Fetch),
+            AtomicKind::FetchMax => (ffi::FI_MAX, "FI_MAX", Fetch),
+            AtomicKind::Read => (ffi::FI_ATOMIC_READ, "FI_ATOMIC_READ", Fetch),
         }
     }
 }
@@ -100,7 +100,7 @@ impl fmt::Display for AtomicCarrier {
 }
 
 /// Which carrier the application wants for its atomics: both peers must
-/// make the same choice (it is part of the [`WireProfile`](crate::WireProfile)).
+/// make the same choice (it is part of the [`WireProfile`](crate::discovery::profile::WireProfile)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 pub enum AtomicPolicy {
     /// Native when the provider validates every operation, emulated
@@ -116,24 +116,24 @@ pub enum AtomicPolicy {
     Emulated,
 }
 
-impl AtomicOperation {
+impl AtomicKind {
     /// The operation's code in an emulated request (its index in [`ALL`](Self::ALL)).
     pub(crate) fn code(self) -> u8 {
-        AtomicOperation::ALL.iter().position(|&o| o == self).unwrap_or(0) as u8
+        AtomicKind::ALL.iter().position(|&o| o == self).unwrap_or(0) as u8
     }
 
     /// The operation with this request code, if any.
-    pub(crate) fn from_code(code: u8) -> Option<AtomicOperation> {
-        AtomicOperation::ALL.get(code as usize).copied()
+    pub(crate) fn from_code(code: u8) -> Option<AtomicKind> {
+        AtomicKind::ALL.get(code as usize).copied()
     }
 
     /// Whether the operation returns the old value.
     pub fn fetches(self) -> bool {
-        self != AtomicOperation::Add
+        self != AtomicKind::Add
     }
 }
 
-impl fmt::Display for AtomicOperation {
+impl fmt::Display for AtomicKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let (_, name, form) = self.libfabric();
         write!(f, "u64 {name} ({})", form.name())

@@ -16,7 +16,7 @@ pub use crate::discovery::requirements::{
 };
 pub use crate::error::{Reason, Rejection};
 
-use crate::discovery::atomic::{AtomicOperation, AtomicPolicy};
+use crate::discovery::atomic::{AtomicKind, AtomicPolicy};
 use crate::discovery::bits::{all_mode, ALL_MR_MODE};
 use crate::discovery::info::{EndpointType, FabricInfo};
 use crate::discovery::probe::{self, Hints, ProbeSizes};
@@ -466,7 +466,7 @@ fn open(req: &Requirements, cfg: &LadderConfig, attempt: &Attempt, prepared: &Pr
         cfg.trust_source(&granted.provider),
     );
     profile.tag_mask_defect = cfg.masked_receives_broken(&granted.provider).map(str::to_owned);
-    if req.wants_atomics() && profile.atomic_carrier(AtomicOperation::FetchAdd).is_none() {
+    if req.wants_atomics() && profile.atomic_carrier(AtomicKind::FetchAdd).is_none() {
         return Err(Error::Unsupported {
             what: format!(
                 "u64 atomics: the provider validates {} of fabric-msg's operations, and fabric-msg cannot \

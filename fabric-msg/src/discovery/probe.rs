@@ -109,11 +109,11 @@ pub(crate) fn getinfo(h: &Hints) -> Result<InfoList> {
 
 /// One `u64` atomic operation the provider accepts.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct AtomicOp {
+pub struct AtomicSupport {
     /// The operation, e.g. `FI_SUM`.
     pub op: String,
     /// `atomic`, `fetch` or `compare`.
-    pub kind: String,
+    pub form: String,
     /// Most elements per operation.
     pub count: usize,
 }
@@ -121,7 +121,7 @@ pub struct AtomicOp {
 /// What a trial open found out.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct ProbeResult {
-    pub atomics: Vec<AtomicOp>,
+    pub atomics: Vec<AtomicSupport>,
     pub wait_fd: bool,
 }
 
@@ -337,7 +337,7 @@ unsafe fn connected_atomics(
     domain: *mut ffi::fid_domain,
     info: *mut ffi::fi_info,
     fids: &mut Fids,
-) -> Vec<AtomicOp> {
+) -> Vec<AtomicSupport> {
     // SAFETY: info is live (the caller's promise); fi_dupinfo copies it,
     // and the copy is freed below, once.
     let dup = unsafe { ffi::fi_dupinfo(info) };
@@ -380,7 +380,7 @@ unsafe fn connected_atomics(
 /// # Safety
 /// `ep` must be an open endpoint (enabled, except on connected endpoints,
 /// whose atomics verbs validates on the domain).
-unsafe fn valid_atomics(ep: *mut ffi::fid_ep) -> Vec<AtomicOp> {
+unsafe fn valid_atomics(ep: *mut ffi::fid_ep) -> Vec<AtomicSupport> {
     let mut out = Vec::new();
     for &(name, op) in ATOMIC_OPS {
         let mut count = 0usize;
@@ -396,9 +396,9 @@ unsafe fn valid_atomics(ep: *mut ffi::fid_ep) -> Vec<AtomicOp> {
                 }
             };
             if rc == 0 && count > 0 {
-                out.push(AtomicOp {
+                out.push(AtomicSupport {
                     op: name.into(),
-                    kind: kind.into(),
+                    form: kind.into(),
                     count,
                 });
             }

@@ -2,12 +2,12 @@
 //! of fabric-msg obeys instead of reading `fi_info`, and the part of it two
 //! peers compare when they connect.
 
-use crate::discovery::atomic::{AtomicCarrier, AtomicOperation, AtomicPolicy};
+use crate::discovery::atomic::{AtomicCarrier, AtomicKind, AtomicPolicy};
 use crate::discovery::classify::{Classification, FabricKind};
 use crate::discovery::info::{
     bit_names, EndpointType, FabricInfo, Progress, Threading, CAP_NAMES, MODE_NAMES, MR_MODE_NAMES,
 };
-use crate::discovery::probe::{AtomicOp, ProbeResult};
+use crate::discovery::probe::{AtomicSupport, ProbeResult};
 use crate::discovery::protection::RemoteProtection;
 use crate::discovery::quirks::Quirks;
 use crate::discovery::requirements::Requirements;
@@ -127,7 +127,7 @@ pub struct Profile {
     /// RMA scatter-gather limit.
     pub rma_iov_limit: usize,
     /// Valid u64 atomic operations (probed when atomics were asked for).
-    pub atomics: Vec<AtomicOp>,
+    pub atomics: Vec<AtomicSupport>,
     /// Native, emulated or as available: see [`Profile::atomic_carrier`].
     /// From [`Requirements::atomics`]; both peers must use the same.
     #[serde(default)]
@@ -174,14 +174,14 @@ impl Profile {
     /// `fi_compare_atomicvalid`). Atomics are probed only when
     /// [`Capability::Atomic`](crate::Capability::Atomic) was asked for, so
     /// without it every answer is `false`.
-    pub fn supports(&self, op: AtomicOperation) -> bool {
+    pub fn supports(&self, op: AtomicKind) -> bool {
         let (_, name, form) = op.libfabric();
-        self.atomics.iter().any(|a| a.op == name && a.kind == form.name())
+        self.atomics.iter().any(|a| a.op == name && a.form == form.name())
     }
 
     /// Every atomic operation [`supports`](Profile::supports) says yes to.
-    pub fn supported_atomics(&self) -> Vec<AtomicOperation> {
-        AtomicOperation::ALL
+    pub fn supported_atomics(&self) -> Vec<AtomicKind> {
+        AtomicKind::ALL
             .into_iter()
             .filter(|&op| self.supports(op))
             .collect()
@@ -194,12 +194,12 @@ impl Profile {
     /// with respect to fabric-msg's emulation (the provider may apply them
     /// with plain loads and stores, or under its own lock), so the two are
     /// never mixed: where the provider validates every operation
-    /// ([`AtomicOperation::ALL`]) all are native; where it lacks any, all
+    /// ([`AtomicKind::ALL`]) all are native; where it lacks any, all
     /// are emulated (also those it has). Without emulation (no tagged RDM
     /// endpoints with 64 tag bits, or [`AtomicPolicy::Native`]) only the
     /// provider's own operations are carried, natively.
-    pub fn atomic_carrier(&self, op: AtomicOperation) -> Option<AtomicCarrier> {
-        let all_native = AtomicOperation::ALL.into_iter().all(|o| self.supports(o));
+    pub fn atomic_carrier(&self, op: AtomicKind) -> Option<AtomicCarrier> {
+        let all_native = AtomicKind::ALL.into_iter().all(|o| self.supports(o));
         let emulate = self.can_emulate_atomics();
         match self.atomic_policy {
             AtomicPolicy::Native => self.supports(op).then_some(AtomicCarrier::Native),
@@ -210,10 +210,10 @@ impl Profile {
         }
     }
 
-    /// Every operation with its carrier, in [`AtomicOperation::ALL`]'s
+    /// Every operation with its carrier, in [`AtomicKind::ALL`]'s
     /// order; operations not carried at all are left out.
-    pub fn atomic_carriers(&self) -> Vec<(AtomicOperation, AtomicCarrier)> {
-        AtomicOperation::ALL
+    pub fn atomic_carriers(&self) -> Vec<(AtomicKind, AtomicCarrier)> {
+        AtomicKind::ALL
             .into_iter()
             .filter_map(|op| self.atomic_carrier(op).map(|c| (op, c)))
             .collect()
@@ -236,7 +236,7 @@ impl Profile {
     /// Whether this loop's atomics are emulated (all or none are, see
     /// [`atomic_carrier`](Self::atomic_carrier)).
     pub(crate) fn atomics_emulated(&self) -> bool {
-        self.atomic_carrier(AtomicOperation::FetchAdd) == Some(AtomicCarrier::Emulated)
+        self.atomic_carrier(AtomicKind::FetchAdd) == Some(AtomicCarrier::Emulated)
     }
 
     #[allow(clippy::too_many_arguments)]

@@ -265,7 +265,7 @@ pub(crate) unsafe fn register(
         let Some((ep, keep)) = endpoint else {
             return Err(Error::Unsupported {
                 what: "registering before an endpoint is open (FI_MR_ENDPOINT binds regions to one): \
-                       call EventLoop::endpoint first"
+                       call EventLoop::open_endpoint first"
                     .into(),
                 provider: p.provider.clone(),
             });

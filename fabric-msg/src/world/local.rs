@@ -108,8 +108,8 @@ pub(crate) fn open(
     }
     let mut ev = EventLoop::new(&profile, cfg)?;
     ev.reserve_world_classes();
-    let ep = ev.endpoint()?;
-    let name = ev.name(ep)?;
+    let ep = ev.open_endpoint()?;
+    let name = ev.endpoint_name(ep)?;
     Ok((ev, ep, name))
 }
 

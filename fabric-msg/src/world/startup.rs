@@ -70,8 +70,8 @@ impl World {
             // The collectives' classes are the World's alone (event_loop()
             // hands this loop to the application).
             ev.reserve_world_classes();
-            let ep = ev.endpoint()?;
-            let name = ev.name(ep)?;
+            let ep = ev.open_endpoint()?;
+            let name = ev.endpoint_name(ep)?;
             Ok((ev, ep, name))
         });
         let main = match &opened {

@@ -12,8 +12,8 @@
 //! mem.region().write_at(0, &rank.to_le_bytes())?;
 //! let scratch = world.event_loop().register(8, Access::Read)?;
 //! world.barrier()?;
-//! world.get(&mem, (rank + 1) % size, 0, scratch.local(0, 4)?, Token(1))?;
-//! world.atomic(&mem, 0, 8, Atomic::FetchAdd(1), Token(2))?;
+//! world.read((rank + 1) % size, scratch.local(0, 4)?, &mem, 0, Token(1))?;
+//! world.atomic(0, Atomic::FetchAdd(1), &mem, 8, Token(2))?;
 //! // ... World::poll until both complete ...
 //! world.barrier()?;
 //! world.free_symmetric(mem).map_err(|(_, e)| e)?;
@@ -203,14 +203,17 @@ impl World {
             .map_err(|(region, e)| (Symmetric { region, parts }, e))
     }
 
-    /// Write `local` into `rank`'s part at `offset`; its completion comes
-    /// from [`World::poll`] with `token`.
-    pub fn put(
+    /// Write `local` into `rank`'s part of `mem` at `offset`; its completion
+    /// (`OpKind::Write`) comes from [`World::poll`] with `token`. The verbs
+    /// and the order of arguments are the event loop's
+    /// ([`EventLoop::write`](crate::transport::event_loop::EventLoop::write)):
+    /// the target, the local memory, the remote memory, the offset in it.
+    pub fn write(
         &mut self,
-        mem: &Symmetric,
         rank: u32,
-        offset: u64,
         local: Local<'_>,
+        mem: &Symmetric,
+        offset: u64,
         token: Token,
     ) -> Result<()> {
         self.one_sided(mem, rank, token, |ev, peer, remote| {
@@ -218,13 +221,14 @@ impl World {
         })
     }
 
-    /// Read `local.len()` bytes of `rank`'s part at `offset` into `local`.
-    pub fn get(
+    /// Read `local.len()` bytes of `rank`'s part of `mem` at `offset` into
+    /// `local` (`OpKind::Read`).
+    pub fn read(
         &mut self,
-        mem: &Symmetric,
         rank: u32,
-        offset: u64,
         local: Local<'_>,
+        mem: &Symmetric,
+        offset: u64,
         token: Token,
     ) -> Result<()> {
         self.one_sided(mem, rank, token, |ev, peer, remote| {
@@ -232,14 +236,14 @@ impl World {
         })
     }
 
-    /// A u64 atomic on `rank`'s part at `offset` (8-byte aligned); a
-    /// fetched value comes back in the completion's `value`.
+    /// A u64 atomic on `rank`'s part of `mem` at `offset` (8-byte aligned);
+    /// a fetched value comes back in the completion's `value`.
     pub fn atomic(
         &mut self,
-        mem: &Symmetric,
         rank: u32,
-        offset: u64,
         op: Atomic,
+        mem: &Symmetric,
+        offset: u64,
         token: Token,
     ) -> Result<()> {
         self.one_sided(mem, rank, token, |ev, peer, remote| {

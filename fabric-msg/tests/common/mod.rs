@@ -77,12 +77,12 @@ pub fn pair<T: Send + 'static>(
     let scfg = cfg.clone();
     let server = std::thread::spawn(move || {
         let mut ev = EventLoop::new(&server_profile, scfg).expect("server loop");
-        let ep = ev.endpoint().expect("server endpoint");
+        let ep = ev.open_endpoint().expect("server endpoint");
         let peer = listener.accept(&mut ev, ep).expect("accept");
         serve(Side { ev, ep, peer })
     });
     let mut ev = EventLoop::new(&client_profile, cfg).expect("client loop");
-    let ep = ev.endpoint().expect("client endpoint");
+    let ep = ev.open_endpoint().expect("client endpoint");
     let peer = connect(&mut ev, ep, addr, TIMEOUT).expect("connect");
     (Side { ev, ep, peer }, server)
 }
@@ -124,7 +124,7 @@ pub fn profile_caps(provider: &str, caps: &[Capability]) -> Profile {
 /// A client loop connected to `addr`.
 pub fn client(p: &Profile, addr: std::net::SocketAddr) -> Side {
     let mut ev = EventLoop::new(p, LoopConfig::default()).expect("client loop");
-    let ep = ev.endpoint().expect("client endpoint");
+    let ep = ev.open_endpoint().expect("client endpoint");
     let peer = connect(&mut ev, ep, addr, TIMEOUT).expect("connect");
     Side { ev, ep, peer }
 }
@@ -136,7 +136,7 @@ pub enum Frame {
     Hello {
         magic: u32,
         version: u16,
-        profile: fabric_msg::WireProfile,
+        profile: fabric_msg::discovery::profile::WireProfile,
         name: Vec<u8>,
         /// The server's per-handshake nonce on connected endpoints, which
         /// the client's `fi_connect` carries; 0 otherwise.
@@ -163,7 +163,7 @@ pub fn hello(profile: &Profile, name: Vec<u8>) -> Vec<u8> {
     framed(
         &postcard::to_stdvec(&Frame::Hello {
             magic: MAGIC,
-            version: fabric_msg::PROTOCOL_VERSION,
+            version: fabric_msg::discovery::profile::PROTOCOL_VERSION,
             profile: profile.wire(),
             name,
             nonce: 0,

@@ -67,7 +67,7 @@ pub fn connect_with(
     let local = ev.wire_profile();
     let msg = ev.profile().endpoint_type == EndpointType::Msg;
     // A connecting MSG endpoint has no address to give: it connects to the server's.
-    let own = if msg { Vec::new() } else { ev.name(ep)? };
+    let own = if msg { Vec::new() } else { ev.endpoint_name(ep)? };
     s.send(&hello(local.clone(), own, 0))?;
     let (profile, name, nonce) = expect_hello(s.read()?, &peer)?;
     let agreement = agree(&mut s.tcp, &local, &profile)?;

@@ -208,7 +208,7 @@ impl Handshake {
                     } else {
                         // Checked now, so a bad name is refused at once;
                         // it goes into the address vector only at Ready.
-                        let own = ev.name(ep)?;
+                        let own = ev.endpoint_name(ep)?;
                         ev.check_peer_name(&own, &name, "the peer's")
                             .map_err(|e| refuse_name(&mut self.tcp, &self.from, e))?;
                         send(&mut self.tcp, &self.from, &hello(local, own, 0))?;

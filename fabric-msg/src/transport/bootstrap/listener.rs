@@ -85,7 +85,7 @@ impl fmt::Display for Refusal {
 /// # use fabric_msg::{Accepted, EventLoop, Listener};
 /// # use std::time::Duration;
 /// # fn serve(ev: &mut EventLoop, listener: &Listener) -> fabric_msg::Result<()> {
-/// let ep = ev.endpoint()?;
+/// let ep = ev.open_endpoint()?;
 /// let (mut peers, mut done) = (Vec::new(), Vec::new());
 /// loop {
 ///     ev.poll(&mut done, Some(Duration::from_millis(1)))?;
@@ -279,7 +279,7 @@ impl Listener {
                 return Ok(Some(a));
             }
             self.take_connections(&mut st)?;
-            if msg && ev.pep.is_some() {
+            if msg && ev.objects.pep.is_some() {
                 fabric_events(ev, &mut st, &mut prepost)?;
             }
             let now = Instant::now();
@@ -319,7 +319,7 @@ impl Listener {
                     cap(FABRIC_POLL);
                 }
             }
-            if msg && ev.pep.is_some() {
+            if msg && ev.objects.pep.is_some() {
                 cap(STRAY_POLL);
             }
             let mut fds: Vec<libc::pollfd> = std::iter::once(self.tcp.as_raw_fd())

@@ -12,7 +12,7 @@
 //!    data, completed), or `Reject { reason }`
 //! 4. server → client: `Ready` once it can take messages from the client.
 //!
-//! Each side checks the other's [`WireProfile`](crate::WireProfile) with [`check_peer`](crate::check_peer) and, if
+//! Each side checks the other's [`WireProfile`](crate::discovery::profile::WireProfile) with [`check_peer`](crate::discovery::profile::check_peer) and, if
 //! it does not fit, tells the other why before failing, so both report the
 //! same mismatch. Frames larger than [`MAX_FRAME`] are refused before any
 //! allocation, and the whole handshake has one deadline on each side.

@@ -31,9 +31,10 @@ use super::am_wire::{
 use super::calls::{raw_recv, raw_send};
 use super::slab;
 use super::slab::Internal;
+use super::slab::Role;
 use super::state::EventLoop;
 use super::types::{Completion, CompletionError, EndpointId, OpKind, Peer, Token};
-use crate::discovery::atomic::AtomicOperation;
+use crate::discovery::atomic::AtomicKind;
 use crate::error::{check, strerror, Error, ErrorCode, Result};
 use crate::ffi;
 use crate::memory::buffer::Buffer;
@@ -43,7 +44,7 @@ use std::ptr;
 
 /// An atomic's operation and operands, as the emulation sends them.
 pub(crate) struct AtomicRequest {
-    pub(crate) op: AtomicOperation,
+    pub(crate) op: AtomicKind,
     pub(crate) operand: u64,
     pub(crate) compare: u64,
 }
@@ -56,7 +57,7 @@ impl EventLoop {
             return Ok(());
         }
         let raw = self.ep(id)?.raw;
-        let name = self.name(id)?;
+        let name = self.endpoint_name(id)?;
         if name.len() > MAX_NAME {
             return Err(Error::Unsupported {
                 what: format!(
@@ -69,7 +70,7 @@ impl EventLoop {
         let request_tag = self.am.tags.request();
         // A quarter of the CQ at most, so a small CQ keeps room for the
         // application's operations.
-        for _ in 0..REQUEST_RECVS.min(self.cq.capacity / 4).max(1) {
+        for _ in 0..REQUEST_RECVS.min(self.objects.cq.capacity / 4).max(1) {
             self.wait_for_room()?;
             let mut buf = self.am.bufs.pop().unwrap_or_else(|| Buffer::new(REQUEST_LEN));
             let desc = self.local_desc(&mut buf)?;
@@ -78,7 +79,7 @@ impl EventLoop {
             // SAFETY: slot points into a live Box in the slab, not moved or
             // freed until released.
             let (index, ctx) = unsafe {
-                (*slot).internal = Internal::AmRequest;
+                (*slot).role = Role::AmRequest;
                 (*slot).buffer = Some(buf);
                 (*slot).posted_len = REQUEST_LEN;
                 ((*slot).index, slot.cast::<c_void>())
@@ -130,7 +131,7 @@ impl EventLoop {
         let cookie = self.am.cookies.draw()?;
         // The reply's receive: the operation's own slot.
         self.wait_for_room()?;
-        let mut reply = self.notify_bufs.pop().unwrap_or_else(|| Buffer::new(0));
+        let mut reply = self.spare.notify_bufs.pop().unwrap_or_else(|| Buffer::new(0));
         let desc = self.local_desc(&mut reply)?;
         let replyp = reply.ptr(true);
         let slot = self.slab.acquire(peer.endpoint.0, OpKind::Atomic, token);
@@ -138,7 +139,7 @@ impl EventLoop {
         let deadline = self.cfg.rma_timeout.map(|t| std::time::Instant::now() + t / 2);
         // SAFETY: as in `am_init`.
         let (op_index, generation, ctx) = unsafe {
-            (*slot).internal = Internal::AmReply;
+            (*slot).role = Role::AmReply;
             (*slot).peer = peer.addr;
             (*slot).buffer = Some(reply);
             (*slot).posted_len = REPLY_LEN;
@@ -159,7 +160,7 @@ impl EventLoop {
             cookie,
         };
         self.am.track(op_index, request);
-        let src = if self.directed {
+        let src = if self.rules.directed {
             peer.addr
         } else {
             ffi::FI_ADDR_UNSPEC
@@ -174,7 +175,7 @@ impl EventLoop {
         if let Err(e) = posted {
             self.am.untrack(op_index);
             if let Some(b) = self.slab.release(op_index) {
-                self.notify_bufs.push(b);
+                self.spare.notify_bufs.push(b);
             }
             return Err(e);
         }
@@ -245,14 +246,14 @@ impl EventLoop {
         let bufp = buf.ptr(false);
         if retry {
             self.wait_for_room()?;
-        } else if self.slab.in_flight >= self.cq.capacity {
+        } else if self.slab.in_flight >= self.objects.cq.capacity {
             self.am.bufs.push(buf);
             return Err(Error::Usage("no room in the completion queue".into()));
         }
         let slot = self.slab.acquire(endpoint, OpKind::Send, Token::REMOTE);
         // SAFETY: as in `am_init`.
         let (index, ctx) = unsafe {
-            (*slot).internal = Internal::AmSend;
+            (*slot).role = Role::AmSend;
             (*slot).link = (generation << 32) | u64::from(op_index);
             (*slot).buffer = Some(buf);
             ((*slot).index, slot.cast::<c_void>())
@@ -327,7 +328,7 @@ impl EventLoop {
             Internal::AmReply => {
                 self.am.untrack(index);
                 if let Some(b) = self.slab.release(index) {
-                    self.notify_bufs.push(b);
+                    self.spare.notify_bufs.push(b);
                 }
                 self.am_report(endpoint, token, Err(failure));
             }
@@ -338,7 +339,10 @@ impl EventLoop {
                 // A request that never left: its operation fails now.
                 let (op, generation) = ((link & u64::from(u32::MAX)) as usize, link >> 32);
                 let live = self.slab.slots.get(op).is_some_and(|s| {
-                    s.in_use && !s.abandoned && s.internal == Internal::AmReply && s.generation == generation
+                    s.in_use
+                        && !s.abandoned
+                        && s.role.internal() == Internal::AmReply
+                        && s.generation == generation
                 });
                 if kind == Internal::AmSend && live {
                     let (endpoint, token) = (self.slab.slots[op].endpoint, self.slab.slots[op].token);
@@ -379,7 +383,7 @@ impl EventLoop {
             // Not an operation in flight (cannot happen: abandoned slots
             // are swallowed before this); nothing to report.
             if let Some(b) = self.slab.release(index) {
-                self.notify_bufs.push(b);
+                self.spare.notify_bufs.push(b);
             }
             return;
         };
@@ -402,7 +406,7 @@ impl EventLoop {
         };
         self.am.untrack(index);
         if let Some(b) = self.slab.release(index) {
-            self.notify_bufs.push(b);
+            self.spare.notify_bufs.push(b);
         }
         // As natively: a fetching operation returns the old value.
         let result = match status {
@@ -424,7 +428,7 @@ impl EventLoop {
     /// its own slot.
     pub(super) fn am_repost(&mut self, index: u32) {
         let s = &self.slab.slots[index as usize];
-        let (endpoint, internal, target) = (s.endpoint, s.internal, s.peer);
+        let (endpoint, internal, target) = (s.endpoint, s.role.internal(), s.peer);
         let raw = match self.endpoints.get(endpoint as usize) {
             Some(Some(ep)) => ep.raw,
             _ => return self.am_drop_receive(index),
@@ -434,7 +438,7 @@ impl EventLoop {
                 REPLY_LEN,
                 true,
                 op.request.reply_tag,
-                if self.directed {
+                if self.rules.directed {
                     target
                 } else {
                     ffi::FI_ADDR_UNSPEC
@@ -480,11 +484,11 @@ impl EventLoop {
     /// up, an operation waiting for its reply fails.
     fn am_drop_receive(&mut self, index: u32) {
         let s = &self.slab.slots[index as usize];
-        if s.internal == Internal::AmReply {
+        if s.role.internal() == Internal::AmReply {
             let (endpoint, token) = (s.endpoint, s.token);
             self.am.untrack(index);
             if let Some(b) = self.slab.release(index) {
-                self.notify_bufs.push(b);
+                self.spare.notify_bufs.push(b);
             }
             let failure = refused((
                 ffi::FI_EIO,
@@ -504,7 +508,7 @@ impl EventLoop {
 
     fn am_recycle(&mut self, b: Buffer) {
         if b.capacity() == 0 {
-            self.notify_bufs.push(b);
+            self.spare.notify_bufs.push(b);
         } else {
             self.am.bufs.push(b);
         }

@@ -9,7 +9,7 @@ use super::am_wire::{
     apply, decode_request, encode_reply, Status, MAX_NAME, MAX_OUTBOX, REPLY_LEN, REQUEST_LEN,
 };
 use super::calls::raw_send;
-use super::slab::Internal;
+use super::slab::Role;
 use super::state::EventLoop;
 use super::types::{OpKind, Token};
 use crate::error::strerror;
@@ -68,7 +68,7 @@ impl EventLoop {
                 result
             }
         };
-        let mut buf = self.notify_bufs.pop().unwrap_or_else(|| Buffer::new(0));
+        let mut buf = self.spare.notify_bufs.pop().unwrap_or_else(|| Buffer::new(0));
         *buf.header_mut() = encode_reply(result.0, req.cookie, result.1);
         let o = Outgoing {
             endpoint,
@@ -82,7 +82,7 @@ impl EventLoop {
             } else {
                 // Only a repeated request gets here (a new one was checked
                 // above): its first answer went or waits already.
-                self.notify_bufs.push(o.buf);
+                self.spare.notify_bufs.push(o.buf);
             }
         }
         self.am_repost(index);
@@ -104,15 +104,15 @@ impl EventLoop {
     /// Post a reply once; it comes back if the queue has no room now.
     pub(super) fn am_post_reply(&mut self, mut o: Outgoing) -> Option<Outgoing> {
         let Some(Some(ep)) = self.endpoints.get(o.endpoint as usize) else {
-            self.notify_bufs.push(o.buf);
+            self.spare.notify_bufs.push(o.buf);
             return None;
         };
         let raw = ep.raw;
-        if self.slab.in_flight >= self.cq.capacity {
+        if self.slab.in_flight >= self.objects.cq.capacity {
             return Some(o);
         }
         let Ok(desc) = self.local_desc(&mut o.buf) else {
-            self.notify_bufs.push(o.buf);
+            self.spare.notify_bufs.push(o.buf);
             return None;
         };
         let (addr, tag, endpoint) = (o.addr, o.tag, o.endpoint);
@@ -120,7 +120,7 @@ impl EventLoop {
         let slot = self.slab.acquire(endpoint, OpKind::Send, Token::REMOTE);
         // SAFETY: as in `am_init`.
         let (index, ctx) = unsafe {
-            (*slot).internal = Internal::AmSend;
+            (*slot).role = Role::AmSend;
             (*slot).link = u64::MAX;
             (*slot).buffer = Some(o.buf);
             ((*slot).index, slot.cast::<c_void>())
@@ -144,7 +144,7 @@ impl EventLoop {
             "emulated atomic: a reply could not be sent: {}",
             strerror(rc.unsigned_abs() as u32)
         );
-        self.notify_bufs.push(buf);
+        self.spare.notify_bufs.push(buf);
         None
     }
 }

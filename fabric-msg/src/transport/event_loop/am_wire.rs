@@ -24,7 +24,7 @@
 //! without applying it again.
 
 use super::tag_space::TagSpace;
-use crate::discovery::atomic::AtomicOperation;
+use crate::discovery::atomic::AtomicKind;
 use crate::ffi;
 use crate::memory::buffer::HEADROOM;
 use crate::memory::mr::{AtomicRefusal, RegionInner};
@@ -56,7 +56,7 @@ const REPLY_COOKIE_MASK: u64 = (1 << 56) - 1;
 /// A decoded request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Request {
-    pub(super) op: AtomicOperation,
+    pub(super) op: AtomicKind,
     pub(super) reply_tag: u64,
     pub(super) addr: u64,
     pub(super) key: u64,
@@ -170,7 +170,7 @@ pub(super) fn decode_request(space: TagSpace, b: &[u8]) -> Option<(Request, &[u8
     if b.len() < NAME_AT || b[..4] != REQ_MAGIC {
         return None;
     }
-    let op = AtomicOperation::from_code(b[4])?;
+    let op = AtomicKind::from_code(b[4])?;
     let name_len = u16::from_le_bytes([b[48], b[49]]) as usize;
     if name_len > MAX_NAME || b.len() != NAME_AT + name_len {
         return None;
@@ -222,23 +222,23 @@ pub(super) fn apply(regions: &[Weak<RegionInner>], r: &Request) -> Result<u64, S
     // (which peer, or this side through `atomic_word`) applies it.
     let o = Ordering::SeqCst;
     Ok(match r.op {
-        AtomicOperation::Add | AtomicOperation::FetchAdd => w.fetch_add(r.operand, o),
-        AtomicOperation::Swap => w.swap(r.operand, o),
-        AtomicOperation::CompareSwap => match w.compare_exchange(r.compare, r.operand, o, o) {
+        AtomicKind::Add | AtomicKind::FetchAdd => w.fetch_add(r.operand, o),
+        AtomicKind::Swap => w.swap(r.operand, o),
+        AtomicKind::CompareSwap => match w.compare_exchange(r.compare, r.operand, o, o) {
             Ok(v) | Err(v) => v,
         },
-        AtomicOperation::FetchMin => w.fetch_min(r.operand, o),
-        AtomicOperation::FetchMax => w.fetch_max(r.operand, o),
-        AtomicOperation::Read => w.load(o),
+        AtomicKind::FetchMin => w.fetch_min(r.operand, o),
+        AtomicKind::FetchMax => w.fetch_max(r.operand, o),
+        AtomicKind::Read => w.load(o),
     })
 }
 
 /// The access an operation needs at the target (as for native atomics).
-pub(super) fn needs(op: AtomicOperation) -> crate::memory::access::Access {
+pub(super) fn needs(op: AtomicKind) -> crate::memory::access::Access {
     use crate::memory::access::Access;
     match op {
-        AtomicOperation::Add => Access::Write,
-        AtomicOperation::Read => Access::Read,
+        AtomicKind::Add => Access::Write,
+        AtomicKind::Read => Access::Read,
         _ => Access::ReadWrite,
     }
 }
@@ -246,7 +246,7 @@ pub(super) fn needs(op: AtomicOperation) -> crate::memory::access::Access {
 /// A real request (with a name) and a real reply, for the fuzz targets.
 pub(super) fn fuzz_seeds() -> Vec<Vec<u8>> {
     let r = Request {
-        op: AtomicOperation::CompareSwap,
+        op: AtomicKind::CompareSwap,
         reply_tag: TagSpace::new(64).reply(3, 9),
         addr: 0x7f00_0000_1000,
         key: 0x1234_5678_9abc_def0,
@@ -267,7 +267,7 @@ mod tests {
     #[test]
     fn requests_round_trip_and_hostile_ones_are_refused() {
         let r = Request {
-            op: AtomicOperation::CompareSwap,
+            op: AtomicKind::CompareSwap,
             reply_tag: 5,
             addr: 0x1000,
             key: 0xfeed,

@@ -54,7 +54,7 @@ impl EventLoop {
         let result = if self.fail_fast() {
             self.retry(what.call, post).map(|_| ())
         } else {
-            let rc = if self.posted() >= self.cq.capacity || self.backlog.holds(a.raw, a.addr) {
+            let rc = if self.posted() >= self.objects.cq.capacity || self.backlog.holds(a.raw, a.addr) {
                 -(ffi::FI_EAGAIN as isize)
             } else {
                 post()
@@ -208,7 +208,7 @@ impl EventLoop {
                 self.fail_backlogged(d.index, call, why.to_string());
                 continue;
             }
-            if self.posted() >= self.cq.capacity {
+            if self.posted() >= self.objects.cq.capacity {
                 break;
             }
             let ctx = (&mut *self.slab.slots[d.index as usize] as *mut slab::OpSlot).cast::<c_void>();

@@ -7,6 +7,7 @@
 //! effect completes as usual. Either way it completes exactly once, so
 //! the loop's promise (one completion per operation) holds.
 
+use super::slab::Role;
 use super::slab::{Internal, NO_GROUP};
 use super::state::EventLoop;
 use super::types::{EndpointId, OpKind, Token};
@@ -26,9 +27,9 @@ impl EventLoop {
                 && s.endpoint == id.0
                 && s.kind == OpKind::Recv
                 && s.token == token
-                && s.internal == Internal::No
-                && s.group == NO_GROUP
-                && !s.multi
+                && s.role.internal() == Internal::No
+                && s.role.group() == NO_GROUP
+                && !(s.role == Role::MultiRecv)
                 && !s.abandoned
         });
         let Some(slot) = found else {

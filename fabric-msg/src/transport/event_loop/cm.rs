@@ -22,7 +22,7 @@ pub(crate) type Prepost<'a> = &'a mut dyn FnMut(&mut EventLoop, EndpointId) -> R
 
 impl EventLoop {
     fn eq(&self) -> Result<&Eq> {
-        self.eq.as_ref().ok_or_else(|| Error::Unsupported {
+        self.objects.eq.as_ref().ok_or_else(|| Error::Unsupported {
             what: "connected (MSG) endpoints on a profile negotiated for RDM".into(),
             provider: self.domain.profile.provider.clone(),
         })
@@ -30,7 +30,7 @@ impl EventLoop {
 
     /// The passive endpoint's address, listening (opened on first use).
     pub(crate) fn msg_listen(&mut self) -> Result<Vec<u8>> {
-        if let Some(p) = &self.pep {
+        if let Some(p) = &self.objects.pep {
             return Ok(p.name.clone());
         }
         let eq = self.eq()?.raw;
@@ -62,7 +62,7 @@ impl EventLoop {
         })?;
         name.truncate(len);
         pep.name = name.clone();
-        self.pep = Some(pep);
+        self.objects.pep = Some(pep);
         Ok(name)
     }
 
@@ -82,7 +82,7 @@ impl EventLoop {
         let rc = unsafe {
             let mut rc = ffi::fi_ep_bind(ep, &mut (*eq).fid, 0);
             if rc == 0 {
-                rc = ffi::fi_ep_bind(ep, &mut (*self.cq.raw).fid, flags);
+                rc = ffi::fi_ep_bind(ep, &mut (*self.objects.cq.raw).fid, flags);
             }
             if rc != 0 {
                 close_fid("endpoint", &mut (*ep).fid);
@@ -159,7 +159,7 @@ impl EventLoop {
 
     /// `fi_reject` a request's handle (which that releases).
     fn reject_handle(&mut self, handle: *mut ffi::fid) {
-        let Some(pep) = &self.pep else { return };
+        let Some(pep) = &self.objects.pep else { return };
         // SAFETY: handle is a pending request's, not yet accepted or
         // rejected; the pep that received it is listening.
         let rc = unsafe { ffi::fi_reject(pep.raw, handle, ptr::null(), 0) };

@@ -6,13 +6,12 @@ use super::frame::{decode_header, is_notify};
 use super::idle::Pause;
 use super::overflow::Sink;
 use super::resources::{CqEntries, CQ_BATCH};
-use super::slab;
-use super::slab::NO_GROUP;
+use super::slab::Role;
 use super::state::EventLoop;
 use super::types::{Completion, CompletionError, EndpointId, OpKind, Token, WaitMode};
-use crate::error::{strerror, Error, ErrorCode, Result};
+use crate::error::{Error, Result};
 use crate::ffi;
-use crate::memory::buffer::HEADROOM;
+use crate::memory::buffer::{Buffer, HEADROOM};
 use std::os::raw::c_void;
 use std::ptr;
 use std::time::{Duration, Instant};
@@ -90,8 +89,8 @@ impl EventLoop {
                         continue;
                     }
                 }
-                if self.slab.timed > 0 && now >= self.next_expiry_scan {
-                    self.next_expiry_scan = now + Duration::from_millis(10);
+                if self.slab.timed > 0 && now >= self.slab.next_expiry_scan {
+                    self.slab.next_expiry_scan = now + Duration::from_millis(10);
                     self.expire_overdue(now);
                     if !self.pending.is_empty() {
                         continue;
@@ -144,11 +143,11 @@ impl EventLoop {
 
     pub(super) fn wait(&mut self, remaining: Option<Duration>) {
         let sleeps = matches!(self.cfg.wait, WaitMode::Block | WaitMode::Adaptive);
-        if let (true, Some(fd)) = (sleeps, self.cq.wait_fd) {
+        if let (true, Some(fd)) = (sleeps, self.objects.cq.wait_fd) {
             let mut fids = [ptr::null_mut::<ffi::fid>(); 1];
             // SAFETY: the CQ is open; fi_trywait reads `fids` for the call only.
             let ready = unsafe {
-                fids[0] = &mut (*self.cq.raw).fid;
+                fids[0] = &mut (*self.objects.cq.raw).fid;
                 ffi::fi_trywait(self.domain.fabric.raw, fids.as_mut_ptr(), 1)
             };
             if ready == 0 {
@@ -174,21 +173,21 @@ impl EventLoop {
     pub(super) fn read_cq(&mut self) -> Result<()> {
         // Kept in the loop, not zeroed on every call: an empty poll is the
         // hot path of a spinning loop.
-        let mut entries = self.cq_entries.take().unwrap_or_default();
+        let mut entries = self.spare.cq_entries.take().unwrap_or_default();
         let r = self.read_cq_into(&mut entries);
-        self.cq_entries = Some(entries);
+        self.spare.cq_entries = Some(entries);
         r
     }
 
     pub(super) fn read_cq_into(&mut self, bufs: &mut CqEntries) -> Result<()> {
         let CqEntries { tagged, data, srcs } = bufs;
-        if let Some(p) = &self.progress {
+        if let Some(p) = &self.objects.progress {
             p.polled();
         }
         loop {
             // The buffer must have the CQ's own entry format: entries are
             // written back to back at that format's size.
-            let buf: *mut c_void = if self.cq.tagged {
+            let buf: *mut c_void = if self.objects.cq.tagged {
                 tagged.as_mut_ptr().cast()
             } else {
                 data.as_mut_ptr().cast()
@@ -196,17 +195,17 @@ impl EventLoop {
             // SAFETY: the CQ is open; `buf` holds CQ_BATCH entries of the CQ's
             // format and `srcs` as many addresses.
             let rc = unsafe {
-                if self.has_source {
-                    ffi::fi_cq_readfrom(self.cq.raw, buf, CQ_BATCH, srcs.as_mut_ptr())
+                if self.rules.has_source {
+                    ffi::fi_cq_readfrom(self.objects.cq.raw, buf, CQ_BATCH, srcs.as_mut_ptr())
                 } else {
-                    ffi::fi_cq_read(self.cq.raw, buf, CQ_BATCH)
+                    ffi::fi_cq_read(self.objects.cq.raw, buf, CQ_BATCH)
                 }
             };
             if rc > 0 {
                 let n = rc as usize;
                 for i in 0..n {
-                    let src = (self.has_source && srcs[i] != ffi::FI_ADDR_NOTAVAIL).then_some(srcs[i]);
-                    let entry = if self.cq.tagged {
+                    let src = (self.rules.has_source && srcs[i] != ffi::FI_ADDR_NOTAVAIL).then_some(srcs[i]);
+                    let entry = if self.objects.cq.tagged {
                         tagged[i]
                     } else {
                         let d = &data[i];
@@ -241,8 +240,8 @@ impl EventLoop {
         // alone (and 2.1 an internal id as the context), so remote data on a
         // completion that is none of our operations is such a write too.
         let remote_write = e.flags & (ffi::FI_REMOTE_WRITE as u64) != 0
-            || (with_data && !self.rx_cq_data && self.slab.index_of(e.op_context).is_none());
-        if remote_write && !self.rx_cq_data {
+            || (with_data && !self.rules.rx_cq_data && self.slab.index_of(e.op_context).is_none());
+        if remote_write && !self.rules.rx_cq_data {
             // A peer's write with immediate data: the entry carries no
             // context of ours (fi_cq(3)), so it is not looked up.
             if with_data {
@@ -254,43 +253,51 @@ impl EventLoop {
             log::warn!("completion for an unknown context {:p} ignored", e.op_context);
             return;
         };
-        if self.slab.slots[index as usize].abandoned {
+        let slot = &self.slab.slots[index as usize];
+        if slot.abandoned {
             return self.swallow(index);
         }
-        let internal = self.slab.slots[index as usize].internal;
-        if internal != slab::Internal::No {
-            let posted = self.slab.slots[index as usize].posted_len;
-            let receive = matches!(internal, slab::Internal::AmRequest | slab::Internal::AmReply);
-            if receive && e.len > posted {
-                // Its tail went to the overflow sink: never decoded.
-                overflowed(e.len, posted);
-                let failure = CompletionError::Truncated {
-                    message_len: Some(e.len),
-                    buffer_len: posted,
-                };
-                return self.am_failed(index, internal, failure);
+        match slot.role {
+            Role::AmRequest | Role::AmReply => {
+                let (internal, posted) = (slot.role.internal(), slot.posted_len);
+                if e.len > posted {
+                    // Its tail went to the overflow sink: never decoded.
+                    overflowed(e.len, posted);
+                    let failure = CompletionError::Truncated {
+                        message_len: Some(e.len),
+                        buffer_len: posted,
+                    };
+                    return self.am_failed(index, internal, failure);
+                }
+                self.am_complete(index, internal, e.len, source)
             }
-            return self.am_complete(index, internal, e.len, source);
+            Role::AmSend => self.am_complete(index, slot.role.internal(), e.len, source),
+            Role::MultiRecv => self.complete_multi(index, e, source),
+            Role::Part(group) => self.finish_part(index, group, Ok(())),
+            Role::Whole | Role::FetchingAtomic => self.complete_whole(index, e, source, remote_write),
         }
-        let (endpoint, mut kind, token, multi, posted, group, atomic, want) = {
+    }
+
+    /// An application's operation that completes on its own: its buffer
+    /// back, a receive's length, header and tag checked, an atomic's value.
+    fn complete_whole(
+        &mut self,
+        index: u32,
+        e: &ffi::fi_cq_tagged_entry,
+        source: Option<u64>,
+        remote_write: bool,
+    ) {
+        let (endpoint, mut kind, token, posted, atomic, want) = {
             let s = &self.slab.slots[index as usize];
             (
                 s.endpoint,
                 s.kind,
                 s.token,
-                s.multi,
                 s.posted_len,
-                s.group,
-                s.atomic,
+                s.role == Role::FetchingAtomic,
                 s.want,
             )
         };
-        if multi {
-            return self.complete_multi(index, e, source);
-        }
-        if group != NO_GROUP {
-            return self.finish_part(index, group, Ok(()));
-        }
         let value = atomic.then(|| self.atomic_result(index));
         let mut buffer = self.slab.release(index);
         let alive = self.endpoints.get(endpoint as usize).and_then(Option::as_ref);
@@ -313,47 +320,11 @@ impl EventLoop {
             }
         } else if kind == OpKind::Recv {
             if let Some(b) = buffer.as_mut() {
-                let capacity = b.capacity();
-                if ep.framed && is_notify(b.header_mut(), e.len) {
-                    // fabric-msg's follow-up message of a write_data.
-                    kind = OpKind::RemoteWrite;
-                    b.set_received(0);
-                    data = decode_header(b.header_mut(), e.len).and_then(|(_, d)| d);
-                } else if ep.framed {
-                    match decode_header(b.header_mut(), e.len) {
-                        // Some providers (udp;ofi_rxd in 1.17) truncate without
-                        // saying so; the header says how much was sent.
-                        Some((len, _)) if len > capacity || len + HEADROOM > e.len => {
-                            overflowed(e.len, capacity + HEADROOM);
-                            b.set_received(0);
-                            result = Err(CompletionError::Truncated {
-                                message_len: Some(len),
-                                buffer_len: capacity,
-                            });
-                        }
-                        Some((len, d)) => {
-                            b.set_received(len);
-                            data = d;
-                        }
-                        None => {
-                            b.set_received(0);
-                            result = Err(CompletionError::BadFrame(e.len));
-                        }
-                    }
-                } else if e.len > capacity {
-                    overflowed(e.len, capacity);
-                    b.set_received(0);
-                    result = Err(CompletionError::Truncated {
-                        message_len: Some(e.len),
-                        buffer_len: capacity,
-                    });
-                } else {
-                    b.set_received(e.len);
-                }
+                received(b, e, ep.framed, &mut kind, &mut data, &mut result);
             }
         }
         let tag = tag_of(e.flags, e.tag);
-        if let Some((wanted, ignore)) = want.filter(|_| self.check_tags && kind == OpKind::Recv) {
+        if let Some((wanted, ignore)) = want.filter(|_| self.rules.check_tags && kind == OpKind::Recv) {
             if (e.tag & !ignore) != (wanted & !ignore) && result.is_ok() {
                 result = Err(CompletionError::Misdelivered {
                     wanted,
@@ -378,156 +349,14 @@ impl EventLoop {
         });
     }
 
-    pub(super) fn read_error(&mut self) -> Result<()> {
-        let mut err = ffi::fi_cq_err_entry::default();
-        // The provider's error data is copied here, not lent: a lent buffer
-        // lives only until the CQ's next read (libfabric 2.1 frees it
-        // there), which a progress thread may make at any time.
-        let mut err_data = [0u8; 256];
-        err.err_data = err_data.as_mut_ptr().cast();
-        err.err_data_size = err_data.len();
-        // SAFETY: the CQ is open and reported FI_EAVAIL; err is a valid
-        // out-struct, and err_data (valid for its length) outlives every
-        // use of `err` in this function, fi_cq_strerror's included.
-        let rc = unsafe { ffi::fi_cq_readerr(self.cq.raw, &mut err, 0) };
-        if rc == -(ffi::FI_EAGAIN as isize) {
-            return Ok(());
-        }
-        if rc < 0 {
-            return Err(Error::from_rc("fi_cq_readerr", rc as i64));
-        }
-        let Some(index) = self.slab.index_of(err.op_context) else {
-            log::warn!(
-                "error completion for an unknown context: {}",
-                strerror(err.err as u32)
-            );
-            return Ok(());
-        };
-        if self.slab.slots[index as usize].abandoned {
-            self.swallow(index);
-            return Ok(());
-        }
-        let code = err.err.unsigned_abs();
-        let internal = self.slab.slots[index as usize].internal;
-        if internal != slab::Internal::No {
-            let failure = if code == ffi::FI_ETRUNC {
-                CompletionError::Truncated {
-                    message_len: None,
-                    buffer_len: self.slab.slots[index as usize].posted_len,
-                }
-            } else {
-                self.failure_of(index, &err, code)
-            };
-            self.am_failed(index, internal, failure);
-            return Ok(());
-        }
-        let (endpoint, kind, token, posted, group, lost) = {
-            let s = &self.slab.slots[index as usize];
-            (s.endpoint, s.kind, s.token, s.posted_len, s.group, s.lost)
-        };
-        if group != NO_GROUP {
-            let failure = self.failure_of(index, &err, code);
-            self.finish_part(index, group, Err(failure));
-            return Ok(());
-        }
-        let mut buffer = self.slab.release(index);
-        if self
-            .endpoints
-            .get(endpoint as usize)
-            .and_then(Option::as_ref)
-            .is_none()
-        {
-            return Ok(());
-        }
-        let result = if code == ffi::FI_ETRUNC {
-            let framed = self.endpoints[endpoint as usize]
-                .as_ref()
-                .is_some_and(|e| e.framed);
-            let overhead = if framed { HEADROOM } else { 0 };
-            let mut message_len = None;
-            if let Some(b) = buffer.as_mut() {
-                if framed {
-                    // The header arrived even if the payload did not fit.
-                    message_len = decode_header(b.header_mut(), HEADROOM).map(|(len, _)| len);
-                }
-                b.set_received(0);
-            }
-            // fi_cq(3): `len` bytes arrived and `olen` did not fit; ofi_rxm
-            // instead reports the whole message in `len`. With no overflow
-            // length the provider did not say how large the message was.
-            if message_len.is_none() && err.olen > 0 {
-                let total = if err.len > posted {
-                    err.len
-                } else {
-                    err.len + err.olen
-                };
-                message_len = Some(total.saturating_sub(overhead));
-            }
-            Err(CompletionError::Truncated {
-                message_len,
-                buffer_len: posted.saturating_sub(overhead),
-            })
-        } else if lost {
-            Err(self.lost_failure(index))
-        } else {
-            Err(self.cq_failure(&err, code))
-        };
-        let tag = tag_of(err.flags, err.tag);
-        let mut failed = Completion::outcome(token, endpoint, kind, result);
-        failed.buffer = buffer;
-        failed.tag = tag;
-        self.pending.push(failed);
-        Ok(())
-    }
-
-    /// The error of a failed operation: `PeerLost` if its peer is lost,
-    /// else the provider's.
-    fn failure_of(&self, index: u32, err: &ffi::fi_cq_err_entry, code: u32) -> CompletionError {
-        if self.slab.slots[index as usize].lost {
-            self.lost_failure(index)
-        } else {
-            self.cq_failure(err, code)
-        }
-    }
-
-    /// A completion error other than truncation, with the provider's text.
-    pub(super) fn cq_failure(&self, err: &ffi::fi_cq_err_entry, code: u32) -> CompletionError {
-        if code == ffi::FI_ECANCELED {
-            return CompletionError::Cancelled;
-        }
-        let mut text = [0 as std::os::raw::c_char; 256];
-        // SAFETY: the CQ is open; fi_cq_strerror writes at most len bytes
-        // into `text` and returns a C string valid while err_data is.
-        let prov = unsafe {
-            let p = ffi::fi_cq_strerror(
-                self.cq.raw,
-                err.prov_errno,
-                err.err_data,
-                text.as_mut_ptr(),
-                text.len(),
-            );
-            if p.is_null() {
-                String::new()
-            } else {
-                std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned()
-            }
-        };
-        CompletionError::Failed {
-            code: ErrorCode(code),
-            text: strerror(code),
-            prov_errno: err.prov_errno,
-            prov_text: prov,
-        }
-    }
-
     /// One part of a split transfer finished; the transfer completes with
     /// its last part, reporting the first error of any part.
     pub(super) fn finish_part(&mut self, index: u32, group: u32, result: Result<(), CompletionError>) {
         if let Some(b) = self.slab.release(index) {
             // Only write_data's follow-up message holds a buffer here.
-            self.notify_bufs.push(b);
+            self.spare.notify_bufs.push(b);
         }
-        let g = &mut self.groups[group as usize];
+        let g = &mut self.groups.list[group as usize];
         if let Err(e) = result {
             g.error.get_or_insert(e);
         }
@@ -538,10 +367,10 @@ impl EventLoop {
     }
 
     pub(super) fn end_group(&mut self, group: u32) {
-        let g = &mut self.groups[group as usize];
+        let g = &mut self.groups.list[group as usize];
         let (endpoint, kind, token, error) = (g.endpoint, g.kind, g.token, g.error.take());
         g.remaining = 0;
-        self.free_groups.push(group);
+        self.groups.free.push(group);
         if self
             .endpoints
             .get(endpoint as usize)
@@ -581,6 +410,57 @@ pub(super) fn tag_of(flags: u64, tag: u64) -> u64 {
         tag
     } else {
         0
+    }
+}
+
+/// A whole receive's bytes: on framed endpoints the header says the
+/// payload's length and data (or that this is a write_data's follow-up
+/// notice); a message longer than the buffer is `Truncated`, naming both
+/// sizes.
+fn received(
+    b: &mut Buffer,
+    e: &ffi::fi_cq_tagged_entry,
+    framed: bool,
+    kind: &mut OpKind,
+    data: &mut Option<u64>,
+    result: &mut std::result::Result<(), CompletionError>,
+) {
+    let capacity = b.capacity();
+    if framed && is_notify(b.header_mut(), e.len) {
+        // fabric-msg's follow-up message of a write_data.
+        *kind = OpKind::RemoteWrite;
+        b.set_received(0);
+        *data = decode_header(b.header_mut(), e.len).and_then(|(_, d)| d);
+    } else if framed {
+        match decode_header(b.header_mut(), e.len) {
+            // Some providers (udp;ofi_rxd in 1.17) truncate without
+            // saying so; the header says how much was sent.
+            Some((len, _)) if len > capacity || len + HEADROOM > e.len => {
+                overflowed(e.len, capacity + HEADROOM);
+                b.set_received(0);
+                *result = Err(CompletionError::Truncated {
+                    message_len: Some(len),
+                    buffer_len: capacity,
+                });
+            }
+            Some((len, d)) => {
+                b.set_received(len);
+                *data = d;
+            }
+            None => {
+                b.set_received(0);
+                *result = Err(CompletionError::BadFrame(e.len));
+            }
+        }
+    } else if e.len > capacity {
+        overflowed(e.len, capacity);
+        b.set_received(0);
+        *result = Err(CompletionError::Truncated {
+            message_len: Some(e.len),
+            buffer_len: capacity,
+        });
+    } else {
+        b.set_received(e.len);
     }
 }
 

@@ -12,7 +12,7 @@ impl EventLoop {
     pub(super) fn swallow(&mut self, index: u32) {
         if let Some(b) = self.slab.release(index) {
             if b.capacity() == 0 {
-                self.notify_bufs.push(b);
+                self.spare.notify_bufs.push(b);
             } else {
                 // An emulated atomic's request buffer.
                 self.am.bufs.push(b);
@@ -30,7 +30,7 @@ impl EventLoop {
                 continue;
             }
             // An emulated atomic half way: its request goes once more.
-            if s.internal == slab::Internal::AmReply && !s.lost && self.am_resend(i as u32, now) {
+            if s.role.internal() == slab::Internal::AmReply && !s.lost && self.am_resend(i as u32, now) {
                 continue;
             }
             let s = &mut self.slab.slots[i];
@@ -39,7 +39,7 @@ impl EventLoop {
             // operation the provider never completes does not make every
             // later poll tick.
             s.expires = None;
-            let (endpoint, kind, token, group, lost) = (s.endpoint, s.kind, s.token, s.group, s.lost);
+            let (endpoint, kind, token, group, lost) = (s.endpoint, s.kind, s.token, s.role.group(), s.lost);
             self.slab.timed -= 1;
             let failure = if lost {
                 self.lost_failure(i as u32)
@@ -47,7 +47,7 @@ impl EventLoop {
                 CompletionError::TimedOut(after)
             };
             if group != NO_GROUP {
-                let g = &mut self.groups[group as usize];
+                let g = &mut self.groups.list[group as usize];
                 g.error.get_or_insert(failure);
                 g.remaining -= 1;
                 if g.remaining == 0 {

@@ -17,8 +17,8 @@ impl EventLoop {
     /// loop's CQ and AV, which reaches every peer. MSG: the loop's base
     /// endpoint, which `accept`/`connect` take; each connection then gets
     /// its own endpoint, named by [`Peer::endpoint`] — post there.
-    pub fn endpoint(&mut self) -> Result<EndpointId> {
-        let Some(av) = &self.av else {
+    pub fn open_endpoint(&mut self) -> Result<EndpointId> {
+        let Some(av) = &self.objects.av else {
             self.endpoints
                 .push(Some(EndpointState::new(ptr::null_mut(), self.framed())));
             return Ok(EndpointId(self.endpoints.len() as u32 - 1));
@@ -86,7 +86,7 @@ impl EventLoop {
         // SAFETY: raw is a fresh endpoint; the CQ and AV outlive it (the loop
         // closes endpoints first). On error the endpoint is closed here.
         let rc = unsafe {
-            let mut rc = ffi::fi_ep_bind(raw, &mut (*self.cq.raw).fid, bind_flags);
+            let mut rc = ffi::fi_ep_bind(raw, &mut (*self.objects.cq.raw).fid, bind_flags);
             if rc == 0 {
                 rc = ffi::fi_ep_bind(raw, &mut (*av).fid, 0);
             }
@@ -154,7 +154,7 @@ impl EventLoop {
     }
 
     /// The endpoint's address, to give to peers.
-    pub fn name(&self, id: EndpointId) -> Result<Vec<u8>> {
+    pub fn endpoint_name(&self, id: EndpointId) -> Result<Vec<u8>> {
         let ep = self.ep(id)?;
         let mut name = vec![0u8; 256];
         loop {
@@ -186,12 +186,12 @@ impl EventLoop {
         })
     }
 
-    /// Insert a peer's address (from its [`EventLoop::name`]). The name is
+    /// Insert a peer's address (from its [`EventLoop::endpoint_name`]). The name is
     /// checked before libfabric sees it.
     pub fn insert_peer(&mut self, id: EndpointId, name: &[u8], agreement: Agreement) -> Result<Peer> {
-        let own = self.name(id)?;
+        let own = self.endpoint_name(id)?;
         self.check_peer_name(&own, name, "the peer's")?;
-        let av = self.av.as_ref().ok_or(Error::Closed {
+        let av = self.objects.av.as_ref().ok_or(Error::Closed {
             what: "address vector".into(),
         })?;
         let mut addr: ffi::fi_addr_t = ffi::FI_ADDR_NOTAVAIL;
@@ -230,7 +230,7 @@ impl EventLoop {
         names: &[Vec<u8>],
         agreements: &[Agreement],
     ) -> Result<Vec<Peer>> {
-        let own = self.name(id)?;
+        let own = self.endpoint_name(id)?;
         if names.len() != agreements.len() {
             return Err(Error::Usage(format!(
                 "insert_peers: {} names but {} agreements",
@@ -241,7 +241,7 @@ impl EventLoop {
         for (i, n) in names.iter().enumerate() {
             self.check_peer_name(&own, n, &format!("address {i}:"))?;
         }
-        let av = self.av.as_ref().ok_or(Error::Closed {
+        let av = self.objects.av.as_ref().ok_or(Error::Closed {
             what: "address vector".into(),
         })?;
         let packed: Vec<u8> = names.concat();

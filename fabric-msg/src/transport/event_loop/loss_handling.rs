@@ -144,10 +144,10 @@ impl EventLoop {
             if rc != 0 {
                 // Not closed: the provider may still write into it.
                 s.abandoned = true;
-                self.close_failed = true;
+                self.objects.close_failed = true;
                 continue;
             }
-            let (internal, group, kind, token) = (s.internal, s.group, s.kind, s.token);
+            let (internal, group, kind, token) = (s.role.internal(), s.role.group(), s.kind, s.token);
             match internal {
                 slab::Internal::No if group != NO_GROUP => {
                     self.finish_part(i as u32, group, Err(failure.clone()))
@@ -206,6 +206,6 @@ impl EventLoop {
             }
         }
         // Wake the deadline scan for the grace.
-        self.next_expiry_scan = Instant::now();
+        self.slab.next_expiry_scan = Instant::now();
     }
 }

@@ -60,6 +60,7 @@ mod calls;
 mod cancel;
 pub(crate) mod cm;
 mod completions;
+mod cq_errors;
 mod deadlines;
 mod endpoint;
 mod frame;
@@ -79,7 +80,6 @@ mod teardown;
 mod types;
 
 pub use am_state::AtomicCounters;
-pub(crate) use frame::encode_notify;
 
 /// For the fuzz targets: fabric-msg's message header as a receive reads
 /// it from whatever arrived.

@@ -3,6 +3,7 @@
 
 use super::completions::tag_of;
 use super::post::{Posting, Prepared};
+use super::slab::Role;
 use super::state::EventLoop;
 use super::types::{Completion, EndpointId, OpKind, PostError, Token};
 use crate::error::{Error, Result};
@@ -73,7 +74,7 @@ impl EventLoop {
         let (offset, len) = c.multi?;
         let (index, generation) = c.slot?;
         let slot = self.slab.slots.get(index as usize)?;
-        if !slot.in_use || !slot.multi || slot.generation != generation {
+        if !slot.in_use || !(slot.role == Role::MultiRecv) || slot.generation != generation {
             return None;
         }
         // The provider wrote these bytes before reporting them and writes

@@ -6,7 +6,8 @@ use super::backlog;
 use super::calls::{raw_recv, raw_send, recv_call, send_call};
 use super::frame::encode_header;
 use super::resources::EndpointState;
-use super::slab::{Group, NO_GROUP};
+use super::slab::Group;
+use super::slab::Role;
 use super::state::EventLoop;
 use super::types::{CompletionError, EndpointId, OpKind, Peer, PostError, RecvOpts, SendOpts, Token};
 use crate::error::{Error, Result};
@@ -68,7 +69,7 @@ impl EventLoop {
     pub fn send(&mut self, peer: &Peer, buf: Buffer, opts: SendOpts, token: Token) -> Result<(), PostError> {
         let payload = buf.len();
         let (Prepared { raw, framed, desc }, mut buf) = self.prepare(peer.endpoint, buf, |ep| {
-            self.am.tags.check_send(opts.tag, self.poster)?;
+            self.am.tags.check_send(opts.tag, self.rules.poster)?;
             self.check_len(peer, payload, if ep.framed { HEADROOM } else { 0 })
         })?;
         let len = payload + if framed { HEADROOM } else { 0 };
@@ -103,7 +104,7 @@ impl EventLoop {
     /// wrongly against messages that arrived first.
     #[cold]
     fn warn_tag_mask(&mut self) {
-        self.warned_tag_mask = true;
+        self.rules.warned_tag_mask = true;
         if let Some(why) = &self.domain.profile.tag_mask_defect {
             log::warn!(
                 "a tagged receive with an ignore mask on {}: {why}. Receive with exact tags here, or use \
@@ -125,10 +126,10 @@ impl EventLoop {
         let mut tag = None;
         let (Prepared { raw, framed, desc }, buf) = self.prepare(id, buf, |_| {
             src = self.source_addr(&opts)?;
-            tag = self.am.tags.recv(opts.tag, self.poster)?;
+            tag = self.am.tags.recv(opts.tag, self.rules.poster)?;
             Ok(())
         })?;
-        if opts.tag.is_some_and(|(_, ignore)| ignore != 0) && !self.warned_tag_mask {
+        if opts.tag.is_some_and(|(_, ignore)| ignore != 0) && !self.rules.warned_tag_mask {
             self.warn_tag_mask();
         }
         let len = buf.capacity() + if framed { HEADROOM } else { 0 };
@@ -172,7 +173,7 @@ impl EventLoop {
         let raw = ep.raw;
         self.check_borrowable(ep.framed)?;
         self.check_len(peer, len, 0)?;
-        self.am.tags.check_send(opts.tag, self.poster)?;
+        self.am.tags.check_send(opts.tag, self.rules.poster)?;
         let addr = peer.addr;
         let call = send_call(opts.tag, opts.data);
         self.behind_backlog(raw, addr, call)?;
@@ -216,7 +217,7 @@ impl EventLoop {
         let raw = ep.raw;
         self.check_borrowable(ep.framed)?;
         let src = self.source_addr(&opts)?;
-        let tag = self.am.tags.recv(opts.tag, self.poster)?;
+        let tag = self.am.tags.recv(opts.tag, self.rules.poster)?;
         let what = Posting {
             endpoint: id,
             kind: OpKind::Recv,
@@ -256,7 +257,7 @@ impl EventLoop {
     pub(super) fn source_addr(&self, opts: &RecvOpts) -> Result<ffi::fi_addr_t> {
         match opts.from {
             None => Ok(ffi::FI_ADDR_UNSPEC),
-            Some(_) if !self.directed => Err(Error::Unsupported {
+            Some(_) if !self.rules.directed => Err(Error::Unsupported {
                 what: "receiving from one peer only (FI_DIRECTED_RECV)".into(),
                 provider: self.domain.profile.provider.clone(),
             }),
@@ -317,7 +318,7 @@ impl EventLoop {
     /// this returns. At most the profile's `inject_size` (less fabric-msg's
     /// header on framed endpoints).
     pub fn inject(&mut self, peer: &Peer, bytes: &[u8], opts: SendOpts) -> Result<()> {
-        self.am.tags.check_send(opts.tag, self.poster)?;
+        self.am.tags.check_send(opts.tag, self.rules.poster)?;
         self.lost.check(peer.endpoint.0, peer.addr)?;
         let ep = self.ep(peer.endpoint)?;
         let (raw, framed) = (ep.raw, ep.framed);
@@ -333,11 +334,11 @@ impl EventLoop {
         let len = bytes.len() + overhead;
         let mut data = opts.data;
         if framed {
-            self.scratch[..HEADROOM].copy_from_slice(&encode_header(bytes.len(), opts.data));
+            self.spare.scratch[..HEADROOM].copy_from_slice(&encode_header(bytes.len(), opts.data));
             data = None;
         }
-        self.scratch[overhead..len].copy_from_slice(bytes);
-        let (addr, p) = (peer.addr, self.scratch.as_ptr() as *const c_void);
+        self.spare.scratch[overhead..len].copy_from_slice(bytes);
+        let (addr, p) = (peer.addr, self.spare.scratch.as_ptr() as *const c_void);
         // Indexed, not matched: this runs for every small message.
         const CALLS: [&str; 4] = ["fi_inject", "fi_tinject", "fi_injectdata", "fi_tinjectdata"];
         let call = CALLS[usize::from(opts.tag.is_some()) | usize::from(data.is_some()) << 1];
@@ -400,7 +401,9 @@ impl EventLoop {
         // freed until it is released or its operation completes.
         unsafe {
             (*slot).posted_len = what.len;
-            (*slot).multi = what.multi;
+            if what.multi {
+                (*slot).role = Role::MultiRecv;
+            }
             (*slot).base = base;
             (*slot).peer = what.peer;
             (*slot).want = what.want;
@@ -452,14 +455,14 @@ impl EventLoop {
                 remaining: p.count,
                 error: None,
             };
-            match self.free_groups.pop() {
+            match self.groups.free.pop() {
                 Some(i) => {
-                    self.groups[i as usize] = g;
+                    self.groups.list[i as usize] = g;
                     i
                 }
                 None => {
-                    self.groups.push(g);
-                    self.groups.len() as u32 - 1
+                    self.groups.list.push(g);
+                    self.groups.list.len() as u32 - 1
                 }
             }
         });
@@ -471,8 +474,11 @@ impl EventLoop {
                 let (index, ctx) = unsafe {
                     (*slot).region = p.region.cloned();
                     (*slot).lease = p.lease.cloned();
-                    (*slot).group = group.unwrap_or(NO_GROUP);
-                    (*slot).atomic = p.atomic;
+                    (*slot).role = match group {
+                        Some(g) => Role::Part(g),
+                        None if p.atomic => Role::FetchingAtomic,
+                        None => Role::Whole,
+                    };
                     (*slot).expires = timeout.map(|t| Instant::now() + t);
                     (*slot).peer = p.peer;
                     if part + 1 == p.count {
@@ -487,18 +493,18 @@ impl EventLoop {
                     .map(|_| ())
                     .inspect_err(|_| {
                         if let Some(b) = self.slab.release(index) {
-                            self.notify_bufs.push(b);
+                            self.spare.notify_bufs.push(b);
                         }
                     })
             });
             let Err(error) = posted else { continue };
             let Some(g) = group else { return Err(error) };
             if part == 0 {
-                self.groups[g as usize].remaining = 0;
-                self.free_groups.push(g);
+                self.groups.list[g as usize].remaining = 0;
+                self.groups.free.push(g);
                 return Err(error);
             }
-            let entry = &mut self.groups[g as usize];
+            let entry = &mut self.groups.list[g as usize];
             entry.error.get_or_insert(CompletionError::PartlyPosted {
                 posted: part,
                 parts: p.count,

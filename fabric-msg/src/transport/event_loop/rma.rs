@@ -17,7 +17,7 @@ use super::am::AtomicRequest;
 use super::post::Parts;
 use super::state::EventLoop;
 use super::types::{OpKind, Peer, Token};
-use crate::discovery::atomic::{AtomicCarrier, AtomicForm, AtomicOperation};
+use crate::discovery::atomic::{AtomicCarrier, AtomicForm, AtomicKind};
 use crate::error::{Error, Result};
 use crate::ffi;
 use crate::memory::access::Access;
@@ -55,15 +55,15 @@ pub enum Atomic {
 
 impl Atomic {
     /// The operation without its operands, as [`Profile::supports`](crate::Profile::supports) takes it.
-    pub fn operation(self) -> AtomicOperation {
+    pub fn kind(self) -> AtomicKind {
         match self {
-            Atomic::Add(_) => AtomicOperation::Add,
-            Atomic::FetchAdd(_) => AtomicOperation::FetchAdd,
-            Atomic::Swap(_) => AtomicOperation::Swap,
-            Atomic::CompareSwap { .. } => AtomicOperation::CompareSwap,
-            Atomic::FetchMin(_) => AtomicOperation::FetchMin,
-            Atomic::FetchMax(_) => AtomicOperation::FetchMax,
-            Atomic::Read => AtomicOperation::Read,
+            Atomic::Add(_) => AtomicKind::Add,
+            Atomic::FetchAdd(_) => AtomicKind::FetchAdd,
+            Atomic::Swap(_) => AtomicKind::Swap,
+            Atomic::CompareSwap { .. } => AtomicKind::CompareSwap,
+            Atomic::FetchMin(_) => AtomicKind::FetchMin,
+            Atomic::FetchMax(_) => AtomicKind::FetchMax,
+            Atomic::Read => AtomicKind::Read,
         }
     }
 
@@ -188,7 +188,7 @@ impl EventLoop {
                     0,
                 )
             })?;
-            self.mapped_keys.push(key);
+            self.spare.mapped_keys.push(key);
             m.set_mapped_key(key);
         }
         Ok(m)
@@ -294,10 +294,11 @@ impl EventLoop {
                     ));
                 }
                 let mut buf = self
+                    .spare
                     .notify_bufs
                     .pop()
                     .unwrap_or_else(|| crate::memory::buffer::Buffer::new(0));
-                *buf.header_mut() = crate::transport::event_loop::encode_notify(d);
+                *buf.header_mut() = super::frame::encode_notify(d);
                 let desc = self.local_desc(&mut buf)?;
                 follow_up = Some((buf, desc));
             }
@@ -422,7 +423,7 @@ impl EventLoop {
         offset: u64,
         token: Token,
     ) -> Result<()> {
-        let operation = op.operation();
+        let operation = op.kind();
         let (fi_op, _, kind) = operation.libfabric();
         let (operand, compare) = op.operands();
         remote.check(offset, 8, op.needs(), "atomic")?;
@@ -459,12 +460,12 @@ impl EventLoop {
         self.lost.check(peer.endpoint.0, peer.addr)?;
         let ep = self.ep(peer.endpoint)?;
         let raw = ep.raw;
-        if self.atomic_scratch.is_none() {
+        if self.spare.atomic_scratch.is_none() {
             let entries = self.cq_capacity();
             let scratch = self.register_owned(entries * SCRATCH_ENTRY, Access::Read, false)?;
-            self.atomic_scratch = Some(scratch);
+            self.spare.atomic_scratch = Some(scratch);
         }
-        let scratch = self.atomic_scratch.as_ref().expect("registered above");
+        let scratch = self.spare.atomic_scratch.as_ref().expect("registered above");
         let entries = scratch.len() / SCRATCH_ENTRY;
         let (base, desc) = (scratch.inner.addr(0).cast::<u8>(), scratch.inner.desc);
         let (raddr, key) = remote.target(offset);
@@ -542,7 +543,7 @@ impl EventLoop {
     /// The value fetched by the atomic in slot `index`.
     pub(crate) fn atomic_result(&self, index: u32) -> u64 {
         let mut v = [0u8; 8];
-        if let Some(s) = &self.atomic_scratch {
+        if let Some(s) = &self.spare.atomic_scratch {
             // In bounds: atomics are only posted on slots with an entry.
             let _ = s.read_at(index as usize * SCRATCH_ENTRY + 16, &mut v);
         }

@@ -13,7 +13,7 @@ impl EventLoop {
     /// Read the CQ until fewer operations than it holds are in flight.
     #[inline]
     pub(super) fn wait_for_room(&mut self) -> Result<()> {
-        if self.posted() < self.cq.capacity {
+        if self.posted() < self.objects.cq.capacity {
             return Ok(());
         }
         self.wait_for_room_slow()
@@ -22,7 +22,7 @@ impl EventLoop {
     #[cold]
     fn wait_for_room_slow(&mut self) -> Result<()> {
         let started = Instant::now();
-        while self.posted() >= self.cq.capacity {
+        while self.posted() >= self.objects.cq.capacity {
             if !self.patient(started) {
                 return Err(Error::QueueFull {
                     call: "fi_cq_read",
@@ -84,7 +84,7 @@ impl EventLoop {
     /// zero `post_timeout`.
     #[inline]
     pub(super) fn fail_fast(&self) -> bool {
-        self.no_wait || self.cfg.post_timeout == Some(Duration::ZERO)
+        self.rules.no_wait || self.cfg.post_timeout == Some(Duration::ZERO)
     }
 
     /// Whether a wait for room that began at `since` goes on: not where
@@ -102,7 +102,8 @@ impl EventLoop {
 
     /// Whether the layer above asked posts to stop waiting for room.
     pub(super) fn giving_up(&self) -> bool {
-        self.give_up
+        self.rules
+            .give_up
             .as_ref()
             .is_some_and(|flag| flag.load(std::sync::atomic::Ordering::Acquire))
     }

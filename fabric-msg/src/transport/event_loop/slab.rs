@@ -26,9 +26,6 @@ pub(super) struct OpSlot {
     pub(super) buffer: Option<Buffer>,
     /// Bytes posted for a receive (to report truncation).
     pub(super) posted_len: usize,
-    /// A multi-receive buffer: completes once per message, released by
-    /// the completion flagged FI_MULTI_RECV.
-    pub(super) multi: bool,
     /// Address of the buffer's payload, for offsets of multi-receive pieces.
     pub(super) base: usize,
     /// Bytes of a multi-receive buffer filled so far.
@@ -42,18 +39,14 @@ pub(super) struct OpSlot {
     pub(super) region: Option<Arc<RegionInner>>,
     /// The pool slot it uses, returned to its pool after the completion.
     pub(super) lease: Option<Arc<Lease>>,
-    /// Part of a split transfer: index into the loop's groups, or NO_GROUP.
-    pub(super) group: u32,
-    /// An atomic whose fetched value lies in the loop's atomic scratch.
-    pub(super) atomic: bool,
+    /// What the operation is, and so how its completion is handled.
+    pub(super) role: Role,
     /// When a one-sided operation is reported as timed out.
     pub(super) expires: Option<Instant>,
     /// Reported as timed out; the provider still holds it, so the slot
     /// (and the memory it keeps) waits for its late completion, which is
     /// swallowed.
     pub(super) abandoned: bool,
-    /// The loop's own operation, or the application's.
-    pub(super) internal: Internal,
     /// AmReply: the operation's code; AmSend of a request: the operation's
     /// slot (low 32 bits) and generation (high bits).
     pub(super) link: u64,
@@ -68,6 +61,52 @@ pub(super) struct OpSlot {
 }
 
 pub(super) const NO_GROUP: u32 = u32::MAX;
+
+/// What an operation is, and so which path its completion takes
+/// (`completions.rs`, `complete`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Role {
+    /// The application's operation, completed on its own.
+    Whole,
+    /// The application's multi-receive buffer: completes once per message,
+    /// released by the completion flagged `FI_MULTI_RECV`.
+    MultiRecv,
+    /// One part of a split transfer: index into the loop's groups; the
+    /// transfer completes when its last part does.
+    Part(u32),
+    /// A native atomic whose fetched value lies in the loop's atomic scratch.
+    FetchingAtomic,
+    /// The loop's own receive for peers' emulated-atomic requests, posted
+    /// again after each (`am.rs`).
+    AmRequest,
+    /// The loop's own receive for an emulated atomic's reply.
+    AmReply,
+    /// The loop's own send of a request or a reply.
+    AmSend,
+}
+
+impl Role {
+    /// The loop's own operation this is, as `am.rs` handles it, or
+    /// [`Internal::No`].
+    #[inline]
+    pub(super) fn internal(self) -> Internal {
+        match self {
+            Role::AmRequest => Internal::AmRequest,
+            Role::AmReply => Internal::AmReply,
+            Role::AmSend => Internal::AmSend,
+            _ => Internal::No,
+        }
+    }
+
+    /// The split transfer this is a part of, or [`NO_GROUP`].
+    #[inline]
+    pub(super) fn group(self) -> u32 {
+        match self {
+            Role::Part(g) => g,
+            _ => NO_GROUP,
+        }
+    }
+}
 
 /// What a slot is for, when it is the loop's own operation (`am.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -107,6 +146,8 @@ pub(super) struct Slab {
     pub(super) in_flight: usize,
     /// Slots with a deadline (one-sided operations).
     pub(super) timed: usize,
+    /// When `poll` next looks for overdue ones (`deadlines.rs`).
+    pub(super) next_expiry_scan: std::time::Instant,
 }
 
 impl Slab {
@@ -124,14 +165,11 @@ impl Slab {
         slot.token = token;
         slot.buffer = None;
         slot.posted_len = 0;
-        slot.multi = false;
         slot.base = 0;
         slot.used = 0;
-        slot.group = NO_GROUP;
-        slot.atomic = false;
+        slot.role = Role::Whole;
         slot.expires = None;
         slot.abandoned = false;
-        slot.internal = Internal::No;
         slot.link = 0;
         slot.peer = ffi::FI_ADDR_UNSPEC;
         slot.lost = false;
@@ -154,18 +192,15 @@ impl Slab {
             token,
             buffer: None,
             posted_len: 0,
-            multi: false,
             base: 0,
             used: 0,
             generation: 0,
             borrowed_mr: None,
             region: None,
             lease: None,
-            group: NO_GROUP,
-            atomic: false,
+            role: Role::Whole,
             expires: None,
             abandoned: false,
-            internal: Internal::No,
             link: 0,
             peer: ffi::FI_ADDR_UNSPEC,
             lost: false,
@@ -219,6 +254,7 @@ mod tests {
             free: Vec::new(),
             in_flight: 0,
             timed: 0,
+            next_expiry_scan: std::time::Instant::now(),
         };
         let slots: Vec<*mut OpSlot> = (0..5).map(|i| slab.acquire(0, OpKind::Send, Token(i))).collect();
         for (i, s) in slots.iter().enumerate() {

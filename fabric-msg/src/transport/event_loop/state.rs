@@ -24,52 +24,67 @@ use std::{fmt, ptr};
 
 /// One completion queue and the endpoints, peers and operations that use it.
 pub struct EventLoop {
-    // Dropped explicitly in `Drop`: endpoints first, then operations (their
-    // buffers), then the AV, the CQ and the domain.
+    // Dropped explicitly in `Drop` (teardown.rs): the progress thread,
+    // then the endpoints, then operations (their buffers); the rest drop in
+    // this order after it: the passive endpoint, EQ, AV and CQ
+    // (`objects`) after every endpoint bound to them, the domain last of
+    // all (each object holds it too).
     pub(crate) endpoints: Vec<Option<EndpointState>>,
+    /// Every operation in flight, by slot, with its buffer.
     pub(super) slab: Slab,
     /// Completions reaped and not yet handed out, oldest first.
     pub(super) pending: Vec<Completion>,
     /// Sends the provider had no room for, posted again as the loop progresses.
     pub(super) backlog: backlog::Backlog,
+    /// Split transfers in flight.
+    pub(super) groups: Groups,
+    /// Emulated atomics: pools, posted request receives, regions by key.
+    pub(crate) am: am_state::AmState,
+    /// Peers watched through their lifelines, and those lost.
+    pub(crate) lost: lost_peers::LostPeers,
+    /// How posts behave here: the provider's traits and the World's rules.
+    pub(super) rules: Rules,
+    /// Memory kept for reuse, and keys to unmap.
+    pub(super) spare: Spare,
+    /// The libfabric objects besides the endpoints and the domain.
+    pub(crate) objects: Objects,
+    pub(crate) domain: Arc<DomainInner>,
+    pub(crate) cfg: LoopConfig,
+}
+
+/// The libfabric objects a loop owns besides its endpoints and domain, in
+/// the order they close.
+pub(crate) struct Objects {
     pub(crate) pep: Option<Pep>,
     pub(crate) eq: Option<Eq>,
     pub(super) av: Option<Av>,
     pub(crate) cq: Cq,
-    pub(crate) domain: Arc<DomainInner>,
-    pub(crate) cfg: LoopConfig,
-    pub(super) scratch: Vec<u8>,
-    pub(super) has_source: bool,
-    pub(super) directed: bool,
-    /// Split transfers in flight, and free entries of `groups`.
-    pub(super) groups: Vec<Group>,
-    pub(super) free_groups: Vec<u32>,
-    /// Header-only buffers for write_data's follow-up messages, reused.
-    pub(crate) notify_bufs: Vec<Buffer>,
-    /// Registered operands and results of atomics, one entry per slot.
-    pub(crate) atomic_scratch: Option<crate::memory::mr::MemoryRegion>,
-    /// Emulated atomics: pools, posted request receives, regions by key.
-    pub(crate) am: am_state::AmState,
-    /// Whose posts are being made: the application's, unless the World's
-    /// collectives post through [`EventLoop::as_world`].
-    pub(super) poster: tag_space::Poster,
-    /// Raw keys mapped by `import`, unmapped when the loop closes.
-    pub(crate) mapped_keys: Vec<u64>,
-    /// Remote CQ data uses up a posted receive (`FI_RX_CQ_DATA` mode).
-    pub(super) rx_cq_data: bool,
-    /// Taken while `read_cq` runs (it calls back into the loop).
-    pub(super) cq_entries: Option<CqEntries>,
-    /// When `poll` next looks for overdue one-sided operations.
-    pub(super) next_expiry_scan: Instant,
-    /// Whether the first masked receive on a provider that matches them
-    /// wrongly (`Profile::tag_mask_defect`) was warned of.
-    pub(super) warned_tag_mask: bool,
-    /// Tagged receives are checked against their message's tag: the
-    /// provider matches masked receives wrongly (`Profile::tag_mask_defect`).
-    pub(super) check_tags: bool,
+    /// The thread that drives progress while the application does not
+    /// poll ([`LoopConfig::progress_thread`]); stopped first in `Drop`.
+    pub(crate) progress: Option<crate::transport::progress::Progress>,
     /// An endpoint failed to close: its operations' slots are kept for
     /// good, and leaked when the loop drops.
     pub(super) close_failed: bool,
+}
+
+/// How posts behave on this loop: what the provider does (fixed when the
+/// loop opens) and what the layer above asked (`give_up_when`,
+/// `set_fail_fast`, `as_world`).
+pub(super) struct Rules {
+    /// Completions report their sender (`FI_SOURCE`).
+    pub(super) has_source: bool,
+    /// Receives can name their sender (`FI_DIRECTED_RECV`).
+    pub(super) directed: bool,
+    /// Remote CQ data uses up a posted receive (`FI_RX_CQ_DATA` mode).
+    pub(super) rx_cq_data: bool,
+    /// Tagged receives are checked against their message's tag: the
+    /// provider matches masked receives wrongly (`Profile::tag_mask_defect`).
+    pub(super) check_tags: bool,
+    /// Whether the first masked receive on such a provider was warned of.
+    pub(super) warned_tag_mask: bool,
+    /// Whose posts are being made: the application's, unless the World's
+    /// collectives post through [`EventLoop::as_world`].
+    pub(super) poster: tag_space::Poster,
     /// Set by the layer above when waiting for room is pointless (the World
     /// sets it once a rank is lost): a post retrying on a full queue then
     /// gives up at once with [`Error::QueueFull`](crate::Error::QueueFull)
@@ -78,14 +93,31 @@ pub struct EventLoop {
     /// Set by the World's collectives while they post: a post the provider
     /// refuses fails at once ([`Error::QueueFull`](crate::Error::QueueFull))
     /// instead of waiting for room, and the collective posts it again at
-    /// its next progress (`world/collectives/io.rs`, `Io::posting`). Their
-    /// sends are not ordered behind the application's backlog either.
+    /// its next progress (`world/collectives/io.rs`). Their sends are not
+    /// ordered behind the application's backlog either.
     pub(super) no_wait: bool,
-    /// Peers watched through their lifelines, and those lost.
-    pub(crate) lost: lost_peers::LostPeers,
-    /// The thread that drives progress while the application does not
-    /// poll ([`LoopConfig::progress_thread`]); stopped first in `Drop`.
-    pub(crate) progress: Option<crate::transport::progress::Progress>,
+}
+
+/// Memory a loop keeps for reuse, and what it must undo when it closes.
+pub(super) struct Spare {
+    /// An inject's bytes with fabric-msg's header in front.
+    pub(super) scratch: Vec<u8>,
+    /// Header-only buffers for write_data's follow-up messages, reused.
+    pub(super) notify_bufs: Vec<Buffer>,
+    /// Registered operands and results of atomics, one entry per slot.
+    pub(super) atomic_scratch: Option<crate::memory::mr::MemoryRegion>,
+    /// Raw keys mapped by `import`, unmapped when the loop closes.
+    pub(super) mapped_keys: Vec<u64>,
+    /// The CQ's read buffers; taken while `read_cq` runs (it calls back
+    /// into the loop).
+    pub(super) cq_entries: Option<CqEntries>,
+}
+
+/// Split transfers in flight, and the free entries of `list`.
+#[derive(Default)]
+pub(super) struct Groups {
+    pub(super) list: Vec<Group>,
+    pub(super) free: Vec<u32>,
 }
 
 // SAFETY: an EventLoop is used through `&mut self` only, so by one thread at
@@ -198,36 +230,41 @@ impl EventLoop {
                 free: Vec::new(),
                 in_flight: 0,
                 timed: 0,
+                next_expiry_scan: Instant::now(),
             },
             pending: Vec::with_capacity(CQ_BATCH * 4),
             backlog: backlog::Backlog::new(),
-            pep: None,
-            eq,
-            av,
-            cq,
-            has_source: profile.source,
-            directed: has("FI_DIRECTED_RECV"),
-            groups: Vec::new(),
-            free_groups: Vec::new(),
-            notify_bufs: Vec::new(),
-            atomic_scratch: None,
+            groups: Groups::default(),
             am: am_state::AmState {
                 tags: tag_space::TagSpace::new(profile.tag_bits).reserved(profile.atomics_emulated()),
                 ..Default::default()
             },
-            poster: tag_space::Poster::Application,
-            mapped_keys: Vec::new(),
-            rx_cq_data: profile.mode.iter().any(|m| m == "FI_RX_CQ_DATA"),
-            cq_entries: Some(CqEntries::default()),
-            next_expiry_scan: Instant::now(),
-            warned_tag_mask: false,
-            check_tags: profile.tag_mask_defect.is_some(),
-            close_failed: false,
-            give_up: None,
-            no_wait: false,
             lost: lost_peers::LostPeers::default(),
-            progress,
-            scratch: vec![0; profile.inject_size + HEADROOM],
+            rules: Rules {
+                has_source: profile.source,
+                directed: has("FI_DIRECTED_RECV"),
+                rx_cq_data: profile.mode.iter().any(|m| m == "FI_RX_CQ_DATA"),
+                check_tags: profile.tag_mask_defect.is_some(),
+                warned_tag_mask: false,
+                poster: tag_space::Poster::Application,
+                give_up: None,
+                no_wait: false,
+            },
+            spare: Spare {
+                scratch: vec![0; profile.inject_size + HEADROOM],
+                notify_bufs: Vec::new(),
+                atomic_scratch: None,
+                mapped_keys: Vec::new(),
+                cq_entries: Some(CqEntries::default()),
+            },
+            objects: Objects {
+                pep: None,
+                eq,
+                av,
+                cq,
+                progress,
+                close_failed: false,
+            },
             domain,
             cfg,
         })
@@ -252,27 +289,27 @@ impl EventLoop {
 
     /// Most operations in flight at once: the completion queue's size.
     pub fn cq_capacity(&self) -> usize {
-        self.cq.capacity
+        self.objects.cq.capacity
     }
 
     /// Whether this loop runs a progress thread
     /// ([`LoopConfig::progress_thread`]).
     pub fn progress_thread(&self) -> bool {
-        self.progress.is_some()
+        self.objects.progress.is_some()
     }
 
     /// How many times the progress thread has driven the provider's
     /// progress (it does only while the loop does not read its CQ); 0
     /// without a thread.
     pub fn progress_runs(&self) -> u64 {
-        self.progress.as_ref().map_or(0, |p| p.runs())
+        self.objects.progress.as_ref().map_or(0, |p| p.runs())
     }
 
     /// The progress thread's gate, to hold (`let _g = gate.as_ref().map(|g| g.lock())`)
     /// around opening, enabling and closing endpoints and inserting
     /// addresses; `None` without a thread.
     pub(crate) fn progress_gate(&self) -> Option<Arc<parking_lot::Mutex<()>>> {
-        self.progress.as_ref().map(|p| p.gate())
+        self.objects.progress.as_ref().map(|p| p.gate())
     }
 
     /// Reserve the World's tag classes on this loop (every class byte but
@@ -286,7 +323,7 @@ impl EventLoop {
     /// This loop, posting for the World's collectives and notices (their
     /// tag classes allowed) until the guard drops.
     pub(crate) fn as_world(&mut self) -> AsWorld<'_> {
-        self.poster = tag_space::Poster::World;
+        self.rules.poster = tag_space::Poster::World;
         AsWorld(self)
     }
 
@@ -297,7 +334,7 @@ impl EventLoop {
     /// backlogged sends fail, and on `ofi_rxm` the endpoints are left open
     /// when the loop drops (`Quirks::close_hangs_after_loss`).
     pub(crate) fn give_up_when(&mut self, flag: Arc<AtomicBool>) {
-        self.give_up = Some(flag);
+        self.rules.give_up = Some(flag);
     }
 
     /// Whether a post the provider refuses for lack of room fails at once
@@ -307,7 +344,7 @@ impl EventLoop {
     /// their next progress (`world/collectives/io.rs`). Returns the old
     /// setting.
     pub(crate) fn set_fail_fast(&mut self, on: bool) -> bool {
-        std::mem::replace(&mut self.no_wait, on)
+        std::mem::replace(&mut self.rules.no_wait, on)
     }
 
     /// Operations posted and not yet completed (the loop's own receives
@@ -336,7 +373,7 @@ impl std::ops::DerefMut for AsWorld<'_> {
 
 impl Drop for AsWorld<'_> {
     fn drop(&mut self) {
-        self.0.poster = tag_space::Poster::Application;
+        self.0.rules.poster = tag_space::Poster::Application;
     }
 }
 

@@ -74,7 +74,7 @@ impl EventLoop {
                     // slot and its memory: keep both for good (never
                     // reused, never freed under the NIC).
                     s.abandoned = true;
-                    self.close_failed = true;
+                    self.objects.close_failed = true;
                     continue;
                 }
                 self.slab.release(i as u32);
@@ -82,10 +82,10 @@ impl EventLoop {
         }
         self.pending.retain(|c| c.endpoint != id);
         self.forget_reclaimed(id.0);
-        for (i, g) in self.groups.iter_mut().enumerate() {
+        for (i, g) in self.groups.list.iter_mut().enumerate() {
             if g.remaining > 0 && g.endpoint == id.0 {
                 g.remaining = 0;
-                self.free_groups.push(i as u32);
+                self.groups.free.push(i as u32);
             }
         }
         check("fi_close(endpoint)", rc)?;
@@ -137,7 +137,7 @@ impl EventLoop {
             .slab
             .slots
             .iter()
-            .filter(|s| s.in_use && s.internal == slab::Internal::AmRequest)
+            .filter(|s| s.in_use && s.role.internal() == slab::Internal::AmRequest)
             .count();
         self.am.reposts.retain(|&i| self.slab.slots[i as usize].in_use);
         if let Some(n) = self.am.names.get_mut(id as usize) {
@@ -187,17 +187,17 @@ impl EventLoop {
         keep_until_exit((
             std::mem::take(&mut self.endpoints),
             std::mem::take(&mut self.slab.slots),
-            self.atomic_scratch.take(),
-            self.pep.take(),
-            self.eq.take(),
-            self.av.take(),
+            self.spare.atomic_scratch.take(),
+            self.objects.pep.take(),
+            self.objects.eq.take(),
+            self.objects.av.take(),
             self.domain.clone(),
-            self.cq.raw as usize,
+            self.objects.cq.raw as usize,
         ));
         // Cq's drop closes nothing once its pointer is null.
-        self.cq.raw = std::ptr::null_mut();
+        self.objects.cq.raw = std::ptr::null_mut();
         self.pending.clear();
-        self.mapped_keys.clear();
+        self.spare.mapped_keys.clear();
     }
 }
 
@@ -218,7 +218,7 @@ fn keep_until_exit<T: 'static>(parts: T) {
 impl Drop for EventLoop {
     fn drop(&mut self) {
         // The progress thread calls into the CQ: stop it before anything closes.
-        self.progress = None;
+        self.objects.progress = None;
         if self.rxm_left_open() {
             // Not even the settling read below: rxm closes a lost peer's
             // connection in it too, when it takes in the peer's hang-up.
@@ -243,7 +243,7 @@ impl Drop for EventLoop {
                 log::warn!("closing endpoint: {}", Error::from_rc("fi_close", rc.into()));
             }
         }
-        if !all_closed || self.close_failed {
+        if !all_closed || self.objects.close_failed {
             // An endpoint that did not close may still write into its
             // operations' contexts and memory: leak them, never free them
             // under the NIC.
@@ -251,14 +251,14 @@ impl Drop for EventLoop {
             std::mem::forget(std::mem::take(&mut self.slab.slots));
         }
         // The passive endpoint goes before the EQ it is bound to.
-        self.pep = None;
+        self.objects.pep = None;
         // With every endpoint closed the provider no longer touches buffers
         // of operations in flight: free them (and their registrations)
         // before the CQ, AV and domain go.
         self.slab.slots.clear();
         self.pending.clear();
-        self.atomic_scratch = None;
-        for key in self.mapped_keys.drain(..) {
+        self.spare.atomic_scratch = None;
+        for key in self.spare.mapped_keys.drain(..) {
             // SAFETY: each key was mapped by fi_mr_map_raw on this domain,
             // which is still open, and is unmapped once.
             let rc = unsafe { ffi::fi_mr_unmap_key(self.domain.raw, key) };

@@ -245,7 +245,7 @@ pub struct LoopConfig {
     /// application does not poll, so that peers' RMA reads and writes to
     /// this side's memory, and native atomics on it, complete while it
     /// computes or sleeps. Emulated atomics
-    /// ([`AtomicCarrier::Emulated`](crate::AtomicCarrier::Emulated)) still
+    /// ([`AtomicCarrier::Emulated`](crate::discovery::atomic::AtomicCarrier::Emulated)) still
     /// wait for this side's `poll`: the loop applies them. The thread calls
     /// libfabric only when the loop has not read its CQ for
     /// `progress_period`, so a polling application pays one relaxed store

@@ -1,0 +1,158 @@
+//! The CQ's error entries (`fi_cq_readerr`): which operation failed and
+//! why, as a [`CompletionError`](super::types::CompletionError) that names
+//! the provider's own error where it gives one; truncation, cancellation,
+//! a lost peer and a timed-out one-sided operation each reported as such.
+
+use super::completions::tag_of;
+use super::frame::decode_header;
+use super::slab;
+use super::slab::NO_GROUP;
+use super::state::EventLoop;
+use super::types::{Completion, CompletionError};
+use crate::error::{strerror, Error, ErrorCode, Result};
+use crate::ffi;
+use crate::memory::buffer::HEADROOM;
+
+impl EventLoop {
+    pub(super) fn read_error(&mut self) -> Result<()> {
+        let mut err = ffi::fi_cq_err_entry::default();
+        // The provider's error data is copied here, not lent: a lent buffer
+        // lives only until the CQ's next read (libfabric 2.1 frees it
+        // there), which a progress thread may make at any time.
+        let mut err_data = [0u8; 256];
+        err.err_data = err_data.as_mut_ptr().cast();
+        err.err_data_size = err_data.len();
+        // SAFETY: the CQ is open and reported FI_EAVAIL; err is a valid
+        // out-struct, and err_data (valid for its length) outlives every
+        // use of `err` in this function, fi_cq_strerror's included.
+        let rc = unsafe { ffi::fi_cq_readerr(self.objects.cq.raw, &mut err, 0) };
+        if rc == -(ffi::FI_EAGAIN as isize) {
+            return Ok(());
+        }
+        if rc < 0 {
+            return Err(Error::from_rc("fi_cq_readerr", rc as i64));
+        }
+        let Some(index) = self.slab.index_of(err.op_context) else {
+            log::warn!(
+                "error completion for an unknown context: {}",
+                strerror(err.err as u32)
+            );
+            return Ok(());
+        };
+        if self.slab.slots[index as usize].abandoned {
+            self.swallow(index);
+            return Ok(());
+        }
+        let code = err.err.unsigned_abs();
+        let internal = self.slab.slots[index as usize].role.internal();
+        if internal != slab::Internal::No {
+            let failure = if code == ffi::FI_ETRUNC {
+                CompletionError::Truncated {
+                    message_len: None,
+                    buffer_len: self.slab.slots[index as usize].posted_len,
+                }
+            } else {
+                self.failure_of(index, &err, code)
+            };
+            self.am_failed(index, internal, failure);
+            return Ok(());
+        }
+        let (endpoint, kind, token, posted, group, lost) = {
+            let s = &self.slab.slots[index as usize];
+            (s.endpoint, s.kind, s.token, s.posted_len, s.role.group(), s.lost)
+        };
+        if group != NO_GROUP {
+            let failure = self.failure_of(index, &err, code);
+            self.finish_part(index, group, Err(failure));
+            return Ok(());
+        }
+        let mut buffer = self.slab.release(index);
+        if self
+            .endpoints
+            .get(endpoint as usize)
+            .and_then(Option::as_ref)
+            .is_none()
+        {
+            return Ok(());
+        }
+        let result = if code == ffi::FI_ETRUNC {
+            let framed = self.endpoints[endpoint as usize]
+                .as_ref()
+                .is_some_and(|e| e.framed);
+            let overhead = if framed { HEADROOM } else { 0 };
+            let mut message_len = None;
+            if let Some(b) = buffer.as_mut() {
+                if framed {
+                    // The header arrived even if the payload did not fit.
+                    message_len = decode_header(b.header_mut(), HEADROOM).map(|(len, _)| len);
+                }
+                b.set_received(0);
+            }
+            // fi_cq(3): `len` bytes arrived and `olen` did not fit; ofi_rxm
+            // instead reports the whole message in `len`. With no overflow
+            // length the provider did not say how large the message was.
+            if message_len.is_none() && err.olen > 0 {
+                let total = if err.len > posted {
+                    err.len
+                } else {
+                    err.len + err.olen
+                };
+                message_len = Some(total.saturating_sub(overhead));
+            }
+            Err(CompletionError::Truncated {
+                message_len,
+                buffer_len: posted.saturating_sub(overhead),
+            })
+        } else if lost {
+            Err(self.lost_failure(index))
+        } else {
+            Err(self.cq_failure(&err, code))
+        };
+        let tag = tag_of(err.flags, err.tag);
+        let mut failed = Completion::outcome(token, endpoint, kind, result);
+        failed.buffer = buffer;
+        failed.tag = tag;
+        self.pending.push(failed);
+        Ok(())
+    }
+
+    /// The error of a failed operation: `PeerLost` if its peer is lost,
+    /// else the provider's.
+    fn failure_of(&self, index: u32, err: &ffi::fi_cq_err_entry, code: u32) -> CompletionError {
+        if self.slab.slots[index as usize].lost {
+            self.lost_failure(index)
+        } else {
+            self.cq_failure(err, code)
+        }
+    }
+
+    /// A completion error other than truncation, with the provider's text.
+    pub(super) fn cq_failure(&self, err: &ffi::fi_cq_err_entry, code: u32) -> CompletionError {
+        if code == ffi::FI_ECANCELED {
+            return CompletionError::Cancelled;
+        }
+        let mut text = [0 as std::os::raw::c_char; 256];
+        // SAFETY: the CQ is open; fi_cq_strerror writes at most len bytes
+        // into `text` and returns a C string valid while err_data is.
+        let prov = unsafe {
+            let p = ffi::fi_cq_strerror(
+                self.objects.cq.raw,
+                err.prov_errno,
+                err.err_data,
+                text.as_mut_ptr(),
+                text.len(),
+            );
+            if p.is_null() {
+                String::new()
+            } else {
+                std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned()
+            }
+        };
+        CompletionError::Failed {
+            code: ErrorCode(code),
+            text: strerror(code),
+            prov_errno: err.prov_errno,
+            prov_text: prov,
+        }
+    }
+}
