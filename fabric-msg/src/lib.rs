@@ -139,7 +139,7 @@ pub use transport::event_loop::{
     AtomicCounters, Completion, CompletionError, EndpointId, EventLoop, LoopConfig, OpKind, Peer, PostError,
     ProgressThread, RecvOpts, SendOpts, Token, WaitMode,
 };
-pub use transport::lifeline::LossKind;
+pub use transport::liveness::LossKind;
 pub use world::collectives::{CombineFn, Element, Op, Reduction, Request};
 pub use world::symmetric::Symmetric;
 pub use world::{World, WorldConfig};

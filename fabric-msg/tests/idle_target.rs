@@ -134,6 +134,7 @@ fn unhex(s: &str) -> Vec<u8> {
 /// The target in a process of its own (run by `Place::Process` through
 /// this test binary): it talks to the initiator on stdin and stdout.
 #[test]
+#[ignore = "child role: run by the idle_target_* and busy_target_* tests through current_exe()"]
 fn target_role() {
     use std::io::{BufRead, Write};
     let Ok(role) = std::env::var(ROLE) else {
@@ -225,7 +226,13 @@ fn run(
                 },
             );
             let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-                .args(["--exact", "target_role", "--test-threads=1", "--nocapture"])
+                .args([
+                    "--exact",
+                    "target_role",
+                    "--ignored",
+                    "--test-threads=1",
+                    "--nocapture",
+                ])
                 .env(ROLE, role)
                 .stdin(std::process::Stdio::piped())
                 .stdout(std::process::Stdio::piped())

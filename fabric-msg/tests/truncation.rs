@@ -43,6 +43,7 @@ fn say(line: &str) {
 /// order it posts a small receive and a fitting one on the same tag, the
 /// parent sends the oversized message and then a fitting one.
 #[test]
+#[ignore = "child role: run by the truncation_on_* tests through current_exe()"]
 fn receiver_role() {
     let Ok(spec) = std::env::var(ENV) else { return };
     let (provider, addr) = spec.split_once(',').unwrap();
@@ -130,7 +131,13 @@ fn run(provider: &str) {
     let addr = listener.local_addr().unwrap();
     let mut receiver = Receiver(
         Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "receiver_role", "--test-threads=1", "--nocapture"])
+            .args([
+                "--exact",
+                "receiver_role",
+                "--ignored",
+                "--test-threads=1",
+                "--nocapture",
+            ])
             .env(ENV, format!("{provider},{addr}"))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

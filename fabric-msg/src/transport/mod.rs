@@ -8,8 +8,11 @@
 //! ([`event_loop::rma`]); and
 //! the TCP bootstrap that exchanges endpoint names and profiles
 //! ([`bootstrap`]), with the check every name from a peer passes before
-//! libfabric reads it (`address`); the bootstrap connection kept as each
-//! peer's lifeline, on which its death or stall is noticed ([`lifeline`]);
+//! libfabric reads it (`address`); the length-prefixed frames the
+//! bootstrap and the World's rendezvous speak on TCP (`framing`); the
+//! bootstrap connection kept as each peer's lifeline, on which its death or
+//! stall is noticed, with a map of every part of peer-loss detection
+//! ([`liveness`]);
 //! the thread that drives a loop's progress while its application does not
 //! poll (`progress`).
 //!
@@ -23,5 +26,5 @@ pub mod bootstrap;
 pub(crate) mod eq;
 pub mod event_loop;
 pub(crate) mod framing;
-pub mod lifeline;
+pub mod liveness;
 pub(crate) mod progress;

@@ -13,10 +13,11 @@
 //! whatever else is connected. The root remembers what it turned away, so
 //! a world that does not form says what actually happened.
 //!
-//! The framing is the rendezvous' own (a little-endian `u32` length, then
-//! the body); what a body means is the caller's [`Judge`].
+//! The framing is the rendezvous' (`transport/framing.rs`: a little-endian
+//! `u32` length, then the body); what a body means is the caller's [`Judge`].
 
-use std::io::{ErrorKind, Read};
+use crate::transport::framing::{FrameReader, ReadFail};
+use std::io::ErrorKind;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
@@ -47,7 +48,7 @@ pub(crate) trait Judge {
 struct Pending {
     s: TcpStream,
     from: SocketAddr,
-    got: Vec<u8>,
+    frame: FrameReader,
     since: Instant,
 }
 
@@ -139,7 +140,7 @@ pub(crate) fn admit(
                     pending.push(Pending {
                         s,
                         from,
-                        got: Vec::new(),
+                        frame: FrameReader::new(MAX_FIRST_FRAME),
                         since: Instant::now(),
                     });
                 }
@@ -270,32 +271,13 @@ enum Step {
 
 /// Read what `p` has sent so far, without waiting.
 fn step(p: &mut Pending) -> Step {
-    let mut buf = [0u8; 64];
-    loop {
-        let want = match p.got.len() {
-            n if n < 4 => 4 - n,
-            _ => {
-                let len = u32::from_le_bytes([p.got[0], p.got[1], p.got[2], p.got[3]]) as usize;
-                if len > MAX_FIRST_FRAME {
-                    return Step::Bad(format!(
-                        "a first frame of {len} bytes; a Join has at most {MAX_FIRST_FRAME}"
-                    ));
-                }
-                let have = p.got.len() - 4;
-                if have == len {
-                    return Step::Frame(p.got.split_off(4));
-                }
-                len - have
-            }
-        };
-        let n = want.min(buf.len());
-        match p.s.read(&mut buf[..n]) {
-            Ok(0) => return Step::Closed,
-            Ok(k) => p.got.extend_from_slice(&buf[..k]),
-            Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) if e.kind() == ErrorKind::WouldBlock => return Step::More,
-            Err(_) => return Step::Closed,
-        }
+    match p.frame.read(&mut p.s) {
+        Ok(Some(body)) => Step::Frame(body),
+        Ok(None) => Step::More,
+        Err(ReadFail::TooLong(len)) => Step::Bad(format!(
+            "a first frame of {len} bytes; a Join has at most {MAX_FIRST_FRAME}"
+        )),
+        Err(ReadFail::Closed(_) | ReadFail::Io(_) | ReadFail::TimedOut) => Step::Closed,
     }
 }
 

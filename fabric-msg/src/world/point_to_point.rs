@@ -7,11 +7,8 @@ use super::state::World;
 use crate::error::{Error, Result};
 use crate::memory::buffer::Buffer;
 use crate::transport::event_loop::{Completion, PostError, RecvOpts, SendOpts, Token};
+use crate::transport::liveness::LOSS_GRACE;
 use std::time::{Duration, Instant};
-
-/// How long a failed completion waits for liveness to name a lost rank:
-/// the liveness thread looks every 50 ms, and rank 0 relays what it sees.
-const LOSS_GRACE: Duration = Duration::from_millis(300);
 
 impl World {
     /// Send `buf` to `to` with the application's `tag`.

@@ -4,12 +4,13 @@
 
 use super::done::handshake_done;
 use super::protocol::{
-    agree, decode_frame, expect_hello, expect_ready, fail, hello, io, refuse_name, send, Frame,
+    agree, decode_frame, expect_hello, expect_ready, fail, hello, io, read_fail, refuse_name, send, Frame,
+    MAX_FRAME,
 };
-use super::reader::FrameReader;
 use crate::discovery::info::EndpointType;
 use crate::error::{Error, Result};
 use crate::transport::event_loop::{EndpointId, EventLoop, Peer};
+use crate::transport::framing::FrameReader;
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
@@ -124,7 +125,7 @@ impl Client {
     }
 
     fn read(&mut self) -> Result<Frame> {
-        let mut r = FrameReader::new();
+        let mut r = FrameReader::new(MAX_FRAME);
         loop {
             let left = self.left("receiving")?;
             self.tcp
@@ -133,7 +134,7 @@ impl Client {
             match r.read(&mut self.tcp) {
                 Ok(Some(body)) => return decode_frame(&body, &self.peer),
                 Ok(None) => {}
-                Err(e) => return Err(e.into_error(&self.peer)),
+                Err(e) => return Err(read_fail(e, &self.peer)),
             }
         }
     }

@@ -1,5 +1,5 @@
 //! The one place a finished handshake's TCP stream goes: it stays open as
-//! the peer's lifeline (`transport/lifeline.rs`), on which its death or
+//! the peer's lifeline (`transport/liveness/lifeline.rs`), on which its death or
 //! stall is noticed.
 
 use crate::error::Result;

@@ -4,15 +4,16 @@
 //! far waits in its [`FrameReader`].
 
 use super::protocol::{
-    agree, decode_frame, expect_hello, expect_ready, fail, hello, refuse_name, send, Frame,
+    agree, decode_frame, expect_hello, expect_ready, fail, hello, read_fail, refuse_name, send, Frame,
+    MAX_FRAME,
 };
-use super::reader::FrameReader;
 use crate::discovery::info::EndpointType;
 use crate::discovery::profile::Agreement;
 use crate::error::{Error, Result};
 use crate::ffi;
 use crate::transport::event_loop::cm::Prepost;
 use crate::transport::event_loop::{EndpointId, EventLoop, Peer};
+use crate::transport::framing::FrameReader;
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
@@ -63,7 +64,7 @@ impl Handshake {
             from,
             deadline: Instant::now() + timeout,
             timeout,
-            reader: FrameReader::new(),
+            reader: FrameReader::new(MAX_FRAME),
             step: Step::Hello,
         }
     }
@@ -181,7 +182,7 @@ impl Handshake {
         match self.reader.read(&mut self.tcp) {
             Ok(Some(body)) => decode_frame(&body, &self.from).map(Some),
             Ok(None) => Ok(None),
-            Err(e) => Err(e.into_error(&self.from)),
+            Err(e) => Err(read_fail(e, &self.from)),
         }
     }
 

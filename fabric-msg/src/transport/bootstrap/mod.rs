@@ -26,18 +26,17 @@
 //!
 //! The listener's side is in `listener` (the socket, the bound, the
 //! polling) and `handshake` (one handshake's state machine); the client's
-//! in `client`; the frames and the checks both sides share in `protocol`;
-//! reading one frame from a socket, blocking or not, in `reader`; and where
+//! in `client`; the frames and the checks both sides share in `protocol`
+//! (frames are read and written by `transport/framing.rs`); and where
 //! a finished handshake's stream goes in `done`: it stays open as the
 //! peer's lifeline, on which its death or stall is noticed
-//! ([`lifeline`](super::lifeline)).
+//! ([`liveness`](super::liveness)).
 
 mod client;
 mod done;
 mod handshake;
 mod listener;
 mod protocol;
-mod reader;
 
 pub use client::{connect, connect_with};
 pub use listener::{Accepted, Listener, Refusal, DEFAULT_MAX_IN_PROGRESS};

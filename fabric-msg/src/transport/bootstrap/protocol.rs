@@ -4,7 +4,7 @@
 
 use crate::discovery::profile::{check_peer, Agreement, WireProfile, PROTOCOL_VERSION};
 use crate::error::{Error, Result};
-use crate::transport::framing::write_frame;
+use crate::transport::framing::{write_frame, ReadFail};
 use serde::{Deserialize, Serialize};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
@@ -194,4 +194,24 @@ pub(super) fn io_fail(peer: &SocketAddr, what: &str, e: std::io::Error) -> Error
         _ => format!("{what} the handshake failed: {e}"),
     };
     fail(peer, message)
+}
+
+/// A frame that could not be read, as the handshake's error naming the peer.
+pub(super) fn read_fail(e: ReadFail, peer: &SocketAddr) -> Error {
+    match e {
+        ReadFail::Io(e) => io_fail(peer, "receiving", e),
+        ReadFail::TimedOut => io_fail(peer, "receiving", std::io::ErrorKind::TimedOut.into()),
+        ReadFail::Closed(0) => fail(peer, "connection closed while receiving the handshake".into()),
+        ReadFail::Closed(n) => fail(
+            peer,
+            format!("connection closed while receiving the handshake, {n} bytes into a frame"),
+        ),
+        ReadFail::TooLong(len) => fail(
+            peer,
+            format!(
+                "frame of {len} bytes announced, more than the {MAX_FRAME} allowed: not a fabric-msg peer, \
+                 or corrupt"
+            ),
+        ),
+    }
 }

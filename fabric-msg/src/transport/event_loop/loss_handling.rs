@@ -3,14 +3,14 @@
 //! the operations addressed to a lost peer failed (after the grace on RDM
 //! endpoints), and a lost peer's connection closed (on MSG endpoints).
 
-use super::lost_peers::{Watched, LOSS_GRACE};
+use super::lost_peers::Watched;
 use super::slab;
 use super::slab::NO_GROUP;
 use super::state::EventLoop;
 use super::types::{Completion, CompletionError, OpKind, Peer, Token};
 use crate::error::{Error, Result};
 use crate::ffi;
-use crate::transport::lifeline::{Lifelines, Loss, LossKind};
+use crate::transport::liveness::{Lifelines, Loss, LossKind, LOSS_GRACE};
 use std::net::TcpStream;
 use std::time::Instant;
 

@@ -1,16 +1,17 @@
-//! Peers lost, as the loop reports them: the lifelines' verdicts
-//! (`transport/lifeline.rs`) turned into a [`OpKind::PeerLost`] notice
+//! Peers lost, as the loop reports them (one part of liveness: the whole
+//! is listed in [`crate::transport::liveness`]): the lifelines' verdicts
+//! turned into a [`OpKind::PeerLost`] notice
 //! (for a death or a stall; a peer that closed its loop departs quietly)
 //! and the failure of every operation addressed to the lost peer.
 //!
 //! - On a connected (MSG) endpoint, the peer's connection endpoint is
-//!   closed after [`LOSS_GRACE`], in which what the peer sent before it
+//!   closed after [`LOSS_GRACE`](crate::transport::liveness::LOSS_GRACE), in which what the peer sent before it
 //!   went is still delivered; once `fi_close` returns, the provider no
 //!   longer touches its operations' buffers, so each operation still
 //!   posted completes with [`CompletionError::PeerLost`] and its buffer.
 //! - On an RDM endpoint, shared with other peers, the operations addressed
 //!   to the lost peer (sends, directed receives, one-sided operations) are
-//!   given [`LOSS_GRACE`] to come back from the provider, with their
+//!   given [`LOSS_GRACE`](crate::transport::liveness::LOSS_GRACE) to come back from the provider, with their
 //!   buffers (a failure among them is reported as `PeerLost`); those the
 //!   provider still holds after that complete with `PeerLost` without their
 //!   buffer, which stays with the loop until the provider lets go of it or
@@ -20,12 +21,8 @@
 use super::types::CompletionError;
 use crate::error::{Error, Result};
 use crate::ffi;
-use crate::transport::lifeline::{Lifelines, LossKind};
-use std::time::{Duration, Instant};
-
-/// How long the provider is given to hand back the operations addressed to
-/// a lost peer on an RDM endpoint.
-pub const LOSS_GRACE: Duration = Duration::from_millis(300);
+use crate::transport::liveness::{Lifelines, LossKind};
+use std::time::Instant;
 
 /// A peer watched through its lifeline.
 pub(super) struct Watched {

@@ -80,7 +80,6 @@ mod teardown;
 mod types;
 
 pub use am_state::AtomicCounters;
-pub use lost_peers::LOSS_GRACE;
 
 /// For the fuzz targets: fabric-msg's message header as a receive reads
 /// it from whatever arrived.
@@ -129,7 +128,7 @@ pub use types::{
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{Completion, EventLoop, LoopConfig, Peer, ProgressThread, WaitMode};
     use crate::memory::buffer::Buffer;
 
     #[test]

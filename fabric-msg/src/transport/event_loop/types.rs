@@ -380,7 +380,7 @@ pub enum CompletionError {
     BadFrame(usize),
     /// The peer this operation was addressed to is lost (see
     /// [`OpKind::PeerLost`]). On an RDM endpoint an operation the provider
-    /// still held after [`LOSS_GRACE`](super::LOSS_GRACE) comes back
+    /// still held after [`LOSS_GRACE`](crate::transport::liveness::LOSS_GRACE) comes back
     /// without its buffer, which the loop frees once the provider lets go
     /// of it or the endpoint closes.
     #[error("peer {peer} is lost: {how}; connect to it again, or go on without it")]
@@ -388,7 +388,7 @@ pub enum CompletionError {
         /// The peer's bootstrap address.
         peer: String,
         /// How it was lost.
-        how: crate::transport::lifeline::LossKind,
+        how: crate::transport::liveness::LossKind,
     },
 }
 

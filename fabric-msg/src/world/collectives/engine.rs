@@ -22,7 +22,7 @@
 //! of its parts.
 
 use super::io::{decode, forged, is_reserved, post_outgoing, token, Failure, Io, Kind, Outgoing, Shared};
-use super::io::{LOSS_GRACE, NOTICE_MAX, NOTICE_PATIENCE};
+use super::io::{NOTICE_MAX, NOTICE_PATIENCE};
 use super::ops::{Element, Reduction};
 use super::run::{Outcome, Progress, Run, Spare};
 use super::schedule::Schedule;
@@ -30,6 +30,7 @@ use crate::error::{Error, Result};
 use crate::memory::buffer::Buffer;
 use crate::transport::event_loop::idle::{Idler, Pause};
 use crate::transport::event_loop::{Completion, RecvOpts};
+use crate::transport::liveness::LOSS_GRACE;
 use crate::world::tags;
 use std::time::{Duration, Instant};
 

@@ -129,8 +129,6 @@ pub(crate) const NOTICE_MAX: usize = 1024;
 pub(crate) const AHEAD: usize = 64;
 /// How long a failure notice is retried while a rank's queue is full.
 pub(crate) const NOTICE_PATIENCE: Duration = Duration::from_secs(10);
-/// How long a failed completion waits for liveness to name a lost rank.
-pub(crate) const LOSS_GRACE: Duration = Duration::from_millis(300);
 /// Buffers and bytes the pool keeps for reuse.
 pub(crate) const POOL_BUFFERS: usize = 256;
 pub(crate) const POOL_BYTES: usize = 64 << 20;
@@ -275,7 +273,10 @@ impl Pool {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{decode, is_reserved, token, Kind, Pool, POOL_BUFFERS};
+    use crate::memory::buffer::Buffer;
+    use crate::transport::event_loop::Token;
+    use crate::world::tags;
 
     #[test]
     fn tokens_carry_kind_number_and_index_in_the_reserved_range() {

@@ -17,12 +17,13 @@
 //! run that ends with one in flight is kept by the engine until the World's
 //! event loop is closed (see [`Progress::busy`]).
 
-use super::io::{post_failed, post_outgoing, token, Failure, Io, Kind, Outgoing, Shared, AHEAD, LOSS_GRACE};
+use super::io::{post_failed, post_outgoing, token, Failure, Io, Kind, Outgoing, Shared, AHEAD};
 use super::ops::{Element, Reduction};
 use super::schedule::{Apply, Rounds, Schedule, Xfer};
 use crate::error::Error;
 use crate::memory::buffer::Buffer;
 use crate::transport::event_loop::{Completion, CompletionError, PostError, RecvOpts, SendOpts};
+use crate::transport::liveness::LOSS_GRACE;
 use crate::world::tags;
 use std::collections::VecDeque;
 use std::sync::Arc;

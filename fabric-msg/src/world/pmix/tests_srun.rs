@@ -67,7 +67,13 @@ fn srun(conf: &str, np: u32, child: &str, limit: Duration) -> Output {
         .args(["--kill-after=10", &limit.as_secs().to_string()])
         .args(["srun", "--mpi=pmix", "-n", &np.to_string(), "--time=5"])
         .arg(&exe)
-        .args([&test_path(child), "--exact", "--nocapture", "--test-threads=1"])
+        .args([
+            &test_path(child),
+            "--exact",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env("SLURM_CONF", conf)
         .env(CHILD_ENV, child)
         .output()

@@ -1,8 +1,10 @@
 //! Lifelines: the bootstrap's TCP connection to each peer, kept open after
 //! the handshake so that a peer's death or stall is noticed on every
 //! endpoint type, RDM included, where the fabric itself says nothing.
+//! (The other parts of peer-loss detection are listed in
+//! [`super`].)
 //!
-//! One thread per [`EventLoop`](super::event_loop::EventLoop) that has
+//! One thread per [`EventLoop`](crate::transport::event_loop::EventLoop) that has
 //! lifelines watches them all with `poll(2)`:
 //! - it writes one heartbeat byte to each every [`HEARTBEAT`];
 //! - end of file or a reset (the kernel closes a dead process's sockets,
@@ -303,8 +305,10 @@ fn say(stream: &mut TcpStream, byte: u8) {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use std::net::TcpListener;
+    use super::{Lifelines, Loss, LossKind, BEAT, GIVEN_UP};
+    use std::io::Read;
+    use std::net::{TcpListener, TcpStream};
+    use std::time::{Duration, Instant};
 
     fn pair() -> (TcpStream, TcpStream) {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
