@@ -73,7 +73,9 @@ mod tests {
         for start in 0..9 {
             for len in 0..40 {
                 mem.iter_mut().for_each(|b| *b = 0xAA);
-                let data: Vec<u8> = (0..len as u8).map(|i| i.wrapping_mul(7).wrapping_add(1)).collect();
+                let data: Vec<u8> = (0..len as u8)
+                    .map(|i| i.wrapping_mul(7).wrapping_add(1))
+                    .collect();
                 // SAFETY: start + len <= 48 < 64: in range of `mem`.
                 unsafe { copy_in(mem.as_mut_ptr().add(start), &data) };
                 assert!(mem[..start].iter().all(|&b| b == 0xAA), "{start} {len}");

@@ -15,8 +15,8 @@
 //! touch until their completion, so memory never goes away under the NIC.
 
 pub mod access;
-pub(crate) mod copy;
 pub(crate) mod buffer;
+pub(crate) mod copy;
 pub(crate) mod domain;
 pub(crate) mod keys;
 pub(crate) mod lease;
