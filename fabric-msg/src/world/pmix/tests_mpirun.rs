@@ -28,6 +28,18 @@ pub(super) fn test_path(name: &str) -> String {
     format!("{module}::{name}")
 }
 
+/// The test binary's arguments that run child role `name` alone (roles are
+/// `#[ignore]`d, so a plain `cargo test` does not count them).
+pub(super) fn role_args(name: &str) -> [String; 5] {
+    [
+        test_path(name),
+        "--exact".into(),
+        "--ignored".into(),
+        "--nocapture".into(),
+        "--test-threads=1".into(),
+    ]
+}
+
 pub(super) fn describe(out: &Output) -> String {
     format!(
         "status {}\n--- stdout\n{}--- stderr\n{}",
@@ -54,13 +66,7 @@ fn mpirun(np: u32, child: &str, limit: Duration) -> Output {
             CHILD_ENV,
         ])
         .arg(&exe)
-        .args([
-            &test_path(child),
-            "--exact",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
+        .args(role_args(child))
         .env(CHILD_ENV, child)
         .output()
         .unwrap_or_else(|e| panic!("cannot run `timeout` (coreutils): {e}"));
@@ -307,14 +313,8 @@ fn connect_without_pmix_env_returns_none() {
     // with the other tests.
     let exe = std::env::current_exe().expect("the test binary's path");
     let mut cmd = Command::new(exe);
-    cmd.args([
-        &test_path("child_without_pmix"),
-        "--exact",
-        "--ignored",
-        "--nocapture",
-        "--test-threads=1",
-    ])
-    .env(CHILD_ENV, "child_without_pmix");
+    cmd.args(role_args("child_without_pmix"))
+        .env(CHILD_ENV, "child_without_pmix");
     for (name, _) in std::env::vars_os() {
         if name.to_string_lossy().starts_with("PMIX_") {
             cmd.env_remove(name);

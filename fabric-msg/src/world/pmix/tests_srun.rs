@@ -10,7 +10,7 @@ use std::process::{Command, Output};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use super::tests_mpirun::{assert_aborted, assert_ranks_ok, describe, test_path, CHILD_ENV};
+use super::tests_mpirun::{assert_aborted, assert_ranks_ok, describe, role_args, CHILD_ENV};
 
 /// The cluster's `SLURM_CONF`, started once per test binary; `None` when
 /// Slurm cannot run on this machine.
@@ -67,13 +67,7 @@ fn srun(conf: &str, np: u32, child: &str, limit: Duration) -> Output {
         .args(["--kill-after=10", &limit.as_secs().to_string()])
         .args(["srun", "--mpi=pmix", "-n", &np.to_string(), "--time=5"])
         .arg(&exe)
-        .args([
-            &test_path(child),
-            "--exact",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
+        .args(role_args(child))
         .env("SLURM_CONF", conf)
         .env(CHILD_ENV, child)
         .output()
