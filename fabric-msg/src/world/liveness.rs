@@ -290,10 +290,8 @@ mod tests {
         std::thread::sleep(STUCK * 40);
     }
 
-    /// A teardown after a loss names the step it is stuck in, and each
-    /// new step gets the whole bound again.
-    #[test]
-    fn a_stuck_teardown_names_its_step() {
+    /// Run the `stuck_child` role in `mode`; its output and how long it took.
+    fn run_stuck_child(mode: &str) -> (std::process::Output, std::time::Duration) {
         let started = Instant::now();
         let out = std::process::Command::new(std::env::current_exe().expect("test binary"))
             .args([
@@ -302,10 +300,17 @@ mod tests {
                 "--ignored",
                 "--nocapture",
             ])
-            .env("FABRIC_MSG_STUCK_CHILD", "teardown")
+            .env("FABRIC_MSG_STUCK_CHILD", mode)
             .output()
             .expect("running the child");
-        let took = started.elapsed();
+        (out, started.elapsed())
+    }
+
+    /// A teardown after a loss names the step it is stuck in, and each
+    /// new step gets the whole bound again.
+    #[test]
+    fn a_stuck_teardown_names_its_step() {
+        let (out, took) = run_stuck_child("teardown");
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(STUCK_EXIT), "{err}");
         assert!(
@@ -323,18 +328,7 @@ mod tests {
     /// does not.
     #[test]
     fn a_call_stuck_after_a_loss_ends_the_process_naming_the_rank() {
-        let started = Instant::now();
-        let out = std::process::Command::new(std::env::current_exe().expect("test binary"))
-            .args([
-                "--exact",
-                "world::liveness::tests::stuck_child",
-                "--ignored",
-                "--nocapture",
-            ])
-            .env("FABRIC_MSG_STUCK_CHILD", "1")
-            .output()
-            .expect("running the child");
-        let took = started.elapsed();
+        let (out, took) = run_stuck_child("1");
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(STUCK_EXIT), "{err}");
         assert!(
