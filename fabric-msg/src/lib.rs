@@ -114,6 +114,7 @@ pub mod discovery;
 pub mod error;
 #[doc(hidden)]
 pub mod fuzzing;
+pub(crate) mod libfabric;
 pub mod memory;
 pub mod transport;
 pub mod world;

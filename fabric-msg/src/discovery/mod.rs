@@ -4,12 +4,13 @@
 //! series in [`bits`]), telling InfiniBand from RoCE,
 //! iWARP and TCP ([`classify`], with verbs device limits from sysfs in
 //! [`verbs_limits`]), the ladder in `providers.toml` ([`config`]), probing a
-//! candidate with `fi_getinfo` (`probe`), walking the ladder
+//! candidate by opening it (`probe`, with the owned objects of
+//! `crate::libfabric`), walking the ladder
 //! ([`negotiate`]) and the [`Profile`](profile::Profile) the rest of the
 //! framework obeys ([`profile`]), with what guards a peer's one-sided access
 //! ([`protection`]).
 //!
-//! May use: [`crate::error`] and the raw bindings. Must not use: the memory
+//! May use: `crate::libfabric`, [`crate::error`] and the raw bindings. Must not use: the memory
 //! and transport layers. Nothing here opens an endpoint or moves a byte;
 //! trial objects opened while negotiating are closed before
 //! [`negotiate()`](negotiate::negotiate) returns, and most of the logic is a

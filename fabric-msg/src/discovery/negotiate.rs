@@ -19,11 +19,12 @@ pub use crate::error::{Reason, Rejection};
 use crate::discovery::atomic::{AtomicKind, AtomicPolicy};
 use crate::discovery::bits::{all_mode, ALL_MR_MODE};
 use crate::discovery::info::{EndpointType, FabricInfo};
-use crate::discovery::probe::{self, Hints, ProbeSizes};
+use crate::discovery::probe::{self, ProbeSizes};
 use crate::discovery::profile::{Profile, QueueSizes, Universe};
 use crate::discovery::verbs_limits::{self, DeviceLimits};
 use crate::error::{Error, Result};
 use crate::ffi;
+use crate::libfabric::{getinfo, Hints};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::sync::OnceLock;
@@ -214,12 +215,12 @@ pub fn negotiate(req: &Requirements, cfg: &LadderConfig) -> Result<Negotiation> 
     // can name them. (Offering a bit lets a provider use it without needing
     // it, so the wide listing is only consulted for entries the narrow one
     // lacks.)
-    let list_all = |mode, mr_mode| match probe::getinfo(&Hints {
+    let list_all = |mode, mr_mode| match getinfo(&Hints {
         mode,
         mr_mode,
         ..Default::default()
     }) {
-        Ok(list) => Ok(list.entries()),
+        Ok(list) => Ok(probe::entries(&list)),
         Err(Error::NoData { .. }) => Ok(Vec::new()),
         Err(e) => Err(e),
     };
@@ -397,16 +398,14 @@ fn open(req: &Requirements, cfg: &LadderConfig, attempt: &Attempt, prepared: &Pr
         caps: req.required_bits() | source | for_atomics,
         mode: SUPPORTED_MODE,
         mr_mode: SUPPORTED_MR_MODE,
-        endpoint_type: Some(attempt.info.endpoint_type),
+        endpoint_type: Some(attempt.info.endpoint_type.to_raw()),
         provider: Some(attempt.info.provider.clone()),
         domain: Some(attempt.info.domain.clone()),
     };
-    let list = probe::getinfo(&hints)?;
+    let list = getinfo(&hints)?;
     // Providers may list other domains first despite the hint.
-    let entry = list
-        .position(&attempt.info.domain)
-        .ok_or(Error::NoData { call: "fi_getinfo" })?;
-    let granted = list.entries().swap_remove(entry);
+    let entry = probe::position(&list, &attempt.info.domain).ok_or(Error::NoData { call: "fi_getinfo" })?;
+    let granted = probe::entries(&list).swap_remove(entry);
     let max_cqe = prepared
         .devices
         .iter()

@@ -10,7 +10,8 @@
 use crate::discovery::info::Threading;
 use crate::error::Result;
 use crate::ffi;
-use crate::memory::domain::{close_fid, DomainInner};
+use crate::libfabric::Mr;
+use crate::memory::domain::DomainInner;
 use std::fmt;
 use std::os::raw::c_void;
 use std::sync::Arc;
@@ -33,7 +34,10 @@ pub struct Buffer {
     /// (see [`Buffer::new`]), with the header just below it.
     data: Box<[u8]>,
     len: usize,
-    mr: Option<LocalMr>,
+    /// Boxed: registering is rare (once per buffer, where `FI_MR_LOCAL`
+    /// asks) and a buffer moves on every post and completion, so one word
+    /// here, not four, is what the hot path carries.
+    mr: Option<Box<LocalMr>>,
 }
 
 /// The bytes a buffer of `capacity` allocates beyond header and payload.
@@ -198,7 +202,7 @@ impl Buffer {
                 let span = self.span();
                 let mr = LocalMr::register(domain, span.as_ptr(), span.len())?;
                 let desc = mr.desc;
-                self.mr = Some(mr);
+                self.mr = Some(Box::new(mr));
                 Ok(desc)
             }
         }
@@ -207,15 +211,14 @@ impl Buffer {
 
 /// A registration of memory for local access.
 pub(crate) struct LocalMr {
-    raw: *mut ffi::fid_mr,
+    _mr: Mr,
     desc: *mut c_void,
     domain: Arc<DomainInner>,
 }
 
-// SAFETY: the registration is only used to read its descriptor and to close
-// it; libfabric allows both from any thread for a registration nobody else
-// touches at FI_THREAD_SAFE and FI_THREAD_FID, the only levels `register`
-// accepts, and the Buffer owning it is used by one thread at a time.
+// SAFETY: the registration (an `Mr`, Send and Sync) is only used to read its
+// descriptor and to close it; the descriptor is an opaque value passed
+// back to libfabric, never dereferenced by Rust.
 unsafe impl Send for LocalMr {}
 // SAFETY: no &self method mutates or calls into libfabric.
 unsafe impl Sync for LocalMr {}
@@ -242,11 +245,10 @@ impl LocalMr {
         // Buffer's own allocation (the registration is dropped first), or
         // borrowed memory whose owner promised it lives until the operation's
         // completion, when the registration is dropped.
-        let raw = unsafe { crate::memory::mr::mr_reg(domain, ptr, len, access)? };
-        // SAFETY: raw is a live registration.
-        let desc = unsafe { ffi::fi_mr_desc(raw) };
+        let mr = unsafe { crate::memory::mr::mr_reg(domain, ptr, len, access)? };
+        let desc = mr.desc();
         Ok(LocalMr {
-            raw,
+            _mr: mr,
             desc,
             domain: domain.clone(),
         })
@@ -254,14 +256,6 @@ impl LocalMr {
 
     pub(crate) fn desc(&self) -> *mut c_void {
         self.desc
-    }
-}
-
-impl Drop for LocalMr {
-    fn drop(&mut self) {
-        // SAFETY: raw came from fi_mr_reg and is closed once, before the
-        // domain (held by the Arc in this value).
-        unsafe { close_fid("memory registration", &mut (*self.raw).fid) }
     }
 }
 

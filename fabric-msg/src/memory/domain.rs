@@ -1,68 +1,28 @@
-//! Fabric and domain: the roots every other libfabric object hangs from.
-//!
-//! Each raw object has one owner that closes it in `Drop`, and every child
-//! holds an `Arc` to its parent, so close order follows from drop order and
-//! `-FI_EBUSY` cannot happen.
+//! The domain a profile opens: libfabric's fabric and domain
+//! (`libfabric/fabric.rs` owns them) with what fabric-msg keeps beside
+//! them: the `fi_info`, the profile and the key space.
 
 use crate::discovery::negotiate::{SUPPORTED_MODE, SUPPORTED_MR_MODE};
-use crate::discovery::probe::{self, Hints, InfoList};
+use crate::discovery::probe;
 use crate::discovery::profile::Profile;
-use crate::error::{check, Error, Result};
+use crate::error::{Error, Result};
 use crate::ffi;
+use crate::libfabric::{getinfo, Domain, Fabric, Hints, InfoList, InfoRef};
 use crate::memory::keys::KeySpace;
-use std::ptr;
 use std::sync::Arc;
 
-/// Close a fid, logging (never panicking) on failure.
-///
-/// # Safety
-/// `fid` must be a live libfabric object that nothing else will use or close.
-pub(crate) unsafe fn close_fid(what: &str, fid: *mut ffi::fid) {
-    // SAFETY: the caller hands over a live fid, closed exactly once here.
-    let rc = unsafe { ffi::fi_close(fid) };
-    if rc != 0 {
-        log::warn!("closing {what}: {}", Error::from_rc("fi_close", rc.into()));
-    }
-}
-
-pub(crate) struct FabricInner {
-    pub(crate) raw: *mut ffi::fid_fabric,
-}
-
-// SAFETY: a fid_fabric may be used from any thread; fabric-msg calls into it
-// only for fi_trywait and opening children, which libfabric serialises at
-// every threading level (`FI_THREAD_*` governs endpoints, CQs and domains).
-unsafe impl Send for FabricInner {}
-// SAFETY: see Send; no method takes &mut.
-unsafe impl Sync for FabricInner {}
-
-impl Drop for FabricInner {
-    fn drop(&mut self) {
-        // SAFETY: raw was opened by fi_fabric and every child holds an Arc to
-        // this value, so all of them are closed already.
-        unsafe { close_fid("fabric", &mut (*self.raw).fid) }
-    }
-}
-
-/// An open fabric and domain for a negotiated profile.
+/// The domain a loop and its memory live in: libfabric's domain (and,
+/// through it, the fabric), the `fi_info` it was opened from, the profile
+/// negotiated for it, and the keys drawn for its registrations.
 pub(crate) struct DomainInner {
-    pub(crate) raw: *mut ffi::fid_domain,
-    pub(crate) fabric: Arc<FabricInner>,
+    pub(crate) domain: Arc<Domain>,
     /// The `fi_info` the domain was opened from; endpoints open from it.
-    pub(crate) info: InfoList,
-    pub(crate) info_index: usize,
+    info: InfoList,
+    info_index: usize,
     pub(crate) profile: Profile,
     /// Application-chosen keys for domains without `FI_MR_PROV_KEY`.
     pub(crate) keys: KeySpace,
 }
-
-// SAFETY: all use of the domain from fabric-msg goes through the EventLoop
-// that owns it (`&mut self`), or through fi_mr_reg/fi_close of memory
-// regions, which libfabric allows concurrently from FI_THREAD_DOMAIN up only
-// when serialised: fabric-msg serialises them through the same loop.
-unsafe impl Send for DomainInner {}
-// SAFETY: see Send.
-unsafe impl Sync for DomainInner {}
 
 impl DomainInner {
     /// Open the fabric and domain the profile describes.
@@ -76,35 +36,24 @@ impl DomainInner {
             caps: caps | source,
             mode: SUPPORTED_MODE,
             mr_mode: SUPPORTED_MR_MODE,
-            endpoint_type: Some(profile.endpoint_type),
+            endpoint_type: Some(profile.endpoint_type.to_raw()),
             provider: Some(profile.provider.clone()),
             domain: Some(profile.domain.clone()),
         };
-        let info = probe::getinfo(&hints)?;
-        let info_index = info
-            .position(&profile.domain)
-            .ok_or(Error::NoData { call: "fi_getinfo" })?;
-        let node = info.nth(info_index);
+        let info = getinfo(&hints)?;
+        let info_index =
+            probe::position(&info, &profile.domain).ok_or(Error::NoData { call: "fi_getinfo" })?;
+        let node = info.nth(info_index).ok_or(Error::NoData { call: "fi_getinfo" })?;
         // SAFETY: node is a live entry of `info`, which this value keeps; the
         // sizes written are the ones negotiation chose to fit its limits.
         unsafe {
-            (*(*node).tx_attr).size = profile.queues.tx;
-            (*(*node).rx_attr).size = profile.queues.rx;
+            (*node.get().tx_attr).size = profile.queues.tx;
+            (*node.get().rx_attr).size = profile.queues.rx;
         }
-        let mut fabric = ptr::null_mut();
-        // SAFETY: fabric_attr belongs to the live node.
-        check("fi_fabric", unsafe {
-            ffi::fi_fabric((*node).fabric_attr, &mut fabric, ptr::null_mut())
-        })?;
-        let fabric = Arc::new(FabricInner { raw: fabric });
-        let mut domain = ptr::null_mut();
-        // SAFETY: fabric is open; node is live.
-        check("fi_domain", unsafe {
-            ffi::fi_domain(fabric.raw, node, &mut domain, ptr::null_mut())
-        })?;
+        let fabric = Fabric::open(node)?;
+        let domain = Domain::open(&fabric, node)?;
         Ok(Arc::new(DomainInner {
-            raw: domain,
-            fabric,
+            domain,
             info,
             info_index,
             profile: profile.clone(),
@@ -112,20 +61,19 @@ impl DomainInner {
         }))
     }
 
-    pub(crate) fn info_ptr(&self) -> *mut ffi::fi_info {
-        self.info.nth(self.info_index)
+    /// The `fi_info` entry the domain was opened from.
+    pub(crate) fn info(&self) -> InfoRef<'_> {
+        self.info
+            .nth(self.info_index)
+            .expect("the entry `open` found stays in the list it owns")
+    }
+
+    pub(crate) fn fabric(&self) -> &Arc<Fabric> {
+        self.domain.fabric()
     }
 
     pub(crate) fn mr_mode(&self, bit: u32) -> bool {
         self.profile.mr_mode_bits & bit as u64 != 0
-    }
-}
-
-impl Drop for DomainInner {
-    fn drop(&mut self) {
-        // SAFETY: raw was opened by fi_domain; every child (CQ, AV, MR,
-        // endpoint) holds an Arc to this value and is closed already.
-        unsafe { close_fid("domain", &mut (*self.raw).fid) }
     }
 }
 

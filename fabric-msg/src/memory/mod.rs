@@ -1,7 +1,8 @@
 //! Memory: the opened domain, and the memory the NIC may touch in it.
 //!
 //! Lives here: the domain every other object is opened under and registers
-//! into (`domain` — libfabric's protection domain; `close_fid`), the
+//! into (`domain` — libfabric's protection domain, owned in `libfabric/`, with
+//! the `fi_info`, profile and key space beside it), the
 //! message [`Buffer`](crate::Buffer) with its lazily registered local
 //! descriptor (`buffer`), the remote keys fabric-msg draws where the
 //! provider lets it (`keys`), and registered regions, remote descriptors and

@@ -39,10 +39,11 @@
 //! [`EventLoop::import`]: crate::EventLoop::import
 
 use crate::discovery::info::Threading;
-use crate::error::{check, Error, Result};
+use crate::error::{Error, Result};
 use crate::ffi;
+use crate::libfabric::{Mr, RawEndpoint};
 use crate::memory::access::Access;
-use crate::memory::domain::{close_fid, DomainInner};
+use crate::memory::domain::DomainInner;
 use crate::memory::lease::Lease;
 use crate::memory::remote::RemoteMemory;
 use std::alloc::{self, Layout};
@@ -63,7 +64,8 @@ pub(crate) struct RegionInner {
     /// Some: fabric-msg allocated the memory and frees it after closing the
     /// registration. None: borrowed from the caller.
     layout: Option<Layout>,
-    raw: *mut ffi::fid_mr,
+    /// The registration; `None` only while `register` builds it.
+    mr: Option<Mr>,
     pub(crate) desc: *mut c_void,
     key: u64,
     raw_key: Vec<u8>,
@@ -90,11 +92,8 @@ unsafe impl Sync for RegionInner {}
 
 impl Drop for RegionInner {
     fn drop(&mut self) {
-        if !self.raw.is_null() {
-            // SAFETY: raw came from fi_mr_reg and is closed once, before the
-            // memory it covers is freed and before the domain (held alive).
-            unsafe { close_fid("memory region", &mut (*self.raw).fid) }
-        }
+        // The registration goes before the memory it covers.
+        self.mr = None;
         if let Some(layout) = self.layout {
             // SAFETY: allocated in `allocate` with this layout; the
             // registration is closed, so the NIC no longer touches it.
@@ -229,14 +228,14 @@ pub(crate) unsafe fn register(
     layout: Option<Layout>,
     access: Access,
     exposed: bool,
-    endpoint: Option<(*mut ffi::fid_ep, Arc<()>)>,
+    endpoint: Option<(RawEndpoint, Arc<()>)>,
 ) -> Result<RegionInner> {
     let p = &domain.profile;
     let mut inner = RegionInner {
         ptr,
         len,
         layout,
-        raw: ptr::null_mut(),
+        mr: None,
         desc: ptr::null_mut(),
         key: 0,
         raw_key: Vec::new(),
@@ -261,7 +260,7 @@ pub(crate) unsafe fn register(
     let remote = if exposed { access.remote_bits() } else { 0 };
     let flags = (ffi::FI_SEND | ffi::FI_RECV | ffi::FI_READ | ffi::FI_WRITE) as u64 | remote;
     // SAFETY: the caller keeps the memory allocated for the registration's life.
-    inner.raw = unsafe { mr_reg(domain, ptr.as_ptr(), len, flags)? };
+    let mr = unsafe { mr_reg(domain, ptr.as_ptr(), len, flags)? };
     if domain.mr_mode(ffi::FI_MR_ENDPOINT) {
         let Some((ep, keep)) = endpoint else {
             return Err(Error::Unsupported {
@@ -271,34 +270,22 @@ pub(crate) unsafe fn register(
                 provider: p.provider.clone(),
             });
         };
-        // SAFETY: both objects are open; the region keeps `keep`, which the
+        // SAFETY: the endpoint is open; the region keeps `keep`, which the
         // loop checks before closing the endpoint.
-        check("fi_mr_bind", unsafe {
-            ffi::fi_mr_bind(inner.raw, &mut (*ep).fid, 0)
-        })?;
-        // SAFETY: the region is bound, as fi_mr_enable requires here.
-        check("fi_mr_enable", unsafe { ffi::fi_mr_enable(inner.raw) })?;
+        unsafe { mr.bind(ep)? };
         inner._bound = Some(keep);
     }
-    // SAFETY: raw is a live registration.
-    inner.desc = unsafe { ffi::fi_mr_desc(inner.raw) };
+    inner.desc = mr.desc();
     let virt = domain.mr_mode(ffi::FI_MR_VIRT_ADDR);
     inner.remote_base = if virt { ptr.as_ptr() as u64 } else { 0 };
     if domain.mr_mode(ffi::FI_MR_RAW) {
-        let mut base = 0u64;
-        let mut size = p.mr_key_size.max(1);
-        inner.raw_key = vec![0u8; size];
-        // SAFETY: raw_key has `size` writable bytes; the outputs are valid.
-        check("fi_mr_raw_attr", unsafe {
-            ffi::fi_mr_raw_attr(inner.raw, &mut base, inner.raw_key.as_mut_ptr(), &mut size, 0)
-        })?;
-        inner.raw_key.truncate(size);
+        let (base, raw_key) = mr.raw_key(p.mr_key_size)?;
+        inner.raw_key = raw_key;
         if virt {
             inner.remote_base = base;
         }
     } else {
-        // SAFETY: raw is a live registration.
-        inner.key = unsafe { ffi::fi_mr_key(inner.raw) };
+        inner.key = mr.key();
         if inner.key == u64::MAX
         /* FI_KEY_NOTAVAIL */
         {
@@ -310,6 +297,7 @@ pub(crate) unsafe fn register(
             });
         }
     }
+    inner.mr = Some(mr);
     Ok(inner)
 }
 
@@ -324,12 +312,7 @@ const KEY_ATTEMPTS: usize = 8;
 ///
 /// # Safety
 /// `ptr..ptr+len` stays allocated until the registration is closed.
-pub(crate) unsafe fn mr_reg(
-    domain: &DomainInner,
-    ptr: *const u8,
-    len: usize,
-    flags: u64,
-) -> Result<*mut ffi::fid_mr> {
+pub(crate) unsafe fn mr_reg(domain: &DomainInner, ptr: *const u8, len: usize, flags: u64) -> Result<Mr> {
     let provider_keys = domain.mr_mode(ffi::FI_MR_PROV_KEY);
     let mut attempt = 0;
     loop {
@@ -339,21 +322,11 @@ pub(crate) unsafe fn mr_reg(
         } else {
             domain.keys.draw(&domain.profile.provider)?
         };
-        let mut raw = ptr::null_mut();
         // SAFETY: the caller keeps the memory allocated for the
-        // registration's life; the out-pointer is valid.
-        let rc = unsafe {
-            ffi::fi_mr_reg(
-                domain.raw,
-                ptr.cast(),
-                len,
-                flags,
-                0,
-                requested_key,
-                0,
-                &mut raw,
-                ptr::null_mut(),
-            )
+        // registration's life.
+        let rc = match unsafe { Mr::register(&domain.domain, ptr, len, flags, requested_key) } {
+            Ok(mr) => return Ok(mr),
+            Err(rc) => rc,
         };
         if rc == -(ffi::FI_ENOMEM as i32) {
             return Err(Error::MemoryLimit {
@@ -365,8 +338,7 @@ pub(crate) unsafe fn mr_reg(
             log::debug!("fi_mr_reg: key {requested_key:#x} taken (FI_ENOKEY); drawing another");
             continue;
         }
-        check("fi_mr_reg", rc)?;
-        return Ok(raw);
+        return Err(Error::from_rc("fi_mr_reg", rc.into()));
     }
 }
 

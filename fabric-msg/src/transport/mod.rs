@@ -2,9 +2,8 @@
 //!
 //! Lives here: the [`EventLoop`](event_loop::EventLoop) — endpoints, one
 //! completion queue, posting, completions, deadlines and teardown, one file
-//! per part under [`event_loop`]; the event queue and passive endpoint that
-//! connected (MSG) endpoints need (`eq`); connection management for them
-//! (`event_loop/cm.rs`); one-sided reads, writes and atomics on the loop
+//! per part under [`event_loop`]; connection management for connected
+//! (MSG) endpoints (`event_loop/cm.rs`); one-sided reads, writes and atomics on the loop
 //! ([`event_loop::rma`]); and
 //! the TCP bootstrap that exchanges endpoint names and profiles
 //! ([`bootstrap`]), with the check every name from a peer passes before
@@ -16,14 +15,14 @@
 //! the thread that drives a loop's progress while its application does not
 //! poll (`progress`).
 //!
-//! May use: [`crate::memory`], [`crate::discovery`], [`crate::error`]. Must
+//! May use: [`crate::memory`], [`crate::discovery`], `crate::libfabric`
+//! (the owned libfabric objects), [`crate::error`]. Must
 //! not use anything above it. The loop is the single owner of every
 //! endpoint, queue and in-flight operation; see `docs/architecture.md` for
 //! who closes what, and in which order.
 
 pub(crate) mod address;
 pub mod bootstrap;
-pub(crate) mod eq;
 pub mod event_loop;
 pub(crate) mod framing;
 pub mod liveness;

@@ -31,6 +31,7 @@
 //! ([`Progress::gate`]). None of those is on the data path.
 
 use crate::ffi;
+use crate::libfabric::CqProgress;
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -49,15 +50,6 @@ struct Shared {
     gate: Arc<Mutex<()>>,
 }
 
-/// The CQ handed to the thread.
-struct RawCq(*mut ffi::fid_cq);
-
-// SAFETY: the CQ belongs to a domain opened at FI_THREAD_SAFE (checked by
-// `EventLoop::new` before starting the thread), so libfabric allows calls
-// on it from any thread, concurrently with the loop's own; the loop stops
-// and joins the thread before it closes any endpoint or the CQ.
-unsafe impl Send for RawCq {}
-
 /// A running progress thread; dropping it stops and joins it.
 pub(crate) struct Progress {
     shared: Arc<Shared>,
@@ -65,23 +57,16 @@ pub(crate) struct Progress {
 }
 
 impl Progress {
-    /// Start driving `cq`'s progress every `period` (at least 10 µs).
-    ///
-    /// # Safety
-    /// `cq` must be an open CQ of a domain opened at `FI_THREAD_SAFE`, and
-    /// must stay open until the returned value is dropped.
-    pub(crate) unsafe fn start(
-        cq: *mut ffi::fid_cq,
-        tagged: bool,
-        period: Duration,
-    ) -> std::io::Result<Progress> {
+    /// Start driving `cq`'s progress every `period` (at least 10 µs). Its
+    /// maker ([`Cq::progress_handle`](crate::libfabric::Cq::progress_handle))
+    /// promised the CQ stays open until the returned value is dropped.
+    pub(crate) fn start(cq: CqProgress, period: Duration) -> std::io::Result<Progress> {
         let shared = Arc::new(Shared::default());
         let s = shared.clone();
-        let cq = RawCq(cq);
         let period = period.max(Duration::from_micros(10));
         let thread = std::thread::Builder::new()
             .name("fabric-msg-progress".into())
-            .spawn(move || drive(&s, cq, tagged, period))?;
+            .spawn(move || drive(&s, cq, period))?;
         Ok(Progress {
             shared,
             thread: Some(thread),
@@ -120,16 +105,7 @@ impl Drop for Progress {
 }
 
 /// The thread's body.
-fn drive(shared: &Shared, cq: RawCq, tagged: bool, period: Duration) {
-    // One entry of the CQ's format, never written (count 0), passed so that
-    // no provider meets a null buffer.
-    let mut tagged_entry = ffi::fi_cq_tagged_entry::default();
-    let mut data_entry = ffi::fi_cq_data_entry::default();
-    let buf: *mut std::os::raw::c_void = if tagged {
-        (&mut tagged_entry as *mut ffi::fi_cq_tagged_entry).cast()
-    } else {
-        (&mut data_entry as *mut ffi::fi_cq_data_entry).cast()
-    };
+fn drive(shared: &Shared, cq: CqProgress, period: Duration) {
     let mut warned = false;
     loop {
         std::thread::park_timeout(period);
@@ -140,13 +116,9 @@ fn drive(shared: &Shared, cq: RawCq, tagged: bool, period: Duration) {
             continue;
         }
         let rc = {
+            // The loop changes no endpoint while the gate is held.
             let _gate = shared.gate.lock();
-            // SAFETY: the CQ is open (the owner joins this thread before
-            // closing it) and thread-safe (see RawCq); the loop changes no
-            // endpoint while the gate is held; a count of 0 runs the
-            // provider's progress and copies no entry into `buf`, which is
-            // valid anyway.
-            unsafe { ffi::fi_cq_read(cq.0, buf, 0) }
+            cq.drive()
         };
         shared.runs.fetch_add(1, Ordering::Relaxed);
         let eagain = -(ffi::FI_EAGAIN as isize);

@@ -10,7 +10,6 @@ use super::protocol::{
 use crate::discovery::info::EndpointType;
 use crate::discovery::profile::Agreement;
 use crate::error::{Error, Result};
-use crate::ffi;
 use crate::transport::event_loop::cm::Prepost;
 use crate::transport::event_loop::{EndpointId, EventLoop, Peer};
 use crate::transport::framing::FrameReader;
@@ -102,7 +101,7 @@ impl Handshake {
     pub(super) fn take_request(
         &mut self,
         ev: &mut EventLoop,
-        info: *mut ffi::fi_info,
+        info: crate::libfabric::Info,
         prepost: Prepost<'_>,
     ) -> Result<()> {
         let Step::Request { agreement, .. } = self.step else {

@@ -13,7 +13,7 @@ use super::handshake::{Handshake, Progress};
 use super::protocol::{io, DEFAULT_TIMEOUT};
 use crate::discovery::info::EndpointType;
 use crate::error::{Error, Result};
-use crate::transport::eq::CmEvent;
+use crate::libfabric::CmEvent;
 use crate::transport::event_loop::cm::Prepost;
 use crate::transport::event_loop::{EndpointId, EventLoop, Peer};
 use std::collections::VecDeque;

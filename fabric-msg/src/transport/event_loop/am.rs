@@ -37,6 +37,7 @@ use super::types::{Completion, CompletionError, EndpointId, OpKind, Peer, Token}
 use crate::discovery::atomic::AtomicKind;
 use crate::error::{check, strerror, Error, ErrorCode, Result};
 use crate::ffi;
+use crate::libfabric::RawEndpoint;
 use crate::memory::buffer::Buffer;
 use crate::memory::remote::RemoteMemory;
 use std::os::raw::c_void;
@@ -70,7 +71,7 @@ impl EventLoop {
         let request_tag = self.am.tags.request();
         // A quarter of the CQ at most, so a small CQ keeps room for the
         // application's operations.
-        for _ in 0..REQUEST_RECVS.min(self.objects.cq.capacity / 4).max(1) {
+        for _ in 0..REQUEST_RECVS.min(self.objects.cq_capacity / 4).max(1) {
             self.wait_for_room()?;
             let mut buf = self.am.bufs.pop().unwrap_or_else(|| Buffer::new(REQUEST_LEN));
             let desc = self.local_desc(&mut buf)?;
@@ -210,10 +211,10 @@ impl EventLoop {
         let s = &mut self.slab.slots[index as usize];
         s.expires = Some(now + (t - t / 2));
         let (endpoint, addr, generation) = (s.endpoint, s.peer, s.generation);
-        let Some(Some(ep)) = self.endpoints.get(endpoint as usize) else {
+        // A closed endpoint (a lost peer's connection) has a null handle.
+        let Some(raw) = self.open_raw(endpoint) else {
             return true;
         };
-        let raw = ep.raw;
         if let Err(e) = self.am_send_request(endpoint, addr, raw, index, generation, &op.request, false) {
             log::debug!("emulated atomic: its request could not be sent again ({e}); its deadline stands");
         }
@@ -227,7 +228,7 @@ impl EventLoop {
         &mut self,
         endpoint: u32,
         dest: ffi::fi_addr_t,
-        raw: *mut ffi::fid_ep,
+        raw: RawEndpoint,
         op_index: u32,
         generation: u64,
         r: &Request,
@@ -243,7 +244,7 @@ impl EventLoop {
         let bufp = buf.ptr(false);
         if retry {
             self.wait_for_room()?;
-        } else if self.slab.in_flight >= self.objects.cq.capacity {
+        } else if self.slab.in_flight >= self.objects.cq_capacity {
             self.am.bufs.push(buf);
             return Err(Error::Usage("no room in the completion queue".into()));
         }
@@ -280,12 +281,12 @@ impl EventLoop {
         if s.expires.take().is_some() {
             self.slab.timed -= 1;
         }
-        let ctx = (&mut **s as *mut slab::OpSlot).cast::<c_void>();
-        if let Some(Some(ep)) = self.endpoints.get(s.endpoint as usize) {
+        let (ctx, endpoint) = ((&mut **s as *mut slab::OpSlot).cast::<c_void>(), s.endpoint);
+        if let Some(raw) = self.open_raw(endpoint) {
             // SAFETY: the endpoint is open and the slot's receive is posted
             // on it; fi_cancel only looks the context up. If it cannot be
             // cancelled, the slot waits for the endpoint's close.
-            unsafe { ffi::fi_cancel(&mut (*ep.raw).fid, ctx) };
+            unsafe { raw.cancel(ctx) };
         }
     }
 
@@ -425,9 +426,8 @@ impl EventLoop {
     pub(super) fn am_repost(&mut self, index: u32) {
         let s = &self.slab.slots[index as usize];
         let (endpoint, internal, target) = (s.endpoint, s.role.internal(), s.peer);
-        let raw = match self.endpoints.get(endpoint as usize) {
-            Some(Some(ep)) => ep.raw,
-            _ => return self.am_drop_receive(index),
+        let Some(raw) = self.open_raw(endpoint) else {
+            return self.am_drop_receive(index);
         };
         let (len, header, tag, src) = match (internal, self.am.tracked(index)) {
             (Internal::AmReply, Some(op)) => (

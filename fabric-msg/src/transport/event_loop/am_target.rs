@@ -102,12 +102,11 @@ impl EventLoop {
 
     /// Post a reply once; it comes back if the queue has no room now.
     pub(super) fn am_post_reply(&mut self, mut o: Outgoing) -> Option<Outgoing> {
-        let Some(Some(ep)) = self.endpoints.get(o.endpoint as usize) else {
+        let Some(raw) = self.open_raw(o.endpoint) else {
             self.spare.notify_bufs.push(o.buf);
             return None;
         };
-        let raw = ep.raw;
-        if self.slab.in_flight >= self.objects.cq.capacity {
+        if self.slab.in_flight >= self.objects.cq_capacity {
             return Some(o);
         }
         let Ok(desc) = self.local_desc(&mut o.buf) else {

@@ -26,6 +26,7 @@
 //! progressing, for the backlog to shrink.
 
 use crate::ffi;
+use crate::libfabric::RawEndpoint;
 use std::collections::VecDeque;
 use std::os::raw::c_void;
 use std::time::Instant;
@@ -33,7 +34,7 @@ use std::time::Instant;
 /// What a send is posted with, kept for posting it again.
 #[derive(Clone, Copy)]
 pub(super) struct SendArgs {
-    pub(super) raw: *mut ffi::fid_ep,
+    pub(super) raw: RawEndpoint,
     pub(super) desc: *mut c_void,
     pub(super) addr: ffi::fi_addr_t,
     pub(super) tag: Option<u64>,
@@ -58,7 +59,7 @@ pub(super) struct Deferred {
 /// during one pass over them (kept to reuse its allocation).
 pub(super) struct Backlog {
     pub(super) queue: VecDeque<Deferred>,
-    pub(super) full: Vec<(*mut ffi::fid_ep, ffi::fi_addr_t)>,
+    pub(super) full: Vec<(RawEndpoint, ffi::fi_addr_t)>,
 }
 
 impl Backlog {
@@ -79,7 +80,7 @@ impl Backlog {
 
     /// Whether a send to `addr` on `raw` waits (a new one must queue behind it).
     #[inline]
-    pub(super) fn holds(&self, raw: *mut ffi::fid_ep, addr: ffi::fi_addr_t) -> bool {
+    pub(super) fn holds(&self, raw: RawEndpoint, addr: ffi::fi_addr_t) -> bool {
         !self.queue.is_empty()
             && self
                 .queue

@@ -12,6 +12,7 @@ use super::state::EventLoop;
 use super::types::{Completion, CompletionError, OpKind, PostError};
 use crate::error::{Error, ErrorCode, Result};
 use crate::ffi;
+use crate::libfabric::RawEndpoint;
 use crate::memory::buffer::Buffer;
 use std::os::raw::c_void;
 use std::time::{Duration, Instant};
@@ -54,7 +55,7 @@ impl EventLoop {
         let result = if self.fail_fast() {
             self.retry(what.call, post).map(|_| ())
         } else {
-            let rc = if self.posted() >= self.objects.cq.capacity || self.backlog.holds(a.raw, a.addr) {
+            let rc = if self.posted() >= self.objects.cq_capacity || self.backlog.holds(a.raw, a.addr) {
                 -(ffi::FI_EAGAIN as isize)
             } else {
                 post()
@@ -90,7 +91,7 @@ impl EventLoop {
     #[inline]
     pub(super) fn behind_backlog(
         &mut self,
-        raw: *mut ffi::fid_ep,
+        raw: RawEndpoint,
         addr: ffi::fi_addr_t,
         call: &'static str,
     ) -> Result<()> {
@@ -105,7 +106,7 @@ impl EventLoop {
 
     fn wait_behind_backlog(
         &mut self,
-        raw: *mut ffi::fid_ep,
+        raw: RawEndpoint,
         addr: ffi::fi_addr_t,
         call: &'static str,
     ) -> Result<()> {
@@ -208,7 +209,7 @@ impl EventLoop {
                 self.fail_backlogged(d.index, call, why.to_string());
                 continue;
             }
-            if self.posted() >= self.objects.cq.capacity {
+            if self.posted() >= self.objects.cq_capacity {
                 break;
             }
             let ctx = (&mut *self.slab.slots[d.index as usize] as *mut slab::OpSlot).cast::<c_void>();

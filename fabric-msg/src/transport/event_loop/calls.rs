@@ -6,6 +6,7 @@
 
 use super::overflow::Sink;
 use crate::ffi;
+use crate::libfabric::RawEndpoint;
 use std::os::raw::c_void;
 
 /// The libfabric function a send with these options is posted with.
@@ -35,7 +36,7 @@ pub(super) fn recv_call(tag: Option<(u64, u64)>) -> &'static str {
 /// none is needed); `ctx` is an operation slot's context.
 #[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn raw_send(
-    raw: *mut ffi::fid_ep,
+    raw: RawEndpoint,
     bufp: *mut c_void,
     len: usize,
     desc: *mut c_void,
@@ -44,15 +45,8 @@ pub(super) unsafe fn raw_send(
     data: Option<u64>,
     ctx: *mut c_void,
 ) -> isize {
-    // SAFETY: the caller's promises are exactly these calls' requirements.
-    unsafe {
-        match (tag, data) {
-            (None, None) => ffi::fi_send(raw, bufp, len, desc, addr, ctx),
-            (Some(t), None) => ffi::fi_tsend(raw, bufp, len, desc, addr, t, ctx),
-            (None, Some(d)) => ffi::fi_senddata(raw, bufp, len, desc, d, addr, ctx),
-            (Some(t), Some(d)) => ffi::fi_tsenddata(raw, bufp, len, desc, d, addr, t, ctx),
-        }
-    }
+    // SAFETY: the caller's promises are exactly the call's requirements.
+    unsafe { raw.send(bufp, len, desc, addr, tag, data, ctx) }
 }
 
 /// Post a receive, tagged (`(tag, ignore)`) or not.
@@ -70,7 +64,7 @@ pub(super) unsafe fn raw_send(
 /// # Safety
 /// As for [`raw_send`], with `len` writable bytes at `bufp`.
 pub(super) unsafe fn raw_recv(
-    raw: *mut ffi::fid_ep,
+    raw: RawEndpoint,
     bufp: *mut c_void,
     len: usize,
     desc: *mut c_void,
@@ -85,11 +79,6 @@ pub(super) unsafe fn raw_recv(
         // and `descs` during the call only.
         return unsafe { sink.recv(raw, bufp, len, desc, src, tag, ctx) };
     }
-    // SAFETY: the caller's promises are exactly these calls' requirements.
-    unsafe {
-        match tag {
-            None => ffi::fi_recv(raw, bufp, len, desc, src, ctx),
-            Some((t, ignore)) => ffi::fi_trecv(raw, bufp, len, desc, src, t, ignore, ctx),
-        }
-    }
+    // SAFETY: the caller's promises are exactly the call's requirements.
+    unsafe { raw.recv(bufp, len, desc, src, tag, ctx) }
 }

@@ -39,7 +39,7 @@ impl EventLoop {
         // SAFETY: `raw` is this loop's open endpoint (checked by `ep`), and
         // `ctx` is the context of a receive in flight on it: its slot is
         // boxed and stays in place until the completion is read.
-        let rc = unsafe { ffi::fi_cancel(&mut (*raw).fid, ctx.cast()) };
+        let rc = unsafe { raw.cancel(ctx.cast()) };
         match rc {
             0 => Ok(true),
             rc if rc == -(ffi::FI_ENOENT as isize) => Ok(false),

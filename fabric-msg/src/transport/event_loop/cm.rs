@@ -10,18 +10,17 @@
 use super::resources::EndpointState;
 use super::state::EventLoop;
 use super::types::EndpointId;
-use crate::error::{check, Error, Result};
+use crate::error::{Error, Result};
 use crate::ffi;
-use crate::memory::domain::close_fid;
-use crate::transport::eq::{CmEvent, Eq, Pep};
-use std::ptr;
+use crate::libfabric::{CmEvent, Endpoint, Eq, Info, InfoRef, PassiveEndpoint};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Posts receives on a new endpoint before its connection starts.
 pub(crate) type Prepost<'a> = &'a mut dyn FnMut(&mut EventLoop, EndpointId) -> Result<()>;
 
 impl EventLoop {
-    fn eq(&self) -> Result<&Eq> {
+    fn eq(&self) -> Result<&Arc<Eq>> {
         self.objects.eq.as_ref().ok_or_else(|| Error::Unsupported {
             what: "connected (MSG) endpoints on a profile negotiated for RDM".into(),
             provider: self.domain.profile.provider.clone(),
@@ -31,72 +30,47 @@ impl EventLoop {
     /// The passive endpoint's address, listening (opened on first use).
     pub(crate) fn msg_listen(&mut self) -> Result<Vec<u8>> {
         if let Some(p) = &self.objects.pep {
-            return Ok(p.name.clone());
+            return p.name();
         }
-        let eq = self.eq()?.raw;
-        let mut raw = ptr::null_mut();
-        // SAFETY: the fabric and its info are alive (self.domain).
-        check("fi_passive_ep", unsafe {
-            ffi::fi_passive_ep(
-                self.domain.fabric.raw,
-                self.domain.info_ptr(),
-                &mut raw,
-                ptr::null_mut(),
-            )
-        })?;
-        let mut pep = Pep {
-            raw,
-            name: Vec::new(),
-        };
-        // SAFETY: pep and eq are open; the EQ outlives the pep (closed after it).
-        check("fi_pep_bind", unsafe {
-            ffi::fi_pep_bind(pep.raw, &mut (*eq).fid, 0)
-        })?;
-        // SAFETY: pep is bound to an EQ, as fi_listen requires.
-        check("fi_listen", unsafe { ffi::fi_listen(pep.raw) })?;
-        let mut name = vec![0u8; 256];
-        let mut len = name.len();
-        // SAFETY: pep is open; name has len writable bytes.
-        check("fi_getname", unsafe {
-            ffi::fi_getname(&mut (*pep.raw).fid, name.as_mut_ptr().cast(), &mut len)
-        })?;
-        name.truncate(len);
-        pep.name = name.clone();
+        let eq = self.eq()?.clone();
+        let mut pep = PassiveEndpoint::open(self.domain.fabric(), self.domain.info())?;
+        pep.bind_eq(&eq)?;
+        pep.listen()?;
+        let name = pep.name()?;
         self.objects.pep = Some(pep);
         Ok(name)
     }
 
     /// Open an endpoint from `info`, bound to the loop's CQ and EQ.
-    fn msg_endpoint(&mut self, info: *mut ffi::fi_info) -> Result<*mut ffi::fid_ep> {
-        let eq = self.eq()?.raw;
+    fn msg_endpoint(&mut self, info: InfoRef<'_>) -> Result<Endpoint> {
+        let eq = self.eq()?.clone();
         // The progress thread waits while the CQ gains an endpoint.
         let gate = self.progress_gate();
         let _gate = gate.as_ref().map(|g| g.lock());
-        let mut ep = ptr::null_mut();
-        // SAFETY: the domain is open and `info` is a live fi_info.
-        check("fi_endpoint", unsafe {
-            ffi::fi_endpoint(self.domain.raw, info, &mut ep, ptr::null_mut())
-        })?;
+        // SAFETY: no context.
+        let mut ep = unsafe { Endpoint::open(&self.domain.domain, info, std::ptr::null_mut())? };
         let flags = u64::from(ffi::FI_TRANSMIT | ffi::FI_RECV);
-        // SAFETY: ep is fresh; the CQ and EQ outlive it. On error it is closed here.
-        let rc = unsafe {
-            let mut rc = ffi::fi_ep_bind(ep, &mut (*eq).fid, 0);
-            if rc == 0 {
-                rc = ffi::fi_ep_bind(ep, &mut (*self.objects.cq.raw).fid, flags);
-            }
-            if rc != 0 {
-                close_fid("endpoint", &mut (*ep).fid);
-            }
-            rc
-        };
-        check("fi_ep_bind", rc)?;
+        // On error `ep` closes as it drops.
+        ep.bind_eq(&eq)?;
+        ep.bind_cq(&self.objects.cq, flags)?;
         Ok(ep)
     }
 
-    fn adopt(&mut self, ep: *mut ffi::fid_ep) -> EndpointId {
+    fn adopt(&mut self, ep: Endpoint) -> EndpointId {
         let framed = self.framed();
-        self.endpoints.push(Some(EndpointState::new(ep, framed)));
+        self.endpoints.push(Some(EndpointState::new(Some(ep), framed)));
         EndpointId::new(self.endpoints.len() as u32 - 1)
+    }
+
+    /// The endpoint `id` (just adopted).
+    fn adopted(&self, id: EndpointId) -> Result<&Endpoint> {
+        self.endpoints
+            .get(id.0 as usize)
+            .and_then(Option::as_ref)
+            .and_then(|s| s.endpoint.as_ref())
+            .ok_or_else(|| Error::Closed {
+                what: format!("endpoint {}", id.0),
+            })
     }
 
     /// The next connection-management event, if any; never waits.
@@ -111,35 +85,27 @@ impl EventLoop {
     /// rejected and whatever was opened for it is closed.
     pub(crate) fn msg_accept_request(
         &mut self,
-        info: *mut ffi::fi_info,
+        info: Info,
         prepost: Prepost<'_>,
     ) -> Result<(EndpointId, usize)> {
-        // SAFETY: info is the provider's live request.
-        let handle = unsafe { (*info).handle };
-        let ep = self.msg_endpoint(info);
-        // SAFETY: the connreq's info was allocated by the provider for us to
-        // free, once; the handle it names lives on (fi_accept or fi_reject
-        // releases it).
-        unsafe { ffi::fi_freeinfo(info) };
-        let ep = match ep {
+        let ep = match self.msg_endpoint(info.as_ref()) {
             Ok(ep) => ep,
             Err(e) => {
-                self.reject_handle(handle);
+                self.msg_reject(info);
                 return Err(e);
             }
         };
+        // Only the fid's address is kept, for matching.
+        let fid = ep.fid_addr() as usize;
         let id = self.adopt(ep);
-        // SAFETY: ep is live; only its fid's address is kept, for matching.
-        let fid = unsafe { &mut (*ep).fid as *mut ffi::fid } as usize;
-        if let Err(e) = self.enable_and_prepost(ep, id, prepost) {
+        if let Err(e) = self.enable_and_prepost(id, prepost) {
             self.close_endpoint(id).ok();
-            self.reject_handle(handle);
+            self.msg_reject(info);
             return Err(e);
         }
         let gate = self.progress_gate();
         let gated = gate.as_ref().map(|g| g.lock());
-        // SAFETY: ep was opened from the request's info, bound and enabled.
-        let accepted = check("fi_accept", unsafe { ffi::fi_accept(ep, ptr::null(), 0) });
+        let accepted = self.adopted(id).and_then(Endpoint::accept);
         drop(gated);
         if let Err(e) = accepted {
             self.close_endpoint(id).ok();
@@ -148,23 +114,10 @@ impl EventLoop {
         Ok((id, fid))
     }
 
-    /// Refuse the connection request `info` and free it (once).
-    pub(crate) fn msg_reject(&mut self, info: *mut ffi::fi_info) {
-        // SAFETY: info is the provider's live request.
-        self.reject_handle(unsafe { (*info).handle });
-        // SAFETY: the request's info is ours to free, once; fi_freeinfo
-        // does not touch the handle fi_reject released.
-        unsafe { ffi::fi_freeinfo(info) };
-    }
-
-    /// `fi_reject` a request's handle (which that releases).
-    fn reject_handle(&mut self, handle: *mut ffi::fid) {
-        let Some(pep) = &self.objects.pep else { return };
-        // SAFETY: handle is a pending request's, not yet accepted or
-        // rejected; the pep that received it is listening.
-        let rc = unsafe { ffi::fi_reject(pep.raw, handle, ptr::null(), 0) };
-        if rc != 0 {
-            log::warn!("{}", Error::from_rc("fi_reject", rc.into()));
+    /// Refuse the connection request `info` and free it.
+    pub(crate) fn msg_reject(&mut self, info: Info) {
+        if let Some(pep) = &self.objects.pep {
+            pep.reject(&info);
         }
     }
 
@@ -179,70 +132,37 @@ impl EventLoop {
         timeout: Duration,
         prepost: Prepost<'_>,
     ) -> Result<EndpointId> {
-        // SAFETY: the domain keeps its info alive; src_addr, where set, has
-        // src_addrlen bytes.
-        let own = unsafe {
-            let i = self.domain.info_ptr();
-            if (*i).src_addr.is_null() {
-                Vec::new()
-            } else {
-                std::slice::from_raw_parts((*i).src_addr.cast::<u8>(), (*i).src_addrlen).to_vec()
-            }
-        };
+        let own = self.domain.info().src_addr();
         self.check_peer_name(&own, name, "the listening peer's")?;
-        // SAFETY: fi_dupinfo copies the live info; the copy is freed below.
-        let info = unsafe { ffi::fi_dupinfo(self.domain.info_ptr()) };
-        if info.is_null() {
-            return Err(Error::from_rc("fi_dupinfo", -(ffi::FI_ENOMEM as i64)));
-        }
+        let mut info = Info::dup(self.domain.info())?;
         // verbs resolves the route when the endpoint is created, so the
         // destination goes into the info (tcp would also take it in fi_connect).
-        // SAFETY: info is our copy; dest_addr gets malloc'd memory that
-        // fi_freeinfo frees with it.
-        unsafe {
-            let dest = libc::malloc(name.len().max(1));
-            if dest.is_null() {
-                ffi::fi_freeinfo(info);
-                return Err(Error::from_rc("malloc", -(ffi::FI_ENOMEM as i64)));
-            }
-            ptr::copy_nonoverlapping(name.as_ptr(), dest.cast::<u8>(), name.len());
-            libc::free((*info).dest_addr);
-            (*info).dest_addr = dest;
-            (*info).dest_addrlen = name.len();
-        }
-        let ep = self.msg_endpoint(info);
-        // SAFETY: info came from fi_dupinfo and is freed once.
-        unsafe { ffi::fi_freeinfo(info) };
-        let ep = ep?;
+        info.set_dest_addr(name)?;
+        let ep = self.msg_endpoint(info.as_ref())?;
+        drop(info);
+        let want = ep.fid_addr();
         let id = self.adopt(ep);
-        self.enable_and_prepost(ep, id, prepost)?;
+        self.enable_and_prepost(id, prepost)?;
         let gate = self.progress_gate();
         let gated = gate.as_ref().map(|g| g.lock());
-        // SAFETY: ep is bound and enabled; name is the peer's address in this
-        // provider's format and cm_data its private data, both read for the
-        // duration of the call.
-        let connected = check("fi_connect", unsafe {
-            ffi::fi_connect(ep, name.as_ptr().cast(), cm_data.as_ptr().cast(), cm_data.len())
-        });
+        // SAFETY: name is the peer's address in this provider's format
+        // (checked above).
+        let connected = self
+            .adopted(id)
+            .and_then(|ep| unsafe { ep.connect(name, cm_data) });
         drop(gated);
         connected?;
-        self.wait_connected(ep, timeout)?;
+        self.wait_connected(want, timeout)?;
         Ok(id)
     }
 
     /// Enable the endpoint so receives can be posted before the connection
     /// exists: iWARP has no receiver-not-ready retry, and a message that
     /// finds no posted receive ends the connection.
-    fn enable_and_prepost(
-        &mut self,
-        ep: *mut ffi::fid_ep,
-        id: EndpointId,
-        prepost: Prepost<'_>,
-    ) -> Result<()> {
+    fn enable_and_prepost(&mut self, id: EndpointId, prepost: Prepost<'_>) -> Result<()> {
         let gate = self.progress_gate();
         let gated = gate.as_ref().map(|g| g.lock());
-        // SAFETY: ep is open and bound to its CQ and EQ.
-        let enabled = check("fi_enable", unsafe { ffi::fi_enable(ep) });
+        let enabled = self.adopted(id).and_then(Endpoint::enable);
         drop(gated);
         enabled?;
         prepost(self, id)
@@ -252,9 +172,7 @@ impl EventLoop {
     /// meanwhile is refused (freed): this loop is connecting, and a
     /// [`Listener`](crate::Listener) driven with the same loop would not
     /// see it. Other connections' events are logged and dropped.
-    fn wait_connected(&mut self, ep: *mut ffi::fid_ep, timeout: Duration) -> Result<()> {
-        // SAFETY: ep is a live endpoint; only its fid address is compared.
-        let want = unsafe { &mut (*ep).fid as *mut ffi::fid };
+    fn wait_connected(&mut self, want: *mut ffi::fid, timeout: Duration) -> Result<()> {
         let deadline = Instant::now() + timeout;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());

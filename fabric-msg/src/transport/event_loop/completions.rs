@@ -5,15 +5,13 @@
 use super::frame::{decode_header, is_notify};
 use super::idle::Pause;
 use super::overflow::Sink;
-use super::resources::{CqEntries, CQ_BATCH};
 use super::slab::Role;
 use super::state::EventLoop;
 use super::types::{Completion, CompletionError, EndpointId, OpKind, Token, WaitMode};
 use crate::error::{Error, Result};
 use crate::ffi;
+use crate::libfabric::{CqEntries, CQ_BATCH};
 use crate::memory::buffer::{Buffer, HEADROOM};
-use std::os::raw::c_void;
-use std::ptr;
 use std::time::{Duration, Instant};
 
 impl EventLoop {
@@ -143,14 +141,8 @@ impl EventLoop {
 
     pub(super) fn wait(&mut self, remaining: Option<Duration>) {
         let sleeps = matches!(self.cfg.wait, WaitMode::Block | WaitMode::Adaptive);
-        if let (true, Some(fd)) = (sleeps, self.objects.cq.wait_fd) {
-            let mut fids = [ptr::null_mut::<ffi::fid>(); 1];
-            // SAFETY: the CQ is open; fi_trywait reads `fids` for the call only.
-            let ready = unsafe {
-                fids[0] = &mut (*self.objects.cq.raw).fid;
-                ffi::fi_trywait(self.domain.fabric.raw, fids.as_mut_ptr(), 1)
-            };
-            if ready == 0 {
+        if let (true, Some(fd)) = (sleeps, self.objects.cq.wait_fd()) {
+            if self.objects.cq.try_wait() {
                 let ms = remaining.map_or(-1, |r| r.as_millis().clamp(1, i32::MAX as u128) as i32);
                 let mut pfd = libc::pollfd {
                     fd,
@@ -180,44 +172,18 @@ impl EventLoop {
     }
 
     pub(super) fn read_cq_into(&mut self, bufs: &mut CqEntries) -> Result<()> {
-        let CqEntries { tagged, data, srcs } = bufs;
         if let Some(p) = &self.objects.progress {
             p.polled();
         }
+        let tagged = self.objects.cq.tagged();
         loop {
-            // The buffer must have the CQ's own entry format: entries are
-            // written back to back at that format's size.
-            let buf: *mut c_void = if self.objects.cq.tagged {
-                tagged.as_mut_ptr().cast()
-            } else {
-                data.as_mut_ptr().cast()
-            };
-            // SAFETY: the CQ is open; `buf` holds CQ_BATCH entries of the CQ's
-            // format and `srcs` as many addresses.
-            let rc = unsafe {
-                if self.rules.has_source {
-                    ffi::fi_cq_readfrom(self.objects.cq.raw, buf, CQ_BATCH, srcs.as_mut_ptr())
-                } else {
-                    ffi::fi_cq_read(self.objects.cq.raw, buf, CQ_BATCH)
-                }
-            };
+            let rc = self.objects.cq.read(bufs, self.rules.has_source);
             if rc > 0 {
                 let n = rc as usize;
                 for i in 0..n {
-                    let src = (self.rules.has_source && srcs[i] != ffi::FI_ADDR_NOTAVAIL).then_some(srcs[i]);
-                    let entry = if self.objects.cq.tagged {
-                        tagged[i]
-                    } else {
-                        let d = &data[i];
-                        ffi::fi_cq_tagged_entry {
-                            op_context: d.op_context,
-                            flags: d.flags,
-                            len: d.len,
-                            buf: d.buf,
-                            data: d.data,
-                            tag: 0,
-                        }
-                    };
+                    let src = (self.rules.has_source && bufs.srcs[i] != ffi::FI_ADDR_NOTAVAIL)
+                        .then_some(bufs.srcs[i]);
+                    let entry = bufs.entry(i, tagged);
                     self.complete(&entry, src);
                 }
                 if n < CQ_BATCH {

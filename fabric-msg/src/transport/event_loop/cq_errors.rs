@@ -11,21 +11,14 @@ use super::state::EventLoop;
 use super::types::{Completion, CompletionError};
 use crate::error::{strerror, Error, ErrorCode, Result};
 use crate::ffi;
+use crate::libfabric::CqError;
 use crate::memory::buffer::HEADROOM;
 
 impl EventLoop {
     pub(super) fn read_error(&mut self) -> Result<()> {
-        let mut err = ffi::fi_cq_err_entry::default();
-        // The provider's error data is copied here, not lent: a lent buffer
-        // lives only until the CQ's next read (libfabric 2.1 frees it
-        // there), which a progress thread may make at any time.
-        let mut err_data = [0u8; 256];
-        err.err_data = err_data.as_mut_ptr().cast();
-        err.err_data_size = err_data.len();
-        // SAFETY: the CQ is open and reported FI_EAVAIL; err is a valid
-        // out-struct, and err_data (valid for its length) outlives every
-        // use of `err` in this function, fi_cq_strerror's included.
-        let rc = unsafe { ffi::fi_cq_readerr(self.objects.cq.raw, &mut err, 0) };
+        let mut full = CqError::default();
+        let rc = self.objects.cq.read_error(&mut full);
+        let err = &full.entry;
         if rc == -(ffi::FI_EAGAIN as isize) {
             return Ok(());
         }
@@ -52,7 +45,7 @@ impl EventLoop {
                     buffer_len: self.slab.slots[index as usize].posted_len,
                 }
             } else {
-                self.failure_of(index, &err, code)
+                self.failure_of(index, &full, code)
             };
             self.am_failed(index, internal, failure);
             return Ok(());
@@ -62,7 +55,7 @@ impl EventLoop {
             (s.endpoint, s.kind, s.token, s.posted_len, s.role.group(), s.lost)
         };
         if group != NO_GROUP {
-            let failure = self.failure_of(index, &err, code);
+            let failure = self.failure_of(index, &full, code);
             self.finish_part(index, group, Err(failure));
             return Ok(());
         }
@@ -106,7 +99,7 @@ impl EventLoop {
         } else if lost {
             Err(self.lost_failure(index))
         } else {
-            Err(self.cq_failure(&err, code))
+            Err(self.cq_failure(&full, code))
         };
         let tag = tag_of(err.flags, err.tag);
         let mut failed = Completion::outcome(token, endpoint, kind, result);
@@ -118,7 +111,7 @@ impl EventLoop {
 
     /// The error of a failed operation: `PeerLost` if its peer is lost,
     /// else the provider's.
-    fn failure_of(&self, index: u32, err: &ffi::fi_cq_err_entry, code: u32) -> CompletionError {
+    fn failure_of(&self, index: u32, err: &CqError, code: u32) -> CompletionError {
         if self.slab.slots[index as usize].lost {
             self.lost_failure(index)
         } else {
@@ -127,27 +120,12 @@ impl EventLoop {
     }
 
     /// A completion error other than truncation, with the provider's text.
-    pub(super) fn cq_failure(&self, err: &ffi::fi_cq_err_entry, code: u32) -> CompletionError {
+    pub(super) fn cq_failure(&self, full: &CqError, code: u32) -> CompletionError {
         if code == ffi::FI_ECANCELED {
             return CompletionError::Cancelled;
         }
-        let mut text = [0 as std::os::raw::c_char; 256];
-        // SAFETY: the CQ is open; fi_cq_strerror writes at most len bytes
-        // into `text` and returns a C string valid while err_data is.
-        let prov = unsafe {
-            let p = ffi::fi_cq_strerror(
-                self.objects.cq.raw,
-                err.prov_errno,
-                err.err_data,
-                text.as_mut_ptr(),
-                text.len(),
-            );
-            if p.is_null() {
-                String::new()
-            } else {
-                std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned()
-            }
-        };
+        let prov = self.objects.cq.error_text(full);
+        let err = &full.entry;
         CompletionError::Failed {
             code: ErrorCode(code),
             text: strerror(code),

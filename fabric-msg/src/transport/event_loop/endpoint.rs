@@ -6,11 +6,12 @@ use super::state::EventLoop;
 use super::types::{EndpointId, Peer};
 use crate::discovery::probe::remove_stale_shm_region;
 use crate::discovery::profile::Agreement;
-use crate::error::{check, Error, Result};
+use crate::error::{Error, Result};
 use crate::ffi;
-use crate::memory::domain::close_fid;
+use crate::libfabric::{Av, Endpoint, RawEndpoint};
 use crate::transport::address::check_name;
 use std::ptr;
+use std::sync::Arc;
 
 impl EventLoop {
     /// Open an endpoint. RDM: a reliable-datagram endpoint bound to this
@@ -18,19 +19,17 @@ impl EventLoop {
     /// endpoint, which `accept`/`connect` take; each connection then gets
     /// its own endpoint, named by [`Peer::endpoint`] — post there.
     pub fn open_endpoint(&mut self) -> Result<EndpointId> {
-        let Some(av) = &self.objects.av else {
-            self.endpoints
-                .push(Some(EndpointState::new(ptr::null_mut(), self.framed())));
+        let Some(av) = self.objects.av.clone() else {
+            self.endpoints.push(Some(EndpointState::new(None, self.framed())));
             return Ok(EndpointId(self.endpoints.len() as u32 - 1));
         };
-        let av_raw = av.raw;
         // libfabric 1.17's shm names its region /dev/shm/<pid>:<n>:<n> and
         // cannot unlink it when the process is SIGKILLed; a later process
         // with the same pid then fails here with FI_EBUSY. Such a region is
         // garbage: unlink it and try again (the next try has the next name).
         let mut tries = 0;
-        let raw = loop {
-            match self.open_rdm(av_raw) {
+        let endpoint = loop {
+            match self.open_rdm(&av) {
                 Err((Error::Fabric { code, .. }, Some(name)))
                     if code == ffi::FI_EBUSY && tries < 8 && remove_stale_shm_region(&name) =>
                 {
@@ -39,7 +38,7 @@ impl EventLoop {
                 r => break r.map_err(|(e, _)| e)?,
             }
         };
-        let state = EndpointState::new(raw, self.framed());
+        let state = EndpointState::new(Some(endpoint), self.framed());
         self.endpoints.push(Some(state));
         let id = EndpointId(self.endpoints.len() as u32 - 1);
         if self.domain.profile.atomics_emulated() {
@@ -55,14 +54,10 @@ impl EventLoop {
     /// Open, bind and enable an RDM endpoint. On failure the endpoint is
     /// closed, and its name (what `fi_getname` said before enabling) comes
     /// back with the error.
-    fn open_rdm(
-        &mut self,
-        av: *mut ffi::fid_av,
-    ) -> std::result::Result<*mut ffi::fid_ep, (Error, Option<Vec<u8>>)> {
+    fn open_rdm(&mut self, av: &Arc<Av>) -> std::result::Result<Endpoint, (Error, Option<Vec<u8>>)> {
         // The progress thread waits while the CQ gains an endpoint.
         let gate = self.progress_gate();
         let _gate = gate.as_ref().map(|g| g.lock());
-        let mut raw = ptr::null_mut();
         // Receives on providers that fail on a message larger than its
         // receive get the overflow sink behind them (overflow.rs).
         let profile = &self.domain.profile;
@@ -75,47 +70,27 @@ impl EventLoop {
         } else {
             ptr::null_mut()
         };
-        // SAFETY: the domain and its fi_info are alive (self.domain); the
-        // context is null or the sink, which lives as long as the process.
-        check("fi_endpoint", unsafe {
-            ffi::fi_endpoint(self.domain.raw, self.domain.info_ptr(), &mut raw, context)
-        })
-        .map_err(|e| (e, None))?;
+        // SAFETY: the context is null or the sink, which lives as long as
+        // the process.
+        let mut ep = unsafe { Endpoint::open(&self.domain.domain, self.domain.info(), context) }
+            .map_err(|e| (e, None))?;
         let bind_flags = u64::from(ffi::FI_TRANSMIT | ffi::FI_RECV);
-        let mut name = None;
-        // SAFETY: raw is a fresh endpoint; the CQ and AV outlive it (the loop
-        // closes endpoints first). On error the endpoint is closed here.
-        let rc = unsafe {
-            let mut rc = ffi::fi_ep_bind(raw, &mut (*self.objects.cq.raw).fid, bind_flags);
-            if rc == 0 {
-                rc = ffi::fi_ep_bind(raw, &mut (*av).fid, 0);
-            }
-            if rc == 0 {
-                rc = ffi::fi_enable(raw);
-            }
+        let set_up = ep
+            .bind_cq(&self.objects.cq, bind_flags)
+            .and_then(|()| ep.bind_av(av))
+            .and_then(|()| ep.enable())
             // After fi_enable: libfabric 1.17's shm dereferences its shared
             // receive context in setopt, and that exists only once enabled.
-            if let (0, Some(min)) = (rc, self.cfg.min_multi_recv) {
-                rc = ffi::fi_setopt(
-                    &mut (*raw).fid,
-                    ffi::FI_OPT_ENDPOINT as i32,
-                    ffi::FI_OPT_MIN_MULTI_RECV as i32,
-                    (&min as *const usize).cast(),
-                    std::mem::size_of::<usize>(),
-                );
-            }
-            if rc != 0 {
-                let mut buf = [0u8; 256];
-                let mut len = buf.len();
-                if ffi::fi_getname(&mut (*raw).fid, buf.as_mut_ptr().cast(), &mut len) == 0 {
-                    name = Some(buf[..len.min(buf.len())].to_vec());
-                }
-                close_fid("endpoint", &mut (*raw).fid);
-            }
-            rc
-        };
-        check("fi_ep_bind/fi_enable", rc).map_err(|e| (e, name))?;
-        Ok(raw)
+            .and_then(|()| {
+                self.cfg
+                    .min_multi_recv
+                    .map_or(Ok(()), |min| ep.set_min_multi_recv(min))
+            });
+        match set_up {
+            Ok(()) => Ok(ep),
+            // `ep` closes as it drops here.
+            Err(e) => Err((e, ep.name().ok())),
+        }
     }
 
     /// The open endpoint `id`, or why it cannot be posted on. Every post
@@ -128,6 +103,18 @@ impl EventLoop {
             }
         }
         self.ep_checked(id)
+    }
+
+    /// The handle of endpoint `id` if it is open, without the checks
+    /// `ep` makes for the application's posts: for the loop's own posts
+    /// (emulated atomics' receives and replies), which stop where an
+    /// endpoint closed (a lost peer's connection closes before its entry
+    /// goes).
+    pub(super) fn open_raw(&self, id: u32) -> Option<RawEndpoint> {
+        match self.endpoints.get(id as usize) {
+            Some(Some(ep)) if !ep.raw.is_null() => Some(ep.raw),
+            _ => None,
+        }
     }
 
     #[cold]
@@ -156,27 +143,19 @@ impl EventLoop {
     /// The endpoint's address, to give to peers.
     pub fn endpoint_name(&self, id: EndpointId) -> Result<Vec<u8>> {
         let ep = self.ep(id)?;
-        let mut name = vec![0u8; 256];
-        loop {
-            let mut len = name.len();
-            // SAFETY: the endpoint is open; name has `len` writable bytes.
-            let rc = unsafe { ffi::fi_getname(&mut (*ep.raw).fid, name.as_mut_ptr().cast(), &mut len) };
-            if rc == -(ffi::FI_ETOOSMALL as i32) && len > name.len() {
-                name.resize(len, 0);
-                continue;
-            }
-            check("fi_getname", rc)?;
-            name.truncate(len);
-            return Ok(name);
-        }
+        ep.endpoint
+            .as_ref()
+            .ok_or_else(|| Error::Closed {
+                what: format!("endpoint {}", id.0),
+            })?
+            .name()
     }
 
     /// Refuse a peer's endpoint name that libfabric could not read safely:
     /// empty, of the wrong length or family for the provider's address
     /// format, or an unterminated string ([`check_name`]).
     pub(crate) fn check_peer_name(&self, own: &[u8], name: &[u8], whose: &str) -> Result<()> {
-        // SAFETY: the domain keeps its fi_info alive.
-        let format = unsafe { (*self.domain.info_ptr()).addr_format };
+        let format = self.domain.info().get().addr_format;
         check_name(format, own, name).map_err(|why| {
             Error::PeerMismatch(format!(
                 "{whose} address is not one {} can use: {why}; it is not from the same provider, or it \
@@ -194,22 +173,18 @@ impl EventLoop {
         let av = self.objects.av.as_ref().ok_or(Error::Closed {
             what: "address vector".into(),
         })?;
-        let mut addr: ffi::fi_addr_t = ffi::FI_ADDR_NOTAVAIL;
+        let mut addr = [ffi::FI_ADDR_NOTAVAIL];
         let gate = self.progress_gate();
         let _gate = gate.as_ref().map(|g| g.lock());
-        // SAFETY: av is open; `name` is a readable address of the provider's
-        // format (the peer's fi_getname); one address is inserted into `addr`.
-        let rc = unsafe { ffi::fi_av_insert(av.raw, name.as_ptr().cast(), 1, &mut addr, 0, ptr::null_mut()) };
-        if rc != 1 {
-            return Err(if rc < 0 {
-                Error::from_rc("fi_av_insert", rc.into())
-            } else {
-                Error::PeerMismatch(format!(
-                    "fi_av_insert accepted none of the peer's {}-byte address: is it from the same provider?",
-                    name.len()
-                ))
-            });
+        // SAFETY: `name` is a well-formed address of the provider's format
+        // (checked above).
+        if unsafe { av.insert(name, &mut addr)? } != 1 {
+            return Err(Error::PeerMismatch(format!(
+                "fi_av_insert accepted none of the peer's {}-byte address: is it from the same provider?",
+                name.len()
+            )));
         }
+        let addr = addr[0];
         self.am.peers.record(name, addr);
         Ok(Peer {
             endpoint: id,
@@ -248,23 +223,10 @@ impl EventLoop {
         let mut addrs: Vec<ffi::fi_addr_t> = vec![ffi::FI_ADDR_NOTAVAIL; names.len()];
         let gate = self.progress_gate();
         let _gate = gate.as_ref().map(|g| g.lock());
-        // SAFETY: av is open; `packed` holds names.len() well-formed
-        // addresses of the provider's format back to back (checked above:
-        // each is read to its own length or NUL), and `addrs` has room for
-        // one fi_addr_t each.
-        let rc = unsafe {
-            ffi::fi_av_insert(
-                av.raw,
-                packed.as_ptr().cast(),
-                names.len(),
-                addrs.as_mut_ptr(),
-                0,
-                ptr::null_mut(),
-            )
-        };
-        if rc < 0 {
-            return Err(Error::from_rc("fi_av_insert", rc.into()));
-        }
+        // SAFETY: `packed` holds names.len() well-formed addresses of the
+        // provider's format back to back (checked above: each is read to
+        // its own length or NUL).
+        let rc = unsafe { av.insert(&packed, &mut addrs)? };
         if let Some(i) = addrs.iter().position(|a| *a == ffi::FI_ADDR_NOTAVAIL) {
             return Err(Error::PeerMismatch(format!(
                 "fi_av_insert took {rc} of {} addresses; address {i} was refused",

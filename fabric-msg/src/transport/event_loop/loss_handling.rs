@@ -119,20 +119,19 @@ impl EventLoop {
         if let Err(e) = self.read_cq() {
             log::warn!("reading completions before closing a lost peer's connection: {e}");
         }
-        let Some(Some(state)) = self.endpoints.get(endpoint as usize) else {
+        let gate = self.progress_gate();
+        let gated = gate.as_ref().map(|g| g.lock());
+        let Some(Some(state)) = self.endpoints.get_mut(endpoint as usize) else {
             return;
         };
-        if state.raw.is_null() {
+        if state.endpoint.is_none() {
             return;
         }
-        let rc = {
-            let gate = self.progress_gate();
-            let _gate = gate.as_ref().map(|g| g.lock());
-            // SAFETY: the endpoint is open; it stays in the table (so that
-            // completions read below are delivered) but nothing posts to it
-            // again: it is removed at the end of this function.
-            unsafe { ffi::fi_close(&mut (*state.raw).fid) }
-        };
+        // Its entry stays in the table (so that completions read below are
+        // delivered), with a null handle: nothing posts to it again, and
+        // the entry is removed at the end of this function.
+        let closed = state.close();
+        drop(gated);
         if let Err(e) = self.read_cq() {
             log::warn!("reading completions of a lost peer's connection: {e}");
         }
@@ -141,7 +140,7 @@ impl EventLoop {
             if !s.in_use || s.endpoint != endpoint || s.abandoned {
                 continue;
             }
-            if rc != 0 {
+            if closed.is_err() {
                 // Not closed: the provider may still write into it.
                 s.abandoned = true;
                 self.objects.close_failed = true;
@@ -166,11 +165,8 @@ impl EventLoop {
                 other => self.am_failed(i as u32, other, failure.clone()),
             }
         }
-        if rc != 0 {
-            log::warn!(
-                "closing a lost peer's connection: {}",
-                Error::from_rc("fi_close(endpoint)", rc.into())
-            );
+        if let Err(e) = closed {
+            log::warn!("closing a lost peer's connection: {e}");
         }
         self.endpoints[endpoint as usize] = None;
         self.forget_reclaimed(endpoint);
@@ -202,7 +198,7 @@ impl EventLoop {
                 // SAFETY: the endpoint is open and the receive is posted on
                 // it with this context; fi_cancel only looks it up. One that
                 // cannot be cancelled ends with the grace.
-                unsafe { ffi::fi_cancel(&mut (*raw).fid, ctx) };
+                unsafe { raw.cancel(ctx) };
             }
         }
         // Wake the deadline scan for the grace.

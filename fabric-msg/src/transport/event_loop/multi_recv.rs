@@ -63,7 +63,7 @@ impl EventLoop {
             // SAFETY: as in `recv`; fi_recvmsg reads `msg` and `iov` during the
             // call only, and the buffer stays owned by the loop until the
             // completion flagged FI_MULTI_RECV.
-            unsafe { ffi::fi_recvmsg(raw, &msg, u64::from(ffi::FI_MULTI_RECV)) }
+            unsafe { raw.recvmsg(&msg, u64::from(ffi::FI_MULTI_RECV)) }
         })
     }
 

@@ -25,6 +25,7 @@
 
 use crate::discovery::quirks::Quirks;
 use crate::ffi;
+use crate::libfabric::RawEndpoint;
 use std::os::raw::c_void;
 use std::ptr;
 use std::sync::OnceLock;
@@ -100,9 +101,9 @@ impl Sink {
     /// # Safety
     /// `raw` must be an open endpoint.
     #[inline]
-    pub(crate) unsafe fn of(raw: *mut ffi::fid_ep) -> Option<&'static Sink> {
-        // SAFETY: raw is open (the caller's promise), so its fid can be read.
-        let context = unsafe { (*raw).fid.context };
+    pub(crate) unsafe fn of(raw: RawEndpoint) -> Option<&'static Sink> {
+        // SAFETY: raw is open (the caller's promise).
+        let context = unsafe { raw.context() };
         // Compared, never dereferenced: whatever a provider left in the
         // context, only the sink's own address selects the sink.
         Sink::mapped().filter(|sink| ptr::eq(context.cast_const(), sink.context().cast_const()))
@@ -153,7 +154,7 @@ impl Sink {
     #[inline]
     pub(super) unsafe fn recv(
         &self,
-        raw: *mut ffi::fid_ep,
+        raw: RawEndpoint,
         bufp: *mut c_void,
         len: usize,
         desc: *mut c_void,
@@ -171,14 +172,7 @@ impl Sink {
         let mut descs = [desc, ptr::null_mut()];
         // SAFETY: the caller's promises for `bufp`, `raw` and `ctx`; the sink's
         // memory is valid for its length for the life of the process.
-        unsafe {
-            match tag {
-                None => ffi::fi_recvv(raw, iov.as_ptr(), descs.as_mut_ptr(), 2, src, ctx),
-                Some((t, ignore)) => {
-                    ffi::fi_trecvv(raw, iov.as_ptr(), descs.as_mut_ptr(), 2, src, t, ignore, ctx)
-                }
-            }
-        }
+        unsafe { raw.recv2(&iov, &mut descs, src, tag, ctx) }
     }
 }
 

@@ -12,6 +12,7 @@ use super::state::EventLoop;
 use super::types::{CompletionError, EndpointId, OpKind, Peer, PostError, RecvOpts, SendOpts, Token};
 use crate::error::{Error, Result};
 use crate::ffi;
+use crate::libfabric::RawEndpoint;
 use crate::memory::buffer::{Buffer, HEADROOM};
 use crate::memory::lease::Lease;
 use crate::memory::mr::RegionInner;
@@ -22,7 +23,7 @@ use std::time::Instant;
 
 /// An endpoint ready for a post, from [`EventLoop::prepare`].
 pub(super) struct Prepared {
-    pub(super) raw: *mut ffi::fid_ep,
+    pub(super) raw: RawEndpoint,
     pub(super) framed: bool,
     pub(super) desc: *mut c_void,
 }
@@ -344,15 +345,9 @@ impl EventLoop {
         let call = CALLS[usize::from(opts.tag.is_some()) | usize::from(data.is_some()) << 1];
         self.behind_backlog(raw, addr, call)?;
         self.retry(call, || {
-            // SAFETY: raw is enabled; inject copies the `len` bytes at `p` before returning.
-            unsafe {
-                match (opts.tag, data) {
-                    (None, None) => ffi::fi_inject(raw, p, len, addr),
-                    (Some(t), None) => ffi::fi_tinject(raw, p, len, addr, t),
-                    (None, Some(d)) => ffi::fi_injectdata(raw, p, len, d, addr),
-                    (Some(t), Some(d)) => ffi::fi_tinjectdata(raw, p, len, d, addr, t),
-                }
-            }
+            // SAFETY: raw is enabled; inject copies the `len` bytes at `p`
+            // before returning, and `len` fits the inject size (checked).
+            unsafe { raw.inject(p, len, addr, opts.tag, data) }
         })
         .map(|_| ())
     }

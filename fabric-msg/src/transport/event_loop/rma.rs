@@ -20,6 +20,7 @@ use super::types::{OpKind, Peer, Token};
 use crate::discovery::atomic::{AtomicCarrier, AtomicForm, AtomicKind};
 use crate::error::{Error, Result};
 use crate::ffi;
+use crate::libfabric::RawEndpoint;
 use crate::memory::access::Access;
 use crate::memory::mr::{self, Local, MemoryRegion};
 use crate::memory::pool::RegionPool;
@@ -152,7 +153,7 @@ impl EventLoop {
         Ok(RegionPool::new(region, slot_size, count))
     }
 
-    fn bind_target(&self) -> Option<(*mut ffi::fid_ep, Arc<()>)> {
+    fn bind_target(&self) -> Option<(RawEndpoint, Arc<()>)> {
         self.endpoints
             .iter()
             .flatten()
@@ -175,19 +176,8 @@ impl EventLoop {
         }
         if raw_here {
             let (addr, _) = m.target(0);
-            let mut key = 0u64;
-            // SAFETY: the domain is open; raw_key is readable for its length;
-            // key is a valid out-pointer. The key is unmapped when the loop drops.
-            crate::error::check("fi_mr_map_raw", unsafe {
-                ffi::fi_mr_map_raw(
-                    self.domain.raw,
-                    addr,
-                    m.raw_key().as_ptr() as *mut u8,
-                    m.raw_key().len(),
-                    &mut key,
-                    0,
-                )
-            })?;
+            // Unmapped when the loop drops.
+            let key = self.domain.domain.map_raw_key(addr, m.raw_key())?;
             self.spare.mapped_keys.push(key);
             m.set_mapped_key(key);
         }
@@ -337,12 +327,13 @@ impl EventLoop {
                 // SAFETY: raw is enabled; the follow-up buffer is owned by
                 // this part's slot until its completion; ctx is the slot's.
                 return unsafe {
-                    ffi::fi_send(
-                        raw,
+                    raw.send(
                         notify_ptr,
                         crate::memory::buffer::HEADROOM,
                         notify_desc,
                         addr,
+                        None,
+                        None,
                         ctx,
                     )
                 };
@@ -384,10 +375,10 @@ impl EventLoop {
             // during the call only.
             unsafe {
                 if kind == OpKind::Read {
-                    ffi::fi_readmsg(raw, &msg, flags)
+                    raw.readmsg(&msg, flags)
                 } else {
                     flags |= write_flags;
-                    ffi::fi_writemsg(raw, &msg, flags)
+                    raw.writemsg(&msg, flags)
                 }
             }
         })
@@ -502,39 +493,11 @@ impl EventLoop {
                 ptr::write_unaligned(res, 0);
                 let (opnd, cmp, res) = (opnd.cast::<c_void>(), cmp.cast::<c_void>(), res.cast::<c_void>());
                 match kind {
-                    AtomicForm::Plain => {
-                        ffi::fi_atomic(raw, opnd, 1, desc, addr, raddr, key, ffi::FI_UINT64, fi_op, ctx)
+                    AtomicForm::Plain => raw.atomic(opnd, desc, addr, raddr, key, fi_op, ctx),
+                    AtomicForm::Fetch => raw.fetch_atomic(opnd, res, desc, addr, raddr, key, fi_op, ctx),
+                    AtomicForm::Compare => {
+                        raw.compare_atomic(opnd, cmp, res, desc, addr, raddr, key, fi_op, ctx)
                     }
-                    AtomicForm::Fetch => ffi::fi_fetch_atomic(
-                        raw,
-                        opnd,
-                        1,
-                        desc,
-                        res,
-                        desc,
-                        addr,
-                        raddr,
-                        key,
-                        ffi::FI_UINT64,
-                        fi_op,
-                        ctx,
-                    ),
-                    AtomicForm::Compare => ffi::fi_compare_atomic(
-                        raw,
-                        opnd,
-                        1,
-                        desc,
-                        cmp,
-                        desc,
-                        res,
-                        desc,
-                        addr,
-                        raddr,
-                        key,
-                        ffi::FI_UINT64,
-                        fi_op,
-                        ctx,
-                    ),
                 }
             }
         })
@@ -577,14 +540,12 @@ impl EventLoop {
 
     /// The transmit side's message ordering (`FI_ORDER_*`).
     fn msg_order(&self) -> u64 {
-        let info = self.domain.info_ptr();
-        // SAFETY: the domain keeps its fi_info alive; tx_attr may be NULL.
-        unsafe {
-            if info.is_null() || (*info).tx_attr.is_null() {
-                0
-            } else {
-                (*(*info).tx_attr).msg_order
-            }
+        let tx = self.domain.info().get().tx_attr;
+        if tx.is_null() {
+            0
+        } else {
+            // SAFETY: the domain keeps its fi_info, and so tx_attr, alive.
+            unsafe { (*tx).msg_order }
         }
     }
 }

@@ -13,7 +13,7 @@ impl EventLoop {
     /// Read the CQ until fewer operations than it holds are in flight.
     #[inline]
     pub(super) fn wait_for_room(&mut self) -> Result<()> {
-        if self.posted() < self.objects.cq.capacity {
+        if self.posted() < self.objects.cq_capacity {
             return Ok(());
         }
         self.wait_for_room_slow()
@@ -22,7 +22,7 @@ impl EventLoop {
     #[cold]
     fn wait_for_room_slow(&mut self) -> Result<()> {
         let started = Instant::now();
-        while self.posted() >= self.objects.cq.capacity {
+        while self.posted() >= self.objects.cq_capacity {
             if !self.patient(started) {
                 return Err(Error::QueueFull {
                     call: "fi_cq_read",

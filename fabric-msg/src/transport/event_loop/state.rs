@@ -6,21 +6,20 @@
 //! (`lost_peers.rs`), overdue one-sided operations (`deadlines.rs`) and
 //! closing (`teardown.rs`).
 
-use super::resources::{Av, Cq, CqEntries, EndpointState, CQ_BATCH};
+use super::resources::EndpointState;
 use super::slab::{Group, Slab};
 use super::types::{Completion, LoopConfig, ProgressThread, WaitMode};
 use super::{am_state, backlog, lost_peers, tag_space};
 use crate::discovery::info::EndpointType;
 use crate::discovery::profile::Profile;
-use crate::error::{check, Result};
-use crate::ffi;
+use crate::error::Result;
+use crate::libfabric::{Av, Cq, CqEntries, Eq, PassiveEndpoint, CQ_BATCH};
 use crate::memory::buffer::{Buffer, HEADROOM};
 use crate::memory::domain::DomainInner;
-use crate::transport::eq::{Eq, Pep};
+use std::fmt;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Instant;
-use std::{fmt, ptr};
 
 /// One completion queue and the endpoints, peers and operations that use it.
 pub struct EventLoop {
@@ -55,10 +54,13 @@ pub struct EventLoop {
 /// The libfabric objects a loop owns besides its endpoints and domain, in
 /// the order they close.
 pub(crate) struct Objects {
-    pub(crate) pep: Option<Pep>,
-    pub(crate) eq: Option<Eq>,
-    pub(super) av: Option<Av>,
-    pub(crate) cq: Cq,
+    pub(crate) pep: Option<PassiveEndpoint>,
+    pub(crate) eq: Option<Arc<Eq>>,
+    pub(super) av: Option<Arc<Av>>,
+    pub(crate) cq: Arc<Cq>,
+    /// Most operations in flight at once: the CQ's size (kept here, as
+    /// every post compares with it).
+    pub(crate) cq_capacity: usize,
     /// The thread that drives progress while the application does not
     /// poll ([`LoopConfig::progress_thread`]); stopped first in `Drop`.
     pub(crate) progress: Option<crate::transport::progress::Progress>,
@@ -147,76 +149,24 @@ impl EventLoop {
         let domain = DomainInner::open(profile)?;
         let q = profile.queues;
         let tagged = profile.caps_granted.iter().any(|c| c == "FI_TAGGED");
-        let format = if tagged {
-            ffi::FI_CQ_FORMAT_TAGGED
-        } else {
-            ffi::FI_CQ_FORMAT_DATA
-        };
         let sleeps = match cfg.wait {
             WaitMode::Block => true,
             WaitMode::Adaptive => cfg.yield_before_block.is_some(),
             _ => false,
         };
         let want_fd = sleeps && profile.wait_fd;
-        let mut attr = ffi::fi_cq_attr {
-            size: cfg.cq_size.unwrap_or(q.cq * 2).max(1),
-            format,
-            wait_obj: if want_fd {
-                ffi::FI_WAIT_FD
-            } else {
-                ffi::FI_WAIT_NONE
-            },
-            ..Default::default()
-        };
+        let mut size = cfg.cq_size.unwrap_or(q.cq * 2).max(1);
         if let Some(max) = profile.limits.max_cqe {
-            attr.size = attr.size.min(max as usize);
+            size = size.min(max as usize);
         }
-        let mut raw = ptr::null_mut();
-        // SAFETY: the domain is open; attr lives for the call.
-        check("fi_cq_open", unsafe {
-            ffi::fi_cq_open(domain.raw, &mut attr, &mut raw, ptr::null_mut())
-        })?;
-        let mut cq = Cq {
-            raw,
-            tagged,
-            wait_fd: None,
-            capacity: attr.size,
-            _domain: domain.clone(),
-        };
-        if want_fd {
-            let mut fd: i32 = -1;
-            // SAFETY: FI_GETWAIT on a CQ opened with FI_WAIT_FD writes an int.
-            let rc = unsafe {
-                ffi::fi_control(
-                    &mut (*cq.raw).fid,
-                    ffi::FI_GETWAIT as i32,
-                    (&mut fd as *mut i32).cast(),
-                )
-            };
-            if rc == 0 && fd >= 0 {
-                cq.wait_fd = Some(fd);
-            }
-        }
+        let cq = Cq::open(&domain.domain, size, tagged, want_fd)?;
         let av = if profile.endpoint_type == EndpointType::Rdm {
-            let mut av_attr = ffi::fi_av_attr {
-                type_: ffi::FI_AV_UNSPEC,
-                count: q.av,
-                ..Default::default()
-            };
-            let mut raw = ptr::null_mut();
-            // SAFETY: the domain is open; av_attr lives for the call.
-            check("fi_av_open", unsafe {
-                ffi::fi_av_open(domain.raw, &mut av_attr, &mut raw, ptr::null_mut())
-            })?;
-            Some(Av {
-                raw,
-                _domain: domain.clone(),
-            })
+            Some(Av::open(&domain.domain, q.av)?)
         } else {
             None
         };
         let eq = if profile.endpoint_type == EndpointType::Msg {
-            Some(Eq::open(&domain)?)
+            Some(Eq::open(domain.fabric())?)
         } else {
             None
         };
@@ -261,6 +211,7 @@ impl EventLoop {
                 pep: None,
                 eq,
                 av,
+                cq_capacity: cq.capacity(),
                 cq,
                 progress,
                 close_failed: false,
@@ -289,7 +240,7 @@ impl EventLoop {
 
     /// Most operations in flight at once: the completion queue's size.
     pub fn cq_capacity(&self) -> usize {
-        self.objects.cq.capacity
+        self.objects.cq_capacity
     }
 
     /// Whether this loop runs a progress thread
@@ -411,9 +362,9 @@ fn start_progress(
             provider: profile.provider.clone(),
         });
     }
-    // SAFETY: the CQ is open, its domain is at FI_THREAD_SAFE (checked
-    // above), and the loop drops the thread before it closes the CQ.
-    let p = unsafe { crate::transport::progress::Progress::start(cq.raw, cq.tagged, cfg.progress_period) };
+    // SAFETY: the domain is at FI_THREAD_SAFE (checked above), and the
+    // loop drops the thread (`objects.progress`) before it closes the CQ.
+    let p = crate::transport::progress::Progress::start(unsafe { cq.progress_handle() }, cfg.progress_period);
     p.map(Some).map_err(|e| crate::error::Error::Io {
         context: "starting the progress thread".into(),
         source: e,

@@ -4,8 +4,7 @@
 use super::slab;
 use super::state::EventLoop;
 use super::types::EndpointId;
-use crate::error::{check, Error, Result};
-use crate::ffi;
+use crate::error::{Error, Result};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -49,17 +48,17 @@ impl EventLoop {
         };
         // Its peers learn that it departs, and are watched no more.
         self.lost.leave_endpoint(id.0);
-        if state.raw.is_null() {
+        let Some(endpoint) = state.endpoint else {
             return Ok(());
-        }
+        };
         // Completions read here for this endpoint are dropped below with
         // the rest of its operations; others wait for the next poll.
         self.settle_rxm();
         let gate = self.progress_gate();
         let gated = gate.as_ref().map(|g| g.lock());
-        // SAFETY: the endpoint is open and removed from the table, so nothing
-        // posts to it again; closing it stops the provider using its buffers.
-        let rc = unsafe { ffi::fi_close(&mut (*state.raw).fid) };
+        // It is removed from the table, so nothing posts to it again;
+        // closing it stops the provider using its buffers.
+        let closed = endpoint.close();
         drop(gated);
         // Entries already in the CQ for it are discarded by `complete`, which
         // ignores closed endpoints; read them now so their slots are freed.
@@ -69,7 +68,7 @@ impl EventLoop {
         for i in 0..self.slab.slots.len() {
             let s = &mut self.slab.slots[i];
             if s.in_use && s.endpoint == id.0 {
-                if rc != 0 {
+                if closed.is_err() {
                     // The endpoint may still be open and write into this
                     // slot and its memory: keep both for good (never
                     // reused, never freed under the NIC).
@@ -88,7 +87,7 @@ impl EventLoop {
                 self.groups.free.push(i as u32);
             }
         }
-        check("fi_close(endpoint)", rc)?;
+        closed?;
         drained
     }
 }
@@ -170,7 +169,7 @@ impl EventLoop {
             self.take_losses();
         }
         (self.giving_up() || self.lost.any_lost())
-            && self.endpoints.iter().flatten().any(|s| !s.raw.is_null())
+            && self.endpoints.iter().flatten().any(|s| s.endpoint.is_some())
     }
 
     /// Leave the endpoints open, and with them what they are bound to and
@@ -192,10 +191,8 @@ impl EventLoop {
             self.objects.eq.take(),
             self.objects.av.take(),
             self.domain.clone(),
-            self.objects.cq.raw as usize,
+            self.objects.cq.clone(),
         ));
-        // Cq's drop closes nothing once its pointer is null.
-        self.objects.cq.raw = std::ptr::null_mut();
         self.pending.clear();
         self.spare.mapped_keys.clear();
     }
@@ -225,22 +222,21 @@ impl Drop for EventLoop {
             self.leave_open();
             return;
         }
-        if self.endpoints.iter().flatten().any(|s| !s.raw.is_null()) {
+        if self.endpoints.iter().flatten().any(|s| s.endpoint.is_some()) {
             self.settle_rxm();
         }
         let mut all_closed = true;
-        for state in self
+        for endpoint in self
             .endpoints
             .iter_mut()
             .filter_map(Option::take)
-            .filter(|s| !s.raw.is_null())
+            .filter_map(|s| s.endpoint)
         {
-            // SAFETY: each endpoint is open and closed once, before the CQ,
-            // AV and EQ it is bound to (fields dropped after this body).
-            let rc = unsafe { ffi::fi_close(&mut (*state.raw).fid) };
-            if rc != 0 {
+            // Each closes before the CQ, AV and EQ it is bound to (which it
+            // holds; one that fails to close keeps them open for good).
+            if let Err(e) = endpoint.close() {
                 all_closed = false;
-                log::warn!("closing endpoint: {}", Error::from_rc("fi_close", rc.into()));
+                log::warn!("closing endpoint: {e}");
             }
         }
         if !all_closed || self.objects.close_failed {
@@ -259,14 +255,8 @@ impl Drop for EventLoop {
         self.pending.clear();
         self.spare.atomic_scratch = None;
         for key in self.spare.mapped_keys.drain(..) {
-            // SAFETY: each key was mapped by fi_mr_map_raw on this domain,
-            // which is still open, and is unmapped once.
-            let rc = unsafe { ffi::fi_mr_unmap_key(self.domain.raw, key) };
-            if rc != 0 {
-                log::warn!(
-                    "unmapping a raw key: {}",
-                    Error::from_rc("fi_mr_unmap_key", rc.into())
-                );
+            if let Err(e) = self.domain.domain.unmap_key(key) {
+                log::warn!("unmapping a raw key: {e}");
             }
         }
     }

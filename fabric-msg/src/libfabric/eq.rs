@@ -1,41 +1,33 @@
-//! The event queue and passive endpoint that connected (MSG) endpoints
-//! need: their owners (closed on drop) and reading one connection-management
-//! event with a deadline. The connection steps themselves are in `cm`.
+//! The event queue connected (MSG) endpoints report connection management
+//! on: its owner, and reading one event, at once or with a deadline. The
+//! connection steps themselves are in `transport/event_loop/cm.rs`.
 
+use super::fabric::{close_fid, Fabric};
+use super::info::Info;
 use crate::error::{check, strerror, Error, Result};
 use crate::ffi;
-use crate::memory::domain::{close_fid, DomainInner};
-use std::ptr;
+use std::ptr::{self, NonNull};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// The event queue connection management reads (`fi_eq_open`).
+/// An event queue (`fi_eq_open`), holding its fabric.
 pub(crate) struct Eq {
-    pub(crate) raw: *mut ffi::fid_eq,
-    _domain: Arc<DomainInner>,
+    raw: NonNull<ffi::fid_eq>,
+    _fabric: Arc<Fabric>,
 }
 
-impl Drop for Eq {
-    fn drop(&mut self) {
-        // SAFETY: opened by fi_eq_open; every endpoint and passive endpoint
-        // bound to it is closed before the EventLoop drops this field.
-        unsafe { close_fid("event queue", &mut (*self.raw).fid) }
-    }
-}
-
-/// A passive endpoint listening for connection requests, and its name.
-pub(crate) struct Pep {
-    pub(crate) raw: *mut ffi::fid_pep,
-    pub(crate) name: Vec<u8>,
-}
+// SAFETY: read by the loop that owns it (through `&mut` of the loop).
+unsafe impl Send for Eq {}
+// SAFETY: see Send.
+unsafe impl Sync for Eq {}
 
 /// One event read from the EQ.
 pub(crate) enum CmEvent {
-    /// A connection request on the passive endpoint: its info (ours to
-    /// free, or to open an endpoint from) and the connection data the
+    /// A connection request on the passive endpoint: its info (to open an
+    /// endpoint from, or to reject) and the connection data the
     /// connecting side passed to `fi_connect`.
     ConnReq {
-        info: *mut ffi::fi_info,
+        info: Info,
         data: Vec<u8>,
     },
     Connected {
@@ -57,21 +49,28 @@ pub(crate) enum CmEvent {
 struct CmBuf([u8; 512]);
 
 impl Eq {
-    pub(crate) fn open(domain: &Arc<DomainInner>) -> Result<Eq> {
+    /// Open an event queue of 64 entries with no wait object (it is polled).
+    pub(crate) fn open(fabric: &Arc<Fabric>) -> Result<Arc<Eq>> {
         let mut attr = ffi::fi_eq_attr {
             size: 64,
             wait_obj: ffi::FI_WAIT_NONE,
             ..Default::default()
         };
         let mut raw = ptr::null_mut();
-        // SAFETY: the fabric is open (held by the domain); attr lives for the call.
+        // SAFETY: the fabric is open; attr lives for the call.
         check("fi_eq_open", unsafe {
-            ffi::fi_eq_open(domain.fabric.raw, &mut attr, &mut raw, ptr::null_mut())
+            ffi::fi_eq_open(fabric.raw(), &mut attr, &mut raw, ptr::null_mut())
         })?;
-        Ok(Eq {
+        let raw = NonNull::new(raw).ok_or(Error::NoData { call: "fi_eq_open" })?;
+        Ok(Arc::new(Eq {
             raw,
-            _domain: domain.clone(),
-        })
+            _fabric: fabric.clone(),
+        }))
+    }
+
+    pub(super) fn fid(&self) -> *mut ffi::fid {
+        // SAFETY: raw is open while self lives; only the field's address is taken.
+        unsafe { &mut (*self.raw.as_ptr()).fid }
     }
 
     /// The next connection-management event, if one is there; never waits.
@@ -82,8 +81,15 @@ impl Eq {
             // SAFETY: the EQ is open; buf is large and aligned enough for an
             // fi_eq_cm_entry plus connection data, and the provider copies
             // at most buf.0.len() bytes.
-            let rc =
-                unsafe { ffi::fi_eq_read(self.raw, &mut event, buf.0.as_mut_ptr().cast(), buf.0.len(), 0) };
+            let rc = unsafe {
+                ffi::fi_eq_read(
+                    self.raw.as_ptr(),
+                    &mut event,
+                    buf.0.as_mut_ptr().cast(),
+                    buf.0.len(),
+                    0,
+                )
+            };
             if rc >= 0 {
                 let head = std::mem::size_of::<ffi::fi_eq_cm_entry>();
                 // SAFETY: a successful read of a CM event fills an fi_eq_cm_entry.
@@ -92,10 +98,13 @@ impl Eq {
                 match event {
                     ffi::FI_CONNREQ => {
                         let data = buf.0[head.min(got)..got].to_vec();
-                        return Ok(Some(CmEvent::ConnReq {
-                            info: entry.info,
-                            data,
-                        }));
+                        // SAFETY: a connection request's info is the
+                        // provider's gift to us, to free once.
+                        let Some(info) = (unsafe { Info::from_raw(entry.info) }) else {
+                            log::warn!("a connection request without its info: ignored");
+                            continue;
+                        };
+                        return Ok(Some(CmEvent::ConnReq { info, data }));
                     }
                     ffi::FI_CONNECTED => return Ok(Some(CmEvent::Connected { fid: entry.fid })),
                     ffi::FI_SHUTDOWN => return Ok(Some(CmEvent::Shutdown { fid: entry.fid })),
@@ -104,7 +113,7 @@ impl Eq {
             } else if rc == -(ffi::FI_EAVAIL as isize) {
                 let mut err = ffi::fi_eq_err_entry::default();
                 // SAFETY: the EQ reported an error entry; err is a valid out-struct.
-                let rc = unsafe { ffi::fi_eq_readerr(self.raw, &mut err, 0) };
+                let rc = unsafe { ffi::fi_eq_readerr(self.raw.as_ptr(), &mut err, 0) };
                 check("fi_eq_readerr", rc as i64)?;
                 let code = err.err.unsigned_abs();
                 return Ok(Some(CmEvent::Failed {
@@ -143,9 +152,10 @@ impl Eq {
     }
 }
 
-impl Drop for Pep {
+impl Drop for Eq {
     fn drop(&mut self) {
-        // SAFETY: opened by fi_passive_ep; closed once, before its EQ.
-        unsafe { close_fid("passive endpoint", &mut (*self.raw).fid) }
+        // SAFETY: opened by fi_eq_open; every endpoint and passive endpoint
+        // bound to it holds an Arc to this value and is closed already.
+        unsafe { close_fid("event queue", &mut (*self.raw.as_ptr()).fid) }
     }
 }
