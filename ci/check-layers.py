@@ -15,6 +15,8 @@
 - Layers: error < libfabric < discovery < memory < transport < world. A file never names
   a layer above its own; the crate root (lib.rs) only declares and re-exports.
 - No file over 600 lines.
+- libfabric is called (`ffi::fi_*(...)`) only from `libfabric/`, which
+  owns every libfabric object, and from `error/mod.rs` (`fi_strerror`).
 
 Exits non-zero with one line per violation. Usage: ci/check-layers.py [SRC]
 """
@@ -26,6 +28,8 @@ SRC = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file_
 SRC = os.path.normpath(SRC)
 LAYERS = ["error", "libfabric", "discovery", "memory", "transport", "world"]
 MAX_LINES = 600
+FI_CALL = re.compile(r"\bffi::fi_[a-z_]+\s*\(")
+FI_CALLERS = ("libfabric/", "error/mod.rs")
 
 PATH = re.compile(r"\b(crate|super|self)((?:::[A-Za-z_][A-Za-z0-9_]*)+)")
 USE_CHILD = re.compile(r"^\s*(?:pub(?:\([a-z]+\))?\s+)?use\s+([a-z_][a-z0-9_]*)::")
@@ -126,6 +130,8 @@ def main():
         code = code_lines(os.path.join(SRC, f))
         children = {m.group(1) for l in code if (m := MOD_DECL.match(l))}
         text = "\n".join(code)
+        if not f.startswith(FI_CALLERS) and (call := FI_CALL.search(text)):
+            problems.append(f"{f}: calls libfabric (`{call.group(0)}`); go through the owned objects in libfabric/")
         uses = [p for m in USE_TREE.finditer(text) for p in expand(m.group(1))]
         for u in uses:
             if u.endswith("*"):
