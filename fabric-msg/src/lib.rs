@@ -137,8 +137,8 @@ pub use memory::remote::RemoteMemory;
 pub use transport::bootstrap::{connect, connect_with, Accepted, Listener, Refusal};
 pub use transport::event_loop::rma::Atomic;
 pub use transport::event_loop::{
-    AtomicCounters, Completion, CompletionError, EndpointId, EventLoop, LoopConfig, OpKind, Peer, PostError,
-    ProgressThread, RecvOpts, SendOpts, Token, WaitMode,
+    AtomicCounters, Completion, CompletionError, EndpointId, EventLoop, LoopConfig, LoopStats, OpKind, Peer,
+    PeerStats, PostError, ProgressThread, RecvOpts, SendOpts, Token, Traffic, WaitMode,
 };
 pub use transport::liveness::LossKind;
 pub use world::collectives::{CombineFn, Element, Op, Reduction, Request};

@@ -145,6 +145,15 @@ fn flood(cfg: LoopConfig, pace: Option<Duration>) {
     // Both loops close once both sides are done (shm 1.17 crashes when a
     // loop closes while its peer in the same process still polls).
     let s = server.join().expect("server");
+    // What a user reads of it: every message counted once each way, the
+    // refusals the backlog absorbed, how long the oldest send waited.
+    let (sent, received) = (c.ev.stats(), s.ev.stats());
+    assert_eq!(sent.sent.messages, N + 1, "{sent:?}");
+    assert_eq!(sent.sent.bytes, (N + 1) * LEN as u64);
+    assert_eq!(received.received.messages, N + 1, "{received:?}");
+    assert!(sent.retries > 0, "the flood met a full queue: {sent:?}");
+    assert!(sent.longest_backlog_wait > Duration::ZERO, "{sent:?}");
+    assert_eq!(sent.backlogged, 0, "the backlog drained");
     drop((c, s));
 }
 

@@ -261,7 +261,18 @@ fn run(world: &mut World, o: &Opts, formed: Duration) -> Result<bool, fabric_msg
         }
     }
     let secs = start.elapsed().as_secs_f64();
-    let ok = t.bad == 0 && t.seen.iter().all(|s| *s);
+    // The library's own counters agree with what this program counted (they
+    // also hold the World's own messages, so they may be higher). A
+    // receive's sender is known to them where the provider names it.
+    let st = world.stats();
+    let unknown = st.fabric.received_from_unknown.messages
+        + st.local.as_ref().map_or(0, |l| l.received_from_unknown.messages);
+    let counted = st.ranks[next as usize].sent.messages >= t.sent
+        && st.ranks[prev as usize].received.messages + unknown >= t.received;
+    if !counted {
+        eprintln!("spmd: rank {rank}: World::stats disagrees with the ring's own count: {st:?}");
+    }
+    let ok = t.bad == 0 && t.seen.iter().all(|s| *s) && counted;
     let provider = world.profile().provider.clone();
     let line = if o.json {
         format!(

@@ -48,11 +48,13 @@ mod point_to_point;
 mod rendezvous;
 mod startup;
 mod state;
+mod stats;
 pub mod symmetric;
 mod tags;
 
 pub use config::WorldConfig;
 pub use state::World;
+pub use stats::{RankStats, WorldStats};
 pub use tags::MAX_RANKS;
 
 pub(crate) use pmix::fuzz_local_peers;

@@ -39,6 +39,11 @@ pub struct AtomicCounters {
     /// Requests whose cookie the target had applied already (a resend, a
     /// replay): answered with the remembered result, not applied again.
     pub repeated_requests: u64,
+    /// Peers' requests this loop applied to its memory, as a NIC would.
+    pub applied_requests: u64,
+    /// Peers' requests this loop answered with a refusal, as a NIC would
+    /// (outside the region, misaligned, or an access it does not grant).
+    pub denied_requests: u64,
 }
 
 /// A reply the target could not post yet (the queue was full).

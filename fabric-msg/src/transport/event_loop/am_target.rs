@@ -60,8 +60,14 @@ impl EventLoop {
             }
             None => {
                 let result = match apply(&self.am.regions, &req) {
-                    Ok(v) => (Status::Ok, v),
-                    Err(s) => (s, 0),
+                    Ok(v) => {
+                        self.am.counters.applied_requests += 1;
+                        (Status::Ok, v)
+                    }
+                    Err(s) => {
+                        self.am.counters.denied_requests += 1;
+                        (s, 0)
+                    }
                 };
                 self.am.applied.remember(addr, req.cookie, result);
                 result

@@ -61,6 +61,7 @@ impl EventLoop {
                 post()
             };
             if rc == -(ffi::FI_EAGAIN as isize) {
+                self.stats.retries += 1;
                 let since = Instant::now();
                 self.backlog.queue.push_back(Deferred {
                     index,
@@ -218,11 +219,13 @@ impl EventLoop {
             // bufp (checked above: same generation, in use).
             let rc = unsafe { raw_send(a.raw, d.bufp, d.len, a.desc, a.addr, a.tag, a.data, ctx) };
             if rc == -(ffi::FI_EAGAIN as isize) {
+                self.stats.retries += 1;
                 full.push(key);
                 i += 1;
                 continue;
             }
             self.backlog.queue.remove(i);
+            self.stats.longest_wait = self.stats.longest_wait.max(waited);
             if rc < 0 {
                 let e = Error::from_rc(call, rc as i64);
                 self.fail_backlogged(d.index, call, e.to_string());

@@ -59,7 +59,9 @@ impl EventLoop {
     fn adopt(&mut self, ep: Endpoint) -> EndpointId {
         let framed = self.framed();
         self.endpoints.push(Some(EndpointState::new(Some(ep), framed)));
-        EndpointId::new(self.endpoints.len() as u32 - 1)
+        let id = self.endpoints.len() as u32 - 1;
+        self.stats.connection_opened(id);
+        EndpointId::new(id)
     }
 
     /// The endpoint `id` (just adopted).

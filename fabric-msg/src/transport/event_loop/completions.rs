@@ -253,7 +253,7 @@ impl EventLoop {
         source: Option<u64>,
         remote_write: bool,
     ) {
-        let (endpoint, mut kind, token, posted, atomic, want) = {
+        let (endpoint, mut kind, token, posted, atomic, want, peer) = {
             let s = &self.slab.slots[index as usize];
             (
                 s.endpoint,
@@ -262,6 +262,7 @@ impl EventLoop {
                 s.posted_len,
                 s.role == Role::FetchingAtomic,
                 s.want,
+                s.peer,
             )
         };
         let value = atomic.then(|| self.atomic_result(index));
@@ -299,6 +300,15 @@ impl EventLoop {
                 });
             }
         }
+        let len = buffer
+            .as_ref()
+            .map_or(borrowed_len.map_or(posted, |(_, n)| n), Buffer::len);
+        match (kind, &result) {
+            (OpKind::Send, Ok(())) => self.stats.sent(endpoint, peer, len),
+            (OpKind::Recv, Ok(())) => self.stats.received(endpoint, source.unwrap_or(peer), len),
+            (_, Err(CompletionError::Truncated { .. })) => self.stats.truncations += 1,
+            _ => {}
+        }
         self.pending.push(Completion {
             token,
             endpoint: EndpointId(endpoint),
@@ -322,7 +332,7 @@ impl EventLoop {
             // Only write_data's follow-up message holds a buffer here.
             self.spare.notify_bufs.push(b);
         }
-        let g = &mut self.groups.list[group as usize];
+        let g = &mut self.slab.groups.list[group as usize];
         if let Err(e) = result {
             g.error.get_or_insert(e);
         }
@@ -333,10 +343,10 @@ impl EventLoop {
     }
 
     pub(super) fn end_group(&mut self, group: u32) {
-        let g = &mut self.groups.list[group as usize];
+        let g = &mut self.slab.groups.list[group as usize];
         let (endpoint, kind, token, error) = (g.endpoint, g.kind, g.token, g.error.take());
         g.remaining = 0;
-        self.groups.free.push(group);
+        self.slab.groups.free.push(group);
         if self
             .endpoints
             .get(endpoint as usize)

@@ -92,6 +92,7 @@ impl EventLoop {
                 };
                 message_len = Some(total.saturating_sub(overhead));
             }
+            self.stats.truncations += 1;
             Err(CompletionError::Truncated {
                 message_len,
                 buffer_len: posted.saturating_sub(overhead),

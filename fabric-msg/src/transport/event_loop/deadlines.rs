@@ -47,7 +47,7 @@ impl EventLoop {
                 CompletionError::TimedOut(after)
             };
             if group != NO_GROUP {
-                let g = &mut self.groups.list[group as usize];
+                let g = &mut self.slab.groups.list[group as usize];
                 g.error.get_or_insert(failure);
                 g.remaining -= 1;
                 if g.remaining == 0 {

@@ -186,6 +186,7 @@ impl EventLoop {
         }
         let addr = addr[0];
         self.am.peers.record(name, addr);
+        self.stats.peer_inserted(id.0, addr);
         Ok(Peer {
             endpoint: id,
             addr,
@@ -236,6 +237,7 @@ impl EventLoop {
         drop(_gate);
         for (name, &addr) in names.iter().zip(&addrs) {
             self.am.peers.record(name, addr);
+            self.stats.peer_inserted(id.0, addr);
         }
         Ok(addrs
             .into_iter()

@@ -124,6 +124,13 @@ impl LostPeers {
 
     /// Whether a peer was lost (died, fell silent, or gave us up), as
     /// opposed to departing in order.
+    pub(super) fn lost_count(&self) -> usize {
+        self.watched
+            .iter()
+            .filter(|w| w.lost.is_some_and(|k| k != LossKind::Departed))
+            .count()
+    }
+
     pub(super) fn any_lost(&self) -> bool {
         self.watched
             .iter()

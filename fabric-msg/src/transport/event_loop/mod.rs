@@ -75,6 +75,7 @@ pub mod rma;
 mod room;
 mod slab;
 mod state;
+mod stats;
 mod tag_space;
 mod teardown;
 mod types;
@@ -121,6 +122,7 @@ pub(crate) fn fuzz_header_seeds() -> Vec<Vec<u8>> {
     ]
 }
 pub use state::EventLoop;
+pub use stats::{LoopStats, PeerStats, Traffic};
 pub use types::{
     Completion, CompletionError, EndpointId, LoopConfig, OpKind, Peer, PostError, ProgressThread, RecvOpts,
     SendOpts, Token, WaitMode,

@@ -348,8 +348,9 @@ impl EventLoop {
             // SAFETY: raw is enabled; inject copies the `len` bytes at `p`
             // before returning, and `len` fits the inject size (checked).
             unsafe { raw.inject(p, len, addr, opts.tag, data) }
-        })
-        .map(|_| ())
+        })?;
+        self.stats.sent(peer.endpoint.0, addr, bytes.len());
+        Ok(())
     }
 
     /// The checks every post of a `Buffer` makes: the endpoint is open, the
@@ -446,14 +447,14 @@ impl EventLoop {
                 remaining: p.count,
                 error: None,
             };
-            match self.groups.free.pop() {
+            match self.slab.groups.free.pop() {
                 Some(i) => {
-                    self.groups.list[i as usize] = g;
+                    self.slab.groups.list[i as usize] = g;
                     i
                 }
                 None => {
-                    self.groups.list.push(g);
-                    self.groups.list.len() as u32 - 1
+                    self.slab.groups.list.push(g);
+                    self.slab.groups.list.len() as u32 - 1
                 }
             }
         });
@@ -490,11 +491,11 @@ impl EventLoop {
             let Err(error) = posted else { continue };
             let Some(g) = group else { return Err(error) };
             if part == 0 {
-                self.groups.list[g as usize].remaining = 0;
-                self.groups.free.push(g);
+                self.slab.groups.list[g as usize].remaining = 0;
+                self.slab.groups.free.push(g);
                 return Err(error);
             }
-            let entry = &mut self.groups.list[g as usize];
+            let entry = &mut self.slab.groups.list[g as usize];
             entry.error.get_or_insert(CompletionError::PartlyPosted {
                 posted: part,
                 parts: p.count,

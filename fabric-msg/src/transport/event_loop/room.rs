@@ -53,6 +53,7 @@ impl EventLoop {
             if !no_room {
                 return check(call, rc as i64).map(|v| v as isize);
             }
+            self.stats.retries += 1;
             let t0 = *started.get_or_insert_with(Instant::now);
             if !self.patient(t0) {
                 return Err(Error::QueueFull {

@@ -158,6 +158,15 @@ pub(super) struct Slab {
     pub(super) timed: usize,
     /// When `poll` next looks for overdue ones (`deadlines.rs`).
     pub(super) next_expiry_scan: std::time::Instant,
+    /// Split transfers in flight.
+    pub(super) groups: Groups,
+}
+
+/// Split transfers in flight, and the free entries of `list`.
+#[derive(Default)]
+pub(super) struct Groups {
+    pub(super) list: Vec<Group>,
+    pub(super) free: Vec<u32>,
 }
 
 impl Slab {
@@ -265,6 +274,7 @@ mod tests {
             in_flight: 0,
             timed: 0,
             next_expiry_scan: std::time::Instant::now(),
+            groups: Groups::default(),
         };
         let slots: Vec<*mut OpSlot> = (0..5)
             .map(|i| slab.acquire(0, OpKind::Send, Token(i)) as *mut OpSlot)

@@ -7,9 +7,9 @@
 //! closing (`teardown.rs`).
 
 use super::resources::EndpointState;
-use super::slab::{Group, Slab};
+use super::slab::{Groups, Slab};
 use super::types::{Completion, LoopConfig, ProgressThread, WaitMode};
-use super::{am_state, backlog, lost_peers, tag_space};
+use super::{am_state, backlog, lost_peers, stats, tag_space};
 use crate::discovery::info::EndpointType;
 use crate::discovery::profile::Profile;
 use crate::error::Result;
@@ -35,8 +35,8 @@ pub struct EventLoop {
     pub(super) pending: Vec<Completion>,
     /// Sends the provider had no room for, posted again as the loop progresses.
     pub(super) backlog: backlog::Backlog,
-    /// Split transfers in flight.
-    pub(super) groups: Groups,
+    /// Counters a user can read ([`EventLoop::stats`]).
+    pub(super) stats: stats::Stats,
     /// Emulated atomics: pools, posted request receives, regions by key.
     pub(crate) am: am_state::AmState,
     /// Peers watched through their lifelines, and those lost.
@@ -115,13 +115,6 @@ pub(super) struct Spare {
     pub(super) cq_entries: Option<CqEntries>,
 }
 
-/// Split transfers in flight, and the free entries of `list`.
-#[derive(Default)]
-pub(super) struct Groups {
-    pub(super) list: Vec<Group>,
-    pub(super) free: Vec<u32>,
-}
-
 // SAFETY: an EventLoop is used through `&mut self` only, so by one thread at
 // a time; moving it between threads is allowed at every libfabric threading
 // level (FI_THREAD_DOMAIN and up require only that the application
@@ -181,10 +174,11 @@ impl EventLoop {
                 in_flight: 0,
                 timed: 0,
                 next_expiry_scan: Instant::now(),
+                groups: Groups::default(),
             },
             pending: Vec::with_capacity(CQ_BATCH * 4),
             backlog: backlog::Backlog::new(),
-            groups: Groups::default(),
+            stats: stats::Stats::default(),
             am: am_state::AmState {
                 tags: tag_space::TagSpace::new(profile.tag_bits).reserved(profile.atomics_emulated()),
                 ..Default::default()
@@ -296,6 +290,15 @@ impl EventLoop {
     /// setting.
     pub(crate) fn set_fail_fast(&mut self, on: bool) -> bool {
         std::mem::replace(&mut self.rules.no_wait, on)
+    }
+
+    /// What this loop has done so far ([`LoopStats`](super::LoopStats)):
+    /// messages and bytes each way, in total and per peer, the backlog,
+    /// retries, truncations, lost peers, emulated atomics. Built on demand,
+    /// so it allocates (the per-peer list), unlike the counting itself.
+    pub fn stats(&self) -> stats::LoopStats {
+        self.stats
+            .report(self.backlog.len(), self.lost.lost_count(), self.am.counters)
     }
 
     /// Operations posted and not yet completed (the loop's own receives

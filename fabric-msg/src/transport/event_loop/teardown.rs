@@ -81,10 +81,10 @@ impl EventLoop {
         }
         self.pending.retain(|c| c.endpoint != id);
         self.forget_reclaimed(id.0);
-        for (i, g) in self.groups.list.iter_mut().enumerate() {
+        for (i, g) in self.slab.groups.list.iter_mut().enumerate() {
             if g.remaining > 0 && g.endpoint == id.0 {
                 g.remaining = 0;
-                self.groups.free.push(i as u32);
+                self.slab.groups.free.push(i as u32);
             }
         }
         closed?;

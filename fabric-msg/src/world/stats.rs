@@ -1,0 +1,76 @@
+//! The World's counters ([`World::stats`]): its loops' [`LoopStats`], and
+//! the traffic with each rank over the fabric and the node's shared memory
+//! together.
+
+use super::state::World;
+use crate::transport::event_loop::{LoopStats, Peer, Traffic};
+
+/// One rank's traffic with this one.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RankStats {
+    /// The rank.
+    pub rank: u32,
+    /// Messages to it.
+    pub sent: Traffic,
+    /// Messages from it (where the sender is known: see
+    /// [`LoopStats::received_from_unknown`]).
+    pub received: Traffic,
+}
+
+/// What [`World::stats`] reports. Messages include the World's own
+/// (collectives' steps, notices): they are what crossed the fabric.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WorldStats {
+    /// Every rank, this one included (a message to oneself counts), by rank.
+    pub ranks: Vec<RankStats>,
+    /// The fabric's loop.
+    pub fabric: LoopStats,
+    /// The shared-memory loop for ranks on this node, if there is one.
+    pub local: Option<LoopStats>,
+}
+
+impl World {
+    /// What this rank has sent, received, waited for and refused so far.
+    pub fn stats(&self) -> WorldStats {
+        let fabric = self.ev.stats();
+        let local = self.local.as_ref().map(|l| l.ev.stats());
+        let of = |stats: &LoopStats, peer: &Peer| {
+            stats
+                .peers
+                .iter()
+                .find(|p| {
+                    p.addr == peer.fi_addr() && (p.endpoint == peer.endpoint() || peer.fi_addr() != u64::MAX)
+                })
+                .map(|p| (p.sent, p.received))
+                .unwrap_or_default()
+        };
+        let sum = |a: Traffic, b: Traffic| Traffic {
+            messages: a.messages + b.messages,
+            bytes: a.bytes + b.bytes,
+        };
+        let ranks = (0..self.size())
+            .map(|r| {
+                let (mut sent, mut received) = self
+                    .peers
+                    .get(r as usize)
+                    .map(|p| of(&fabric, p))
+                    .unwrap_or_default();
+                let on_node = self.local.as_ref().zip(local.as_ref()).and_then(|(l, s)| {
+                    let peer = l.peers.get(r as usize)?.as_ref()?;
+                    Some(of(s, peer))
+                });
+                if let Some((s, rcv)) = on_node {
+                    sent = sum(sent, s);
+                    received = sum(received, rcv);
+                }
+                RankStats {
+                    rank: r,
+                    sent,
+                    received,
+                }
+            })
+            .collect();
+        WorldStats { ranks, fabric, local }
+    }
+}
