@@ -163,6 +163,44 @@ fn a_rank_that_exits_early_is_named_by_every_other() {
     assert_others_name(&exits, 2, exits[2].at);
 }
 
+/// `FABRIC_MSG_LOG=json`: what the library logs is one JSON object per
+/// line, each carrying the rank it came from, and a loss names the peer,
+/// so every rank's stderr can be merged and filtered by field.
+#[test]
+fn a_loss_is_logged_as_json_with_rank_and_peer() {
+    let started = Instant::now();
+    let exits = wait_all(
+        rendezvous(3, &["-n", "100000000", "--exit-early", "2"], |_| {
+            vec![("FABRIC_MSG_LOG", "json".to_string())]
+        }),
+        started,
+        DEADLINE,
+    );
+    for (r, e) in exits.iter().enumerate().take(2) {
+        let records: Vec<serde_json::Value> = e
+            .stderr
+            .lines()
+            .filter(|l| l.starts_with('{'))
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|err| panic!("rank {r}: not JSON ({err}): {l}")))
+            .collect();
+        assert!(
+            records
+                .iter()
+                .all(|v| v["rank"] == r && v["pid"].is_u64() && v["ts"].is_f64()),
+            "rank {r}: every record says who and when: {records:?}"
+        );
+        let loss = records
+            .iter()
+            .find(|v| v["op"] == "liveness" && v["level"] == "WARN")
+            .unwrap_or_else(|| panic!("rank {r} logged no loss as JSON: {}", e.stderr));
+        assert!(loss["peer"].is_u64(), "rank {r}: {loss}");
+        if r == 0 {
+            // The rendezvous' root hears of rank 2 first, from its own connection.
+            assert_eq!(loss["peer"], 2, "{loss}");
+        }
+    }
+}
+
 #[test]
 fn a_rank_killed_mid_ring_is_named_by_every_other() {
     for shm in ["1", "0"] {

@@ -4,6 +4,7 @@
 //! code and libfabric's own text for it. `FI_EAGAIN`, `FI_EOPNOTSUPP` and
 //! `FI_ENODATA` have their own variants because callers act on them.
 
+pub mod logging;
 mod rejection;
 
 pub use rejection::{Reason, Rejection};

@@ -293,7 +293,7 @@ impl PassiveEndpoint {
         // the passive endpoint that received it is listening.
         let rc = unsafe { ffi::fi_reject(self.raw.as_ptr(), request.handle(), ptr::null(), 0) };
         if rc != 0 {
-            log::warn!("{}", Error::from_rc("fi_reject", rc.into()));
+            log::warn!(call = "fi_reject", fi_errno = rc.unsigned_abs(); "{}", Error::from_rc("fi_reject", rc.into()));
         }
     }
 }

@@ -2,7 +2,7 @@
 //! Also [`close_fid`], which every owner here closes its object with.
 
 use super::info::InfoRef;
-use crate::error::{check, Error, Result};
+use crate::error::{check, strerror, Error, Result};
 use crate::ffi;
 use std::ptr::{self, NonNull};
 use std::sync::Arc;
@@ -25,7 +25,10 @@ pub(super) unsafe fn close_fid(what: &str, fid: *mut ffi::fid) {
     // SAFETY: the caller's promise.
     let rc = unsafe { close_raw(fid) };
     if rc != 0 {
-        log::warn!("closing {what}: {}", Error::from_rc("fi_close", rc.into()));
+        log::warn!(
+            call = "fi_close", object = what, fi_errno = rc.unsigned_abs(), fi_error = strerror(rc.unsigned_abs()).as_str();
+            "closing {what}: {}", Error::from_rc("fi_close", rc.into())
+        );
     }
 }
 

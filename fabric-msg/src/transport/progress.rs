@@ -126,6 +126,7 @@ fn drive(shared: &Shared, cq: CqProgress, period: Duration) {
         if rc < 0 && rc != eagain && rc != eavail && !warned {
             warned = true;
             log::warn!(
+                call = "fi_cq_read", fi_errno = rc.unsigned_abs(), op = "progress";
                 "progress thread: {}",
                 crate::error::Error::from_rc("fi_cq_read", rc as i64)
             );

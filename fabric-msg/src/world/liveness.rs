@@ -195,7 +195,7 @@ impl Liveness {
         if detail.iter().any(|(r, _)| *r == rank) {
             return;
         }
-        log::warn!("rank {rank} lost: {why}");
+        log::warn!(peer = rank, op = "liveness", reason = why.as_str(); "rank {rank} lost: {why}");
         detail.push((rank, why));
         let _ = self
             .first

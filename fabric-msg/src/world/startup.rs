@@ -28,7 +28,9 @@ impl World {
 
     /// Join the world with explicit settings.
     pub fn init_with(cfg: WorldConfig) -> Result<World> {
+        crate::error::logging::init_from_env();
         let (mut launcher, placement) = Launcher::detect(cfg.start_timeout)?;
+        crate::error::logging::set_rank(placement.rank);
         let size = placement.size;
         let ladder = match cfg.ladder.clone() {
             Some(l) => l,

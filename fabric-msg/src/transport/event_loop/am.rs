@@ -469,6 +469,8 @@ impl EventLoop {
             self.am.reposts.push(index);
         } else if rc != 0 {
             log::warn!(
+                op = "atomic receive", endpoint = endpoint, fi_errno = rc.unsigned_abs(),
+                fi_error = strerror(rc.unsigned_abs() as u32).as_str();
                 "emulated atomics: a receive could not be posted again: {}",
                 strerror(rc.unsigned_abs() as u32)
             );

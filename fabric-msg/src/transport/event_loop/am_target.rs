@@ -144,6 +144,8 @@ impl EventLoop {
             });
         }
         log::warn!(
+            op = "atomic reply", fi_addr = addr, fi_errno = rc.unsigned_abs(),
+            fi_error = strerror(rc.unsigned_abs() as u32).as_str();
             "emulated atomic: a reply could not be sent: {}",
             strerror(rc.unsigned_abs() as u32)
         );

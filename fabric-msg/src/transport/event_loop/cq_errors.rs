@@ -27,6 +27,8 @@ impl EventLoop {
         }
         let Some(index) = self.slab.index_of(err.op_context) else {
             log::warn!(
+                op = "completion", fi_errno = err.err.unsigned_abs(), fi_error = strerror(err.err.unsigned_abs()).as_str(),
+                prov_errno = err.prov_errno;
                 "error completion for an unknown context: {}",
                 strerror(err.err as u32)
             );

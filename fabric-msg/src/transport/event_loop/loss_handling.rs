@@ -75,7 +75,7 @@ impl EventLoop {
                 // the peer fails, and later posts to it.
                 log::debug!("peer {} departed", w.label);
             } else {
-                log::warn!("peer {} lost: {kind}", w.label);
+                log::warn!(peer = w.label.as_str(), fi_addr = addr, op = "liveness", reason:% = kind; "peer {} lost: {kind}", w.label);
                 let lost = Err(failure.clone());
                 let mut notice = Completion::outcome(Token::PEER_LOST, endpoint, OpKind::PeerLost, lost);
                 notice.source = Some(addr);
@@ -166,7 +166,7 @@ impl EventLoop {
             }
         }
         if let Err(e) = closed {
-            log::warn!("closing a lost peer's connection: {e}");
+            log::warn!(op = "close", endpoint = endpoint, error:% = e; "closing a lost peer's connection: {e}");
         }
         self.endpoints[endpoint as usize] = None;
         self.forget_reclaimed(endpoint);

@@ -139,6 +139,7 @@ impl EventLoop {
     /// Open the fabric, domain, completion queue and (for RDM) address
     /// vector the profile describes.
     pub fn new(profile: &Profile, cfg: LoopConfig) -> Result<EventLoop> {
+        crate::error::logging::init_from_env();
         let domain = DomainInner::open(profile)?;
         let q = profile.queues;
         let tagged = profile.caps_granted.iter().any(|c| c == "FI_TAGGED");

@@ -236,7 +236,7 @@ impl Drop for EventLoop {
             // holds; one that fails to close keeps them open for good).
             if let Err(e) = endpoint.close() {
                 all_closed = false;
-                log::warn!("closing endpoint: {e}");
+                log::warn!(op = "close", error:% = e; "closing endpoint: {e}");
             }
         }
         if !all_closed || self.objects.close_failed {

@@ -225,8 +225,11 @@ impl Engine {
             match post_outgoing(io, &mut self.sh, o, token(Kind::NoticeSend, seq, 0)) {
                 Ok(None) => {}
                 Ok(Some(o)) if now < until => self.notices_out.push((o, seq, until)),
-                Ok(Some(_)) => log::warn!("rank {peer} took no notice of collective #{seq}'s failure"),
+                Ok(Some(_)) => {
+                    log::warn!(peer = peer, op = "collective", collective = seq; "rank {peer} took no notice of collective #{seq}'s failure")
+                }
                 Err(f) => log::warn!(
+                    peer = peer, op = "collective", collective = seq;
                     "cannot tell rank {peer} of collective #{seq}'s failure: {}",
                     f.message
                 ),
