@@ -29,7 +29,15 @@ impl World {
     /// Join the world with explicit settings.
     pub fn init_with(cfg: WorldConfig) -> Result<World> {
         crate::error::logging::init_from_env();
+        // Where start-up goes, at debug level (FABRIC_MSG_LOG_LEVEL=debug):
+        // docs/world.md, "Start-up cost".
+        let t0 = std::time::Instant::now();
+        let phase = |name: &str| {
+            let ms = t0.elapsed().as_millis() as u64;
+            log::debug!(op = "startup", phase = name, ms = ms; "start-up: {name} after {ms} ms");
+        };
         let (mut launcher, placement) = Launcher::detect(cfg.start_timeout)?;
+        phase("launcher");
         crate::error::logging::set_rank(placement.rank);
         let size = placement.size;
         let ladder = match cfg.ladder.clone() {
@@ -48,6 +56,7 @@ impl World {
 
         // Round 1: every rank's first choice; the world takes the worst.
         let mine = first_choice(&req, &ladder, domain.as_deref());
+        phase("negotiated");
         let choice = Choice {
             host: super::local::node_name(cfg.node.as_deref(), hostname()),
             rung: mine
@@ -56,6 +65,7 @@ impl World {
                 .map_err(|e| e.to_string()),
         };
         let table = exchange(&mut launcher, "fabric-msg.choice", &choice, cfg.start_timeout)?;
+        phase("choices exchanged");
         let nodes: Vec<String> = table.iter().map(|c| c.host.clone()).collect();
         let decision = decide(&table).map_err(|message| Error::Launch {
             launcher: launcher.name(),
@@ -76,6 +86,7 @@ impl World {
             let name = ev.endpoint_name(ep)?;
             Ok((ev, ep, name))
         });
+        phase("loop opened");
         let main = match &opened {
             Ok((ev, _, name)) => Ok((name.clone(), ev.wire_profile())),
             Err(e) => Err(format!("cannot open {}: {e}", decision.rung.label)),
@@ -88,6 +99,7 @@ impl World {
             None => super::local::open(&req, &ladder, loop_config.clone())
                 .map_err(|e| format!("cannot open shm: {e}")),
         };
+        phase("shm loop opened");
         let mine = Published {
             main,
             local: match &shm {
@@ -96,6 +108,7 @@ impl World {
             },
         };
         let table = exchange(&mut launcher, "fabric-msg.address", &mine, cfg.start_timeout)?;
+        phase("addresses exchanged");
         let launch_error = |message: String| Error::Launch {
             launcher: launcher.name(),
             message,
@@ -227,6 +240,8 @@ where
 {
     let bytes = postcard::to_stdvec(mine).map_err(|e| Error::Encoding(e.to_string()))?;
     let table = launcher.allgather(round, &bytes, timeout)?;
+    log::debug!(op = "startup", round = round, bytes = bytes.len(), ranks = table.len();
+        "start-up: {round}: {} bytes from this rank, {} in all", bytes.len(), table.iter().map(Vec::len).sum::<usize>());
     table
         .iter()
         .enumerate()
