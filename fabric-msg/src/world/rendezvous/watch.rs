@@ -202,8 +202,12 @@ fn watch_loop(
                         "rank 0 closed its connection without finishing: its process exited or was killed"
                             .to_string()
                     };
-                    live.lose(rank, why.clone());
                     if root {
+                        // Tell the others first: recording the loss wakes
+                        // this rank's own calls, and a program that then
+                        // exits at once would close these connections
+                        // before the notice went out, so the others would
+                        // blame rank 0 instead of `rank`.
                         for (j, (_, other)) in conns.iter_mut().enumerate() {
                             if j != i && open[j] {
                                 let _ = write_frame(
@@ -215,7 +219,9 @@ fn watch_loop(
                                 );
                             }
                         }
+                        live.lose(rank, why);
                     } else {
+                        live.lose(rank, why);
                         return;
                     }
                 }
