@@ -24,6 +24,7 @@ use fabric_msg_examples::opts::{Opts, Tool};
 use fabric_msg_examples::output::Row;
 use fabric_msg_examples::pattern::{check, fill};
 use fabric_msg_examples::session::{self, provision, touched, AnyResult, Bench, Plan, Side};
+use fabric_msg_examples::stats::IterTimes;
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -79,10 +80,12 @@ impl Bench for PingPong {
         let mut rx = self.rx.take().unwrap_or_else(|| touched(max));
         let inject = side.injects(size);
         let n = plan.messages();
+        let mut times = IterTimes::new(plan.iters);
         let mut start = Instant::now();
         for i in 0..n {
             if i == plan.warmup {
                 start = Instant::now();
+                times.start(start);
             }
             side.recv(rx, i)?;
             if i + 1 == n {
@@ -118,6 +121,9 @@ impl Bench for PingPong {
             if plan.verify {
                 check(rx.as_slice(), i, size)?;
             }
+            if i >= plan.warmup {
+                times.lap(2); // one way: half the round trip
+            }
             side.tick(i + 1);
         }
         let elapsed = start.elapsed();
@@ -129,6 +135,7 @@ impl Bench for PingPong {
             acked: plan.iters,
             elapsed,
             xfers_per_iter: 2,
+            tail: times.tail(),
         })
     }
 
@@ -220,10 +227,12 @@ fn client_borrowed(side: &mut Side, plan: &Plan, size: usize) -> AnyResult<Row> 
 
 fn borrowed_loop(side: &mut Side, plan: &Plan, size: usize, tx: &mut [u8], rx: &mut [u8]) -> AnyResult<Row> {
     let n = plan.messages();
+    let mut times = IterTimes::new(plan.iters);
     let mut start = Instant::now();
     for i in 0..n {
         if i == plan.warmup {
             start = Instant::now();
+            times.start(start);
         }
         if plan.verify {
             fill(&mut tx[..size], i);
@@ -252,6 +261,9 @@ fn borrowed_loop(side: &mut Side, plan: &Plan, size: usize, tx: &mut [u8], rx: &
         if plan.verify {
             check(&rx[..got.unwrap_or(0)], i, size)?;
         }
+        if i >= plan.warmup {
+            times.lap(2);
+        }
         side.tick(i + 1);
     }
     Ok(Row {
@@ -260,5 +272,6 @@ fn borrowed_loop(side: &mut Side, plan: &Plan, size: usize, tx: &mut [u8], rx: &
         acked: plan.iters,
         elapsed: start.elapsed(),
         xfers_per_iter: 2,
+        tail: times.tail(),
     })
 }

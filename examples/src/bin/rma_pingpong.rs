@@ -17,6 +17,7 @@ use fabric_msg::{
 use fabric_msg_examples::opts::{parse, Opts, Parsed, Tool, MAX_RMA_SIZE};
 use fabric_msg_examples::output::{self, Monitor, Row};
 use fabric_msg_examples::session::{accept_serving, loop_config};
+use fabric_msg_examples::stats::IterTimes;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -359,13 +360,18 @@ fn timed(
     mut one: impl FnMut(usize) -> AnyResult<()>,
 ) -> AnyResult<()> {
     let mut started = Instant::now();
+    let mut times = IterTimes::new(o.iters);
     monitor.begin(size, o.warmup + o.iters);
     for i in 0..o.warmup + o.iters {
         monitor.tick(i);
         if i == o.warmup {
             started = Instant::now();
+            times.start(started);
         }
         one(i)?;
+        if i >= o.warmup {
+            times.lap(xfers);
+        }
     }
     let row = Row {
         bytes: size,
@@ -373,6 +379,7 @@ fn timed(
         acked: o.iters,
         elapsed: started.elapsed(),
         xfers_per_iter: xfers,
+        tail: times.tail(),
     };
     output::report_row(o.json, &row);
     Ok(())
