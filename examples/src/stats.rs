@@ -42,6 +42,18 @@ impl IterTimes {
         }
     }
 
+    /// Room for `iterations` times, kept whatever [`ITER_TIMES_ENV`] says:
+    /// for loops that time every iteration anyway (world_bench's latency
+    /// and collectives, as OSU's do), where only the storing is new, and
+    /// where every rank must record alike.
+    pub fn always(iterations: usize) -> IterTimes {
+        IterTimes {
+            on: true,
+            nanos: Vec::with_capacity(iterations),
+            last: Instant::now(),
+        }
+    }
+
     /// Whether iterations are timed.
     pub fn on(&self) -> bool {
         self.on
@@ -66,6 +78,18 @@ impl IterTimes {
         }
     }
 
+    /// The measured time from `start`: to the last lap, so that the
+    /// average and the percentiles come from the same clock reads (a
+    /// preemption after the last lap cannot put the average above the
+    /// slowest iteration); to now with timing off or no lap.
+    pub fn elapsed_since(&self, start: Instant) -> std::time::Duration {
+        if self.on && !self.nanos.is_empty() {
+            self.last.duration_since(start)
+        } else {
+            start.elapsed()
+        }
+    }
+
     /// Record a time measured elsewhere, in nanoseconds per transfer.
     #[inline]
     pub fn record(&mut self, nanos: u64) {
@@ -77,6 +101,11 @@ impl IterTimes {
     /// The recorded times, in order.
     pub fn nanos(&self) -> &[u64] {
         &self.nanos
+    }
+
+    /// The recorded times, to combine with other ranks' in place.
+    pub fn nanos_mut(&mut self) -> &mut [u64] {
+        &mut self.nanos
     }
 
     /// Their percentiles, or `None` with timing off or nothing recorded.

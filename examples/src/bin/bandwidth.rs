@@ -104,7 +104,7 @@ impl Bench for Bandwidth {
             seq += count;
             side.tick(seq);
         }
-        let elapsed = start.elapsed();
+        let elapsed = times.elapsed_since(start);
         while self.free.len() < w {
             let b = side.wait_send()?;
             self.free.push(b);

@@ -16,7 +16,7 @@
 //! bytes. Echoing made the client read, on shm, a megabyte the server's
 //! core had just written (a cache-to-cache copy between the two cores), and
 //! on this machine that copy took half as long again in some runs and
-//! periods as reading data nobody had just written (`docs/benchmarks.md`,
+//! periods as reading data nobody had just written (`docs/benchmarks-history.md`,
 //! issue 15, item 2).
 
 use fabric_msg::{Buffer, OpKind};
@@ -106,6 +106,12 @@ impl Bench for PingPong {
             } else {
                 side.send(tx, i)?;
             }
+            if i > plan.warmup {
+                // The previous round trip ends here, send to send: the
+                // clock is read while this message is on its way, not
+                // between a reply and the next send.
+                times.lap(2); // one way: half the round trip
+            }
             let mut reply = None;
             while reply.is_none() {
                 side.poll(|_, c| {
@@ -121,12 +127,12 @@ impl Bench for PingPong {
             if plan.verify {
                 check(rx.as_slice(), i, size)?;
             }
-            if i >= plan.warmup {
-                times.lap(2); // one way: half the round trip
-            }
             side.tick(i + 1);
         }
-        let elapsed = start.elapsed();
+        if n > plan.warmup {
+            times.lap(2); // the last round trip
+        }
+        let elapsed = times.elapsed_since(start);
         self.rx = Some(rx);
         reap(side, &mut self.free, TX_BUFFERS)?;
         Ok(Row {
@@ -247,6 +253,9 @@ fn borrowed_loop(side: &mut Side, plan: &Plan, size: usize, tx: &mut [u8], rx: &
             }
             side.send_borrowed(tx.as_ptr(), size, i)?;
         }
+        if i > plan.warmup {
+            times.lap(2); // the previous round trip, send to send
+        }
         let (mut sent, mut got) = (false, None);
         while !sent || got.is_none() {
             side.poll(|_, c| {
@@ -261,16 +270,16 @@ fn borrowed_loop(side: &mut Side, plan: &Plan, size: usize, tx: &mut [u8], rx: &
         if plan.verify {
             check(&rx[..got.unwrap_or(0)], i, size)?;
         }
-        if i >= plan.warmup {
-            times.lap(2);
-        }
         side.tick(i + 1);
+    }
+    if n > plan.warmup {
+        times.lap(2);
     }
     Ok(Row {
         bytes: size,
         sent: plan.iters,
         acked: plan.iters,
-        elapsed: start.elapsed(),
+        elapsed: times.elapsed_since(start),
         xfers_per_iter: 2,
         tail: times.tail(),
     })

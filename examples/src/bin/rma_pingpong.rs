@@ -377,7 +377,7 @@ fn timed(
         bytes: size,
         sent: o.iters,
         acked: o.iters,
-        elapsed: started.elapsed(),
+        elapsed: times.elapsed_since(started),
         xfers_per_iter: xfers,
         tail: times.tail(),
     };
