@@ -43,6 +43,9 @@ MPI_BTL = {
     "tcp": ["--mca", "pml", "ob1", "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", "lo"],
     "shm": ["--mca", "pml", "ob1", "--mca", "btl", "vader,self"],
 }
+# Two ranks unbound, like the other tools' two processes (mpirun binds two
+# ranks to a core each by default; ab.sh's PIN=none does the same).
+MPI_BIND = ["--bind-to", "none"]
 UCX_TLS = {"tcp": "tcp,self", "shm": "posix,self,cma"}
 OURS = {"tcp": ["-p", "tcp;ofi_rxm", "-d", "lo"], "shm": ["-p", "shm", "--same-host"]}
 FI = {"tcp": ["-p", "tcp;ofi_rxm", "-e", "rdm", "-d", "lo", "-m", "tagged"], "shm": ["-p", "shm", "-e", "rdm", "-m", "tagged"]}
@@ -162,7 +165,7 @@ class Sweep:
         if ucx:
             # typical (50th percentile) and overall (mean) one-way latency
             self.record(kind="latency", transport=tr, impl="ucx", bytes=size, round=rnd, us=ucx[3], p50_us=ucx[1])
-        js = self.run("mpi-" + tag, MPIRUN + ["-np", "2", *MPI_BTL[tr], self.bench("pingpong_mpi"),
+        js = self.run("mpi-" + tag, MPIRUN + ["-np", "2", *MPI_BIND, *MPI_BTL[tr], self.bench("pingpong_mpi"),
                                             "latency", "-S", str(size), "-I", str(n), "-W", str(w)])
         if js:
             self.record(kind="latency", transport=tr, impl="openmpi", bytes=size, round=rnd,
@@ -207,7 +210,7 @@ class Sweep:
         ucx = self.ucx(tag, tr, "tag_bw", size, n, w)
         if ucx:
             self.record(kind="bandwidth", transport=tr, impl="ucx", bytes=size, round=rnd, mb_per_sec=ucx[7] * size / 1e6)
-        js = self.run("mpi-" + tag, MPIRUN + ["-np", "2", *MPI_BTL[tr], self.bench("pingpong_mpi"), "rate",
+        js = self.run("mpi-" + tag, MPIRUN + ["-np", "2", *MPI_BIND, *MPI_BTL[tr], self.bench("pingpong_mpi"), "rate",
                                             "-S", str(size), "-I", str(n), "-W", str(w), "-w", str(WINDOW)])
         if js:
             self.record(kind="bandwidth", transport=tr, impl="openmpi", bytes=size, round=rnd,
