@@ -55,6 +55,19 @@ def log(*a):
     print("plots:", *a, file=sys.stderr, flush=True)
 
 
+def json_lines(text):
+    """The JSON objects among a tool's output lines (others skipped)."""
+    out = []
+    for line in (text or "").splitlines():
+        try:
+            v = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(v, dict):
+            out.append(v)
+    return out
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -101,10 +114,12 @@ class Sweep:
         return p.stdout
 
     def pair(self, name, server, client, env=None):
-        """A server in the background, then a client against it on `port`
-        (both given as functions of the port); the client's stdout."""
+        """A server in the background (its output in raw/NAME.server), then
+        a client against it on `port` (both given as functions of the
+        port); the client's stdout."""
         port = free_port()
-        s = subprocess.Popen(server(port), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        log_file = open(os.path.join(self.raw, name + ".server"), "w")
+        s = subprocess.Popen(server(port), stdout=log_file, stderr=subprocess.STDOUT, env=env)
         try:
             for _ in range(200):
                 if listening(port) or s.poll() is not None:
@@ -120,6 +135,7 @@ class Sweep:
             except subprocess.TimeoutExpired:
                 s.kill()
                 s.wait()
+            log_file.close()
 
     def record(self, **kv):
         self.records.append(kv)
@@ -146,8 +162,9 @@ class Sweep:
             lambda p: [pp, *OURS[tr], "-B", str(p)],
             lambda p: [pp, *OURS[tr], "-S", str(size), "-I", str(n), "-W", str(w), "--json", "-P", str(p), "127.0.0.1"],
         )
-        if js:
-            head, row = [json.loads(l) for l in js.splitlines()[:2]]
+        lines = json_lines(js)
+        if len(lines) == 2:
+            head, row = lines
             if head.get("provider") == OURS[tr][1]:
                 self.record(kind="latency", transport=tr, impl="ours", bytes=size, round=rnd,
                             us=row["usec_per_xfer"], p50_us=row.get("p50_us"), p99_us=row.get("p99_us"))
@@ -167,9 +184,10 @@ class Sweep:
             self.record(kind="latency", transport=tr, impl="ucx", bytes=size, round=rnd, us=ucx[3], p50_us=ucx[1])
         js = self.run("mpi-" + tag, MPIRUN + ["-np", "2", *MPI_BIND, *MPI_BTL[tr], self.bench("pingpong_mpi"),
                                             "latency", "-S", str(size), "-I", str(n), "-W", str(w)])
-        if js:
+        lines = json_lines(js)
+        if lines and "usec_per_xfer" in lines[-1]:
             self.record(kind="latency", transport=tr, impl="openmpi", bytes=size, round=rnd,
-                        us=json.loads(js.splitlines()[-1])["usec_per_xfer"])
+                        us=lines[-1]["usec_per_xfer"])
 
     def ucx(self, tag, tr, test, size, n, w):
         """ucx_perftest's final row (8 numbers), or None."""
@@ -203,8 +221,9 @@ class Sweep:
             lambda p: [bw, *OURS[tr], "-S", str(size), "-I", str(n), "-W", str(w), "-w", str(WINDOW),
                        "--json", "-P", str(p), "127.0.0.1"],
         )
-        if js:
-            head, row = [json.loads(l) for l in js.splitlines()[:2]]
+        lines = json_lines(js)
+        if len(lines) == 2:
+            head, row = lines
             if head.get("provider") == OURS[tr][1]:
                 self.record(kind="bandwidth", transport=tr, impl="ours", bytes=size, round=rnd, mb_per_sec=row["mb_per_sec"])
         ucx = self.ucx(tag, tr, "tag_bw", size, n, w)
@@ -212,9 +231,10 @@ class Sweep:
             self.record(kind="bandwidth", transport=tr, impl="ucx", bytes=size, round=rnd, mb_per_sec=ucx[7] * size / 1e6)
         js = self.run("mpi-" + tag, MPIRUN + ["-np", "2", *MPI_BIND, *MPI_BTL[tr], self.bench("pingpong_mpi"), "rate",
                                             "-S", str(size), "-I", str(n), "-W", str(w), "-w", str(WINDOW)])
-        if js:
+        lines = json_lines(js)
+        if lines and "mb_per_sec" in lines[-1]:
             self.record(kind="bandwidth", transport=tr, impl="openmpi", bytes=size, round=rnd,
-                        mb_per_sec=json.loads(js.splitlines()[-1])["mb_per_sec"])
+                        mb_per_sec=lines[-1]["mb_per_sec"])
 
     # --- collectives ---------------------------------------------------
     def collectives(self, tr, ranks, case, rnd):
@@ -228,8 +248,7 @@ class Sweep:
             ("openmpi", MPIRUN + [*MPI_BTL[tr], "-np", str(ranks), self.bench("world_vs_mpi"), *args]),
         ):
             out = self.run(f"{impl}-{tag}", cmd)
-            for line in (out or "").splitlines():
-                v = json.loads(line)
+            for v in json_lines(out):
                 if "bytes" in v and "p50_us" in v:
                     self.record(kind="collective", transport=tr, impl=impl, bench=bench, ranks=ranks,
                                 bytes=v["bytes"], round=rnd, avg_us=v["avg_us"], p50_us=v["p50_us"],
