@@ -7,8 +7,8 @@
 //! so recording allocates nothing per message; the histogram
 //! (`hdrhistogram`, three significant digits) is built after the loop.
 //! `FABRIC_MSG_ITER_TIMES=off` turns the per-iteration clock reads off, to
-//! measure what the timing itself costs (docs/benchmarks.md: well under the
-//! 2 % the issue allows).
+//! measure what the timing itself costs (`ci/bench/iter_times_cost.sh`;
+//! docs/benchmarks.md, "Percentiles in every tool").
 
 use hdrhistogram::Histogram;
 use std::time::Instant;
