@@ -7,8 +7,11 @@
  * every call timed on its own, an untimed MPI_Barrier between calls (none
  * for barrier), WARMUP calls first; each rank's mean time per call is
  * gathered on rank 0, which prints one JSON object per size with the mean
- * over ranks (avg_us), the fastest (min_us) and the slowest rank's mean
- * (max_us), as `world_bench --json` does.
+ * over ranks (avg_us), the fastest (rank_min_us) and the slowest rank's
+ * mean (rank_max_us), as `world_bench --json` does; and, also as it does,
+ * the distribution of each call's slowest rank (p50_us, p99_us, p999_us,
+ * min_us, max_us): every rank keeps its call times, and one MPI_Reduce
+ * (MPI_MAX) after the timed loop finds each call's slowest rank.
  *
  *   mpicc -O2 -o target/bench/world_vs_mpi ci/bench/world_vs_mpi.c
  *   mpirun -np 4 target/bench/world_vs_mpi allreduce -S 8,65536 [-I 1000] [-W 100]
@@ -24,6 +27,21 @@
 
 #define MAX_SIZES 64
 #define LARGE 8192
+
+static int by_value(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The q-quantile of n sorted values (nearest rank). */
+static double quantile(const double *sorted, long n, double q)
+{
+    long k = (long)(q * (double)n + 0.999999);
+    if (k < 1)
+        k = 1;
+    return sorted[(k > n ? n : k) - 1];
+}
 
 static int fail(int rank, const char *what)
 {
@@ -86,7 +104,8 @@ int main(int argc, char **argv)
         float *in = calloc((size_t)count + 1, sizeof(float));
         float *out = calloc((size_t)count + 1, sizeof(float));
         double total = 0.0, mine, *all = NULL;
-        if (!buf || !in || !out) {
+        double *times = calloc((size_t)iters, sizeof(double)), *slowest = calloc((size_t)iters, sizeof(double));
+        if (!buf || !in || !out || !times || !slowest) {
             fprintf(stderr, "world_vs_mpi: out of memory for %ld bytes\n", bytes);
             MPI_Abort(MPI_COMM_WORLD, 1);
         }
@@ -99,12 +118,16 @@ int main(int argc, char **argv)
                 MPI_Bcast(buf, (int)bytes, MPI_CHAR, 0, MPI_COMM_WORLD);
             else
                 MPI_Allreduce(in, out, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-            if (i >= warm)
-                total += MPI_Wtime() - t0;
+            if (i >= warm) {
+                double took = MPI_Wtime() - t0;
+                total += took;
+                times[i - warm] = took * 1e6;
+            }
             if (strcmp(bench, "barrier"))
                 MPI_Barrier(MPI_COMM_WORLD);
         }
         mine = total * 1e6 / (double)iters;
+        MPI_Reduce(times, slowest, (int)iters, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
         if (rank == 0)
             all = malloc(sizeof(double) * (size_t)size);
         MPI_Gather(&mine, 1, MPI_DOUBLE, all, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
@@ -115,11 +138,16 @@ int main(int argc, char **argv)
                 lo = all[i] < lo ? all[i] : lo;
                 hi = all[i] > hi ? all[i] : hi;
             }
-            printf("{\"bytes\":%ld,\"avg_us\":%.3f,\"min_us\":%.3f,\"max_us\":%.3f,\"iterations\":%ld}\n", bytes,
-                   sum / size, lo, hi, iters);
+            qsort(slowest, (size_t)iters, sizeof(double), by_value);
+            printf("{\"bytes\":%ld,\"avg_us\":%.3f,\"rank_min_us\":%.3f,\"rank_max_us\":%.3f,\"iterations\":%ld,"
+                   "\"p50_us\":%.3f,\"p99_us\":%.3f,\"p999_us\":%.3f,\"min_us\":%.3f,\"max_us\":%.3f}\n",
+                   bytes, sum / size, lo, hi, iters, quantile(slowest, iters, 0.5), quantile(slowest, iters, 0.99),
+                   quantile(slowest, iters, 0.999), slowest[0], slowest[iters - 1]);
             fflush(stdout);
             free(all);
         }
+        free(times);
+        free(slowest);
         free(buf);
         free(in);
         free(out);

@@ -20,7 +20,7 @@
 #        Open MPI: --mca pml ob1 --mca btl vader,self
 # Both time each call with an untimed barrier between calls and report
 # each rank's mean; the ratio is ours / Open MPI of the slowest rank's mean
-# (max_us), taken per round (the two runs of a round are next to each other
+# (rank_max_us), taken per round (the two runs of a round are next to each other
 # in time) and then the median over rounds. Every run is under `timeout`.
 # Raw outputs, results.tsv and the load average at the start of each round
 # (loadavg.txt) go to $OUT (default target/bench/world_vs_mpi-<time>/).
@@ -121,8 +121,8 @@ for path in glob.glob(os.path.join(out, "*.json")):
             v = json.loads(line)
         except ValueError:
             continue
-        if "bytes" in v and "max_us" in v:
-            rows.setdefault((tr, int(n), bench, v["bytes"]), {}).setdefault(r, {})[impl] = v["max_us"]
+        if "bytes" in v and "rank_max_us" in v:
+            rows.setdefault((tr, int(n), bench, v["bytes"]), {}).setdefault(r, {})[impl] = v["rank_max_us"]
 names = {"barrier": "barrier", "allreduce": "allreduce", "bcast": "broadcast"}
 def size(b):
     return "" if b == 0 else (f"{b >> 20} MiB" if b >= 1 << 20 else f"{b >> 10} KiB" if b >= 1 << 10 else f"{b} B")

@@ -1,7 +1,8 @@
 //! Shared code of fabric-msg's example tools: the options `pingpong` and
 //! `bandwidth` have in common, their output (fabtests' columns or JSON
 //! Lines), the byte pattern `--verify` checks, and the session around each
-//! tool's measuring loop.
+//! tool's measuring loop, and the per-iteration times behind the
+//! percentiles every tool prints.
 #![deny(missing_docs)]
 
 pub mod control;
@@ -9,6 +10,7 @@ pub mod opts;
 pub mod output;
 pub mod pattern;
 pub mod session;
+pub mod stats;
 
 /// `println!` for the tools' results: when stdout is gone (`| head`), end
 /// the process quietly instead of panicking on the broken pipe.

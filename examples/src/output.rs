@@ -2,6 +2,7 @@
 //! on a terminal, a progress line on stderr.
 
 use crate::opts::{Opts, Tool};
+use crate::stats::{self, Tail};
 use fabric_msg::{Profile, WaitMode};
 use std::io::{IsTerminal, Write};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -23,6 +24,9 @@ pub struct Row {
     /// Transfers per message counted: 2 for a ping-pong (there and back),
     /// 1 for streaming. As fabtests' `xfers_per_iter`.
     pub xfers_per_iter: usize,
+    /// Percentiles of the per-iteration times, in the unit of `usec/xfer`
+    /// (an iteration's time over its transfers); `None` with timing off.
+    pub tail: Option<Tail>,
 }
 
 impl Row {
@@ -91,7 +95,7 @@ pub fn header_with(json: bool, tool: &str, p: &Profile, extra: serde_json::Value
             p.endpoint_type
         );
         crate::say!(
-            "{:<8} {:>8} {:>8} {:>8} {:>10} {:>10} {:>10} {:>12}",
+            "{:<8} {:>8} {:>8} {:>8} {:>10} {:>10} {:>10} {:>12}{}",
             "bytes",
             "#sent",
             "#ack",
@@ -99,7 +103,8 @@ pub fn header_with(json: bool, tool: &str, p: &Profile, extra: serde_json::Value
             "time",
             "MB/sec",
             "usec/xfer",
-            "Mxfers/sec"
+            "Mxfers/sec",
+            stats::columns(TAIL_WIDTH)
         );
     }
     std::io::stdout().flush().ok();
@@ -117,15 +122,16 @@ pub fn report_row(json: bool, r: &Row) {
     let _term = TERMINAL.lock();
     clear_progress();
     if json {
-        crate::say!(
-            "{}",
-            serde_json::json!({"bytes": r.bytes, "iters": r.sent, "sent": r.sent, "acked": r.acked,
-                "usec_per_xfer": usec, "mb_per_sec": r.mb_per_sec(), "total_bytes": r.total_bytes(),
-                "seconds": secs})
-        );
+        let mut v = serde_json::json!({"bytes": r.bytes, "iters": r.sent, "sent": r.sent, "acked": r.acked,
+            "usec_per_xfer": usec, "mb_per_sec": r.mb_per_sec(), "total_bytes": r.total_bytes(),
+            "seconds": secs});
+        if let Some(t) = &r.tail {
+            t.add_json(&mut v);
+        }
+        crate::say!("{v}");
     } else {
         crate::say!(
-            "{:<8} {:>8} {:>8} {:>8} {:>9.2}s {:>10.2} {:>10.2} {:>12.2}",
+            "{:<8} {:>8} {:>8} {:>8} {:>9.2}s {:>10.2} {:>10.2} {:>12.2}{}",
             r.bytes,
             r.sent,
             r.acked,
@@ -133,11 +139,15 @@ pub fn report_row(json: bool, r: &Row) {
             secs,
             r.mb_per_sec(),
             usec,
-            1.0 / usec
+            1.0 / usec,
+            stats::cells(r.tail.as_ref(), TAIL_WIDTH)
         );
     }
     std::io::stdout().flush().ok();
 }
+
+/// Width of each percentile column in the table.
+const TAIL_WIDTH: usize = 9;
 
 /// `12k`, `3m`: bytes in binary units, rounded down.
 fn size_str(bytes: u64) -> String {
@@ -303,6 +313,7 @@ mod tests {
             acked: 500,
             elapsed: Duration::from_millis(10),
             xfers_per_iter: 2,
+            tail: None,
         };
         assert_eq!(r.total_bytes(), 1_000_000);
         assert!((r.usec_per_xfer() - 10.0).abs() < 1e-9, "elapsed / iters / 2");

@@ -47,6 +47,7 @@ fn loopback_sizes(provider: &str, mode: &str) {
         assert_eq!(lines[0]["provider"], provider, "{lines:?}");
         assert_eq!(lines[0]["mr"], mode);
         assert_eq!(lines[1]["iters"], 20);
+        support::assert_tail(&lines[1], Some("usec_per_xfer"));
         all.push(lines[1]["bytes"].as_u64().unwrap());
     }
     assert_eq!(all, [1, 65536, 1 << 20]);

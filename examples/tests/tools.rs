@@ -3,6 +3,8 @@
 //! failing fast. Every process runs under a deadline, so a hang fails the test
 //! instead of hanging CI.
 
+mod support;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -26,6 +28,7 @@ fn command(tool: &str, args: &[&str], env: &[(&str, &str)]) -> Command {
     cmd.args(args)
         .env_remove("FI_PROVIDER")
         .env_remove("FABRIC_MSG_PROVIDERS")
+        .env_remove(support::ITER_TIMES_ENV)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -105,14 +108,18 @@ fn table(r: &Run) -> (String, Vec<(usize, usize, usize)>) {
             "time",
             "MB/sec",
             "usec/xfer",
-            "Mxfers/sec"
+            "Mxfers/sec",
+            "p50",
+            "p99",
+            "p99.9",
+            "max"
         ]),
-        "fabtests' columns: {columns}"
+        "fabtests' columns, then percentiles: {columns}"
     );
     let rows = lines
         .map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
-            assert_eq!(f.len(), 8, "row `{l}`");
+            assert_eq!(f.len(), 12, "row `{l}`");
             let n = |i: usize| f[i].parse::<usize>().unwrap_or_else(|_| panic!("row `{l}`"));
             for x in &f[5..] {
                 assert!(x.parse::<f64>().is_ok_and(|v| v >= 0.0), "row `{l}`");
@@ -141,6 +148,8 @@ fn json(r: &Run) -> (serde_json::Value, Vec<serde_json::Value>) {
             assert!(row[k].as_f64().is_some_and(|x| x >= 0.0), "{k} in {row}");
         }
         assert!(row["usec_per_xfer"].as_f64().unwrap() > 0.0, "{row}");
+        // Iterations (pingpong) or windows (bandwidth), per transfer.
+        support::assert_tail(row, Some("usec_per_xfer"));
     }
     (fabric, rows)
 }

@@ -5,7 +5,9 @@
 //! server keeps as many receives posted, reposting each buffer for the
 //! next window as its message arrives, and once a window has arrived it
 //! answers with a small ack, which lets the client send the next window. `MB/sec` is payload in one
-//! direction, 10^6 bytes per second; `usec/xfer` is elapsed / messages.
+//! direction, 10^6 bytes per second; `usec/xfer` is elapsed / messages,
+//! and its percentiles are of each window's time from the previous ack to
+//! its own, over the window's messages.
 //! Messages smaller than the provider's inject size go out with
 //! `fi_inject`, as fabtests sends them. Warm-up (`-W`) is rounded up to
 //! whole windows, so every buffer has been used once before the clock
@@ -16,6 +18,7 @@ use fabric_msg_examples::opts::{Opts, Tool};
 use fabric_msg_examples::output::Row;
 use fabric_msg_examples::pattern::{check, fill};
 use fabric_msg_examples::session::{self, provision, AnyResult, Bench, Ctrl, Plan, Side};
+use fabric_msg_examples::stats::IterTimes;
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -54,10 +57,12 @@ impl Bench for Bandwidth {
         let warm = warmup(plan);
         let total = Self::messages(plan);
         let (mut seq, mut acked) = (0, 0);
+        let mut times = IterTimes::new(plan.iters.div_ceil(w));
         let mut start = Instant::now();
         while seq < total {
             if seq == warm {
                 start = Instant::now();
+                times.start(start);
             }
             let count = w.min(total - seq);
             for s in seq..seq + count {
@@ -93,11 +98,13 @@ impl Bench for Bandwidth {
             }
             if seq >= warm {
                 acked += got;
+                // The window's completion time, per message.
+                times.lap(count);
             }
             seq += count;
             side.tick(seq);
         }
-        let elapsed = start.elapsed();
+        let elapsed = times.elapsed_since(start);
         while self.free.len() < w {
             let b = side.wait_send()?;
             self.free.push(b);
@@ -108,6 +115,7 @@ impl Bench for Bandwidth {
             acked,
             elapsed,
             xfers_per_iter: 1,
+            tail: times.tail(),
         })
     }
 

@@ -16,7 +16,7 @@
 //! bytes. Echoing made the client read, on shm, a megabyte the server's
 //! core had just written (a cache-to-cache copy between the two cores), and
 //! on this machine that copy took half as long again in some runs and
-//! periods as reading data nobody had just written (`docs/benchmarks.md`,
+//! periods as reading data nobody had just written (`docs/benchmarks-history.md`,
 //! issue 15, item 2).
 
 use fabric_msg::{Buffer, OpKind};
@@ -24,6 +24,7 @@ use fabric_msg_examples::opts::{Opts, Tool};
 use fabric_msg_examples::output::Row;
 use fabric_msg_examples::pattern::{check, fill};
 use fabric_msg_examples::session::{self, provision, touched, AnyResult, Bench, Plan, Side};
+use fabric_msg_examples::stats::IterTimes;
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -79,10 +80,12 @@ impl Bench for PingPong {
         let mut rx = self.rx.take().unwrap_or_else(|| touched(max));
         let inject = side.injects(size);
         let n = plan.messages();
+        let mut times = IterTimes::new(plan.iters);
         let mut start = Instant::now();
         for i in 0..n {
             if i == plan.warmup {
                 start = Instant::now();
+                times.start(start);
             }
             side.recv(rx, i)?;
             if i + 1 == n {
@@ -103,6 +106,12 @@ impl Bench for PingPong {
             } else {
                 side.send(tx, i)?;
             }
+            if i > plan.warmup {
+                // The previous round trip ends here, send to send: the
+                // clock is read while this message is on its way, not
+                // between a reply and the next send.
+                times.lap(2); // one way: half the round trip
+            }
             let mut reply = None;
             while reply.is_none() {
                 side.poll(|_, c| {
@@ -120,7 +129,10 @@ impl Bench for PingPong {
             }
             side.tick(i + 1);
         }
-        let elapsed = start.elapsed();
+        if n > plan.warmup {
+            times.lap(2); // the last round trip
+        }
+        let elapsed = times.elapsed_since(start);
         self.rx = Some(rx);
         reap(side, &mut self.free, TX_BUFFERS)?;
         Ok(Row {
@@ -129,6 +141,7 @@ impl Bench for PingPong {
             acked: plan.iters,
             elapsed,
             xfers_per_iter: 2,
+            tail: times.tail(),
         })
     }
 
@@ -220,10 +233,12 @@ fn client_borrowed(side: &mut Side, plan: &Plan, size: usize) -> AnyResult<Row> 
 
 fn borrowed_loop(side: &mut Side, plan: &Plan, size: usize, tx: &mut [u8], rx: &mut [u8]) -> AnyResult<Row> {
     let n = plan.messages();
+    let mut times = IterTimes::new(plan.iters);
     let mut start = Instant::now();
     for i in 0..n {
         if i == plan.warmup {
             start = Instant::now();
+            times.start(start);
         }
         if plan.verify {
             fill(&mut tx[..size], i);
@@ -237,6 +252,9 @@ fn borrowed_loop(side: &mut Side, plan: &Plan, size: usize, tx: &mut [u8], rx: &
                 side.post_ctrl_recv()?; // Ready for the next size, or Done
             }
             side.send_borrowed(tx.as_ptr(), size, i)?;
+        }
+        if i > plan.warmup {
+            times.lap(2); // the previous round trip, send to send
         }
         let (mut sent, mut got) = (false, None);
         while !sent || got.is_none() {
@@ -254,11 +272,15 @@ fn borrowed_loop(side: &mut Side, plan: &Plan, size: usize, tx: &mut [u8], rx: &
         }
         side.tick(i + 1);
     }
+    if n > plan.warmup {
+        times.lap(2);
+    }
     Ok(Row {
         bytes: size,
         sent: plan.iters,
         acked: plan.iters,
-        elapsed: start.elapsed(),
+        elapsed: times.elapsed_since(start),
         xfers_per_iter: 2,
+        tail: times.tail(),
     })
 }

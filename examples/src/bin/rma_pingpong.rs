@@ -17,6 +17,7 @@ use fabric_msg::{
 use fabric_msg_examples::opts::{parse, Opts, Parsed, Tool, MAX_RMA_SIZE};
 use fabric_msg_examples::output::{self, Monitor, Row};
 use fabric_msg_examples::session::{accept_serving, loop_config};
+use fabric_msg_examples::stats::IterTimes;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -265,13 +266,14 @@ impl Side {
         header(o, self.ev.profile());
         let mut seq = 0u64;
         for &size in &o.sizes {
-            timed(o, &monitor, size, 1, |_| {
+            timed(o, &monitor, size, 1, |_, posted| {
                 seq += 1;
                 if o.verify {
                     sink.write_at(0, &vec![!byte(0, 0); size])?;
                 }
                 self.ev
                     .read(&self.peer, sink.local(0, size)?, &self.remote, 0, Token(seq))?;
+                posted();
                 self.wait(|c| c.kind == OpKind::Read)?;
                 if o.verify {
                     let mut got = vec![0u8; size];
@@ -307,7 +309,7 @@ impl Side {
         header(o, self.ev.profile());
         let mut seq_all = rounds(o).into_iter().peekable();
         while let Some(&(_, size)) = seq_all.peek() {
-            timed(o, &monitor, size, 2, |i| {
+            timed(o, &monitor, size, 2, |i, posted| {
                 let (seq, _) = seq_all.next().expect("rounds cover every iteration");
                 let fill: Vec<u8> = if o.verify || i == 0 {
                     (0..size).map(|k| byte(seq, k)).collect()
@@ -329,12 +331,14 @@ impl Side {
                     };
                     self.ev
                         .write_data(&self.peer, src.all(), &self.remote, 0, seq, Token(seq))?;
+                    posted();
                     drop(src); // deregistered once the write completes
                 } else {
                     let slot = pool.take().ok_or("pool slot still in use")?;
                     slot.write_at(0, &fill)?;
                     self.ev
                         .write_data(&self.peer, slot.local(size)?, &self.remote, 0, seq, Token(seq))?;
+                    posted();
                 }
                 self.wait(|c| c.kind == OpKind::Write)?;
                 self.notice(seq)?;
@@ -349,30 +353,45 @@ impl Side {
     }
 }
 
-/// One size's warm-up and measured iterations (`one(i)` does iteration
-/// `i`), its progress line, and its row: `xfers` transfers per iteration.
+/// One size's warm-up and measured iterations (`one(i, posted)` does
+/// iteration `i` and calls `posted()` once its operation is posted), its
+/// progress line, and its row: `xfers` transfers per iteration. Each
+/// iteration's time runs from one post to the next (the clock is read
+/// while the operation is on its way, off the critical path), the last
+/// one's to its end.
 fn timed(
     o: &Opts,
     monitor: &Monitor,
     size: usize,
     xfers: usize,
-    mut one: impl FnMut(usize) -> AnyResult<()>,
+    mut one: impl FnMut(usize, &mut dyn FnMut()) -> AnyResult<()>,
 ) -> AnyResult<()> {
     let mut started = Instant::now();
+    let mut times = IterTimes::new(o.iters);
     monitor.begin(size, o.warmup + o.iters);
     for i in 0..o.warmup + o.iters {
         monitor.tick(i);
         if i == o.warmup {
             started = Instant::now();
+            times.start(started);
         }
-        one(i)?;
+        let measured = i > o.warmup;
+        one(i, &mut || {
+            if measured {
+                times.lap(xfers); // the previous iteration, post to post
+            }
+        })?;
+    }
+    if o.iters > 0 {
+        times.lap(xfers); // the last iteration
     }
     let row = Row {
         bytes: size,
         sent: o.iters,
         acked: o.iters,
-        elapsed: started.elapsed(),
+        elapsed: times.elapsed_since(started),
         xfers_per_iter: xfers,
+        tail: times.tail(),
     };
     output::report_row(o.json, &row);
     Ok(())

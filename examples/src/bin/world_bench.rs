@@ -17,10 +17,18 @@
 //! `barrier`); each rank's mean is gathered on rank 0, which prints the mean
 //! over ranks (OSU's "Avg Latency"), the fastest and the slowest rank's
 //! mean. Rank 0 prints; a progress line goes to stderr on a terminal.
+//!
+//! Beside OSU's columns, the distribution: p50, p99, p99.9 and max of the
+//! per-iteration times (`latency`: round trip / 2; `bw`: a window's time
+//! per message; collectives: the SLOWEST rank of each call, which is what
+//! a bulk-synchronous step waits for). For the collectives every rank keeps
+//! its call times in a vector sized before the loop, and one allreduce
+//! (max) of that vector after the loop finds each call's slowest rank.
 
 use fabric_msg::{Buffer, Completion, Token, World};
 use fabric_msg_examples::output::Monitor;
 use fabric_msg_examples::say;
+use fabric_msg_examples::stats::{self, IterTimes, Tail};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -35,14 +43,20 @@ the FABRIC_MSG_RANK/SIZE/ROOT rendezvous, or alone).
   -I ITERATIONS   timed iterations per size (default 1000; 100 above 8 KiB)
   -W WARMUP       untimed iterations first (default 100; 10 above 8 KiB)
   -w WINDOW       bw: messages in flight per window (default 64)
-  --json          one JSON object per size: bytes, avg_us, min_us, max_us,
-                  iterations (and mb_per_sec for bw); a header object first
+  --json          one JSON object per size: bytes, avg_us, iterations,
+                  p50_us, p99_us, p999_us, min_us, max_us (per-iteration
+                  times; collectives: the slowest rank of each call),
+                  rank_min_us and rank_max_us (collectives: the fastest and
+                  slowest rank's mean), mb_per_sec for bw; a header first
   -h, --help      this text
 
 Columns (as OSU's): Size, Avg Latency(us), Min Latency(us), Max Latency(us),
 Iterations. For the collectives Avg is the mean over ranks of each rank's
 mean time per call, Min and Max the fastest and the slowest rank's mean.
-For latency they are the mean, fastest and slowest round trip / 2.";
+For latency they are the mean, fastest and slowest round trip / 2. Then
+p50, p99, p99.9 and max of the per-iteration times (collectives: of each
+call's slowest rank; bw: of each window's time per message).
+FABRIC_MSG_ITER_TIMES=off: bw without per-window times.";
 
 /// Above this many bytes a size uses the large iteration counts.
 const LARGE: usize = 8192;
@@ -179,7 +193,14 @@ struct Row {
     max: f64,
     iters: usize,
     mb_per_sec: Option<f64>,
+    /// Per-iteration percentiles (collectives: of each call's slowest rank).
+    tail: Option<Tail>,
+    /// `min` and `max` are over ranks' means (collectives), not iterations.
+    over_ranks: bool,
 }
+
+/// Width of each percentile column.
+const TAIL_WIDTH: usize = 10;
 
 fn main() -> ExitCode {
     let o = match parse(std::env::args().skip(1)) {
@@ -294,40 +315,64 @@ fn header(world: &World, o: &Opts) {
         say!("# {}", world.shm_report());
     }
     match o.bench {
-        Bench::Bw => say!("{:<10}{:>20}{:>12}", "# Size", "Bandwidth (MB/s)", "Iterations"),
+        Bench::Bw => say!(
+            "{:<10}{:>20}{:>12}{}",
+            "# Size",
+            "Bandwidth (MB/s)",
+            "Iterations",
+            stats::columns(TAIL_WIDTH)
+        ),
         Bench::Barrier => say!(
-            "{:>17}{:>18}{:>18}{:>12}",
+            "{:>17}{:>18}{:>18}{:>12}{}",
             "# Avg Latency(us)",
             "Min Latency(us)",
             "Max Latency(us)",
-            "Iterations"
+            "Iterations",
+            stats::columns(TAIL_WIDTH)
         ),
         _ => say!(
-            "{:<10}{:>18}{:>18}{:>18}{:>12}",
+            "{:<10}{:>18}{:>18}{:>18}{:>12}{}",
             "# Size",
             "Avg Latency(us)",
             "Min Latency(us)",
             "Max Latency(us)",
-            "Iterations"
+            "Iterations",
+            stats::columns(TAIL_WIDTH)
         ),
     }
 }
 
 fn report(o: &Opts, r: &Row) {
     if o.json {
-        let mut v = serde_json::json!({"bytes": r.bytes, "avg_us": r.avg, "min_us": r.min, "max_us": r.max,
-            "iterations": r.iters});
+        let mut v = serde_json::json!({"bytes": r.bytes, "avg_us": r.avg, "iterations": r.iters});
+        if r.over_ranks {
+            v["rank_min_us"] = r.min.into();
+            v["rank_max_us"] = r.max.into();
+        } else if o.bench != Bench::Bw {
+            v["min_us"] = r.min.into();
+            v["max_us"] = r.max.into();
+        }
+        if let Some(t) = &r.tail {
+            t.add_json(&mut v);
+        }
         if let Some(mb) = r.mb_per_sec {
             v["mb_per_sec"] = mb.into();
         }
         say!("{v}");
         return;
     }
+    let tail = stats::cells(r.tail.as_ref(), TAIL_WIDTH);
     match (o.bench, r.mb_per_sec) {
-        (Bench::Bw, Some(mb)) => say!("{:<10}{:>20.2}{:>12}", r.bytes, mb, r.iters),
-        (Bench::Barrier, _) => say!("{:>17.2}{:>18.2}{:>18.2}{:>12}", r.avg, r.min, r.max, r.iters),
+        (Bench::Bw, Some(mb)) => say!("{:<10}{:>20.2}{:>12}{tail}", r.bytes, mb, r.iters),
+        (Bench::Barrier, _) => say!(
+            "{:>17.2}{:>18.2}{:>18.2}{:>12}{tail}",
+            r.avg,
+            r.min,
+            r.max,
+            r.iters
+        ),
         _ => say!(
-            "{:<10}{:>18.2}{:>18.2}{:>18.2}{:>12}",
+            "{:<10}{:>18.2}{:>18.2}{:>18.2}{:>12}{tail}",
             r.bytes,
             r.avg,
             r.min,
@@ -378,6 +423,7 @@ fn latency(
     let mut send_buf = Some(Buffer::new(bytes));
     let mut recv_buf = Some(Buffer::new(bytes));
     let (mut sum, mut min, mut max) = (0.0f64, f64::MAX, 0.0f64);
+    let mut times = IterTimes::always(iters);
     for i in 0..warmup + iters {
         let t = Instant::now();
         world.recv(
@@ -408,7 +454,9 @@ fn latency(
             b.set_len(bytes.min(b.capacity()));
         }
         if i >= warmup {
-            let us = t.elapsed().as_secs_f64() * 1e6 / 2.0;
+            let half = t.elapsed() / 2;
+            times.record(half.as_nanos() as u64);
+            let us = half.as_secs_f64() * 1e6;
             sum += us;
             min = min.min(us);
             max = max.max(us);
@@ -422,6 +470,8 @@ fn latency(
         max,
         iters,
         mb_per_sec: None,
+        tail: times.tail(),
+        over_ranks: false,
     }))
 }
 
@@ -442,10 +492,12 @@ fn bandwidth(
     let mut bufs: Vec<Buffer> = (0..window).map(|_| Buffer::new(bytes)).collect();
     let mut ack = Some(Buffer::new(4));
     let mut done: Vec<Completion> = Vec::new();
+    let mut times = IterTimes::new(if rank == 0 { iters } else { 0 });
     let mut start = Instant::now();
     for i in 0..warmup + iters {
         if i == warmup {
             start = Instant::now();
+            times.start(start);
         }
         if rank == 0 {
             world.recv(
@@ -462,6 +514,9 @@ fn bandwidth(
                 let c = wait_for(world, &mut done, Token(100 + k as u64))?;
                 bufs.push(c.buffer.unwrap_or_else(|| Buffer::new(bytes)));
             }
+            if i >= warmup {
+                times.lap(window); // the window's time per message
+            }
         } else {
             for (k, b) in bufs.drain(..).enumerate() {
                 world.recv(Some(0), Some(PING), b, Token(100 + k as u64))?;
@@ -477,7 +532,7 @@ fn bandwidth(
         }
         tick(i + 1);
     }
-    let secs = start.elapsed().as_secs_f64();
+    let secs = times.elapsed_since(start).as_secs_f64();
     let messages = (iters * window) as f64;
     Ok((rank == 0).then(|| Row {
         bytes,
@@ -486,6 +541,8 @@ fn bandwidth(
         max: secs * 1e6 / messages,
         iters,
         mb_per_sec: Some(bytes as f64 * messages / secs / 1e6),
+        tail: times.tail(),
+        over_ranks: false,
     }))
 }
 
@@ -503,6 +560,7 @@ fn collective(
     let mut bcast = vec![0u8; bytes];
     let mut floats = vec![0f32; bytes / 4];
     let mut total = Duration::ZERO;
+    let mut times = IterTimes::always(iters);
     world.barrier()?;
     for i in 0..warmup + iters {
         if i == warmup {
@@ -520,13 +578,19 @@ fn collective(
                 floats = world.wait(r)?;
             }
         }
-        total += t.elapsed();
+        let took = t.elapsed();
+        total += took;
+        if i >= warmup {
+            times.record(took.as_nanos() as u64);
+        }
         if bench != Bench::Barrier {
             world.barrier()?;
         }
         tick(i + 1);
     }
     let mine = total.as_secs_f64() * 1e6 / iters as f64;
+    // Each call's slowest rank: one allreduce after the timed loop.
+    world.allreduce(times.nanos_mut(), fabric_msg::Op::Max)?;
     let all = world.gather(0, &[mine])?;
     if world.rank() != 0 {
         return Ok(None);
@@ -541,5 +605,7 @@ fn collective(
         max,
         iters,
         mb_per_sec: None,
+        tail: times.tail(),
+        over_ranks: true,
     }))
 }

@@ -39,6 +39,7 @@ pub fn clean(cmd: &mut Command) -> &mut Command {
         "FABRIC_MSG_ROOT",
         "FABRIC_MSG_SHM",
         "FABRIC_MSG_NODE",
+        ITER_TIMES_ENV,
         "PMIX_RANK",
         "PMIX_NAMESPACE",
     ] {
@@ -310,6 +311,7 @@ pub fn run_tool(exe: &str, args: &[&str], limit: Duration) -> std::process::Outp
         .args(args)
         .env_remove("FI_PROVIDER")
         .env_remove("FABRIC_MSG_PROVIDERS")
+        .env_remove(ITER_TIMES_ENV)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -324,3 +326,32 @@ pub fn run_tool(exe: &str, args: &[&str], limit: Duration) -> std::process::Outp
     }
     child.wait_with_output().expect("output")
 }
+
+/// A `--json` row's distribution: `p50_us`, `p99_us`, `p999_us`, `min_us`
+/// and `max_us` present, positive and in order; with `avg` named, that
+/// average lies within [min, max] (0.1 %: the histogram's precision).
+/// Returns (p50, max).
+pub fn assert_tail(row: &serde_json::Value, avg: Option<&str>) -> (f64, f64) {
+    let get = |k: &str| {
+        row[k]
+            .as_f64()
+            .unwrap_or_else(|| panic!("no number {k} in {row}"))
+    };
+    let [min, p50, p99, p999, max] = ["min_us", "p50_us", "p99_us", "p999_us", "max_us"].map(get);
+    assert!(min > 0.0, "a positive fastest iteration: {row}");
+    assert!(
+        min <= p50 && p50 <= p99 && p99 <= p999 && p999 <= max,
+        "min <= p50 <= p99 <= p99.9 <= max: {row}"
+    );
+    if let Some(k) = avg {
+        let a = get(k);
+        assert!(
+            min * 0.999 <= a && a <= max * 1.001,
+            "{k} {a} within [{min}, {max}]: {row}"
+        );
+    }
+    (p50, max)
+}
+
+/// The variable that turns the tools' per-iteration timing off.
+pub const ITER_TIMES_ENV: &str = "FABRIC_MSG_ITER_TIMES";
