@@ -95,6 +95,7 @@ usage: {name} [options] [ADDRESS]
   --loopback      server and client in this process over 127.0.0.1
   --same-host     peers share this host (allows shared memory)
   --json          JSON Lines: the fabric, then one object per size
+  --stats         the loop's counters after the last size (EventLoop::stats)
   -h, --help      this text
 
 {last}
@@ -151,6 +152,8 @@ pub struct Opts {
     pub same_host: bool,
     /// `--json`.
     pub json: bool,
+    /// `--stats`: print the loop's counters after the last size.
+    pub stats: bool,
     /// The server's address: client mode.
     pub address: Option<String>,
 }
@@ -197,6 +200,7 @@ pub fn parse(tool: Tool, args: impl IntoIterator<Item = String>) -> Result<Parse
         loopback: false,
         same_host: false,
         json: false,
+        stats: false,
         address: None,
     };
     let mut untagged = false;
@@ -292,6 +296,7 @@ pub fn parse(tool: Tool, args: impl IntoIterator<Item = String>) -> Result<Parse
             "--loopback" => o.loopback = true,
             "--same-host" => o.same_host = true,
             "--json" => o.json = true,
+            "--stats" => o.stats = true,
             "-h" | "--help" => return Ok(Parsed::Help),
             s if s.starts_with('-') && s.len() > 1 => return Err(format!("unknown option `{s}`")),
             s => {

@@ -327,3 +327,62 @@ mod tests {
         assert_eq!(size_str(3 << 30), "3g");
     }
 }
+
+/// `--stats`: the loop's counters ([`fabric_msg::EventLoop::stats`]), one
+/// JSON object (`"stats": side`) or a few lines of text.
+pub fn loop_stats(json: bool, side: &str, s: &fabric_msg::LoopStats) {
+    let peers: Vec<serde_json::Value> = s
+        .peers
+        .iter()
+        .map(|p| {
+            serde_json::json!({"endpoint": p.endpoint.index(), "addr": p.addr,
+                "sent_msgs": p.sent.messages, "sent_bytes": p.sent.bytes,
+                "received_msgs": p.received.messages, "received_bytes": p.received.bytes})
+        })
+        .collect();
+    let v = serde_json::json!({
+        "stats": side,
+        "sent_msgs": s.sent.messages, "sent_bytes": s.sent.bytes,
+        "received_msgs": s.received.messages, "received_bytes": s.received.bytes,
+        "received_from_unknown_msgs": s.received_from_unknown.messages,
+        "backlogged": s.backlogged, "longest_backlog_wait_us": s.longest_backlog_wait.as_micros() as u64,
+        "retries": s.retries, "truncations": s.truncations, "lost_peers": s.lost_peers,
+        "atomics_applied": s.atomics.applied_requests, "atomics_denied": s.atomics.denied_requests,
+        "atomics_refused": s.atomics.refused_requests, "forged_replies": s.atomics.forged_replies,
+        "peers": peers,
+    });
+    if json {
+        println!("{v}");
+        return;
+    }
+    println!(
+        "# {side} stats: sent {} messages ({} B), received {} ({} B, {} from unknown senders); {} backlogged, \
+         longest backlog wait {:?}, {} retries on a full queue, {} truncations, {} lost peers; emulated atomics: \
+         {} applied, {} denied, {} refused, {} forged replies",
+        s.sent.messages,
+        s.sent.bytes,
+        s.received.messages,
+        s.received.bytes,
+        s.received_from_unknown.messages,
+        s.backlogged,
+        s.longest_backlog_wait,
+        s.retries,
+        s.truncations,
+        s.lost_peers,
+        s.atomics.applied_requests,
+        s.atomics.denied_requests,
+        s.atomics.refused_requests,
+        s.atomics.forged_replies
+    );
+    for p in &s.peers {
+        println!(
+            "#   peer {} on endpoint {}: sent {} ({} B), received {} ({} B)",
+            p.addr,
+            p.endpoint.index(),
+            p.sent.messages,
+            p.sent.bytes,
+            p.received.messages,
+            p.received.bytes
+        );
+    }
+}

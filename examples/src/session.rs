@@ -556,6 +556,9 @@ fn client_plan<B: Bench>(
         let row = bench.client(side, plan, k)?;
         output::report(o, &row);
     }
+    if o.stats {
+        output::loop_stats(o.json, "client", &side.ev.stats());
+    }
     side.finish()
 }
 
@@ -593,6 +596,9 @@ fn serve<B: Bench>(
             m.begin(size, B::messages(&plan));
         }
         bench.server(&mut side, &plan, k)?;
+    }
+    if o.stats {
+        output::loop_stats(o.json, "server", &side.ev.stats());
     }
     side.finish()
 }

@@ -291,6 +291,58 @@ fn shared_memory() {
     }
 }
 
+/// `--stats`: both sides print the loop's counters, and they add up to
+/// what the run sent: every message of the ping-pong (warm-up included)
+/// went one way and came back, and the client sent its plan too.
+#[test]
+fn stats_count_every_message_of_the_run() {
+    let r = run(
+        PINGPONG,
+        &[
+            "--loopback",
+            "-p",
+            "tcp;ofi_rxm",
+            "-S",
+            "64",
+            "-I",
+            "20",
+            "-W",
+            "5",
+            "--json",
+            "--stats",
+        ],
+        &[],
+    );
+    ok(&r, "pingpong --stats");
+    let objects: Vec<serde_json::Value> = r
+        .stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let side = |name: &str| {
+        objects
+            .iter()
+            .find(|v| v["stats"] == name)
+            .unwrap_or_else(|| panic!("no {name} stats in {}", r.stdout))
+            .clone()
+    };
+    let (client, server) = (side("client"), side("server"));
+    let n = |v: &serde_json::Value, k: &str| v[k].as_u64().unwrap_or_else(|| panic!("{k} in {v}"));
+    // 25 messages of 64 B each way, plus the control messages.
+    assert!(
+        n(&client, "sent_msgs") >= 25 && n(&server, "received_msgs") >= 25,
+        "{client}\n{server}"
+    );
+    assert_eq!(
+        n(&client, "sent_msgs"),
+        n(&server, "received_msgs"),
+        "{client}\n{server}"
+    );
+    assert_eq!(n(&client, "sent_bytes"), n(&server, "received_bytes"));
+    assert_eq!(n(&server, "sent_msgs"), n(&client, "received_msgs"));
+    assert_eq!((n(&client, "truncations"), n(&client, "lost_peers")), (0, 0));
+}
+
 #[test]
 fn blocking_waits_and_a_small_window() {
     let r = run(

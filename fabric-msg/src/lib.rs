@@ -143,7 +143,7 @@ pub use transport::event_loop::{
 pub use transport::liveness::LossKind;
 pub use world::collectives::{CombineFn, Element, Op, Reduction, Request};
 pub use world::symmetric::Symmetric;
-pub use world::{World, WorldConfig};
+pub use world::{RankStats, World, WorldConfig, WorldStats};
 
 /// What most programs name, in one import: `use fabric_msg::prelude::*;`.
 ///

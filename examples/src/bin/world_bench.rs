@@ -26,7 +26,7 @@
 //! (max) of that vector after the loop finds each call's slowest rank.
 
 use fabric_msg::{Buffer, Completion, Token, World};
-use fabric_msg_examples::output::Monitor;
+use fabric_msg_examples::output::{self, Monitor};
 use fabric_msg_examples::say;
 use fabric_msg_examples::stats::{self, IterTimes, Tail};
 use std::process::ExitCode;
@@ -48,6 +48,8 @@ the FABRIC_MSG_RANK/SIZE/ROOT rendezvous, or alone).
                   times; collectives: the slowest rank of each call),
                   rank_min_us and rank_max_us (collectives: the fastest and
                   slowest rank's mean), mb_per_sec for bw; a header first
+  --stats         rank 0's counters at the end (World::stats: its loops,
+                  and messages and bytes with each rank)
   -h, --help      this text
 
 Columns (as OSU's): Size, Avg Latency(us), Min Latency(us), Max Latency(us),
@@ -102,6 +104,7 @@ struct Opts {
     warmup: Option<usize>,
     window: usize,
     json: bool,
+    stats: bool,
 }
 
 fn number(name: &str, v: &str) -> Result<usize, String> {
@@ -132,6 +135,7 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Opts>, String>
         warmup: None,
         window: 64,
         json: false,
+        stats: false,
     };
     while let Some(a) = it.next() {
         let mut val = |n: &str| it.next().ok_or_else(|| format!("{n} needs a value"));
@@ -165,6 +169,7 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Opts>, String>
                 }
             }
             "--json" => o.json = true,
+            "--stats" => o.stats = true,
             "-h" | "--help" => return Ok(None),
             other => return Err(format!("unknown option `{other}`; try --help")),
         }
@@ -275,6 +280,29 @@ fn run(world: &mut World, o: &Opts) -> fabric_msg::Result<()> {
     }
     if let Some(m) = &monitor {
         m.finish();
+    }
+    if o.stats && rank == 0 {
+        let st = world.stats();
+        output::loop_stats(o.json, "rank 0 fabric", &st.fabric);
+        if let Some(local) = &st.local {
+            output::loop_stats(o.json, "rank 0 shared memory", local);
+        }
+        for r in &st.ranks {
+            say!(
+                "{}",
+                if o.json {
+                    serde_json::json!({"stats": "rank 0 with rank", "rank": r.rank,
+                        "sent_msgs": r.sent.messages, "sent_bytes": r.sent.bytes,
+                        "received_msgs": r.received.messages, "received_bytes": r.received.bytes})
+                    .to_string()
+                } else {
+                    format!(
+                        "#   with rank {}: sent {} ({} B), received {} ({} B)",
+                        r.rank, r.sent.messages, r.sent.bytes, r.received.messages, r.received.bytes
+                    )
+                }
+            );
+        }
     }
     Ok(())
 }

@@ -29,6 +29,11 @@ impl EndpointId {
     pub(crate) fn new(index: u32) -> Self {
         EndpointId(index)
     }
+
+    /// The endpoint's index in its loop (what logs and `--stats` print).
+    pub fn index(self) -> u32 {
+        self.0
+    }
 }
 
 /// A peer reachable from one endpoint, as connection bootstrap returns it.
