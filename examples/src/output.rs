@@ -301,33 +301,6 @@ pub fn atomic_op_name(op: fabric_msg::AtomicKind) -> &'static str {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn rates_follow_fabtests() {
-        let r = Row {
-            bytes: 1000,
-            sent: 500,
-            acked: 500,
-            elapsed: Duration::from_millis(10),
-            xfers_per_iter: 2,
-            tail: None,
-        };
-        assert_eq!(r.total_bytes(), 1_000_000);
-        assert!((r.usec_per_xfer() - 10.0).abs() < 1e-9, "elapsed / iters / 2");
-        assert!((r.mb_per_sec() - 100.0).abs() < 1e-9, "both directions, 10^6 B/s");
-        let r = Row {
-            xfers_per_iter: 1,
-            ..r
-        };
-        assert!((r.mb_per_sec() - 50.0).abs() < 1e-9, "one direction");
-        assert_eq!(size_str(1536 << 10), "1m");
-        assert_eq!(size_str(3 << 30), "3g");
-    }
-}
-
 /// `--stats`: the loop's counters ([`fabric_msg::EventLoop::stats`]), one
 /// JSON object (`"stats": side`) or a few lines of text.
 pub fn loop_stats(json: bool, side: &str, s: &fabric_msg::LoopStats) {
@@ -384,5 +357,32 @@ pub fn loop_stats(json: bool, side: &str, s: &fabric_msg::LoopStats) {
             p.received.messages,
             p.received.bytes
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_follow_fabtests() {
+        let r = Row {
+            bytes: 1000,
+            sent: 500,
+            acked: 500,
+            elapsed: Duration::from_millis(10),
+            xfers_per_iter: 2,
+            tail: None,
+        };
+        assert_eq!(r.total_bytes(), 1_000_000);
+        assert!((r.usec_per_xfer() - 10.0).abs() < 1e-9, "elapsed / iters / 2");
+        assert!((r.mb_per_sec() - 100.0).abs() < 1e-9, "both directions, 10^6 B/s");
+        let r = Row {
+            xfers_per_iter: 1,
+            ..r
+        };
+        assert!((r.mb_per_sec() - 50.0).abs() < 1e-9, "one direction");
+        assert_eq!(size_str(1536 << 10), "1m");
+        assert_eq!(size_str(3 << 30), "3g");
     }
 }
