@@ -3,6 +3,7 @@
 //! together.
 
 use super::state::World;
+use crate::ffi;
 use crate::transport::event_loop::{LoopStats, Peer, Traffic};
 
 /// One rank's traffic with this one.
@@ -40,7 +41,8 @@ impl World {
                 .peers
                 .iter()
                 .find(|p| {
-                    p.addr == peer.fi_addr() && (p.endpoint == peer.endpoint() || peer.fi_addr() != u64::MAX)
+                    p.addr == peer.fi_addr()
+                        && (p.endpoint == peer.endpoint() || peer.fi_addr() != ffi::FI_ADDR_UNSPEC)
                 })
                 .map(|p| (p.sent, p.received))
                 .unwrap_or_default()

@@ -28,7 +28,7 @@ use super::am_state::AtomicCounters;
 use super::am_wire::{
     decode_reply, encode_request, Request, Status, MAX_NAME, REPLY_LEN, REQUEST_LEN, REQUEST_RECVS,
 };
-use super::calls::{raw_recv, raw_send};
+use super::calls::raw_recv;
 use super::slab;
 use super::slab::Internal;
 use super::slab::Role;
@@ -258,7 +258,7 @@ impl EventLoop {
         let request_tag = self.am.tags.request();
         // SAFETY: raw is enabled; `len` bytes at bufp are owned by the slot
         // until its completion; ctx is the slot's.
-        let post = || unsafe { raw_send(raw, bufp, len, desc, dest, Some(request_tag), None, ctx) };
+        let post = || unsafe { raw.send(bufp, len, desc, dest, Some(request_tag), None, ctx) };
         let sent = if retry {
             self.retry("fi_tsend", post).map(|_| ())
         } else {

@@ -8,7 +8,6 @@ use super::am_state::Outgoing;
 use super::am_wire::{
     apply, decode_request, encode_reply, Status, MAX_NAME, MAX_OUTBOX, REPLY_LEN, REQUEST_LEN,
 };
-use super::calls::raw_send;
 use super::slab::Role;
 use super::state::EventLoop;
 use super::types::{OpKind, Token};
@@ -130,7 +129,7 @@ impl EventLoop {
         };
         // SAFETY: raw is enabled; REPLY_LEN bytes at bufp are owned by the
         // slot until its completion; ctx is the slot's.
-        let rc = unsafe { raw_send(raw, bufp, REPLY_LEN, desc, addr, Some(tag), None, ctx) };
+        let rc = unsafe { raw.send(bufp, REPLY_LEN, desc, addr, Some(tag), None, ctx) };
         if rc == 0 {
             return None;
         }

@@ -5,7 +5,7 @@
 //! was addressed to a peer since lost.
 
 use super::backlog::{Deferred, SendArgs};
-use super::calls::{raw_send, send_call};
+use super::calls::send_call;
 use super::post::Posting;
 use super::slab;
 use super::state::EventLoop;
@@ -50,7 +50,7 @@ impl EventLoop {
         let post = move || {
             // SAFETY: raw is an enabled endpoint; bufp/len describe the
             // buffer the slot owns until the completion; ctx is the slot's.
-            unsafe { raw_send(a.raw, bufp, len, a.desc, a.addr, a.tag, a.data, ctx) }
+            unsafe { a.raw.send(bufp, len, a.desc, a.addr, a.tag, a.data, ctx) }
         };
         let result = if self.fail_fast() {
             self.retry(what.call, post).map(|_| ())
@@ -217,7 +217,7 @@ impl EventLoop {
             let a = d.args;
             // SAFETY: as in `post_send`: the slot still owns the buffer at
             // bufp (checked above: same generation, in use).
-            let rc = unsafe { raw_send(a.raw, d.bufp, d.len, a.desc, a.addr, a.tag, a.data, ctx) };
+            let rc = unsafe { a.raw.send(d.bufp, d.len, a.desc, a.addr, a.tag, a.data, ctx) };
             if rc == -(ffi::FI_EAGAIN as isize) {
                 self.stats.retries += 1;
                 full.push(key);

@@ -1,8 +1,9 @@
-//! The provider's posting calls, in the form an operation's options ask
-//! for (`fi_send`, `fi_tsend`, `fi_senddata`, `fi_tsenddata`; `fi_recv`,
-//! `fi_trecv`, or their vector forms behind the overflow sink), and the
-//! names errors give them. Every send and receive of the loop, internal
-//! ones included, goes through here.
+//! Which posting call an operation's options ask for, and the names errors
+//! give them (`fi_send`, `fi_tsend`, `fi_senddata`, `fi_tsenddata`;
+//! `fi_recv`, `fi_trecv`); and the receive every receive of the loop,
+//! internal ones included, goes through: `raw_recv`, behind the overflow
+//! sink where the endpoint has one. Sends post with `RawEndpoint::send`
+//! (`libfabric/post.rs`), which takes the same options.
 
 use super::overflow::Sink;
 use crate::ffi;
@@ -28,27 +29,6 @@ pub(super) fn recv_call(tag: Option<(u64, u64)>) -> &'static str {
     }
 }
 
-/// Post a send in the form its options call for.
-///
-/// # Safety
-/// `raw` is an enabled endpoint; `bufp` and `len` describe memory that stays
-/// valid until the completion; `desc` is its local descriptor (or NULL where
-/// none is needed); `ctx` is an operation slot's context.
-#[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn raw_send(
-    raw: RawEndpoint,
-    bufp: *mut c_void,
-    len: usize,
-    desc: *mut c_void,
-    addr: ffi::fi_addr_t,
-    tag: Option<u64>,
-    data: Option<u64>,
-    ctx: *mut c_void,
-) -> isize {
-    // SAFETY: the caller's promises are exactly the call's requirements.
-    unsafe { raw.send(bufp, len, desc, addr, tag, data, ctx) }
-}
-
 /// Post a receive, tagged (`(tag, ignore)`) or not.
 ///
 /// Where the loop runs a progress thread, callers hold its gate
@@ -62,7 +42,7 @@ pub(super) unsafe fn raw_send(
 /// load hung so, none of 200 without the thread (docs/reliability.md).
 ///
 /// # Safety
-/// As for [`raw_send`], with `len` writable bytes at `bufp`.
+/// As for [`RawEndpoint::send`], with `len` writable bytes at `bufp`.
 pub(super) unsafe fn raw_recv(
     raw: RawEndpoint,
     bufp: *mut c_void,

@@ -3,7 +3,7 @@
 //! most `LoopConfig::post_timeout`.
 
 use super::backlog;
-use super::calls::{raw_recv, raw_send, recv_call, send_call};
+use super::calls::{raw_recv, recv_call, send_call};
 use super::frame::encode_header;
 use super::resources::EndpointState;
 use super::slab::Group;
@@ -192,7 +192,7 @@ impl EventLoop {
         self.post_borrowed(what, data as *mut u8, move |bufp, desc, ctx| {
             // SAFETY: raw is enabled; the caller keeps `len` bytes at bufp
             // valid until the completion; ctx is the slot's fi_context2.
-            unsafe { raw_send(raw, bufp, len, desc, addr, opts.tag, opts.data, ctx) }
+            unsafe { raw.send(bufp, len, desc, addr, opts.tag, opts.data, ctx) }
         })
     }
 
