@@ -8,7 +8,10 @@
 //! (`hdrhistogram`, three significant digits) is built after the loop.
 //! `FABRIC_MSG_ITER_TIMES=off` turns the per-iteration clock reads off, to
 //! measure what the timing itself costs (`ci/bench/iter_times_cost.sh`;
-//! docs/benchmarks.md, "Percentiles in every tool").
+//! docs/benchmarks.md, "Percentiles in every tool"), and
+//! `FABRIC_MSG_ITER_TIMES=alternate` measures that cost inside one run:
+//! blocks of [`BLOCK`] iterations with the reads on and off by turns
+//! ([`Alternation`]).
 
 use hdrhistogram::Histogram;
 use std::time::Instant;
@@ -22,6 +25,44 @@ pub fn iter_times_on() -> bool {
     !matches!(std::env::var(ITER_TIMES_ENV).as_deref(), Ok("off" | "0"))
 }
 
+/// Whether [`ITER_TIMES_ENV`] asks for timing on and off by turns.
+fn alternating() -> bool {
+    matches!(std::env::var(ITER_TIMES_ENV).as_deref(), Ok("alternate"))
+}
+
+/// Iterations per block of `FABRIC_MSG_ITER_TIMES=alternate`: long enough
+/// that the block's two clock reads weigh nothing (one in a thousand
+/// iterations), short enough that a run of a few seconds has hundreds of
+/// blocks, so that on and off blocks see the same machine.
+pub const BLOCK: u32 = 1000;
+
+/// What the per-iteration timing costs, measured inside one run: the mean
+/// time per transfer of the blocks with it on and of the blocks with it
+/// off, which alternate every [`BLOCK`] iterations over one connection.
+/// Run-to-run spread (process placement, load) is shared by both halves
+/// rather than compared.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Alternation {
+    /// Mean µs per transfer over the blocks timed per iteration.
+    pub on_us: f64,
+    /// Mean µs per transfer over the blocks without per-iteration reads.
+    pub off_us: f64,
+    /// Complete blocks of each kind (the fewer of the two).
+    pub blocks: u64,
+}
+
+/// The running sums behind an [`Alternation`].
+#[derive(Debug)]
+struct Blocks {
+    laps: u32,
+    began: Instant,
+    /// Nanoseconds and transfers of the on blocks ([0]) and off blocks ([1]).
+    nanos: [u64; 2],
+    xfers: [u64; 2],
+    count: [u64; 2],
+    xfers_now: u64,
+}
+
 /// Times of a size's measured iterations, in nanoseconds per transfer,
 /// recorded into a vector sized before the loop.
 #[derive(Debug)]
@@ -29,16 +70,34 @@ pub struct IterTimes {
     on: bool,
     nanos: Vec<u64>,
     last: Instant,
+    /// With `FABRIC_MSG_ITER_TIMES=alternate`: `on` flips every block.
+    blocks: Option<Box<Blocks>>,
 }
 
 impl IterTimes {
     /// Room for `iterations` times; with timing off, none is kept.
     pub fn new(iterations: usize) -> IterTimes {
-        let on = iter_times_on();
+        IterTimes::with(iterations, iter_times_on(), alternating())
+    }
+
+    /// Room for `iterations` times, timing `on` or off, or on and off by
+    /// turns if `alternate`.
+    fn with(iterations: usize, on: bool, alternate: bool) -> IterTimes {
+        let now = Instant::now();
         IterTimes {
             on,
             nanos: Vec::with_capacity(if on { iterations } else { 0 }),
-            last: Instant::now(),
+            last: now,
+            blocks: alternate.then(|| {
+                Box::new(Blocks {
+                    laps: 0,
+                    began: now,
+                    nanos: [0; 2],
+                    xfers: [0; 2],
+                    count: [0; 2],
+                    xfers_now: 0,
+                })
+            }),
         }
     }
 
@@ -51,6 +110,7 @@ impl IterTimes {
             on: true,
             nanos: Vec::with_capacity(iterations),
             last: Instant::now(),
+            blocks: None,
         }
     }
 
@@ -64,6 +124,17 @@ impl IterTimes {
     pub fn start(&mut self, at: Instant) {
         self.nanos.clear();
         self.last = at;
+        if let Some(b) = &mut self.blocks {
+            **b = Blocks {
+                laps: 0,
+                began: at,
+                nanos: [0; 2],
+                xfers: [0; 2],
+                count: [0; 2],
+                xfers_now: 0,
+            };
+            self.on = true;
+        }
     }
 
     /// An iteration of `per` transfers has ended: its time since the
@@ -76,6 +147,42 @@ impl IterTimes {
             self.record(now.duration_since(self.last).as_nanos() as u64 / per.max(1) as u64);
             self.last = now;
         }
+        if self.blocks.is_some() {
+            self.block_lap(per);
+        }
+    }
+
+    /// `FABRIC_MSG_ITER_TIMES=alternate`: count the lap into its block;
+    /// at the block's end, add its time to its kind and flip timing.
+    #[cold]
+    fn block_lap(&mut self, per: usize) {
+        let Some(b) = self.blocks.as_deref_mut() else { return };
+        b.laps += 1;
+        b.xfers_now += per as u64;
+        if b.laps < BLOCK {
+            return;
+        }
+        let now = Instant::now();
+        let kind = usize::from(!self.on);
+        b.nanos[kind] += now.duration_since(b.began).as_nanos() as u64;
+        b.xfers[kind] += b.xfers_now;
+        b.count[kind] += 1;
+        (b.laps, b.xfers_now, b.began) = (0, 0, now);
+        self.on = !self.on;
+        // The first lap of the next on block starts at this block's end.
+        self.last = now;
+    }
+
+    /// With `FABRIC_MSG_ITER_TIMES=alternate`, the on and off blocks'
+    /// means; `None` otherwise or before a block of each kind has ended.
+    pub fn alternation(&self) -> Option<Alternation> {
+        let b = self.blocks.as_deref()?;
+        let mean = |k: usize| b.nanos[k] as f64 / 1e3 / b.xfers[k].max(1) as f64;
+        (b.count[0] > 0 && b.count[1] > 0).then(|| Alternation {
+            on_us: mean(0),
+            off_us: mean(1),
+            blocks: b.count[0].min(b.count[1]),
+        })
     }
 
     /// The measured time from `start`: to the last lap, so that the
@@ -110,7 +217,9 @@ impl IterTimes {
 
     /// Their percentiles, or `None` with timing off or nothing recorded.
     pub fn tail(&self) -> Option<Tail> {
-        Tail::of(&self.nanos)
+        let mut t = Tail::of(&self.nanos)?;
+        t.alternation = self.alternation();
+        Some(t)
     }
 }
 
@@ -129,6 +238,9 @@ pub struct Tail {
     pub max: f64,
     /// How many iterations.
     pub count: u64,
+    /// With `FABRIC_MSG_ITER_TIMES=alternate`, the timing's cost measured
+    /// in the run (the percentiles are then of the on blocks only).
+    pub alternation: Option<Alternation>,
 }
 
 impl Tail {
@@ -153,6 +265,7 @@ impl Tail {
             p999: us(h.value_at_quantile(0.999)),
             max: us(h.max()),
             count: h.len(),
+            alternation: None,
         })
     }
 
@@ -164,6 +277,11 @@ impl Tail {
         v["p999_us"] = self.p999.into();
         v["min_us"] = self.min.into();
         v["max_us"] = self.max.into();
+        if let Some(a) = &self.alternation {
+            v["timed_us"] = a.on_us.into();
+            v["untimed_us"] = a.off_us.into();
+            v["alternate_blocks"] = a.blocks.into();
+        }
     }
 }
 
@@ -189,7 +307,7 @@ pub fn cells(tail: Option<&Tail>, width: usize) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{cells, Tail};
+    use super::{cells, IterTimes, Tail, BLOCK};
 
     #[test]
     fn percentiles_of_a_known_distribution() {
@@ -215,5 +333,28 @@ mod tests {
         assert!(t.p50 < 2.01 && t.p99 < 2.01, "{t:?}");
         assert!(t.max > 4_990.0, "{t:?}");
         assert_eq!(cells(None, 5), "     -     -     -     -");
+    }
+
+    #[test]
+    fn alternate_times_every_other_block_and_means_both() {
+        let n = 4 * BLOCK as usize + 10;
+        let mut t = IterTimes::with(n, true, true);
+        t.start(std::time::Instant::now());
+        for _ in 0..n {
+            std::hint::black_box(std::time::Instant::now());
+            t.lap(2);
+        }
+        // Blocks 1 and 3 timed, 2 and 4 not, then 10 laps of a fifth.
+        assert_eq!(t.nanos().len(), 2 * BLOCK as usize + 10);
+        let tail = t.tail().expect("laps were timed");
+        let a = tail.alternation.expect("two blocks of each kind ended");
+        assert_eq!(a.blocks, 2);
+        assert!(a.on_us > 0.0 && a.off_us > 0.0, "{a:?}");
+        // Per transfer: each lap was 2 transfers, so well under a lap.
+        assert!(a.on_us < 1_000.0 && a.off_us < 1_000.0, "{a:?}");
+        let mut plain = IterTimes::with(n, true, false);
+        plain.lap(1);
+        assert_eq!(plain.alternation(), None);
+        assert_eq!(plain.tail().expect("one lap").alternation, None);
     }
 }
