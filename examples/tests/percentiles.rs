@@ -107,3 +107,44 @@ fn timing_off_leaves_the_percentiles_out() {
         assert!(row.get(k).is_none(), "{k} with timing off: {row}");
     }
 }
+
+#[test]
+fn alternate_timing_reports_both_halves_of_one_run() {
+    let mut cmd = Command::new(PINGPONG);
+    clean(&mut cmd).env(ITER_TIMES_ENV, "alternate").args([
+        "--loopback",
+        "-p",
+        "tcp;ofi_rxm",
+        "-d",
+        "lo",
+        "-S",
+        "8",
+        "-I",
+        "4500",
+        "-W",
+        "10",
+        "--json",
+    ]);
+    let e = wait_all(
+        vec![cmd.spawn().expect("pingpong starts")],
+        Instant::now(),
+        DEADLINE,
+    )
+    .remove(0);
+    assert!(e.status.success(), "{e:?}");
+    let row: serde_json::Value = serde_json::from_str(e.stdout.lines().nth(1).unwrap_or_default())
+        .unwrap_or_else(|err| panic!("{err}: {}", e.stdout));
+    // 4500 laps (the first measured iteration has none before it): blocks
+    // of 1000 timed, untimed, timed, untimed, then half a timed one.
+    assert_eq!(row["alternate_blocks"], 2, "{row}");
+    let get = |k: &str| row[k].as_f64().unwrap_or_else(|| panic!("no {k} in {row}"));
+    let (on, off, avg) = (get("timed_us"), get("untimed_us"), get("usec_per_xfer"));
+    assert!(on > 0.0 && off > 0.0, "{row}");
+    // Both halves are most of the run whose mean is usec_per_xfer (the
+    // last half block is in the mean only): same unit, same magnitude.
+    assert!(
+        on.min(off) * 0.5 <= avg && avg <= on.max(off) * 2.0,
+        "the halves' means around the run's: {row}"
+    );
+    assert_tail(&row, Some("usec_per_xfer"));
+}
