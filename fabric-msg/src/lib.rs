@@ -141,9 +141,9 @@ pub use transport::event_loop::{
     PeerStats, PostError, ProgressThread, RecvOpts, SendOpts, Token, Traffic, WaitMode,
 };
 pub use transport::liveness::LossKind;
-pub use world::collectives::{CombineFn, Element, Op, Reduction, Request};
+pub use world::collectives::{CombineFn, Element, Op, Reduction};
 pub use world::symmetric::Symmetric;
-pub use world::{RankStats, World, WorldConfig, WorldStats};
+pub use world::{Comm, CommView, RankStats, Request, Status, World, WorldConfig, WorldStats};
 
 /// What most programs name, in one import: `use fabric_msg::prelude::*;`.
 ///

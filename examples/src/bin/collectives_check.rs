@@ -278,8 +278,9 @@ impl Ctx<'_> {
     fn overlapped(&mut self) -> fabric_msg::Result<()> {
         let (rank, size) = (self.world.rank(), self.world.size());
         let (next, prev) = ((rank + 1) % size, (rank + size - 1) % size);
-        self.world.recv(Some(prev), Some(5), Buffer::new(8), Token(50))?;
-        self.world.send(
+        self.world
+            .recv_buffer(Some(prev), Some(5), Buffer::new(8), Token(50))?;
+        self.world.send_buffer(
             next,
             5,
             Buffer::from_slice(&u64::from(rank).to_le_bytes()),

@@ -70,7 +70,7 @@ fn run() -> Result<String, String> {
         let desc = region.remote().encode();
         for r in 1..size {
             world
-                .send(r, TAG, Buffer::from_slice(&desc), Token(u64::from(r)))
+                .send_buffer(r, TAG, Buffer::from_slice(&desc), Token(u64::from(r)))
                 .map_err(|e| e.error.to_string())?;
             wait_for(&mut world, Token(u64::from(r)), "sending the descriptor")?;
         }
@@ -83,7 +83,7 @@ fn run() -> Result<String, String> {
         ));
     }
     world
-        .recv(Some(0), Some(TAG), Buffer::new(1024), Token(1))
+        .recv_buffer(Some(0), Some(TAG), Buffer::new(1024), Token(1))
         .map_err(|e| e.error.to_string())?;
     let c = wait_for(&mut world, Token(1), "receiving rank 0's descriptor")?;
     let desc = c

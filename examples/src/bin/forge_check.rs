@@ -202,13 +202,13 @@ fn forge(w: &World, rank0_name: &[u8]) -> Result<usize, String> {
 }
 
 fn send_and_wait(w: &mut World, to: u32, tag: u32, bytes: &[u8]) -> Result<(), String> {
-    w.send(to, tag, Buffer::from_slice(bytes), Token(10))
+    w.send_buffer(to, tag, Buffer::from_slice(bytes), Token(10))
         .map_err(|e| e.error.to_string())?;
     wait_for(w, Token(10)).map(drop)
 }
 
 fn recv_one(w: &mut World, from: u32, tag: u32) -> Result<Vec<u8>, String> {
-    w.recv(Some(from), Some(tag), Buffer::new(4096), Token(11))
+    w.recv_buffer(Some(from), Some(tag), Buffer::new(4096), Token(11))
         .map_err(|e| e.error.to_string())?;
     wait_for(w, Token(11))
 }

@@ -181,13 +181,13 @@ fn ring(world: &mut World, o: &Opts) -> Result<u64, String> {
     while got < o.ring || sends < o.ring {
         while posted < o.ring && posted - got < o.window as u64 {
             world
-                .recv(Some(prev), Some(RING), Buffer::new(LARGEST), Token(posted))
+                .recv_buffer(Some(prev), Some(RING), Buffer::new(LARGEST), Token(posted))
                 .map_err(|e| e.error.to_string())?;
             posted += 1;
         }
         while sent < o.ring && sent - sends < o.window as u64 {
             world
-                .send(next, RING, message(rank, sent), Token(1 << 40 | sent))
+                .send_buffer(next, RING, message(rank, sent), Token(1 << 40 | sent))
                 .map_err(|e| e.error.to_string())?;
             sent += 1;
         }
@@ -236,7 +236,7 @@ fn all_to_all(world: &mut World, o: &Opts) -> Result<(u64, u64), String> {
                     left > waiting_f + waiting_any + 1
                 });
             world
-                .recv(from, Some(ANY), Buffer::new(LARGEST), Token(posted))
+                .recv_buffer(from, Some(ANY), Buffer::new(LARGEST), Token(posted))
                 .map_err(|e| e.error.to_string())?;
             if let Some(f) = from {
                 named.insert(posted, f);
@@ -249,7 +249,7 @@ fn all_to_all(world: &mut World, o: &Opts) -> Result<(u64, u64), String> {
             let k = sent / u64::from(size - 1);
             let to = (rank + 1 + (sent % u64::from(size - 1)) as u32) % size;
             world
-                .send(to, ANY, message(rank, k), Token(1 << 40 | sent))
+                .send_buffer(to, ANY, message(rank, k), Token(1 << 40 | sent))
                 .map_err(|e| e.error.to_string())?;
             sent += 1;
         }

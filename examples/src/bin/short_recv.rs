@@ -49,12 +49,12 @@ fn sender(world: &mut World) -> Result<String, String> {
     for (i, &(msg, _)) in CASES.iter().enumerate() {
         // Rank 1 says when its receives are posted.
         world
-            .recv(Some(1), Some(1000 + i as u32), Buffer::new(8), Token(9))
+            .recv_buffer(Some(1), Some(1000 + i as u32), Buffer::new(8), Token(9))
             .map_err(|e| e.error.to_string())?;
         wait(world, 1)?;
         for k in 0..2 {
             world
-                .send(1, i as u32, Buffer::from_slice(&pattern(i, msg)), Token(k))
+                .send_buffer(1, i as u32, Buffer::from_slice(&pattern(i, msg)), Token(k))
                 .map_err(|e| e.error.to_string())?;
         }
         for c in wait(world, 2)? {
@@ -75,13 +75,13 @@ fn receiver(world: &mut World) -> Result<String, String> {
     for (i, &(msg, small)) in CASES.iter().enumerate() {
         let tag = Some(i as u32);
         world
-            .recv(Some(0), tag, Buffer::new(small), Token(1))
+            .recv_buffer(Some(0), tag, Buffer::new(small), Token(1))
             .map_err(|e| e.error.to_string())?;
         world
-            .recv(Some(0), tag, Buffer::new(msg), Token(2))
+            .recv_buffer(Some(0), tag, Buffer::new(msg), Token(2))
             .map_err(|e| e.error.to_string())?;
         world
-            .send(0, 1000 + i as u32, Buffer::from_slice(b"posted"), Token(3))
+            .send_buffer(0, 1000 + i as u32, Buffer::from_slice(b"posted"), Token(3))
             .map_err(|e| e.error.to_string())?;
         let mut got = wait(world, 3)?;
         got.retain(|c| c.token != Token(3));

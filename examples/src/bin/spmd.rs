@@ -200,7 +200,7 @@ fn run(world: &mut World, o: &Opts, formed: Duration) -> Result<bool, fabric_msg
     if rank == 0 {
         // Every rank's report, posted before the ring so none arrives unexpected.
         for _ in 1..size {
-            world.recv(None, Some(REPORT), Buffer::new(64 << 10), Token(3))?;
+            world.recv_buffer(None, Some(REPORT), Buffer::new(64 << 10), Token(3))?;
         }
     }
     std::thread::sleep(o.hold);
@@ -213,7 +213,7 @@ fn run(world: &mut World, o: &Opts, formed: Duration) -> Result<bool, fabric_msg
     let mut in_flight_sends = 0usize;
     let mut free: Vec<Buffer> = (0..o.window).map(|_| Buffer::new(o.size)).collect();
     for _ in 0..o.recvs.unwrap_or(o.window).min(o.messages as usize) {
-        world.recv(Some(prev), Some(RING), Buffer::new(o.size), Token(0))?;
+        world.recv_buffer(Some(prev), Some(RING), Buffer::new(o.size), Token(0))?;
         posted_recvs += 1;
     }
     let mut done: Vec<Completion> = Vec::new();
@@ -223,7 +223,7 @@ fn run(world: &mut World, o: &Opts, formed: Duration) -> Result<bool, fabric_msg
             let mut buf = free.pop().unwrap_or_else(|| Buffer::new(o.size));
             buf.set_len(o.size);
             fill(buf.as_mut_slice(), rank, t.sent);
-            world.send(next, RING, buf, Token(1))?;
+            world.send_buffer(next, RING, buf, Token(1))?;
             t.sent += 1;
             in_flight_sends += 1;
         }
@@ -252,7 +252,7 @@ fn run(world: &mut World, o: &Opts, formed: Duration) -> Result<bool, fabric_msg
                     }
                     t.check(buf.as_slice(), src, o.size);
                     if posted_recvs < o.messages {
-                        world.recv(Some(prev), Some(RING), buf, Token(0))?;
+                        world.recv_buffer(Some(prev), Some(RING), buf, Token(0))?;
                         posted_recvs += 1;
                     }
                 }
@@ -309,7 +309,7 @@ fn gather_and_report(
     if rank != 0 {
         let mut msg = vec![u8::from(ok)];
         msg.extend_from_slice(line.as_bytes());
-        world.send(0, REPORT, Buffer::from_slice(&msg), Token(2))?;
+        world.send_buffer(0, REPORT, Buffer::from_slice(&msg), Token(2))?;
         loop {
             world.poll(&mut done, Some(Duration::from_secs(60)))?;
             if done.iter().any(|c| c.kind == OpKind::Send) {

@@ -145,13 +145,13 @@ fn check_bytes(c: &Completion, src: u32, seq: u64, len: usize) -> Result<(), Str
 
 fn send(world: &mut World, to: u32, tag: u32, bytes: &[u8], token: Token) -> Result<(), String> {
     world
-        .send(to, tag, Buffer::from_slice(bytes), token)
+        .send_buffer(to, tag, Buffer::from_slice(bytes), token)
         .map_err(|e| e.error.to_string())
 }
 
 fn recv(world: &mut World, from: u32, tag: u32, len: usize, token: Token) -> Result<(), String> {
     world
-        .recv(Some(from), Some(tag), Buffer::new(len), token)
+        .recv_buffer(Some(from), Some(tag), Buffer::new(len), token)
         .map_err(|e| e.error.to_string())
 }
 

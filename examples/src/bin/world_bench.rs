@@ -454,14 +454,14 @@ fn latency(
     let mut times = IterTimes::always(iters);
     for i in 0..warmup + iters {
         let t = Instant::now();
-        world.recv(
+        world.recv_buffer(
             Some(peer),
             Some(PING),
             recv_buf.take().unwrap_or_else(|| Buffer::new(bytes)),
             Token(1),
         )?;
         if rank == 0 {
-            world.send(
+            world.send_buffer(
                 peer,
                 PING,
                 send_buf.take().unwrap_or_else(|| Buffer::new(bytes)),
@@ -470,7 +470,7 @@ fn latency(
             recv_buf = wait_for(world, &mut done, Token(1))?.buffer;
         } else {
             recv_buf = wait_for(world, &mut done, Token(1))?.buffer;
-            world.send(
+            world.send_buffer(
                 peer,
                 PING,
                 send_buf.take().unwrap_or_else(|| Buffer::new(bytes)),
@@ -528,14 +528,14 @@ fn bandwidth(
             times.start(start);
         }
         if rank == 0 {
-            world.recv(
+            world.recv_buffer(
                 Some(1),
                 Some(ACK),
                 ack.take().unwrap_or_else(|| Buffer::new(4)),
                 Token(9),
             )?;
             for (k, b) in bufs.drain(..).enumerate() {
-                world.send(1, PING, b, Token(100 + k as u64))?;
+                world.send_buffer(1, PING, b, Token(100 + k as u64))?;
             }
             ack = wait_for(world, &mut done, Token(9))?.buffer;
             for k in 0..window {
@@ -547,7 +547,7 @@ fn bandwidth(
             }
         } else {
             for (k, b) in bufs.drain(..).enumerate() {
-                world.recv(Some(0), Some(PING), b, Token(100 + k as u64))?;
+                world.recv_buffer(Some(0), Some(PING), b, Token(100 + k as u64))?;
             }
             for k in 0..window {
                 let c = wait_for(world, &mut done, Token(100 + k as u64))?;
@@ -555,7 +555,7 @@ fn bandwidth(
                 b.set_len(bytes.min(b.capacity()));
                 bufs.push(b);
             }
-            world.send(0, ACK, ack.take().unwrap_or_else(|| Buffer::new(4)), Token(9))?;
+            world.send_buffer(0, ACK, ack.take().unwrap_or_else(|| Buffer::new(4)), Token(9))?;
             ack = wait_for(world, &mut done, Token(9))?.buffer;
         }
         tick(i + 1);

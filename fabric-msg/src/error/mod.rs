@@ -224,6 +224,38 @@ pub enum Error {
         /// What it saw and what to do.
         message: String,
     },
+    /// A typed message of the World or a communicator failed on the
+    /// fabric, or arrived in a form the receive cannot take (a length that
+    /// is not a whole number of elements, a value that does not decode).
+    #[error("{operation} {peer}: {message}")]
+    Message {
+        /// `send`, `recv`, `recv_value`, ...
+        operation: &'static str,
+        /// `to rank 3`, `from rank 1`, `from any rank`: in the
+        /// communicator's ranks.
+        peer: String,
+        /// What went wrong and what to do.
+        message: String,
+    },
+    /// A message larger than the receive posted for it: it was consumed,
+    /// and none of it delivered.
+    #[error(
+        "{operation}: a message of {} from rank {source_rank} (tag {tag}) arrived for a receive of {capacity} bytes; \
+         receive into a larger buffer, or learn the size first (probe)",
+        .len.map_or("unreported size".to_string(), |l| format!("{l} bytes"))
+    )]
+    Truncated {
+        /// `recv`, `irecv`, `recv_value`.
+        operation: &'static str,
+        /// The sender, in the communicator's ranks, where known.
+        source_rank: String,
+        /// Its tag.
+        tag: String,
+        /// The message's size, where the provider reports it.
+        len: Option<usize>,
+        /// The receive's size in bytes.
+        capacity: usize,
+    },
     /// An operating-system error outside libfabric (sockets, files).
     #[error("{context}: {source}")]
     Io {

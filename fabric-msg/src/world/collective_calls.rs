@@ -8,14 +8,14 @@
 //! engine are plain parts the World drives.
 
 use super::collectives::ops::{Element, Reduction};
-use super::collectives::request::{check_counts, check_root, copy_result, Request, Shape};
+use super::collectives::request::{check_counts, check_root, copy_result, Shape};
 use super::collectives::schedule::Schedule;
-use super::collectives::{allgather, allreduce, barrier, bcast, gather, reduce, reduce_scatter, request};
-use super::World;
+use super::collectives::{allgather, allreduce, barrier, bcast, gather, reduce, reduce_scatter};
+use super::comm::CommView;
+use super::request::{Of, Request};
 use crate::error::{Error, Result};
-use std::marker::PhantomData;
 
-impl World {
+impl CommView<'_> {
     /// Every rank's `mine`, in rank order, on every rank
     /// (`size × mine.len()` elements). Every rank passes the same length;
     /// see [`World::allgatherv`] for different lengths.
@@ -54,7 +54,7 @@ impl World {
     }
 }
 
-impl World {
+impl CommView<'_> {
     /// Combine every rank's `data` element by element with `op`, and give
     /// every rank the result in `data` (the same bits on every rank). Every
     /// rank passes the same length and the same reduction.
@@ -95,7 +95,7 @@ impl World {
     }
 }
 
-impl World {
+impl CommView<'_> {
     /// Wait until every rank has called `barrier`.
     ///
     /// ```no_run
@@ -117,7 +117,7 @@ impl World {
     }
 }
 
-impl World {
+impl CommView<'_> {
     /// Give every rank `root`'s `data`: on the root it is read, on every
     /// other rank overwritten. Every rank passes the same length (a rank
     /// that receives a different length fails with [`Error::Collective`],
@@ -150,7 +150,7 @@ impl World {
     }
 }
 
-impl World {
+impl CommView<'_> {
     /// Collect every rank's `mine` on `root`: there the result is every
     /// rank's block in rank order (`size × mine.len()` elements); elsewhere
     /// it is empty. Every rank passes the same length; see
@@ -202,7 +202,7 @@ impl World {
     }
 }
 
-impl World {
+impl CommView<'_> {
     /// Combine every rank's `data` element by element with `op`; on `root`,
     /// `data` becomes the result, elsewhere it is left as it was. Every
     /// rank passes the same length and the same reduction.
@@ -252,7 +252,7 @@ impl World {
     }
 }
 
-impl World {
+impl CommView<'_> {
     /// Combine every rank's `data` element by element with `op`, and give
     /// rank `r` the `counts[r]` elements of block `r` of the result (blocks
     /// in rank order, 0 elements allowed). `data.len()` is the sum of
@@ -311,8 +311,9 @@ impl World {
     }
 }
 
-impl World {
-    /// Start a collective of this rank's `sched` over `work`.
+impl CommView<'_> {
+    /// Start a collective of this rank's `sched` (in the communicator's
+    /// ranks) over `work`.
     pub(crate) fn start_run<T: Element>(
         &mut self,
         what: &'static str,
@@ -321,59 +322,39 @@ impl World {
         reduction: Option<Reduction<T>>,
         shape: Shape,
     ) -> Result<Request<T>> {
-        let _call = self.live.call();
-        let (engine, mut io) = self.engine_io();
-        let (seq, outcome) = engine.start(&mut io, what, sched, work, reduction);
+        let scope = self.scope();
+        let world = &mut *self.world;
+        let _call = world.live.call();
+        let (engine, mut io) = world.engine_io();
+        let (id, seq, outcome) = engine.start(&mut io, &scope, what, scope.to_world(sched), work, reduction);
         Ok(Request {
-            seq,
-            outcome,
-            shape,
             what,
-            _t: PhantomData,
+            of: Of::Run {
+                id,
+                seq,
+                outcome,
+                shape,
+            },
         })
     }
 
     /// Refuse a collective for a bad argument (`Error::Usage`), telling the
     /// other ranks so that none waits for this one.
     pub(crate) fn refuse(&mut self, what: &'static str, message: String) -> Error {
-        let _call = self.live.call();
-        let (engine, mut io) = self.engine_io();
-        engine.refuse(&mut io, what, message)
+        let scope = self.scope();
+        let world = &mut *self.world;
+        let _call = world.live.call();
+        let (engine, mut io) = world.engine_io();
+        engine.refuse(&mut io, &scope, what, message)
     }
 
-    /// Whether `req` has ended (its result or error is ready for
-    /// [`World::wait`]). Progresses every collective in flight, without
-    /// waiting.
+    /// [`World::test`].
     pub fn test<T: Element>(&mut self, req: &Request<T>) -> Result<bool> {
-        let _call = self.live.call();
-        let (engine, mut io) = self.engine_io();
-        if engine.running(req.seq) {
-            engine.poll_once(&mut io)?;
-        }
-        Ok(!self.coll.running(req.seq))
+        self.world.test(req)
     }
 
-    /// Wait for `req` and return its result: what each `i…` method says.
-    /// Fails with [`Error::RankLost`] as soon as any rank is lost, and with
-    /// [`Error::Collective`] when a rank saw the collective go wrong.
-    /// Completions of the application's own operations that arrive
-    /// meanwhile are kept for its next [`World::poll`].
+    /// [`World::wait`].
     pub fn wait<T: Element>(&mut self, req: Request<T>) -> Result<Vec<T>> {
-        let _call = self.live.call();
-        loop {
-            if let Some(result) = req.outcome.lock().take() {
-                return result.map(|work| request::extract(work, &req.shape));
-            }
-            if !self.coll.running(req.seq) {
-                return Err(Error::Usage(format!(
-                    "{} #{} is neither in flight nor finished: was it waited for already?",
-                    req.what, req.seq
-                )));
-            }
-            let (engine, mut io) = self.engine_io();
-            if !engine.poll_once(&mut io)? {
-                engine.idle();
-            }
-        }
+        self.world.wait(req)
     }
 }

@@ -16,11 +16,10 @@
 //! cancelled (`EventLoop::cancel_recv`); if another part had already
 //! matched a message, that message goes to the oldest receive still
 //! waiting that matches it, or is kept here for the next receive it
-//! matches, before anything is posted (MPICH's CH4 pairs the two sides of
-//! an any-source receive the same way). Every receive of the application,
-//! from one rank too, is numbered and kept until it completes, so "oldest"
-//! is the order in which the application posted them and one rank's
-//! messages are never handed out out of order.
+//! matches, before anything is posted (as MPICH's CH4 pairs the sides of an
+//! any-source receive). Every receive, from one rank too, is numbered and
+//! kept until it completes, so "oldest" is the order the application posted
+//! them in and one rank's messages are never handed out out of order.
 
 use super::tags;
 use crate::discovery::config::LadderConfig;
@@ -297,8 +296,9 @@ impl Local {
         }
     }
 
-    /// Post a receive from `from` (`None`: any rank) with `tag` (`None`:
-    /// any). Every receive is numbered and kept here until it completes,
+    /// Post a receive in message class `class` (the communicator's, see
+    /// `tags.rs`) from world rank `from` (`None`: any rank) with `tag`
+    /// (`None`: any). Every receive is numbered and kept here until it completes,
     /// so a message that a cancelled part took can be given to the oldest
     /// receive still waiting that matches it, in the order the receives
     /// were posted, whichever loop they wait on.
@@ -309,10 +309,12 @@ impl Local {
     /// receives wrongly (before libfabric 1.19: `Profile::tag_mask_defect`)
     /// and the tag is given, the shm side is one exact receive per
     /// same-node rank, so no masked receive is ever posted there.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn recv(
         &mut self,
         main: &mut EventLoop,
         main_ep: EndpointId,
+        class: u64,
         from: Option<u32>,
         tag: Option<u32>,
         buf: Buffer,
@@ -320,7 +322,7 @@ impl Local {
     ) -> std::result::Result<(), PostError> {
         let id = self.next_pair;
         self.next_pair = (self.next_pair + 1) & ID_MASK;
-        let want = user_matcher(from, tag);
+        let want = tags::matcher(class, from, tag);
         let capacity = buf.capacity();
         let mut waiting = Pair {
             user: token,
@@ -339,7 +341,7 @@ impl Local {
                     tag: Some(want),
                     from: None,
                 };
-                return match self.ev.recv(self.ep, buf, opts, half(id, 1)) {
+                return match tags::post_recv_in(&mut self.ev, class, self.ep, buf, opts, half(id, 1)) {
                     Ok(()) => {
                         waiting.halves = 2;
                         waiting.left = 1;
@@ -353,7 +355,7 @@ impl Local {
             (None, Some(_)) if self.exact_only && self.ranks().len() < usize::from(u8::MAX) => self
                 .ranks()
                 .into_iter()
-                .map(|r| user_matcher(Some(r), tag))
+                .map(|r| tags::matcher(class, Some(r), tag))
                 .collect(),
             (None, _) => vec![want],
         };
@@ -364,7 +366,14 @@ impl Local {
                 tag: Some(m),
                 from: None,
             };
-            if let Err(e) = self.ev.recv(self.ep, spare, opts, half(id, waiting.halves)) {
+            if let Err(e) = tags::post_recv_in(
+                &mut self.ev,
+                class,
+                self.ep,
+                spare,
+                opts,
+                half(id, waiting.halves),
+            ) {
                 if let Some(b) = e.buffer {
                     self.give_spare(b);
                 }
@@ -384,7 +393,7 @@ impl Local {
                     tag: Some(want),
                     from: None,
                 };
-                main.recv(main_ep, buf, opts, half(id, 0))
+                tags::post_recv_in(main, class, main_ep, buf, opts, half(id, 0))
             }
         };
         match posted {
@@ -550,11 +559,6 @@ pub(crate) fn report(rank: u32, ranks: &[u32], world_label: &str) -> String {
         if ranks.len() > 1 { "s" } else { "" },
         list.join(", ")
     )
-}
-
-/// The matcher of the application's receive.
-pub(crate) fn user_matcher(from: Option<u32>, tag: Option<u32>) -> (u64, u64) {
-    tags::matcher(tags::CLASS_USER, from, tag)
 }
 
 #[cfg(test)]

@@ -1,22 +1,25 @@
 //! World: one program started N times, N ranks wired on one fabric.
 //!
 //! ```no_run
-//! use fabric_msg::{Buffer, Token, World};
-//! use std::time::Duration;
+//! use fabric_msg::World;
 //!
 //! let mut world = World::init()?; // mpirun, srun --mpi=pmix, the rendezvous variables, or alone
 //! let (rank, size) = (world.rank(), world.size());
-//! world.recv(Some((rank + size - 1) % size), Some(7), Buffer::new(64), Token(1))?;
-//! world.send((rank + 1) % size, 7, Buffer::from_slice(b"hello"), Token(2))?;
-//! let mut done = Vec::new();
-//! while done.len() < 2 {
-//!     let mut batch = Vec::new();
-//!     world.poll(&mut batch, Some(Duration::from_secs(10)))?;
-//!     done.extend(batch);
-//! }
+//! let from_left = world.irecv(Some((rank + size - 1) % size), Some(7), vec![0u8; 64])?;
+//! world.send((rank + 1) % size, 7, b"hello")?;
+//! let got = world.wait(from_left)?; // fails naming the rank if one dies
+//! assert_eq!(got, b"hello");
 //! world.finish()?;
 //! # Ok::<(), fabric_msg::Error>(())
 //! ```
+//!
+//! The model: the World is the first communicator; [`World::split`],
+//! [`World::split_shared`] and [`World::dup`] make others ([`Comm`]), used
+//! through [`World::on`]. Typed messages and collectives return one kind
+//! of [`Request`], waited on with [`World::wait`], [`World::wait_all`],
+//! [`World::wait_any`] and the rest. The token interface
+//! ([`World::send_buffer`], [`World::recv_buffer`], [`World::poll`]) stays
+//! for programs that drive their own completion loop.
 //!
 //! Lives here: the top layer, which may use every layer below (transport,
 //! memory, discovery, errors) and which nothing below uses. The World
@@ -24,8 +27,11 @@
 //! joining (`startup`): how the process was launched (`launch`: PMIx, the
 //! rendezvous, or alone), the exchanges each launcher offers (`pmix`,
 //! `rendezvous`, with `admission` at the rendezvous root), how the ranks
-//! agree on one fabric (`agree`); point-to-point messages
-//! (`point_to_point`), the same-node ranks reached over shared memory
+//! agree on one fabric (`agree`); communicators (`comm`) and the World's
+//! own view of itself (`whole_world`); typed messages (`typed`), their
+//! operations in flight (`messages`) and the requests and waits over
+//! them and the collectives (`request`); the token interface's
+//! point-to-point messages (`point_to_point`), the same-node ranks reached over shared memory
 //! beside the fabric (`local`), the tag layout that carries the sending
 //! rank (`tags`); what is known of ranks that went away (`liveness`) and
 //! what a process does on its way out (`leaving`); the collective calls
@@ -37,25 +43,33 @@ mod admission;
 mod agree;
 mod collective_calls;
 pub mod collectives;
+mod comm;
 mod config;
 mod launch;
 mod leaving;
 mod liveness;
 mod local;
+mod messages;
 mod placement;
 mod pmix;
 mod point_to_point;
 mod rendezvous;
+mod request;
 mod startup;
 mod state;
 mod stats;
 pub mod symmetric;
 mod tags;
+mod typed;
+mod whole_world;
 
+pub use comm::{Comm, CommView};
 pub use config::WorldConfig;
+pub use request::{Request, Status};
 pub use state::World;
 pub use stats::{RankStats, WorldStats};
-pub use tags::MAX_RANKS;
+pub use tags::{MAX_CONTEXTS, MAX_RANKS};
+pub use typed::VALUE_MAX;
 
 pub(crate) use pmix::fuzz_local_peers;
 pub(crate) use rendezvous::{fuzz_frame as fuzz_rendezvous_frame, fuzz_seeds as fuzz_rendezvous_seeds};

@@ -3,7 +3,9 @@
 //! rank behind them.
 
 use super::collectives::io::is_reserved;
+use super::messages::is_message;
 use super::state::World;
+use super::tags;
 use crate::error::{Error, Result};
 use crate::memory::buffer::Buffer;
 use crate::transport::event_loop::{Completion, PostError, RecvOpts, SendOpts, Token};
@@ -11,12 +13,15 @@ use crate::transport::liveness::LOSS_GRACE;
 use std::time::{Duration, Instant};
 
 impl World {
-    /// Send `buf` to `to` with the application's `tag`.
+    /// Send `buf` to `to` with the application's `tag`, completing with
+    /// `token` in [`World::poll`]: the token interface, for programs that
+    /// drive their own completion loop (typed messages with requests:
+    /// [`World::send`], [`World::isend`]).
     ///
-    /// Tokens whose top byte is `0xFE` or `0xFD` are the World's own and
-    /// are refused. To a rank on this node the message goes over shared
-    /// memory where [`World::shm_ranks`] lists it.
-    pub fn send(&mut self, to: u32, tag: u32, buf: Buffer, token: Token) -> Result<(), PostError> {
+    /// Tokens whose top byte is `0xFE`, `0xFD` or `0xFC` are the World's
+    /// own and are refused. To a rank on this node the message goes over
+    /// shared memory where [`World::shm_ranks`] lists it.
+    pub fn send_buffer(&mut self, to: u32, tag: u32, buf: Buffer, token: Token) -> Result<(), PostError> {
         let _call = self.live.call();
         if let Err(error) = self.check_rank(to).and_then(|()| check_token(token)) {
             return Err(PostError {
@@ -24,14 +29,32 @@ impl World {
                 buffer: Some(buf),
             });
         }
+        self.post_send(tags::CLASS_USER, to, tag, buf, token)
+    }
+
+    /// Post a send in message class `class` to world rank `to` (checked
+    /// by the caller).
+    pub(crate) fn post_send(
+        &mut self,
+        class: u64,
+        to: u32,
+        tag: u32,
+        buf: Buffer,
+        token: Token,
+    ) -> Result<(), PostError> {
         let opts = SendOpts {
-            tag: Some(super::tags::encode(super::tags::CLASS_USER, self.rank(), tag)),
+            tag: Some(tags::encode(class, self.rank(), tag)),
             data: None,
         };
         let r = {
             let (_, mut io) = self.engine_io();
             let (ev, _, peer) = io.lane(to);
-            ev.send(peer, buf, opts, token)
+            if class == tags::CLASS_USER {
+                ev.send(peer, buf, opts, token)
+            } else {
+                // A communicator's class: the World's to post in.
+                ev.as_world().send(peer, buf, opts, token)
+            }
         };
         r.map_err(|e| self.explain_post(e))
     }
@@ -46,10 +69,12 @@ impl World {
     }
 
     /// Receive into `buf` from `from` (`None`: any rank) with `tag`
-    /// (`None`: any tag). [`World::source`] and [`World::tag`] say what
-    /// arrived. Tokens whose top byte is `0xFE` or `0xFD` are refused, as for
-    /// [`World::send`].
-    pub fn recv(
+    /// (`None`: any tag), completing with `token` in [`World::poll`]: the
+    /// token interface ([`World::recv`], [`World::irecv`] for typed
+    /// messages with requests). [`World::source`] and [`World::tag`] say
+    /// what arrived. Tokens whose top byte is `0xFE`, `0xFD` or `0xFC` are
+    /// refused, as for [`World::send_buffer`].
+    pub fn recv_buffer(
         &mut self,
         from: Option<u32>,
         tag: Option<u32>,
@@ -57,27 +82,46 @@ impl World {
         token: Token,
     ) -> Result<(), PostError> {
         let _call = self.live.call();
+        if let Err(error) = check_token(token) {
+            return Err(PostError {
+                error,
+                buffer: Some(buf),
+            });
+        }
+        self.post_recv(tags::CLASS_USER, from, tag, buf, token)
+    }
+
+    /// Post a receive in message class `class` from world rank `from`
+    /// (`None`: any) with `tag` (`None`: any); fails at once if `from`, or
+    /// for any source any rank, is lost.
+    pub(crate) fn post_recv(
+        &mut self,
+        class: u64,
+        from: Option<u32>,
+        tag: Option<u32>,
+        buf: Buffer,
+        token: Token,
+    ) -> Result<(), PostError> {
         let checked = match from {
             Some(r) => self.check_rank(r),
             None => self.live.first_lost().map_or(Ok(()), |r| Err(self.lost(r))),
-        }
-        .and_then(|()| check_token(token));
+        };
         if let Err(error) = checked {
             return Err(PostError {
                 error,
                 buffer: Some(buf),
             });
         }
-        let want = super::local::user_matcher(from, tag);
+        let want = tags::matcher(class, from, tag);
         let opts = RecvOpts {
             tag: Some(want),
             from: None,
         };
         let r = match self.local.as_mut() {
-            None => self.ev.recv(self.ep, buf, opts, token),
+            None => tags::post_recv_in(&mut self.ev, class, self.ep, buf, opts, token),
             Some(l) => match l.claim(want, buf, token) {
                 Ok(()) => Ok(()),
-                Err(buf) => l.recv(&mut self.ev, self.ep, from, tag, buf, token),
+                Err(buf) => l.recv(&mut self.ev, self.ep, class, from, tag, buf, token),
             },
         };
         r.map_err(|e| self.explain_post(e))
@@ -85,12 +129,12 @@ impl World {
 
     /// The rank a received message came from.
     pub fn source(&self, c: &Completion) -> u32 {
-        super::tags::source_of(c.tag)
+        tags::source_of(c.tag)
     }
 
     /// The application's tag of a received message.
     pub fn tag(&self, c: &Completion) -> u32 {
-        super::tags::user_tag_of(c.tag)
+        tags::user_tag_of(c.tag)
     }
 
     /// [`EventLoop::poll`](crate::transport::event_loop::EventLoop::poll),
@@ -101,8 +145,8 @@ impl World {
     /// reported as that rank's loss. A `None` timeout waits in slices, so a
     /// lost rank still ends the wait.
     ///
-    /// Collectives started with the `i…` methods progress here too; their
-    /// completions are never handed out. Completions of the application's
+    /// Collectives and typed messages started with the `i…` methods
+    /// progress here too; their completions are never handed out. Completions of the application's
     /// operations that arrived while a collective was waited for come
     /// first.
     pub fn poll(&mut self, out: &mut Vec<Completion>, timeout: Option<Duration>) -> Result<usize> {
@@ -116,7 +160,10 @@ impl World {
             }
             out.clear();
             if self.coll.take_kept(out) > 0 {
-                return Ok(out.len());
+                self.msgs.absorb(out);
+                if !out.is_empty() {
+                    return Ok(out.len());
+                }
             }
             let slice = match deadline {
                 Some(d) => d.saturating_duration_since(Instant::now()).min(SLICE),
@@ -134,6 +181,8 @@ impl World {
             } else {
                 n
             };
+            self.msgs.absorb(out);
+            let n = n.min(out.len());
             if n > 0 && out.iter().any(|c| c.result.is_err()) {
                 // A send to a rank that just died fails on the fabric (FI_ECONNRESET
                 // on tcp;ofi_rxm) a moment before its socket's end is seen:
@@ -164,11 +213,12 @@ impl World {
     }
 }
 
-/// Refuse the tokens the collectives and the any-source pairs use.
+/// Refuse the tokens the collectives, the any-source pairs and the typed
+/// messages use.
 pub(super) fn check_token(token: Token) -> Result<()> {
-    if is_reserved(token) || super::local::is_pair(token) {
+    if is_reserved(token) || super::local::is_pair(token) || is_message(token) {
         return Err(Error::Usage(format!(
-            "token {:#x} is in the range the World uses (top byte 0xFE or 0xFD): choose another",
+            "token {:#x} is in the range the World uses (top byte 0xFE, 0xFD or 0xFC): choose another",
             token.0
         )));
     }

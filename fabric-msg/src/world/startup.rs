@@ -8,6 +8,7 @@ use crate::discovery::negotiate::{negotiate, EndpointChoice, Requirements};
 
 use super::agree::{decide, Choice, ChosenRung};
 use super::collectives::engine::Engine;
+use super::collectives::scope::ContextPool;
 use super::launch::Launcher;
 use super::liveness::Liveness;
 use super::local::{Local, Published};
@@ -171,6 +172,8 @@ impl World {
             finish_timeout: cfg.finish_timeout,
             finished: false,
             coll: Engine::new(Idler::new(&loop_config)),
+            contexts: Arc::new(ContextPool::new()),
+            msgs: Default::default(),
         };
         let (engine, mut io) = world.engine_io();
         engine.listen(&mut io)?;

@@ -6,9 +6,11 @@
 
 use super::collectives::engine::Engine;
 use super::collectives::io::Io;
+use super::collectives::scope::ContextPool;
 use super::launch::{Launcher, Placement};
 use super::liveness::Liveness;
 use super::local::Local;
+use super::messages::Messages;
 use crate::discovery::profile::Profile;
 use crate::error::{Error, Result};
 use crate::transport::event_loop::{EndpointId, EventLoop, Peer};
@@ -40,6 +42,10 @@ pub struct World {
     /// event loops have closed the endpoints those operations were posted
     /// on.
     pub(super) coll: Engine,
+    /// This rank's free communicator context ids (`comm.rs`).
+    pub(super) contexts: Arc<ContextPool>,
+    /// Typed messages in flight (`messages.rs`).
+    pub(super) msgs: Messages,
 }
 
 impl World {

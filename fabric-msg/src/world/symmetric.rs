@@ -108,7 +108,7 @@ impl World {
         let status = if registered.is_ok() { OK } else { FAILED };
         let mine = [len as u64, access_code(access), status, encoded.len() as u64];
         let req = self.iallgatherv(mine.to_vec(), &vec![SUMMARY; size as usize])?;
-        let seq = req.number();
+        let seq = req.number().unwrap_or_default();
         let summary = self.wait(req)?;
         let me = self.rank();
         let fail = |message: String| Error::Collective {
@@ -181,7 +181,7 @@ impl World {
             Ok(r) => r,
             Err(e) => return Err((mem, e)),
         };
-        let seq = req.number();
+        let seq = req.number().unwrap_or_default();
         let all = match self.wait(req) {
             Ok(all) => all,
             Err(e) => return Err((mem, e)),

@@ -3,15 +3,21 @@
 //! no `FI_SOURCE`, and `FI_SOURCE` gives a libfabric address, not a rank):
 //!
 //! ```text
-//!  63      56 55                    32 31                             0
-//! ┌──────────┬────────────────────────┬────────────────────────────────┐
-//! │  class   │      source rank       │        application tag         │
-//! └──────────┴────────────────────────┴────────────────────────────────┘
+//!  63        57 56 55                  32 31                             0
+//! ┌────────────┬──┬──────────────────────┬────────────────────────────────┐
+//! │  context   │k │  source (world rank) │        application tag         │
+//! └────────────┴──┴──────────────────────┴────────────────────────────────┘
 //! ```
 //!
-//! The class keeps the application's messages apart from the World's own
-//! collectives: an application cannot name another class. In the World's
-//! class the 32-bit field is the collective's number (low 20 bits, wrapping)
+//! The top byte is the class: the communicator's context id (7 bits; 0 is
+//! the World itself, so at most [`MAX_CONTEXTS`]` - 1` sub-communicators
+//! are alive at once on a rank) and the kind `k`, which keeps the
+//! application's messages (0) apart from the collectives' (1): an
+//! application cannot name another class, and messages of two
+//! communicators never match each other. The source is always the sender's
+//! rank in the World, whatever the communicator; the communicator
+//! translates. The application keeps all 32 bits of its tag. In the
+//! collectives' kind the 32-bit field is the collective's number (low 20 bits, wrapping)
 //! and the step within it (12 bits), so consecutive collectives never match
 //! each other's messages:
 //!
@@ -25,10 +31,33 @@
 //! Step 4095 is reserved for failure notices (see `collectives/engine.rs`);
 //! steps of an algorithm wrap below it.
 
-/// Messages the application sends with [`World::send`](super::World::send).
+use crate::memory::buffer::Buffer;
+use crate::transport::event_loop::{EndpointId, EventLoop, PostError, RecvOpts, Token};
+
+/// Messages the application sends on the World (context 0).
 pub(crate) const CLASS_USER: u64 = 0;
-/// The World's own messages: collectives and their failure notices.
+/// The World's own messages (context 0): collectives and their failure
+/// notices.
 pub(crate) const CLASS_WORLD: u64 = 1;
+
+/// How many contexts the class byte can name: the World's (0) and this
+/// many less one sub-communicators alive at once.
+pub const MAX_CONTEXTS: u32 = 1 << 7;
+
+/// The class of the application's messages in context `ctx`.
+pub(crate) fn user_class(ctx: u8) -> u64 {
+    (u64::from(ctx) << 1) | CLASS_USER
+}
+
+/// The class of the collectives' messages in context `ctx`.
+pub(crate) fn world_class(ctx: u8) -> u64 {
+    (u64::from(ctx) << 1) | CLASS_WORLD
+}
+
+/// The context a received tag was sent in.
+pub(crate) fn ctx_of(tag: u64) -> u8 {
+    ((tag >> (CLASS_SHIFT + 1)) & 0x7f) as u8
+}
 
 const CLASS_SHIFT: u32 = 56;
 const RANK_SHIFT: u32 = 32;
@@ -78,9 +107,9 @@ pub(crate) fn seq_of(tag: u64) -> u32 {
 }
 
 /// `(tag, ignore)` matching every failure notice, from any rank, about any
-/// collective.
+/// collective of any communicator.
 pub(crate) fn notice_matcher() -> (u64, u64) {
-    let ignore = (RANK_MASK << RANK_SHIFT) | (u64::from(SEQ_MASK) << STEP_BITS);
+    let ignore = (0x7f << (CLASS_SHIFT + 1)) | (RANK_MASK << RANK_SHIFT) | (u64::from(SEQ_MASK) << STEP_BITS);
     (encode(CLASS_WORLD, 0, NOTICE_STEP), ignore)
 }
 
@@ -92,6 +121,23 @@ pub(crate) fn source_of(tag: u64) -> u32 {
 /// The application's tag carried in a received tag.
 pub(crate) fn user_tag_of(tag: u64) -> u32 {
     (tag & TAG_MASK) as u32
+}
+
+/// Post a receive in message class `class` on `ev`: a communicator's class
+/// is the World's to post in.
+pub(crate) fn post_recv_in(
+    ev: &mut EventLoop,
+    class: u64,
+    ep: EndpointId,
+    buf: Buffer,
+    opts: RecvOpts,
+    token: Token,
+) -> std::result::Result<(), PostError> {
+    if class == CLASS_USER {
+        ev.recv(ep, buf, opts, token)
+    } else {
+        ev.as_world().recv(ep, buf, opts, token)
+    }
 }
 
 #[cfg(test)]
@@ -136,5 +182,43 @@ mod tests {
         assert!(matches(n, notice_matcher()));
         assert_eq!((source_of(n), seq_of(n)), (9, 123));
         assert!(!matches(encode(CLASS_USER, 9, notice_field(1)), notice_matcher()));
+    }
+
+    #[test]
+    fn contexts_keep_communicators_apart() {
+        let top = (MAX_CONTEXTS - 1) as u8;
+        for ctx in [0, 1, 5, top] {
+            let u = encode(user_class(ctx), MAX_RANKS - 1, u32::MAX);
+            let w = encode(world_class(ctx), 3, world_field(9, 2));
+            assert_eq!((ctx_of(u), ctx_of(w)), (ctx, ctx));
+            assert_eq!((source_of(u), user_tag_of(u)), (MAX_RANKS - 1, u32::MAX));
+            assert!(matches(u, matcher(user_class(ctx), None, None)));
+            assert!(!matches(u, matcher(world_class(ctx), None, None)), "kind");
+            assert!(matches(
+                w,
+                matcher(world_class(ctx), Some(3), Some(world_field(9, 2)))
+            ));
+            for other in [0, 1, 5, top].into_iter().filter(|&o| o != ctx) {
+                assert!(
+                    !matches(u, matcher(user_class(other), None, None)),
+                    "{ctx} vs {other}"
+                );
+                assert!(
+                    !matches(w, matcher(world_class(other), None, None)),
+                    "{ctx} vs {other}"
+                );
+            }
+            // A notice of any context is a notice; a user message never is.
+            assert!(matches(
+                encode(world_class(ctx), 4, notice_field(7)),
+                notice_matcher()
+            ));
+            assert!(!matches(
+                encode(user_class(ctx), 4, notice_field(7)),
+                notice_matcher()
+            ));
+        }
+        assert_eq!(user_class(0), CLASS_USER);
+        assert_eq!(world_class(0), CLASS_WORLD);
     }
 }

@@ -26,6 +26,7 @@ use super::io::{NOTICE_MAX, NOTICE_PATIENCE};
 use super::ops::{Element, Reduction};
 use super::run::{Outcome, Progress, Run, Spare};
 use super::schedule::Schedule;
+use super::scope::Scope;
 use crate::error::{Error, Result};
 use crate::memory::buffer::Buffer;
 use crate::transport::event_loop::idle::{Idler, Pause};
@@ -41,6 +42,8 @@ const SHM: u32 = 1;
 /// A failure another rank told of.
 #[derive(Debug)]
 struct Notice {
+    /// The communicator's context, and the collective's number in it.
+    ctx: u8,
     seq: u32,
     rank: u32,
     text: String,
@@ -49,7 +52,11 @@ struct Notice {
 /// Every collective of one World: its numbering, the runs in flight, the
 /// finished ones and the application's completions kept during waits.
 pub(crate) struct Engine {
-    next_seq: u32,
+    /// The next run's engine-wide number (its tokens').
+    next_id: u32,
+    /// The next collective's number in each context (its tags'): every
+    /// member of a communicator numbers its collectives alike.
+    next_seq: Vec<u32>,
     runs: Vec<Box<dyn Progress>>,
     sh: Shared,
     stash: Vec<Completion>,
@@ -75,7 +82,7 @@ const SPARES: usize = 8;
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Engine")
-            .field("next_seq", &self.next_seq)
+            .field("next_id", &self.next_id)
             .field("runs", &self.runs.len())
             .field("kept_completions", &self.stash.len())
             .field("idle", &self.idle)
@@ -109,7 +116,8 @@ fn lost(io: &Io<'_>, grace: Duration) -> Option<Error> {
 impl Engine {
     pub(crate) fn new(idle: Idler) -> Engine {
         Engine {
-            next_seq: 0,
+            next_id: 0,
+            next_seq: vec![0; tags::MAX_CONTEXTS as usize],
             runs: Vec::new(),
             sh: Shared::default(),
             stash: Vec::new(),
@@ -152,34 +160,59 @@ impl Engine {
         Ok(())
     }
 
-    /// Start a run; returns its number and where its result will be.
+    /// The next collective's number in `scope`'s context.
+    fn number(&mut self, scope: &Scope) -> u32 {
+        let next = &mut self.next_seq[usize::from(scope.ctx)];
+        let seq = *next;
+        *next = next.wrapping_add(1);
+        seq
+    }
+
+    /// A new communicator on context `ctx` (every member calls this at
+    /// once): it numbers its collectives from 0, and notices kept of an
+    /// earlier communicator on the same context are dropped.
+    pub(crate) fn open_context(&mut self, ctx: u8) {
+        self.next_seq[usize::from(ctx)] = 0;
+        self.notices.retain(|n| n.ctx != ctx);
+    }
+
+    /// Start a run of `sched` (in `scope`'s world ranks); returns its
+    /// engine-wide id, its number in its communicator and where its result
+    /// will be.
     pub(crate) fn start<T: Element>(
         &mut self,
         io: &mut Io<'_>,
+        scope: &Scope,
         what: &'static str,
         sched: Schedule,
         work: Vec<T>,
         reduction: Option<Reduction<T>>,
-    ) -> (u32, Outcome<T>) {
-        let seq = self.next_seq;
-        self.next_seq = self.next_seq.wrapping_add(1);
+    ) -> (u32, u32, Outcome<T>) {
+        let seq = self.number(scope);
+        let id = self.next_id;
+        self.next_id = self.next_id.wrapping_add(1);
         let spare = self.spares.pop().unwrap_or_default();
-        let run = Run::new(what, seq, sched, work, reduction, spare);
+        let run = Run::new(what, (id, seq, scope.clone()), sched, work, reduction, spare);
         let outcome = run.outcome.clone();
         self.runs.push(Box::new(run));
         if let Err(e) = self.listen(io) {
             log::warn!("cannot listen for other ranks' collective failures: {e}");
         }
         self.progress(io);
-        (seq, outcome)
+        (id, seq, outcome)
     }
 
     /// A collective refused for bad arguments: it still takes its number,
     /// and the other ranks hear of it, so no rank waits for this one.
-    pub(crate) fn refuse(&mut self, io: &mut Io<'_>, what: &'static str, message: String) -> Error {
-        let seq = self.next_seq;
-        self.next_seq = self.next_seq.wrapping_add(1);
-        self.notify(io, seq, &message);
+    pub(crate) fn refuse(
+        &mut self,
+        io: &mut Io<'_>,
+        scope: &Scope,
+        what: &'static str,
+        message: String,
+    ) -> Error {
+        let seq = self.number(scope);
+        self.notify(io, scope, seq, &message);
         self.progress(io);
         Error::Usage(format!(
             "{what} (collective #{seq}) on rank {}: {message}",
@@ -187,10 +220,10 @@ impl Engine {
         ))
     }
 
-    /// Tell every other rank that collective `seq` failed here. The
-    /// notices go out from [`Engine::progress`], best effort, for at most
-    /// `NOTICE_PATIENCE`.
-    fn notify(&mut self, io: &mut Io<'_>, seq: u32, message: &str) {
+    /// Tell every other rank of `scope` that its collective `seq` failed
+    /// here. The notices go out from [`Engine::progress`], best effort,
+    /// for at most `NOTICE_PATIENCE`.
+    fn notify(&mut self, io: &mut Io<'_>, scope: &Scope, seq: u32, message: &str) {
         let mut text = message.to_string();
         if text.len() > NOTICE_MAX {
             let mut cut = NOTICE_MAX;
@@ -199,9 +232,9 @@ impl Engine {
             }
             text.truncate(cut);
         }
-        let tag = tags::encode(tags::CLASS_WORLD, io.rank, tags::notice_field(seq));
+        let tag = tags::encode(tags::world_class(scope.ctx), io.rank, tags::notice_field(seq));
         let until = Instant::now() + NOTICE_PATIENCE;
-        for peer in (0..io.peers.len() as u32).filter(|&r| r != io.rank) {
+        for peer in scope.others(io.rank, io.peers.len() as u32) {
             let mut buf = self.sh.pool.take(text.len());
             buf.as_mut_slice().copy_from_slice(text.as_bytes());
             let o = Outgoing {
@@ -242,11 +275,11 @@ impl Engine {
     /// every other rank is told of.
     fn fail(&mut self, io: &mut Io<'_>, i: usize, failure: Failure) {
         let run = self.runs.remove(i);
-        let (seq, what) = (run.seq(), run.what());
+        let (seq, what, scope) = (run.seq(), run.what(), run.scope().clone());
         let error = match lost(io, failure.grace) {
             Some(e) => e,
             None => {
-                self.notify(io, seq, &failure.message);
+                self.notify(io, &scope, seq, &failure.message);
                 Error::Collective {
                     operation: what,
                     seq: seq & tags::SEQ_MASK,
@@ -321,7 +354,11 @@ impl Engine {
             return;
         }
         for n in std::mem::take(&mut self.notices) {
-            if let Some(i) = self.runs.iter().position(|r| r.seq() & tags::SEQ_MASK == n.seq) {
+            let this = self
+                .runs
+                .iter()
+                .position(|r| r.scope().ctx == n.ctx && r.seq() & tags::SEQ_MASK == n.seq);
+            if let Some(i) = this {
                 let run = self.runs.remove(i);
                 let error = Error::Collective {
                     operation: run.what(),
@@ -331,7 +368,9 @@ impl Engine {
                 };
                 run.fail(error);
                 self.retire(run);
-            } else if n.seq.wrapping_sub(self.next_seq) & tags::SEQ_MASK < (tags::SEQ_MASK >> 1) {
+            } else if n.seq.wrapping_sub(self.next_seq[usize::from(n.ctx)]) & tags::SEQ_MASK
+                < (tags::SEQ_MASK >> 1)
+            {
                 self.notices.push(n);
             }
         }
@@ -343,9 +382,9 @@ impl Engine {
         if !is_reserved(c.token) {
             return Some(c);
         }
-        let (kind, seq, index) = decode(c.token);
-        let run = self.runs.iter().position(|r| r.seq() & tags::SEQ_MASK == seq);
-        let same = |r: &dyn Progress| r.seq() & tags::SEQ_MASK == seq;
+        let (kind, id, index) = decode(c.token);
+        let run = self.runs.iter().position(|r| r.id() & tags::SEQ_MASK == id);
+        let same = |r: &dyn Progress| r.id() & tags::SEQ_MASK == id;
         if run.is_none() && (kind == Kind::Recv as u64 || kind == Kind::BorrowedSend as u64) {
             // A run that failed already: an orphan's operation may release
             // its memory; otherwise the completion is of no use.
@@ -398,6 +437,7 @@ impl Engine {
                         .as_ref()
                         .map(|b| String::from_utf8_lossy(b.as_slice()).into_owned());
                     self.notices.push(Notice {
+                        ctx: tags::ctx_of(c.tag),
                         seq: tags::seq_of(c.tag),
                         rank: tags::source_of(c.tag),
                         text: text.unwrap_or_default(),
@@ -496,9 +536,9 @@ impl Engine {
         }
     }
 
-    /// Whether run `seq` is still in flight.
-    pub(crate) fn running(&self, seq: u32) -> bool {
-        self.runs.iter().any(|r| r.seq() == seq)
+    /// Whether run `id` is still in flight.
+    pub(crate) fn running(&self, id: u32) -> bool {
+        self.runs.iter().any(|r| r.id() == id)
     }
 
     /// Runs in flight, and failure notices not yet posted.
@@ -508,6 +548,11 @@ impl Engine {
 
     /// The application's completions kept during waits, oldest first,
     /// appended to `out`.
+    /// The completions kept for the application, to take some out of.
+    pub(crate) fn kept_mut(&mut self) -> &mut Vec<Completion> {
+        &mut self.stash
+    }
+
     pub(crate) fn take_kept(&mut self, out: &mut Vec<Completion>) -> usize {
         let n = self.stash.len();
         out.append(&mut self.stash);

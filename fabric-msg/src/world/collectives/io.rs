@@ -104,9 +104,12 @@ pub(crate) enum Kind {
     BorrowedSend = 5,
 }
 
-pub(crate) fn token(kind: Kind, seq: u32, index: u32) -> Token {
+/// The token of operation `index` of kind `kind` of the engine's run `id`
+/// (the run's engine-wide number, mod 2^20, not its number in its
+/// communicator: tokens never leave this rank).
+pub(crate) fn token(kind: Kind, id: u32, index: u32) -> Token {
     Token(
-        (RESERVED << 56) | ((kind as u64) << 52) | (u64::from(seq & tags::SEQ_MASK) << 32) | u64::from(index),
+        (RESERVED << 56) | ((kind as u64) << 52) | (u64::from(id & tags::SEQ_MASK) << 32) | u64::from(index),
     )
 }
 

@@ -45,10 +45,10 @@ pub(crate) mod ops;
 pub(crate) mod reduce;
 pub(crate) mod reduce_scatter;
 pub(crate) mod request;
-mod run;
+pub(crate) mod run;
 pub(crate) mod schedule;
+pub(crate) mod scope;
 #[cfg(test)]
 mod tests_sim;
 
 pub use ops::{CombineFn, Element, Op, Reduction};
-pub use request::Request;

@@ -1,9 +1,9 @@
-//! A collective in flight: [`Request`], and [`World::wait`] and
-//! [`World::test`], which progress the collectives until it ends.
+//! What the collective calls share: the shape of a result within a run's
+//! working array, and the checks of roots and counts. The request a
+//! non-blocking collective returns is the World's (`world/request.rs`).
 
 use super::ops::Element;
 use crate::error::{Error, Result};
-use std::marker::PhantomData;
 
 /// Which parts of a run's working array make the result, in order.
 #[derive(Debug, Clone)]
@@ -12,45 +12,6 @@ pub(crate) enum Shape {
     Whole,
     /// These `(at, len)` blocks, concatenated.
     Pieces(Vec<(usize, usize)>),
-}
-
-/// A collective started with one of the `i…` methods
-/// ([`World::iallreduce`], [`World::ibarrier`], ...). It progresses
-/// whenever the World is polled — [`World::poll`], [`World::test`],
-/// [`World::wait`] or another collective's wait — and [`World::wait`]
-/// gives its result.
-///
-/// Every rank must start the same collectives in the same order. Dropping
-/// a request does not stop the collective (the other ranks still need this
-/// rank's part); its result is discarded when it ends.
-///
-/// [`World::iallreduce`]: crate::world::World::iallreduce
-/// [`World::ibarrier`]: crate::world::World::ibarrier
-/// [`World::poll`]: crate::world::World::poll
-/// [`World::test`]: crate::world::World::test
-/// [`World::wait`]: crate::world::World::wait
-#[must_use = "a collective's result comes from World::wait"]
-#[derive(Debug)]
-pub struct Request<T: Element> {
-    pub(crate) seq: u32,
-    /// Where the run puts its result.
-    pub(crate) outcome: super::run::Outcome<T>,
-    pub(crate) shape: Shape,
-    pub(crate) what: &'static str,
-    pub(crate) _t: PhantomData<fn() -> T>,
-}
-
-impl<T: Element> Request<T> {
-    /// The collective's number: the world's collectives are numbered from 0
-    /// in the order every rank starts them.
-    pub fn number(&self) -> u32 {
-        self.seq
-    }
-
-    /// `"allreduce"`, `"barrier"`, ...
-    pub fn operation(&self) -> &'static str {
-        self.what
-    }
 }
 
 /// The result of a run from its working array.

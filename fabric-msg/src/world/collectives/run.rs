@@ -20,6 +20,7 @@
 use super::io::{post_failed, post_outgoing, token, Failure, Io, Kind, Outgoing, Shared, AHEAD};
 use super::ops::{Element, Reduction};
 use super::schedule::{Apply, Rounds, Schedule, Xfer};
+use super::scope::Scope;
 use crate::error::Error;
 use crate::memory::buffer::Buffer;
 use crate::transport::event_loop::{Completion, CompletionError, PostError, RecvOpts, SendOpts};
@@ -56,7 +57,14 @@ enum Pending {
 /// One collective in flight: its schedule over a working array of `T`.
 pub(crate) struct Run<T: Element> {
     what: &'static str,
+    /// The engine's number for it, unique among this rank's runs in
+    /// flight: its operations' tokens carry it.
+    id: u32,
+    /// Its number in its communicator, the same on every member: its
+    /// messages' tags carry it.
     seq: u32,
+    /// Its communicator.
+    scope: Scope,
     rounds: Rounds,
     /// Every receive of the schedule in order, with its round.
     recvs: Vec<(usize, Xfer)>,
@@ -111,7 +119,12 @@ pub(crate) struct Spare {
 
 /// A run with its element type erased, as the engine holds it.
 pub(crate) trait Progress: Send {
+    /// The engine's number for the run (its tokens').
+    fn id(&self) -> u32;
+    /// Its number in its communicator (its tags').
     fn seq(&self) -> u32;
+    /// Its communicator.
+    fn scope(&self) -> &Scope;
     fn what(&self) -> &'static str;
     /// End with `error`: the request's result.
     fn fail(&self, error: crate::error::Error);
@@ -137,7 +150,7 @@ pub(crate) trait Progress: Send {
 impl<T: Element> Run<T> {
     pub(crate) fn new(
         what: &'static str,
-        seq: u32,
+        (id, seq, scope): (u32, u32, Scope),
         sched: Schedule,
         work: Vec<T>,
         reduction: Option<Reduction<T>>,
@@ -164,7 +177,9 @@ impl<T: Element> Run<T> {
         arrived.resize_with(recvs.len(), || None);
         Run {
             what,
+            id,
             seq,
+            scope,
             missing,
             arrived,
             rounds: sched.rounds,
@@ -220,10 +235,14 @@ impl<T: Element> Run<T> {
             }
             let field = tags::world_field(self.seq, x.step);
             let opts = RecvOpts {
-                tag: Some(tags::matcher(tags::CLASS_WORLD, Some(x.peer), Some(field))),
+                tag: Some(tags::matcher(
+                    tags::world_class(self.scope.ctx),
+                    Some(x.peer),
+                    Some(field),
+                )),
                 from: None,
             };
-            let t = token(Kind::Recv, self.seq, self.next_post as u32);
+            let t = token(Kind::Recv, self.id, self.next_post as u32);
             let posted = if direct {
                 let region = &mut self.work[x.at..x.at + x.len];
                 let (ev, ep, _) = io.lane(x.peer);
@@ -281,7 +300,11 @@ impl<T: Element> Run<T> {
     fn stage_sends(&mut self, io: &mut Io<'_>, sh: &mut Shared) {
         let inject_max = io.inject_max();
         for x in &self.rounds[self.round].sends {
-            let tag = tags::encode(tags::CLASS_WORLD, io.rank, tags::world_field(self.seq, x.step));
+            let tag = tags::encode(
+                tags::world_class(self.scope.ctx),
+                io.rank,
+                tags::world_field(self.seq, x.step),
+            );
             if self.large(x) {
                 self.outbox.push_back(Pending::Borrowed {
                     peer: x.peer,
@@ -309,7 +332,7 @@ impl<T: Element> Run<T> {
         while let Some(p) = self.outbox.pop_front() {
             match p {
                 Pending::Copied(o) => {
-                    if let Some(o) = post_outgoing(io, sh, o, token(Kind::Send, self.seq, 0))? {
+                    if let Some(o) = post_outgoing(io, sh, o, token(Kind::Send, self.id, 0))? {
                         self.outbox.push_front(Pending::Copied(o));
                         break;
                     }
@@ -338,7 +361,7 @@ impl<T: Element> Run<T> {
                             block.as_ptr().cast(),
                             len * T::SIZE,
                             opts,
-                            token(Kind::BorrowedSend, self.seq, slot as u32),
+                            token(Kind::BorrowedSend, self.id, slot as u32),
                         )
                     };
                     match r {
@@ -386,8 +409,16 @@ impl<T: Element> Run<T> {
 }
 
 impl<T: Element> Progress for Run<T> {
+    fn id(&self) -> u32 {
+        self.id
+    }
+
     fn seq(&self) -> u32 {
         self.seq
+    }
+
+    fn scope(&self) -> &Scope {
+        &self.scope
     }
 
     fn what(&self) -> &'static str {

@@ -1,0 +1,245 @@
+//! Communicators: groups of the World's ranks with their own rank order and
+//! their own message space, as MPI's communicators.
+//!
+//! A [`Comm`] is a handle this rank holds; [`World::on`] lends the World to
+//! it as a [`CommView`], whose methods are the point-to-point messages and
+//! collectives of that communicator (the World's own methods are those of
+//! the whole World):
+//!
+//! ```no_run
+//! use fabric_msg::{Op, World};
+//! let mut world = World::init()?;
+//! let rank = world.rank();
+//! // Even and odd ranks, each group ordered by world rank.
+//! let half = world.split(Some(rank % 2), rank as i64)?.expect("every rank has a colour");
+//! let mut sum = [rank as u64];
+//! world.on(&half).allreduce(&mut sum, Op::Sum)?; // over my half only
+//! let node = world.split_shared()?;             // the ranks on my node
+//! world.on(&node).barrier()?;
+//! # Ok::<(), fabric_msg::Error>(())
+//! ```
+//!
+//! How messages stay apart: every message's tag carries its
+//! communicator's context id (`tags.rs`: 7 bits; the World is 0), so a
+//! receive on one communicator never matches a message of another, and
+//! the application keeps all 32 bits of its tags. A split picks the lowest
+//! id free on every rank of the parent (one allgather that also carries
+//! colours and keys); the new communicators of one split share it, since
+//! their members are disjoint. At most 127 sub-communicators can be alive
+//! on a rank at once; an id is free again once the [`Comm`] and every
+//! request started on it are dropped (there is no separate `free`: drop
+//! the handle, as MPI's `MPI_Comm_free`, after its operations).
+
+use super::collectives::scope::{lowest_common, Members, Scope};
+use super::state::World;
+use crate::error::{Error, Result};
+use std::sync::Arc;
+
+/// A communicator: a group of the World's ranks, numbered from 0 in the
+/// order its split chose, with a message space of its own. Made by
+/// [`World::split`], [`World::split_shared`], [`World::dup`] (or the same
+/// on a [`CommView`], to split a communicator further); used through
+/// [`World::on`]. Dropping it frees its context id once the operations
+/// started on it are done.
+#[derive(Debug, Clone)]
+pub struct Comm {
+    pub(crate) scope: Scope,
+    rank: u32,
+}
+
+impl Comm {
+    /// This rank's rank in the communicator.
+    pub fn rank(&self) -> u32 {
+        self.rank
+    }
+
+    /// How many ranks it has.
+    pub fn size(&self) -> u32 {
+        self.members().len() as u32
+    }
+
+    /// The world rank of its rank `r`, or `None` past its size.
+    pub fn world_rank(&self, r: u32) -> Option<u32> {
+        self.members().get(r as usize).copied()
+    }
+
+    /// Its rank of world rank `w`, or `None` if `w` is not a member.
+    pub fn rank_of(&self, w: u32) -> Option<u32> {
+        self.scope.rank_of(w)
+    }
+
+    /// Rank `r` of this communicator as a rank of `other` (MPI's
+    /// `MPI_Group_translate_ranks`), or `None` if it is not in `other`.
+    pub fn translate(&self, r: u32, other: &Comm) -> Option<u32> {
+        other.rank_of(self.world_rank(r)?)
+    }
+
+    /// Its members' world ranks, by rank.
+    pub fn members(&self) -> &[u32] {
+        match &self.scope.members {
+            Some(m) => &m.ranks,
+            None => &[],
+        }
+    }
+
+    /// Its context id (1-127): what its messages' tags carry.
+    pub fn context(&self) -> u8 {
+        self.scope.ctx
+    }
+}
+
+/// The World lent to one communicator: its point-to-point messages and
+/// collectives, in its ranks. From [`World::on`]; the World's own methods
+/// are those of a view of the whole World.
+#[derive(Debug)]
+pub struct CommView<'w> {
+    pub(crate) world: &'w mut World,
+    pub(crate) comm: Option<&'w Comm>,
+}
+
+impl World {
+    /// The communicator `comm`'s view of this World: its messages and
+    /// collectives.
+    pub fn on<'w>(&'w mut self, comm: &'w Comm) -> CommView<'w> {
+        CommView {
+            world: self,
+            comm: Some(comm),
+        }
+    }
+
+    /// The whole World's view: what the World's own methods use.
+    pub(crate) fn whole(&mut self) -> CommView<'_> {
+        CommView {
+            world: self,
+            comm: None,
+        }
+    }
+
+    /// Split the World: ranks that pass the same `color` form one new
+    /// communicator, ordered by `key` (ties by world rank); a rank that
+    /// passes `None` joins none and gets `None` (MPI's `MPI_UNDEFINED`).
+    /// Collective: every rank calls it.
+    pub fn split(&mut self, color: Option<u32>, key: i64) -> Result<Option<Comm>> {
+        self.whole().split(color, key)
+    }
+
+    /// The ranks of this rank's node, ordered by world rank (MPI's
+    /// `MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)`), from the placement
+    /// the World learned at start-up. Collective.
+    pub fn split_shared(&mut self) -> Result<Comm> {
+        self.whole().split_shared()
+    }
+
+    /// A communicator of the same ranks in the same order with a message
+    /// space of its own (MPI's `MPI_Comm_dup`): for a library that must
+    /// never see the application's messages. Collective.
+    pub fn dup(&mut self) -> Result<Comm> {
+        self.whole().dup()
+    }
+}
+
+impl CommView<'_> {
+    /// This rank's rank in the communicator.
+    pub fn rank(&self) -> u32 {
+        match self.comm {
+            Some(c) => c.rank,
+            None => self.world.rank(),
+        }
+    }
+
+    /// How many ranks the communicator has.
+    pub fn size(&self) -> u32 {
+        match self.comm {
+            Some(c) => c.size(),
+            None => self.world.size(),
+        }
+    }
+
+    /// The communicator as the engine sees it.
+    pub(crate) fn scope(&self) -> Scope {
+        self.comm.map(|c| c.scope.clone()).unwrap_or_default()
+    }
+
+    /// The world rank of rank `r`, or a usage error naming the
+    /// communicator's size.
+    pub(crate) fn world_rank(&self, r: u32) -> Result<u32> {
+        match self.comm {
+            None if r < self.world.size() => Ok(r),
+            Some(c) if r < c.size() => Ok(c.members()[r as usize]),
+            _ => Err(Error::Usage(format!(
+                "rank {r} is not in this communicator of {} ranks",
+                self.size()
+            ))),
+        }
+    }
+
+    /// [`World::split`] on this communicator.
+    pub fn split(&mut self, color: Option<u32>, key: i64) -> Result<Option<Comm>> {
+        let pool = self.world.contexts.clone();
+        let [lo, hi] = pool.snapshot();
+        let mine = [color.map_or(-1, i64::from), key, lo as i64, hi as i64];
+        let all = self.allgather(&mine)?;
+        let rows: Vec<&[i64]> = all.chunks_exact(4).collect();
+        let Some(ctx) = lowest_common(rows.iter().map(|r| [r[2] as u64, r[3] as u64])) else {
+            return Err(Error::Usage(format!(
+                "no context id is free on every rank of this communicator: at most {} \
+                 sub-communicators can be alive on a rank at once; drop some first",
+                super::tags::MAX_CONTEXTS - 1
+            )));
+        };
+        // Every rank of the split reached the same choice; each opens the
+        // context whether or not it joins, so that the numbering agrees.
+        self.world.coll.open_context(ctx);
+        let Some(color) = color else {
+            return Ok(None);
+        };
+        let mut order: Vec<(i64, u32)> = rows
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r[0] == i64::from(color))
+            .map(|(p, r)| (r[1], p as u32))
+            .collect();
+        order.sort_unstable();
+        let mut ranks = Vec::with_capacity(order.len());
+        for &(_, p) in &order {
+            ranks.push(self.world_rank(p)?);
+        }
+        let me = self.world.rank();
+        let rank = ranks.iter().position(|&w| w == me).unwrap_or(0) as u32;
+        if !pool.take(ctx) {
+            return Err(Error::Usage(format!(
+                "context id {ctx} was taken on this rank during the split: split communicators from one thread"
+            )));
+        }
+        let members = Arc::new(Members::new(ctx, ranks, pool));
+        Ok(Some(Comm {
+            scope: Scope {
+                ctx,
+                members: Some(members),
+            },
+            rank,
+        }))
+    }
+
+    /// [`World::split_shared`] on this communicator: its ranks on this
+    /// rank's node.
+    pub fn split_shared(&mut self) -> Result<Comm> {
+        let node = self
+            .world
+            .local_ranks()
+            .iter()
+            .copied()
+            .min()
+            .unwrap_or(self.world.rank());
+        let key = i64::from(self.rank());
+        self.split(Some(node), key)?
+            .ok_or_else(|| Error::Usage("split_shared gave no communicator".into()))
+    }
+
+    /// [`World::dup`] on this communicator.
+    pub fn dup(&mut self) -> Result<Comm> {
+        let key = i64::from(self.rank());
+        self.split(Some(0), key)?
+            .ok_or_else(|| Error::Usage("dup gave no communicator".into()))
+    }
+}

@@ -1,0 +1,51 @@
+//! The World's own messages and collectives: those of the view of the
+//! whole World ([`World::whole`]), so that a program that needs no
+//! communicator writes `world.allreduce(..)`, and one that does writes
+//! `world.on(&comm).allreduce(..)` with the same arguments.
+
+use super::collectives::ops::{Element, Reduction};
+use super::request::{Request, Status};
+use super::World;
+use crate::error::Result;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+/// For each method, a World method of the same signature that calls it on
+/// the whole World's view.
+macro_rules! on_the_whole_world {
+    ($( fn $name:ident $(<$g:ident: $b:ident>)? (&mut self $(, $arg:ident: $t:ty)* ) -> $ret:ty; )*) => {
+        impl World {
+            $(
+                #[doc = concat!("[`CommView::", stringify!($name), "`](super::comm::CommView::", stringify!($name), ") on the whole World.")]
+                pub fn $name $(<$g: $b>)? (&mut self $(, $arg: $t)*) -> $ret {
+                    self.whole().$name($($arg),*)
+                }
+            )*
+        }
+    };
+}
+
+on_the_whole_world! {
+    fn allgather<T: Element>(&mut self, mine: &[T]) -> Result<Vec<T>>;
+    fn allgatherv<T: Element>(&mut self, mine: &[T], counts: &[usize]) -> Result<Vec<T>>;
+    fn iallgatherv<T: Element>(&mut self, mine: Vec<T>, counts: &[usize]) -> Result<Request<T>>;
+    fn allreduce<T: Element>(&mut self, data: &mut [T], op: impl Into<Reduction<T>>) -> Result<()>;
+    fn iallreduce<T: Element>(&mut self, data: Vec<T>, op: impl Into<Reduction<T>>) -> Result<Request<T>>;
+    fn barrier(&mut self) -> Result<()>;
+    fn ibarrier(&mut self) -> Result<Request<u8>>;
+    fn broadcast<T: Element>(&mut self, root: u32, data: &mut [T]) -> Result<()>;
+    fn ibroadcast<T: Element>(&mut self, root: u32, data: Vec<T>) -> Result<Request<T>>;
+    fn gather<T: Element>(&mut self, root: u32, mine: &[T]) -> Result<Vec<T>>;
+    fn gatherv<T: Element>(&mut self, root: u32, mine: &[T], counts: &[usize]) -> Result<Vec<T>>;
+    fn igatherv<T: Element>(&mut self, root: u32, mine: Vec<T>, counts: &[usize]) -> Result<Request<T>>;
+    fn reduce<T: Element>(&mut self, root: u32, data: &mut [T], op: impl Into<Reduction<T>>) -> Result<()>;
+    fn ireduce<T: Element>(&mut self, root: u32, data: Vec<T>, op: impl Into<Reduction<T>>) -> Result<Request<T>>;
+    fn reduce_scatter<T: Element>(&mut self, data: &[T], counts: &[usize], op: impl Into<Reduction<T>>) -> Result<Vec<T>>;
+    fn ireduce_scatter<T: Element>(&mut self, data: Vec<T>, counts: &[usize], op: impl Into<Reduction<T>>) -> Result<Request<T>>;
+    fn send<T: Element>(&mut self, to: u32, tag: u32, data: &[T]) -> Result<()>;
+    fn recv<T: Element>(&mut self, from: Option<u32>, tag: Option<u32>, data: &mut [T]) -> Result<Status>;
+    fn isend<T: Element>(&mut self, to: u32, tag: u32, data: &[T]) -> Result<Request<T>>;
+    fn irecv<T: Element>(&mut self, from: Option<u32>, tag: Option<u32>, buf: Vec<T>) -> Result<Request<T>>;
+    fn send_value<V: Serialize>(&mut self, to: u32, tag: u32, value: &V) -> Result<()>;
+    fn recv_value<V: DeserializeOwned>(&mut self, from: Option<u32>, tag: Option<u32>) -> Result<(V, Status)>;
+}
