@@ -1,6 +1,7 @@
 //! The World under Slurm: `spmd` launched by `srun --mpi=pmix` on the
 //! one-node cluster `ci/slurm.sh` starts (once per test binary, reused when
-//! it is already up), on shm and on TCP; and a rank killed mid-ring.
+//! it is already up), on shm and on TCP; a rank killed mid-ring; and the
+//! programming model's `model_check`.
 //!
 //! Skipped, loudly, only where Slurm cannot run (not root, packages
 //! absent); under `CI=true` that fails instead.
@@ -16,6 +17,7 @@ use support::{
 };
 
 const SPMD: &str = env!("CARGO_BIN_EXE_spmd");
+const MODEL_CHECK: &str = env!("CARGO_BIN_EXE_model_check");
 /// Longest any one launch may take.
 const DEADLINE: Duration = Duration::from_secs(90);
 /// How soon the survivors of a lost rank must have said so and exited: the
@@ -41,6 +43,25 @@ fn srun_rings_on_shm_and_tcp() {
         let provider = if shm { "shm" } else { best_tcp() };
         assert_verified_ring(std::slice::from_ref(&e), n, provider, "pmix");
         eprintln!("srun -n {n} (FABRIC_MSG_SHM={}): {:?}", u8::from(shm), e.at);
+    }
+}
+
+/// The programming model's check (`model.rs` runs it under mpirun and the
+/// rendezvous): communicators, typed requests and serde messages, 3 ranks.
+#[test]
+fn srun_model_check() {
+    let Some(conf) = cluster() else { return };
+    let started = Instant::now();
+    let child = srun(conf, MODEL_CHECK, 3, true, &[], &[], &[]);
+    let e = wait_all(vec![child], started, DEADLINE).remove(0);
+    let text = format!("{}{}", e.stdout, e.stderr);
+    assert!(e.status.success(), "model_check under srun: {text}");
+    for r in 0..3 {
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with(&format!("rank {r}/3: ")) && l.ends_with("checks passed")),
+            "rank {r}: {text}"
+        );
     }
 }
 

@@ -410,3 +410,53 @@ fn warmed_up_emulated_atomics_allocate_nothing_per_operation() {
         "{n} allocations in {MEASURED} emulated fetch-add + compare-swap rounds (both sides), sizes {sizes:?}"
     );
 }
+
+/// The World's typed messages to itself (a world of one): a receive
+/// posted with a request, a blocking send, the wait that gives the vector
+/// back, reused every round; and a non-blocking send waited for. Their
+/// buffers come from the World's pool, their slots are reused.
+#[test]
+fn warmed_up_typed_world_messages_allocate_nothing() {
+    let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    for v in [
+        "PMIX_RANK",
+        "PMIX_NAMESPACE",
+        "FABRIC_MSG_RANK",
+        "FABRIC_MSG_SIZE",
+        "FABRIC_MSG_ROOT",
+    ] {
+        assert!(
+            std::env::var_os(v).is_none(),
+            "run outside a launcher ({v} is set)"
+        );
+    }
+    let mut world = fabric_msg::World::init().expect("a world of one");
+    let tx = vec![1.5f64; 512];
+    let mut rx = Some(vec![0.0f64; 512]);
+    let round = |world: &mut fabric_msg::World, rx: &mut Option<Vec<f64>>| {
+        let r = world
+            .irecv(Some(0), Some(3), rx.take().expect("the vector came back"))
+            .expect("irecv");
+        world.send(0, 3, &tx).expect("send");
+        let got = world.wait(r).expect("wait");
+        assert_eq!(got.len(), 512);
+        *rx = Some(got);
+        let s = world.isend(0, 4, &tx[..8]).expect("isend");
+        let mut small = [0.0f64; 8];
+        world.recv(Some(0), Some(4), &mut small).expect("recv");
+        world.wait(s).expect("the isend");
+    };
+    for _ in 0..200 {
+        round(&mut world, &mut rx);
+    }
+    let (n, sizes) = counted(|| {
+        for _ in 0..2000 {
+            round(&mut world, &mut rx);
+        }
+    });
+    assert_eq!(
+        n, 0,
+        "{n} allocations in 2000 rounds of typed messages, sizes {sizes:?}"
+    );
+    world.finish().expect("finish");
+}

@@ -1,0 +1,73 @@
+//! The programming model between real processes: `model_check`
+//! (communicators split by parity, by node and dup'd; every collective on
+//! each against a sequential reference; typed and serde messages with
+//! requests; `wait_any` over a mixed set; a too-small receive; the limit on
+//! live communicators) under `mpirun` (5 ranks on one node, on shm; 4 ranks
+//! on two pretend nodes, on TCP with shm pairs) and through the rendezvous
+//! (3 ranks). `slurm.rs` runs it under `srun`.
+
+mod support;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+use support::{clean, mpirun, rendezvous, wait_all, Exit};
+
+const CHECK: &str = env!("CARGO_BIN_EXE_model_check");
+/// Longest a launch may take on a loaded 2-core machine.
+const DEADLINE: Duration = Duration::from_secs(180);
+
+/// Every rank of `n` passed every check.
+pub fn assert_passed(exits: &[Exit], n: u32) {
+    let text: String = exits
+        .iter()
+        .map(|e| format!("{}{}", e.stdout, e.stderr))
+        .collect();
+    for e in exits {
+        assert!(e.status.success(), "model_check failed: {text}");
+    }
+    for r in 0..n {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(&format!("rank {r}/{n}: ")))
+            .unwrap_or_else(|| panic!("rank {r} said nothing: {text}"));
+        let passed: usize = line
+            .split_whitespace()
+            .nth(2)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or_else(|| panic!("no count in {line:?}"));
+        // At least the checks of the four communicators (10 each and more).
+        assert!(passed >= 50 && line.ends_with("checks passed"), "{line}");
+    }
+    assert!(!text.contains("FAILED"), "{text}");
+}
+
+#[test]
+fn model_check_under_mpirun_on_one_node() {
+    let e = wait_all(vec![mpirun(CHECK, 5, true, &[])], Instant::now(), DEADLINE);
+    assert_passed(&e, 5);
+}
+
+#[test]
+fn model_check_under_mpirun_on_two_pretend_nodes() {
+    let mut cmd = Command::new("mpirun");
+    clean(&mut cmd).args([
+        "--allow-run-as-root",
+        "--oversubscribe",
+        "-x",
+        "FABRIC_MSG_SHM=1",
+        "-np",
+        "4",
+        "sh",
+        "-c",
+        &format!("FABRIC_MSG_NODE=node$((OMPI_COMM_WORLD_RANK / 2)) exec {CHECK}"),
+    ]);
+    let child = cmd.spawn().expect("mpirun (ci/setup.sh installs openmpi-bin)");
+    let e = wait_all(vec![child], Instant::now(), DEADLINE);
+    assert_passed(&e, 4);
+}
+
+#[test]
+fn model_check_through_the_rendezvous() {
+    let e = wait_all(rendezvous(CHECK, 3, false, &[]), Instant::now(), DEADLINE);
+    assert_passed(&e, 3);
+}
