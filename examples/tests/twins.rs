@@ -1,0 +1,68 @@
+//! Programs written as a user would, beside their C + MPI twins: both run
+//! under `mpirun` with the same arguments and must print the same numbers
+//! (`jacobi`: the field's sum bit for bit, the residual to the digits
+//! printed). The C twin is built with `mpicc` (openmpi's `libopenmpi-dev`,
+//! which ci/setup.sh installs).
+
+mod support;
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+use support::{clean, wait_all};
+
+const JACOBI: &str = env!("CARGO_BIN_EXE_jacobi");
+const DEADLINE: Duration = Duration::from_secs(120);
+
+/// The C twin `examples/mpi/NAME.c`, built into the target directory.
+fn build_twin(name: &str) -> PathBuf {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}_mpi"));
+    let status = Command::new("mpicc")
+        .args(["-O2", "-o"])
+        .arg(&out)
+        .arg(root.join("mpi").join(format!("{name}.c")))
+        .arg("-lm")
+        .status()
+        .expect("mpicc (ci/setup.sh installs libopenmpi-dev)");
+    assert!(status.success(), "mpicc {name}.c failed");
+    out
+}
+
+/// `mpirun -np N PROGRAM ARGS`: the line starting with `prefix`.
+fn run(program: &str, n: u32, args: &[&str], prefix: &str) -> String {
+    let mut cmd = Command::new("mpirun");
+    clean(&mut cmd)
+        .args(["--allow-run-as-root", "--oversubscribe", "-np", &n.to_string(), program])
+        .args(args);
+    let e = wait_all(vec![cmd.spawn().expect("mpirun")], Instant::now(), DEADLINE).remove(0);
+    assert!(e.status.success(), "{program}: {e:?}");
+    e.stdout
+        .lines()
+        .find(|l| l.starts_with(prefix))
+        .unwrap_or_else(|| panic!("{program} printed no {prefix:?} line: {}", e.stdout))
+        .to_string()
+}
+
+/// The numbers after `sum` and `residual`.
+fn numbers(line: &str) -> (f64, f64) {
+    let after = |key: &str| -> f64 {
+        let w: Vec<&str> = line.split_whitespace().collect();
+        let i = w.iter().position(|x| *x == key).unwrap_or_else(|| panic!("no {key} in {line}"));
+        w[i + 1].parse().unwrap_or_else(|_| panic!("{key} in {line}"))
+    };
+    (after("sum"), after("residual"))
+}
+
+#[test]
+fn jacobi_agrees_with_its_mpi_twin() {
+    let twin = build_twin("jacobi");
+    for (n, cells, steps) in [(1, "64", "100"), (3, "300", "200"), (4, "1000", "500")] {
+        let ours = run(JACOBI, n, &[cells, steps], "jacobi:");
+        let theirs = run(twin.to_str().unwrap_or_default(), n, &[cells, steps], "jacobi:");
+        let ((s1, r1), (s2, r2)) = (numbers(&ours), numbers(&theirs));
+        assert_eq!(s1.to_bits(), s2.to_bits(), "the field's sum:\n{ours}\n{theirs}");
+        assert!((r1 - r2).abs() <= r2.abs() * 1e-5, "the residual:\n{ours}\n{theirs}");
+        assert!(s1 > 0.0, "heat flowed in: {ours}");
+    }
+}
