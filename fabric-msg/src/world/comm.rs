@@ -163,9 +163,17 @@ impl CommView<'_> {
     /// The world rank of rank `r`, or a usage error naming the
     /// communicator's size.
     pub(crate) fn world_rank(&self, r: u32) -> Result<u32> {
-        match self.comm {
-            None if r < self.world.size() => Ok(r),
-            Some(c) if r < c.size() => Ok(c.members()[r as usize]),
+        let w = match self.comm {
+            None => Some(r),
+            Some(c) => c.world_rank(r),
+        };
+        match w {
+            Some(w) if r < self.size() && w < self.world.size() => Ok(w),
+            Some(_) if r < self.size() => Err(Error::Usage(format!(
+                "this communicator's rank {r} is not in this World of {} ranks: was the communicator \
+                 made by another World?",
+                self.world.size()
+            ))),
             _ => Err(Error::Usage(format!(
                 "rank {r} is not in this communicator of {} ranks",
                 self.size()

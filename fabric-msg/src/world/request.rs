@@ -31,9 +31,12 @@ use crate::transport::event_loop::{Completion, CompletionError};
 ///
 /// Dropping a request never frees memory the provider may still write:
 /// typed messages go through buffers of the World's pool, which return to
-/// the pool when the dropped operation completes; a collective goes on
-/// (the other ranks still need this rank's part) and its result is
-/// discarded. Every rank must start the same collectives of a communicator
+/// the pool when the dropped operation completes. A dropped send still
+/// goes (its failure, if any, is not reported: a lost rank still fails the
+/// next wait). A dropped receive stays posted and takes the next message
+/// it matches, which is then discarded; there is no cancel yet. A
+/// collective goes on (the other ranks still need this rank's part) and
+/// its result is discarded. Every rank must start the same collectives of a communicator
 /// in the same order.
 #[must_use = "an operation's result comes from World::wait"]
 #[derive(Debug)]
@@ -189,7 +192,8 @@ impl World {
     /// Wait until at least one of `reqs` finishes, and take out every one
     /// that has (their places become `None`): index, result and status of
     /// each, in index order. Empty if every place is `None`. A failed
-    /// operation ends the wait with its error (the others stay in place).
+    /// operation ends the wait with its error: the places not reached stay,
+    /// the results already taken in this call are dropped.
     pub fn wait_some<T: Element>(
         &mut self,
         reqs: &mut [Option<Request<T>>],
