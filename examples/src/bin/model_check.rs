@@ -268,6 +268,20 @@ fn run(world: &mut World, t: &mut Tally) -> fabric_msg::Result<()> {
         (small[..3].to_vec(), st.count),
         (vec![8u32; 3], 3),
     );
+    // A dropped receive is cancelled: the message sent after it (past a
+    // barrier, so after the cancel) goes to the next receive.
+    drop(world.irecv(Some(prev), Some(14), vec![0u32; 1])?);
+    world.barrier()?;
+    world.send(next, 14, &[99u32])?;
+    let mut one = [0u32];
+    world.recv(Some(prev), Some(14), &mut one)?;
+    t.expect("a dropped receive takes nothing", one, [99]);
+    let any = world.irecv(None, Some(15), vec![0u32; 1])?;
+    drop(any);
+    world.barrier()?;
+    world.send(next, 15, &[98u32])?;
+    world.recv(Some(prev), Some(15), &mut one)?;
+    t.expect("a dropped any-source receive takes nothing", one, [98]);
     // A wrong element type: a clear error.
     world.send(next, 13, &[1u8, 2, 3])?;
     let mut wide = [0u64; 4];

@@ -53,7 +53,7 @@ impl Ticket {
 #[derive(Debug)]
 enum State {
     Free,
-    Pending { abandoned: bool },
+    Pending { abandoned: bool, recv: bool },
     Done(Completion),
 }
 
@@ -74,12 +74,14 @@ pub(crate) struct Messages {
     /// Buffers of typed messages, reused.
     pub(crate) pool: Pool,
     abandoned: Abandoned,
+    /// Tokens of dropped receives to cancel, found by [`Messages::sweep`].
+    pub(crate) cancels: Vec<Token>,
 }
 
 impl Messages {
-    /// A slot for an operation about to be posted.
-    pub(crate) fn open(&mut self) -> Ticket {
-        self.sweep();
+    /// A slot for an operation about to be posted: a receive (`recv`) or
+    /// a send.
+    pub(crate) fn open(&mut self, recv: bool) -> Ticket {
         let slot = match self.free.pop() {
             Some(s) => s,
             None => {
@@ -92,7 +94,10 @@ impl Messages {
         };
         let s = &mut self.slots[slot as usize];
         s.generation = s.generation.wrapping_add(1) & 0xff_ffff;
-        s.state = State::Pending { abandoned: false };
+        s.state = State::Pending {
+            abandoned: false,
+            recv,
+        };
         Ticket {
             slot,
             generation: s.generation,
@@ -147,8 +152,8 @@ impl Messages {
             return;
         };
         match s.state {
-            State::Pending { abandoned: false } => s.state = State::Done(c),
-            State::Pending { abandoned: true } => {
+            State::Pending { abandoned: false, .. } => s.state = State::Done(c),
+            State::Pending { abandoned: true, .. } => {
                 s.state = State::Done(c);
                 self.release(t);
             }
@@ -177,8 +182,9 @@ impl Messages {
     }
 
     /// Free the slots of requests dropped unwaited: at once if they
-    /// completed, at their completion otherwise.
-    fn sweep(&mut self) {
+    /// completed, at their completion otherwise; the tokens of dropped
+    /// receives still posted go to `cancels`, for the World to cancel.
+    pub(crate) fn sweep(&mut self) {
         let dropped: Vec<Ticket> = {
             let mut list = self.abandoned.lock();
             if list.is_empty() {
@@ -188,7 +194,12 @@ impl Messages {
         };
         for t in dropped {
             match self.slot(t).map(|s| &mut s.state) {
-                Some(State::Pending { abandoned }) => *abandoned = true,
+                Some(State::Pending { abandoned, recv }) => {
+                    *abandoned = true;
+                    if *recv {
+                        self.cancels.push(t.token());
+                    }
+                }
                 Some(State::Done(_)) => self.release(t),
                 _ => {}
             }
@@ -217,7 +228,7 @@ mod tests {
     #[test]
     fn slots_are_reused_and_stale_tokens_never_reach_the_next_user() {
         let mut m = Messages::default();
-        let a = m.open();
+        let a = m.open(true);
         assert!(is_message(a.token()));
         let mut out = vec![
             done(a.token()),
@@ -228,7 +239,7 @@ mod tests {
         assert!(m.is_done(a));
         assert!(m.take(a).is_some());
         assert!(m.take(a).is_none(), "taken once");
-        let b = m.open();
+        let b = m.open(true);
         assert_ne!(a.token(), b.token(), "same slot, new generation");
         let mut stale = vec![done(a.token())];
         m.absorb(&mut stale);
@@ -242,19 +253,22 @@ mod tests {
     #[test]
     fn a_dropped_request_frees_its_slot_when_its_completion_comes() {
         let mut m = Messages::default();
-        let a = m.open();
+        let a = m.open(true);
         m.abandoned().lock().push(a);
-        let _b = m.open(); // sweeps: a is pending, marked abandoned
+        let _b = m.open(false);
+        m.sweep(); // a is pending: marked abandoned, its receive to cancel
+        assert_eq!(m.cancels, vec![a.token()]);
         assert_eq!(m.in_use(), 2);
         let mut out = vec![done(a.token())];
         m.absorb(&mut out);
         assert_eq!(m.in_use(), 1, "freed at its completion");
         assert!(m.take(a).is_none());
-        let c = m.open();
+        let c = m.open(false);
         assert_eq!(m.in_use(), 2);
         m.absorb(&mut vec![done(c.token())]);
         m.abandoned().lock().push(c);
-        let _d = m.open(); // sweeps: c completed, freed at once
-        assert_eq!(m.in_use(), 2);
+        m.sweep(); // c completed: freed at once
+        assert_eq!(m.in_use(), 1);
+        assert_eq!(m.cancels.len(), 1, "a send is never cancelled");
     }
 }

@@ -32,7 +32,7 @@
 //! operations in flight (`messages`) and the requests and waits over
 //! them and the collectives (`request`); the token interface's
 //! point-to-point messages (`point_to_point`), the same-node ranks reached over shared memory
-//! beside the fabric (`local`), the tag layout that carries the sending
+//! beside the fabric (`local`, and which ranks pair up: `same_node`), the tag layout that carries the sending
 //! rank (`tags`); what is known of ranks that went away (`liveness`) and
 //! what a process does on its way out (`leaving`); the collective calls
 //! (`collective_calls`) over their schedules and engine (`collectives/`);
@@ -55,6 +55,7 @@ mod pmix;
 mod point_to_point;
 mod rendezvous;
 mod request;
+mod same_node;
 mod startup;
 mod state;
 mod stats;

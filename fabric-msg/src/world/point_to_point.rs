@@ -151,6 +151,7 @@ impl World {
     /// first.
     pub fn poll(&mut self, out: &mut Vec<Completion>, timeout: Option<Duration>) -> Result<usize> {
         let _call = self.live.call();
+        self.cancel_dropped();
         const SLICE: Duration = Duration::from_millis(20);
         let deadline = timeout.map(|t| Instant::now() + t);
         loop {

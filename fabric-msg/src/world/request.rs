@@ -33,8 +33,8 @@ use crate::transport::event_loop::{Completion, CompletionError};
 /// typed messages go through buffers of the World's pool, which return to
 /// the pool when the dropped operation completes. A dropped send still
 /// goes (its failure, if any, is not reported: a lost rank still fails the
-/// next wait). A dropped receive stays posted and takes the next message
-/// it matches, which is then discarded; there is no cancel yet. A
+/// next wait). A dropped receive is cancelled at the World's next wait or
+/// poll; if a message had matched it first, that message is discarded. A
 /// collective goes on (the other ranks still need this rank's part) and
 /// its result is discarded. Every rank must start the same collectives of a communicator
 /// in the same order.
@@ -365,6 +365,7 @@ impl World {
         if let Some(r) = self.live.first_lost() {
             return Err(self.lost(r));
         }
+        self.cancel_dropped();
         let (engine, mut io) = self.engine_io();
         let any = engine.poll_once(&mut io)?;
         self.msgs.absorb(self.coll.kept_mut());
@@ -372,6 +373,27 @@ impl World {
             self.coll.idle();
         }
         Ok(())
+    }
+}
+
+impl World {
+    /// Cancel the receives whose requests were dropped (`messages.rs`):
+    /// each then completes cancelled, or with a message it had taken,
+    /// which is discarded.
+    pub(crate) fn cancel_dropped(&mut self) {
+        self.msgs.sweep();
+        if self.msgs.cancels.is_empty() {
+            return;
+        }
+        for t in std::mem::take(&mut self.msgs.cancels) {
+            let r = match self.local.as_mut() {
+                Some(l) => l.cancel_user(&mut self.ev, self.ep, t),
+                None => self.ev.cancel_recv(self.ep, t).map(drop),
+            };
+            if let Err(e) = r {
+                log::warn!("cannot cancel a dropped receive ({:#x}): {e}", t.0);
+            }
+        }
     }
 }
 

@@ -59,7 +59,7 @@ impl World {
         let mine = first_choice(&req, &ladder, domain.as_deref());
         phase("negotiated");
         let choice = Choice {
-            host: super::local::node_name(cfg.node.as_deref(), hostname()),
+            host: super::same_node::node_name(cfg.node.as_deref(), hostname()),
             rung: mine
                 .as_ref()
                 .map(|p| ChosenRung::of(p, &ladder))
@@ -94,7 +94,7 @@ impl World {
         };
         // And, beside ranks on its node, its shared-memory endpoint.
         let not_wanted =
-            super::local::wanted(cfg.shared_memory, &decision.rung.provider, &nodes, placement.rank);
+            super::same_node::wanted(cfg.shared_memory, &decision.rung.provider, &nodes, placement.rank);
         let shm = match not_wanted {
             Some(why) => Err(why),
             None => super::local::open(&req, &ladder, loop_config.clone())
@@ -139,12 +139,12 @@ impl World {
         }
         let peers = ev.insert_peers(ep, &names, &agreements)?;
         let has: Vec<bool> = table.iter().map(|p| p.local.is_ok()).collect();
-        let pairs = super::local::pairs_of(placement.rank, &nodes, &has);
+        let pairs = super::same_node::pairs_of(placement.rank, &nodes, &has);
         let (mut shm, shm_report) = match shm {
             Ok((lev, lep, _)) => {
                 let wired = Local::wire(lev, lep, size, &pairs, &table).map_err(&launch_error)?;
                 let report = match &wired {
-                    Some(_) => super::local::report(placement.rank, &pairs, &decision.rung.label),
+                    Some(_) => super::same_node::report(placement.rank, &pairs, &decision.rung.label),
                     None => "no other rank on this node published an shm endpoint".into(),
                 };
                 (wired, report)

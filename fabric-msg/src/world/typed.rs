@@ -202,7 +202,7 @@ impl CommView<'_> {
         let class = tags::user_class(self.scope().ctx);
         let world = &mut *self.world;
         let _call = world.live.call();
-        let ticket = world.msgs.open();
+        let ticket = world.msgs.open(false);
         match world.post_send(class, to_world, tag, buf, ticket.token()) {
             Ok(()) => Ok(ticket),
             Err(e) => {
@@ -229,7 +229,7 @@ impl CommView<'_> {
         let world = &mut *self.world;
         let _call = world.live.call();
         let buf = world.msgs.pool.take(bytes);
-        let ticket = world.msgs.open();
+        let ticket = world.msgs.open(true);
         match world.post_recv(class, from_world, tag, buf, ticket.token()) {
             Ok(()) => Ok(ticket),
             Err(e) => {

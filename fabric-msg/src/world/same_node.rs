@@ -1,0 +1,95 @@
+//! Which ranks talk over shared memory beside the World's fabric
+//! (`local.rs` is the loop that carries them): a rank's node, whether it
+//! opens the second loop, which pairs both ends agree on, and how the
+//! World reports them. Every rank computes the same answers from the same
+//! tables.
+
+/// This rank's node: `FABRIC_MSG_NODE` where set (for testing layouts:
+/// one machine standing in for several nodes), otherwise the host name.
+pub(crate) fn node_name(over: Option<&str>, host: String) -> String {
+    over.map_or(host, str::to_string)
+}
+
+/// Whether this rank should open a shared-memory loop: the option is on,
+/// the world is not on `shm` already, and another rank is on its node.
+pub(crate) fn wanted(on: bool, world_provider: &str, nodes: &[String], rank: u32) -> Option<String> {
+    if !on {
+        return Some("turned off (FABRIC_MSG_SHM=0)".into());
+    }
+    if world_provider == "shm" {
+        return Some("the world is on shm already".into());
+    }
+    let Some(me) = nodes.get(rank as usize) else {
+        return Some(format!(
+            "rank {rank} is not in the table of {} nodes",
+            nodes.len()
+        ));
+    };
+    let others = nodes
+        .iter()
+        .enumerate()
+        .any(|(r, n)| r != rank as usize && n == me);
+    (!others).then(|| format!("no other rank on node {me}"))
+}
+
+/// The ranks this rank reaches over shared memory, from every rank's node
+/// and publication: the same answer on every rank.
+/// `has[r]`: whether rank `r` published an shm endpoint.
+pub(crate) fn pairs_of(rank: u32, nodes: &[String], has: &[bool]) -> Vec<u32> {
+    let me = rank as usize;
+    let (Some(true), Some(node)) = (has.get(me), nodes.get(me)) else {
+        return Vec::new();
+    };
+    (0..has.len().min(nodes.len()))
+        .filter(|&r| r != me && nodes[r] == *node && has[r])
+        .map(|r| r as u32)
+        .collect()
+}
+
+/// The words `World::fabric_report` adds for the shm pairs.
+pub(crate) fn report(rank: u32, ranks: &[u32], world_label: &str) -> String {
+    let list: Vec<String> = ranks.iter().map(u32::to_string).collect();
+    format!(
+        "rank {rank} reaches rank{} {} over shm (same node), the others over {world_label}",
+        if ranks.len() > 1 { "s" } else { "" },
+        list.join(", ")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{pairs_of, wanted};
+
+    #[test]
+    fn pairs_are_the_same_node_ranks_that_both_published_one() {
+        let nodes: Vec<String> = ["a", "a", "b", "b", "a"].iter().map(|s| s.to_string()).collect();
+        let table = [true, true, true, true, false];
+        assert_eq!(pairs_of(0, &nodes, &table), vec![1]);
+        assert_eq!(pairs_of(1, &nodes, &table), vec![0]);
+        assert_eq!(pairs_of(2, &nodes, &table), vec![3]);
+        assert_eq!(pairs_of(4, &nodes, &table), Vec::<u32>::new());
+        for a in 0..5u32 {
+            for b in pairs_of(a, &nodes, &table) {
+                assert!(pairs_of(b, &nodes, &table).contains(&a), "{a}-{b} is symmetric");
+            }
+        }
+    }
+
+    #[test]
+    fn tables_of_different_lengths_pair_nothing_they_do_not_both_hold() {
+        let nodes: Vec<String> = ["a", "a"].iter().map(|s| s.to_string()).collect();
+        assert_eq!(pairs_of(0, &nodes, &[true, true, true]), vec![1]);
+        assert_eq!(pairs_of(2, &nodes, &[true, true, true]), Vec::<u32>::new());
+        assert_eq!(pairs_of(5, &nodes, &[true]), Vec::<u32>::new());
+        assert!(wanted(true, "tcp;ofi_rxm", &nodes, 7).is_some());
+    }
+
+    #[test]
+    fn shm_is_wanted_only_beside_another_rank_off_shm() {
+        let nodes: Vec<String> = ["a", "a", "b"].iter().map(|s| s.to_string()).collect();
+        assert_eq!(wanted(true, "tcp;ofi_rxm", &nodes, 0), None);
+        assert!(wanted(true, "tcp;ofi_rxm", &nodes, 2).is_some());
+        assert!(wanted(true, "shm", &nodes, 0).is_some());
+        assert!(wanted(false, "tcp;ofi_rxm", &nodes, 0).is_some());
+    }
+}
