@@ -156,7 +156,9 @@ impl IterTimes {
     /// at the block's end, add its time to its kind and flip timing.
     #[cold]
     fn block_lap(&mut self, per: usize) {
-        let Some(b) = self.blocks.as_deref_mut() else { return };
+        let Some(b) = self.blocks.as_deref_mut() else {
+            return;
+        };
         b.laps += 1;
         b.xfers_now += per as u64;
         if b.laps < BLOCK {
