@@ -136,9 +136,11 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Opts>, String>
         Some("alltoall") => Bench::Alltoall,
         Some("scan") => Bench::Scan,
         Some("-h" | "--help") => return Ok(None),
-        Some(other) => return Err(format!(
+        Some(other) => {
+            return Err(format!(
             "unknown benchmark `{other}`: latency, bw, barrier, bcast, allreduce, scatter, alltoall or scan"
-        )),
+        ))
+        }
         None => {
             return Err(
                 "name a benchmark: latency, bw, barrier, bcast, allreduce, scatter, alltoall or scan".into(),

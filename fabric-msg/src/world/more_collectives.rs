@@ -262,7 +262,8 @@ impl World {
         if let Err(m) = reduction.check() {
             return Err(self.refuse(what, m));
         }
-        let plan = scan::schedule(self.rank(), self.size(), data.len(), kind);
+        let algo = scan::choose(data.len() * T::SIZE, self.size());
+        let plan = scan::schedule(self.rank(), self.size(), data.len(), kind, algo);
         self.start_plan(what, plan, &data, Some(reduction))
     }
 }

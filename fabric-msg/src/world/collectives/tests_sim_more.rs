@@ -163,9 +163,17 @@ fn scan_and_exscan_give_each_rank_its_prefix_in_rank_order() {
     });
     let mut rng = Rng(14);
     for p in SIZES {
-        for kind in [scan::Kind::Inclusive, scan::Kind::Exclusive] {
+        for (kind, algo) in [scan::Kind::Inclusive, scan::Kind::Exclusive]
+            .into_iter()
+            .flat_map(|k| {
+                [
+                    (k, scan::Algorithm::RecursiveDoubling),
+                    (k, scan::Algorithm::Chain),
+                ]
+            })
+        {
             for n in [0, 1, 5] {
-                let plans: Vec<Plan> = (0..p).map(|r| scan::schedule(r, p, n, kind)).collect();
+                let plans: Vec<Plan> = (0..p).map(|r| scan::schedule(r, p, n, kind, algo)).collect();
                 for op in Op::ALL.into_iter().map(Some).chain([None]) {
                     let inputs: Vec<Vec<i64>> = (0..p)
                         .map(|_| (0..n).map(|_| rng.next() as i64).collect())
@@ -179,7 +187,7 @@ fn scan_and_exscan_give_each_rank_its_prefix_in_rank_order() {
                     };
                     let (scheds, works) = start(&plans, &inputs);
                     let got = results(&plans, run(&scheds, works, Some(&red)));
-                    assert_eq!(got, want, "{kind:?} {op:?}, {p} ranks, n {n}");
+                    assert_eq!(got, want, "{kind:?} {algo:?} {op:?}, {p} ranks, n {n}");
                 }
             }
         }
@@ -200,14 +208,26 @@ fn the_test_reduction_is_associative_but_not_commutative() {
     assert!(differ > 90, "{differ}");
 }
 
-/// A scan's rounds: ⌈log2 size⌉ at most.
+/// Recursive doubling takes ⌈log2 size⌉ rounds at most; the chain is
+/// chosen for long vectors only.
 #[test]
-fn scan_takes_logarithmic_rounds() {
+fn scan_takes_logarithmic_rounds_and_the_chain_is_for_long_vectors() {
     for p in SIZES {
         let most = (0..p)
-            .map(|r| scan::schedule(r, p, 4, scan::Kind::Inclusive).sched.rounds.len())
+            .map(|r| {
+                scan::schedule(r, p, 4, scan::Kind::Inclusive, scan::Algorithm::RecursiveDoubling)
+                    .sched
+                    .rounds
+                    .len()
+            })
             .max()
             .unwrap_or(0);
         assert_eq!(most, p.next_power_of_two().trailing_zeros() as usize, "{p} ranks");
     }
+    assert_eq!(scan::choose(8, 8), scan::Algorithm::RecursiveDoubling);
+    assert_eq!(
+        scan::choose(scan::CHAIN_MIN_BYTES, 2),
+        scan::Algorithm::RecursiveDoubling
+    );
+    assert_eq!(scan::choose(scan::CHAIN_MIN_BYTES, 3), scan::Algorithm::Chain);
 }
