@@ -5,14 +5,15 @@
 //!
 //! Two algorithms:
 //!
-//! - **recursive doubling** (as MPICH's scan) for short vectors: each rank keeps `partial`, the
-//! combination of every rank of its current sub-cube, and `result`. In
-//! round `k` it trades `partial` with `rank ^ 2^k` (skipped when that rank
-//! does not exist); the higher of the pair puts the lower's `partial`
-//! before both its `result` and its `partial`, the lower appends the
-//! higher's `partial` to its own `partial` only. A rank skipped in a round
-//! is the highest of its sub-cube's existing ranks, so nobody later needs
-//! the part it misses. ⌈log2 size⌉ rounds against a chain's `size - 1`.
+//! - **recursive doubling** (as MPICH's scan) for short vectors: each
+//!   rank keeps `partial`, the combination of every rank of its current
+//!   sub-cube, and `result`. In
+//!   round `k` it trades `partial` with `rank ^ 2^k` (skipped when that rank
+//!   does not exist); the higher of the pair puts the lower's `partial`
+//!   before both its `result` and its `partial`, the lower appends the
+//!   higher's `partial` to its own `partial` only. A rank skipped in a round
+//!   is the highest of its sub-cube's existing ranks, so nobody later needs
+//!   the part it misses. ⌈log2 size⌉ rounds against a chain's `size - 1`.
 //!
 //!   A received block can be combined into one place of the working
 //!   array only, so the lower rank sends its `partial` twice (two steps of
@@ -34,7 +35,9 @@ use super::request::Shape;
 use super::schedule::{xfer, Apply, Round, Schedule, Xfer};
 use smallvec::smallvec;
 
-/// Bytes from which a scan goes down the chain (measured: docs/collectives.md).
+/// Bytes from which a scan goes down the chain: allgather's and bcast's
+/// order of size for leaving a log-round algorithm, not measured against
+/// recursive doubling on its own (docs/collectives.md).
 pub(crate) const CHAIN_MIN_BYTES: usize = 16 << 10;
 
 /// Which algorithm.
