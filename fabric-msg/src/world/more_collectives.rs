@@ -92,7 +92,7 @@ impl World {
         }
         let algo = scatter::choose(total * T::SIZE, size);
         let plan = scatter::schedule(rank, size, root, counts, algo);
-        self.start_plan("scatter", plan, &data, None)
+        self.start_plan("scatter", plan, data, None)
     }
 }
 
@@ -196,7 +196,7 @@ impl World {
             return Err(self.refuse("alltoall", m));
         }
         let plan = alltoall::schedule(rank, size, send_counts, recv_counts);
-        self.start_plan("alltoall", plan, &data, None)
+        self.start_plan("alltoall", plan, data, None)
     }
 }
 
@@ -264,7 +264,7 @@ impl World {
         }
         let algo = scan::choose(data.len() * T::SIZE, self.size());
         let plan = scan::schedule(self.rank(), self.size(), data.len(), kind, algo);
-        self.start_plan(what, plan, &data, Some(reduction))
+        self.start_plan(what, plan, data, Some(reduction))
     }
 }
 
@@ -378,7 +378,7 @@ impl World {
         &mut self,
         what: &'static str,
         plan: Plan,
-        data: &[T],
+        data: Vec<T>,
         reduction: Option<Reduction<T>>,
     ) -> Result<Request<T>> {
         match plan.work(data) {

@@ -18,7 +18,7 @@ fn start(plans: &[Plan], data: &[Vec<i64>]) -> (Vec<Schedule>, Vec<Vec<i64>>) {
     let works = plans
         .iter()
         .zip(data)
-        .map(|(p, d)| p.work(d).unwrap_or_else(|e| panic!("{e}")))
+        .map(|(p, d)| p.work(d.clone()).unwrap_or_else(|e| panic!("{e}")))
         .collect();
     (scheds, works)
 }
