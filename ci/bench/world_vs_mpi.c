@@ -1,8 +1,9 @@
 /*
  * world_vs_mpi: the Open MPI side of ci/bench/world_vs_mpi.sh.
  *
- * Times MPI_Barrier, MPI_Bcast (root 0, bytes) and MPI_Allreduce (MPI_FLOAT,
- * MPI_SUM, separate send and receive buffers) exactly as world_bench times
+ * Times MPI_Barrier, MPI_Bcast (root 0, bytes), MPI_Allreduce and MPI_Scan
+ * (MPI_FLOAT, MPI_SUM, separate send and receive buffers), MPI_Scatter (root
+ * 0, bytes per rank) and MPI_Alltoall (bytes per pair) exactly as world_bench times
  * the World's collectives, which is how the OSU micro-benchmarks time them:
  * every call timed on its own, an untimed MPI_Barrier between calls (none
  * for barrier), WARMUP calls first; each rank's mean time per call is
@@ -45,7 +46,7 @@ static double quantile(const double *sorted, long n, double q)
 
 static int fail(int rank, const char *what)
 {
-    return bench_usage(rank, "world_vs_mpi", "barrier|bcast|allreduce [-S SIZES] [-I ITERATIONS] [-W WARMUP]", what);
+    return bench_usage(rank, "world_vs_mpi", "barrier|bcast|allreduce|scatter|alltoall|scan [-S SIZES] [-I ITERATIONS] [-W WARMUP]", what);
 }
 
 int main(int argc, char **argv)
@@ -59,7 +60,8 @@ int main(int argc, char **argv)
     if (argc < 2)
         return fail(rank, "name a benchmark");
     bench = argv[1];
-    if (strcmp(bench, "barrier") && strcmp(bench, "bcast") && strcmp(bench, "allreduce"))
+    if (strcmp(bench, "barrier") && strcmp(bench, "bcast") && strcmp(bench, "allreduce") &&
+        strcmp(bench, "scatter") && strcmp(bench, "alltoall") && strcmp(bench, "scan"))
         return fail(rank, "unknown benchmark");
     for (i = 2; i < argc; i++) {
         if (i + 1 >= argc)
@@ -101,21 +103,28 @@ int main(int argc, char **argv)
         long warm = warm_opt >= 0 ? warm_opt : (bytes > LARGE ? 10 : 100);
         int count = (int)(bytes / (long)sizeof(float));
         char *buf = calloc((size_t)bytes + 1, 1);
+        char *blocks = calloc((size_t)bytes * (size_t)size + 1, 1), *got = calloc((size_t)bytes * (size_t)size + 1, 1);
         float *in = calloc((size_t)count + 1, sizeof(float));
         float *out = calloc((size_t)count + 1, sizeof(float));
         double total = 0.0, mine, *all = NULL;
         double *times = calloc((size_t)iters, sizeof(double)), *slowest = calloc((size_t)iters, sizeof(double));
-        if (!buf || !in || !out || !times || !slowest) {
+        if (!buf || !blocks || !got || !in || !out || !times || !slowest) {
             fprintf(stderr, "world_vs_mpi: out of memory for %ld bytes\n", bytes);
             MPI_Abort(MPI_COMM_WORLD, 1);
         }
         MPI_Barrier(MPI_COMM_WORLD);
         for (i = 0; i < warm + iters; i++) {
             double t0 = MPI_Wtime();
-            if (bench[0] == 'b' && bench[1] == 'a')
+            if (!strcmp(bench, "barrier"))
                 MPI_Barrier(MPI_COMM_WORLD);
-            else if (bench[0] == 'b')
+            else if (!strcmp(bench, "bcast"))
                 MPI_Bcast(buf, (int)bytes, MPI_CHAR, 0, MPI_COMM_WORLD);
+            else if (!strcmp(bench, "scatter"))
+                MPI_Scatter(blocks, (int)bytes, MPI_CHAR, got, (int)bytes, MPI_CHAR, 0, MPI_COMM_WORLD);
+            else if (!strcmp(bench, "alltoall"))
+                MPI_Alltoall(blocks, (int)bytes, MPI_CHAR, got, (int)bytes, MPI_CHAR, MPI_COMM_WORLD);
+            else if (!strcmp(bench, "scan"))
+                MPI_Scan(in, out, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
             else
                 MPI_Allreduce(in, out, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
             if (i >= warm) {
@@ -149,6 +158,8 @@ int main(int argc, char **argv)
         free(times);
         free(slowest);
         free(buf);
+        free(blocks);
+        free(got);
         free(in);
         free(out);
     }

@@ -5,6 +5,7 @@
 #   ci/bench/world_vs_mpi.sh                       # 3 rounds, 2 4 8 ranks, tcp and shm
 #   ROUNDS=5 RANKS="4" TRANSPORTS="shm" ci/bench/world_vs_mpi.sh
 #   CASES="barrier -S 0;bcast -S 8" ci/bench/world_vs_mpi.sh   # some cases only
+#   CASES="scatter -S 8,65536;alltoall -S 8,65536;scan -S 8,65536" ci/bench/world_vs_mpi.sh
 #   BEFORE=path/to/an/older/world_bench ci/bench/world_vs_mpi.sh
 #   ci/libfabric2.sh -- ci/bench/world_vs_mpi.sh   # libfabric 2.1, Open MPI 5 (trixie)
 #
@@ -13,7 +14,8 @@
 # measured against its predecessor in the same period as against Open MPI.
 #
 # Cases: barrier; allreduce of 8 B, 64 KiB and 4 MiB (f32 sum); broadcast of
-# 8 B and 1 MiB from rank 0. Transports, each side on its own kind:
+# 8 B and 1 MiB from rank 0. CASES may also name scatter and alltoall
+# (bytes per rank, per pair) and scan (f32 sum). Transports, each side on its own kind:
 #   tcp  ours: FABRIC_MSG_SHM=0 (tcp;ofi_rxm on lo)
 #        Open MPI: --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo
 #   shm  ours: FABRIC_MSG_SHM=1 (libfabric's shm)
@@ -123,7 +125,8 @@ for path in glob.glob(os.path.join(out, "*.json")):
             continue
         if "bytes" in v and "rank_max_us" in v:
             rows.setdefault((tr, int(n), bench, v["bytes"]), {}).setdefault(r, {})[impl] = v["rank_max_us"]
-names = {"barrier": "barrier", "allreduce": "allreduce", "bcast": "broadcast"}
+names = {"barrier": "barrier", "allreduce": "allreduce", "bcast": "broadcast",
+         "scatter": "scatter", "alltoall": "alltoall", "scan": "scan"}
 def size(b):
     return "" if b == 0 else (f"{b >> 20} MiB" if b >= 1 << 20 else f"{b >> 10} KiB" if b >= 1 << 10 else f"{b} B")
 before = any("before" in v for r in rows.values() for v in r.values())

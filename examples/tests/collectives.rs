@@ -2,7 +2,8 @@
 //! (every collective, element type and op against a sequential reference
 //! on each rank, zero-length and uneven contributions included) under
 //! `mpirun` at 1, 2, 3, 5 and 8 ranks on shm and tcp;ofi_rxm; a rank killed
-//! inside a collective; ranks that pass different lengths or a bad op.
+//! inside a collective; ranks that pass different lengths, a bad op, bad
+//! scatterv counts or alltoallv counts that disagree.
 //! Every process has a deadline, so a hang fails the test.
 
 mod support;
@@ -271,4 +272,52 @@ fn a_bad_argument_on_one_rank_fails_every_rank_with_the_reason() {
         "BitXor is a bitwise op, for integers only; f64 is a float type",
     );
     assert_eq!(e.stderr.matches("failed on rank 3").count(), 3, "{}", e.stderr);
+}
+
+/// The root passes scatterv counts for one rank too few: it is refused
+/// there before anything is sent, and every other rank, waiting for its
+/// block, is told instead of waiting for ever.
+#[test]
+fn bad_scatterv_counts_on_the_root_fail_every_rank_with_the_reason() {
+    for shm in [true, false] {
+        let started = Instant::now();
+        let e = wait_all(
+            vec![mpirun(CHECK, 4, shm, &["--bad-scatterv"])],
+            started,
+            DEADLINE,
+        )
+        .remove(0);
+        assert_every_rank_fails(&e, 4, "3 counts for a world of 4 ranks: give one per rank");
+        assert_eq!(e.stderr.matches("failed on rank 0").count(), 3, "{}", e.stderr);
+    }
+}
+
+/// Rank 1 expects one element more from rank 0 than rank 0 sends it in an
+/// alltoallv: rank 1's receive sees the length in the first round, names
+/// rank 0, and every rank fails with that reason. At 4 ranks every rank
+/// waits, directly or through another, for a later round's message from
+/// rank 1, so every rank must fail; at 3 ranks rank 2 needs nothing rank 1
+/// sends after its first round and may finish with its (correct) blocks.
+#[test]
+fn alltoallv_counts_that_disagree_fail_every_rank_with_the_reason() {
+    for (n, shm) in [(4, true), (4, false)] {
+        let started = Instant::now();
+        let e = wait_all(
+            vec![mpirun(CHECK, n, shm, &["--alltoallv-mismatch"])],
+            started,
+            DEADLINE,
+        )
+        .remove(0);
+        assert_every_rank_fails(
+            &e,
+            n,
+            "rank 0 sent 24 bytes where this rank expected 32 (4 × i64) at step 0 of the alltoall",
+        );
+        assert_eq!(
+            e.stderr.matches("failed on rank 1").count(),
+            n as usize,
+            "{}",
+            e.stderr
+        );
+    }
 }

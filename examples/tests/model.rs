@@ -4,7 +4,9 @@
 //! requests; `wait_any` over a mixed set; a too-small receive; the limit on
 //! live communicators) under `mpirun` (5 ranks on one node, on shm; 4 ranks
 //! on two pretend nodes, on TCP with shm pairs) and through the rendezvous
-//! (3 ranks). `slurm.rs` runs it under `srun`.
+//! (3 ranks). `slurm.rs` runs it under `srun`. On an all-shm World on
+//! libfabric before 1.19 it skips its any-source receives, saying so
+//! (docs/world.md, "Known gap"); the two-node run has them on 1.17.
 
 mod support;
 

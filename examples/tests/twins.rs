@@ -33,7 +33,13 @@ fn build_twin(name: &str) -> PathBuf {
 fn run(program: &str, n: u32, args: &[&str], prefix: &str) -> String {
     let mut cmd = Command::new("mpirun");
     clean(&mut cmd)
-        .args(["--allow-run-as-root", "--oversubscribe", "-np", &n.to_string(), program])
+        .args([
+            "--allow-run-as-root",
+            "--oversubscribe",
+            "-np",
+            &n.to_string(),
+            program,
+        ])
         .args(args);
     let e = wait_all(vec![cmd.spawn().expect("mpirun")], Instant::now(), DEADLINE).remove(0);
     assert!(e.status.success(), "{program}: {e:?}");
@@ -48,7 +54,10 @@ fn run(program: &str, n: u32, args: &[&str], prefix: &str) -> String {
 fn numbers(line: &str) -> (f64, f64) {
     let after = |key: &str| -> f64 {
         let w: Vec<&str> = line.split_whitespace().collect();
-        let i = w.iter().position(|x| *x == key).unwrap_or_else(|| panic!("no {key} in {line}"));
+        let i = w
+            .iter()
+            .position(|x| *x == key)
+            .unwrap_or_else(|| panic!("no {key} in {line}"));
         w[i + 1].parse().unwrap_or_else(|_| panic!("{key} in {line}"))
     };
     (after("sum"), after("residual"))
@@ -62,7 +71,10 @@ fn jacobi_agrees_with_its_mpi_twin() {
         let theirs = run(twin.to_str().unwrap_or_default(), n, &[cells, steps], "jacobi:");
         let ((s1, r1), (s2, r2)) = (numbers(&ours), numbers(&theirs));
         assert_eq!(s1.to_bits(), s2.to_bits(), "the field's sum:\n{ours}\n{theirs}");
-        assert!((r1 - r2).abs() <= r2.abs() * 1e-5, "the residual:\n{ours}\n{theirs}");
+        assert!(
+            (r1 - r2).abs() <= r2.abs() * 1e-5,
+            "the residual:\n{ours}\n{theirs}"
+        );
         assert!(s1 > 0.0, "heat flowed in: {ours}");
     }
 }

@@ -17,11 +17,17 @@
 //!        collectives_check --mismatch --lengths FIRST,OTHERS
 //!                                            rank 0 passes FIRST i32 to an allreduce, the others OTHERS
 //!        collectives_check --bad-op          the last rank asks for a bitwise allreduce of floats
+//!        collectives_check --bad-scatterv    the root passes one count too few to a scatterv
+//!        collectives_check --alltoallv-mismatch
+//!                                            rank 1 expects one element more from rank 0 than it sends
 
 use fabric_msg::{Buffer, Element, Op, OpKind, Reduction, Token, World};
 use std::fmt::Debug;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
+
+#[path = "collectives_check/more.rs"]
+mod more;
 
 /// A small deterministic generator (splitmix64): every rank draws the same
 /// numbers from the same seed.
@@ -238,6 +244,7 @@ impl Ctx<'_> {
                 &fold(&inputs, T::bigger),
             );
         }
+        self.more::<T>(&ops)?;
         // The v-collectives and reduce-scatter: uneven counts, zeros among them.
         for big in [false, true] {
             let (case, mut rng) = self.next_case();
@@ -358,6 +365,8 @@ enum Mode {
     /// Elements rank 0 and the others pass; `None`: the last rank passes one more.
     Mismatch(Option<(usize, usize)>),
     BadOp,
+    BadScatterv,
+    AlltoallvMismatch,
 }
 
 fn parse() -> Result<Mode, String> {
@@ -394,9 +403,11 @@ fn parse() -> Result<Mode, String> {
                 mode = Mode::Mismatch(Some(pair));
             }
             "--bad-op" => mode = Mode::BadOp,
+            "--bad-scatterv" => mode = Mode::BadScatterv,
+            "--alltoallv-mismatch" => mode = Mode::AlltoallvMismatch,
             "-h" | "--help" => {
                 return Err(
-                    "usage: collectives_check [--seed N] [--quick] | --loop BYTES | --mismatch [--lengths FIRST,OTHERS] | --bad-op"
+                    "usage: collectives_check [--seed N] [--quick] | --loop BYTES | --mismatch [--lengths FIRST,OTHERS] | --bad-op | --bad-scatterv | --alltoallv-mismatch"
                         .into(),
                 )
             }
@@ -453,6 +464,8 @@ fn main() -> ExitCode {
             let op = if rank == size - 1 { Op::BitXor } else { Op::Sum };
             world.allreduce(&mut [1.0f64; 16], op).map(|()| Ok(0))
         }
+        Mode::BadScatterv => more::bad_scatterv(&mut world),
+        Mode::AlltoallvMismatch => more::alltoallv_mismatch(&mut world),
     };
     let secs = started.elapsed().as_secs_f64();
     let provider = world.profile().provider.clone();

@@ -57,12 +57,17 @@ fn latency_typed(world: &mut World, bytes: usize, iters: usize) -> fabric_msg::R
 fn latency_token(world: &mut World, bytes: usize, iters: usize) -> fabric_msg::Result<f64> {
     let peer = 1 - world.rank();
     let mut out = Vec::new();
-    let (mut tx, mut rx) = (Some(Buffer::from_slice(&vec![7u8; bytes])), Some(Buffer::new(bytes)));
+    let (mut tx, mut rx) = (
+        Some(Buffer::from_slice(&vec![7u8; bytes])),
+        Some(Buffer::new(bytes)),
+    );
     let err = |e: fabric_msg::PostError| e.error;
     let t = Instant::now();
     for _ in 0..iters {
         let b = rx.take().unwrap_or_else(|| Buffer::new(bytes));
-        world.recv_buffer(Some(peer), Some(TAG), b, Token(1)).map_err(err)?;
+        world
+            .recv_buffer(Some(peer), Some(TAG), b, Token(1))
+            .map_err(err)?;
         let send = |world: &mut World, tx: &mut Option<Buffer>| {
             let b = tx.take().unwrap_or_else(|| Buffer::new(bytes));
             world.send_buffer(peer, TAG, b, Token(2)).map_err(err)
@@ -88,7 +93,9 @@ fn rate_typed(world: &mut World, bytes: usize, windows: usize) -> fabric_msg::Re
     let t = Instant::now();
     for _ in 0..windows {
         if world.rank() == 0 {
-            let reqs = (0..WINDOW).map(|_| world.isend(1, TAG, &tx)).collect::<Result<Vec<_>, _>>()?;
+            let reqs = (0..WINDOW)
+                .map(|_| world.isend(1, TAG, &tx))
+                .collect::<Result<Vec<_>, _>>()?;
             world.wait_all(reqs)?;
             world.recv(Some(1), Some(ACK), &mut [0u8; 1])?;
         } else {
@@ -106,7 +113,9 @@ fn rate_typed(world: &mut World, bytes: usize, windows: usize) -> fabric_msg::Re
 fn rate_token(world: &mut World, bytes: usize, windows: usize) -> fabric_msg::Result<f64> {
     let mut out = Vec::new();
     let err = |e: fabric_msg::PostError| e.error;
-    let mut bufs: Vec<Buffer> = (0..WINDOW).map(|_| Buffer::from_slice(&vec![7u8; bytes])).collect();
+    let mut bufs: Vec<Buffer> = (0..WINDOW)
+        .map(|_| Buffer::from_slice(&vec![7u8; bytes]))
+        .collect();
     let t = Instant::now();
     for _ in 0..windows {
         for (k, b) in bufs.drain(..).enumerate() {
@@ -123,10 +132,14 @@ fn rate_token(world: &mut World, bytes: usize, windows: usize) -> fabric_msg::Re
             bufs.push(b);
         }
         if world.rank() == 0 {
-            world.recv_buffer(Some(1), Some(ACK), Buffer::new(1), Token(9)).map_err(err)?;
+            world
+                .recv_buffer(Some(1), Some(ACK), Buffer::new(1), Token(9))
+                .map_err(err)?;
             take(world, &mut out, Token(9))?;
         } else {
-            world.send_buffer(0, ACK, Buffer::from_slice(&[1]), Token(9)).map_err(err)?;
+            world
+                .send_buffer(0, ACK, Buffer::from_slice(&[1]), Token(9))
+                .map_err(err)?;
             take(world, &mut out, Token(9))?;
         }
     }
@@ -140,7 +153,12 @@ fn run(world: &mut World, sizes: &[usize], iters: usize, rounds: usize) -> fabri
         latency_typed(world, bytes, n / 10 + 1)?;
         latency_token(world, bytes, n / 10 + 1)?;
         for round in 0..rounds {
-            for (kind, api) in [("latency", "typed"), ("latency", "token"), ("rate", "typed"), ("rate", "token")] {
+            for (kind, api) in [
+                ("latency", "typed"),
+                ("latency", "token"),
+                ("rate", "typed"),
+                ("rate", "token"),
+            ] {
                 world.barrier()?;
                 let us = match (kind, api) {
                     ("latency", "typed") => latency_typed(world, bytes, n)?,
@@ -164,7 +182,9 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let get = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1));
     if args.iter().any(|a| a == "-h" || a == "--help") {
-        println!("model_bench [-S 8,65536] [-I 20000] [-r 3]: typed requests against the token interface, 2 ranks");
+        println!(
+            "model_bench [-S 8,65536] [-I 20000] [-r 3]: typed requests against the token interface, 2 ranks"
+        );
         return ExitCode::SUCCESS;
     }
     let sizes: Vec<usize> = get("-S")

@@ -102,6 +102,32 @@ fn collectives(world: &mut World, comm: &Comm, name: &str, t: &mut Tally) -> fab
         .collect();
     let got = world.on(comm).reduce_scatter(&wide(me), &blocks, Op::Sum)?;
     t.expect(&format!("{name}: reduce_scatter {blocks:?}"), got, want);
+    // The rest of the set, on the communicator too.
+    let got = world
+        .on(comm)
+        .scatter(0, &if r == 0 { all.concat() } else { vec![] }, len)?;
+    t.expect(&format!("{name}: scatter from 0"), &got, &all[r as usize]);
+    let pairs: Vec<i64> = (0..n).map(|k| i64::from(me) * 100 + i64::from(k)).collect();
+    let want: Vec<i64> = members
+        .iter()
+        .map(|&w| i64::from(w) * 100 + i64::from(r))
+        .collect();
+    t.expect(
+        &format!("{name}: alltoall"),
+        world.on(comm).alltoall(&pairs)?,
+        want,
+    );
+    let mut v = mine.clone();
+    world.on(comm).scan(&mut v, Op::Sum)?;
+    let prefix: Vec<i64> = (0..len)
+        .map(|i| all[..=r as usize].iter().map(|v| v[i]).sum())
+        .collect();
+    t.expect(&format!("{name}: scan"), v, prefix);
+    let ex = world.on(comm).exscan(&mine, Op::Sum)?;
+    let before: Vec<i64> = (0..len)
+        .map(|i| all[..r as usize].iter().map(|v| v[i]).sum())
+        .collect();
+    t.expect(&format!("{name}: exscan"), ex, (r > 0).then_some(before));
     world.on(comm).barrier()?;
     Ok(())
 }
@@ -131,12 +157,8 @@ fn ring(world: &mut World, comm: &Comm, name: &str, t: &mut Tally) -> fabric_msg
 }
 
 /// Every rank of `comm` sends its rank to rank 0, which takes them with
-/// `wait_any` over any-source receives and an allreduce in flight.
-///
-/// The receives are posted before the messages are sent (the barrier):
-/// on libfabric 1.17's shm, a receive from any rank posted after its
-/// message arrived can miss it (`Profile::tag_mask_defect`, a known gap
-/// of an all-shm World: docs/world.md).
+/// `wait_any` over any-source receives and an allreduce in flight. The
+/// receives are posted before the messages are sent (the barrier).
 fn gather_any(world: &mut World, comm: &Comm, name: &str, t: &mut Tally) -> fabric_msg::Result<()> {
     let (r, n) = (comm.rank(), comm.size());
     let mut reqs: Vec<Option<fabric_msg::Request<u32>>> = Vec::new();
@@ -184,6 +206,22 @@ fn gather_any(world: &mut World, comm: &Comm, name: &str, t: &mut Tally) -> fabr
 
 fn run(world: &mut World, t: &mut Tally) -> fabric_msg::Result<()> {
     let (rank, size) = (world.rank(), world.size());
+    // libfabric's shm before 1.19 matches a receive against earlier
+    // messages with a stale ignore mask once masked (any-source) receives
+    // have been posted: a later receive can miss its message or take
+    // another's (the World then fails it: `Misdelivered`). A World all on
+    // such an shm has no exact-receive pairing for any-source receives
+    // (docs/world.md, "Known gap"): skip them there, loudly.
+    let any_source = match (
+        &world.profile().tag_mask_defect,
+        world.profile().provider.as_str(),
+    ) {
+        (Some(why), "shm") => {
+            eprintln!("model_check: rank {rank}: SKIPPED any-source receives on this all-shm World: {why}");
+            false
+        }
+        _ => true,
+    };
     // Communicators: parity, node, dup.
     let half = world
         .split(Some(rank % 2), i64::from(rank))?
@@ -216,7 +254,9 @@ fn run(world: &mut World, t: &mut Tally) -> fabric_msg::Result<()> {
         trace(rank, "ring");
         ring(world, comm, name, t)?;
         trace(rank, "any");
-        gather_any(world, comm, name, t)?;
+        if any_source {
+            gather_any(world, comm, name, t)?;
+        }
     }
     collectives_on_world(world, t)?;
     // A dup's messages never match the World's, even with the same tag.
@@ -276,12 +316,13 @@ fn run(world: &mut World, t: &mut Tally) -> fabric_msg::Result<()> {
     let mut one = [0u32];
     world.recv(Some(prev), Some(14), &mut one)?;
     t.expect("a dropped receive takes nothing", one, [99]);
-    let any = world.irecv(None, Some(15), vec![0u32; 1])?;
-    drop(any);
-    world.barrier()?;
-    world.send(next, 15, &[98u32])?;
-    world.recv(Some(prev), Some(15), &mut one)?;
-    t.expect("a dropped any-source receive takes nothing", one, [98]);
+    if any_source {
+        drop(world.irecv(None, Some(15), vec![0u32; 1])?);
+        world.barrier()?;
+        world.send(next, 15, &[98u32])?;
+        world.recv(Some(prev), Some(15), &mut one)?;
+        t.expect("a dropped any-source receive takes nothing", one, [98]);
+    }
     // A wrong element type: a clear error.
     world.send(next, 13, &[1u8, 2, 3])?;
     let mut wide = [0u64; 4];

@@ -7,12 +7,17 @@
 //! mpirun -np 8 target/release/world_bench barrier       # osu_barrier
 //! mpirun -np 8 target/release/world_bench bcast         # osu_bcast
 //! mpirun -np 8 target/release/world_bench allreduce     # osu_allreduce
+//! mpirun -np 8 target/release/world_bench scatter       # osu_scatter
+//! mpirun -np 8 target/release/world_bench alltoall      # osu_alltoall
+//! mpirun -np 8 target/release/world_bench scan          # f32 sum, as allreduce
 //! ```
 //!
 //! What is timed is what OSU times. `latency`: ranks 0 and 1 ping-pong,
 //! half the round trip. `bw`: rank 0 sends windows of 64 messages, rank 1
 //! answers each window with a small ack; bytes per second. `barrier`,
-//! `bcast` (from rank 0), `allreduce` (f32 sum, OSU's `MPI_FLOAT`): each
+//! `bcast` (from rank 0), `allreduce` and `scan` (f32 sum, OSU's
+//! `MPI_FLOAT`), `scatter` (from rank 0, the size being each rank's block,
+//! as OSU's) and `alltoall` (the size being each pair's block): each
 //! rank times each call, with an untimed barrier between calls (none for
 //! `barrier`); each rank's mean is gathered on rank 0, which prints the mean
 //! over ranks (OSU's "Avg Latency"), the fastest and the slowest rank's
@@ -33,13 +38,14 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 const USAGE: &str = "\
-usage: world_bench latency|bw|barrier|bcast|allreduce [options]
+usage: world_bench latency|bw|barrier|bcast|allreduce|scatter|alltoall|scan [options]
 OSU-style measurements between the ranks of a World (mpirun, srun --mpi=pmix,
 the FABRIC_MSG_RANK/SIZE/ROOT rendezvous, or alone).
 
   -S SIZES|all    message sizes in bytes, a comma list, or all: powers of two
                   (latency 0 and 1 B to 4 MiB; bw 1 B to 4 MiB; bcast 1 B to
-                  1 MiB; allreduce 4 B to 1 MiB, as OSU's defaults)
+                  1 MiB; allreduce 4 B to 1 MiB, as OSU's defaults; scatter
+                  and alltoall 1 B to 1 MiB per rank; scan 4 B to 1 MiB)
   -I ITERATIONS   timed iterations per size (default 1000; 100 above 8 KiB)
   -W WARMUP       untimed iterations first (default 100; 10 above 8 KiB)
   -w WINDOW       bw: messages in flight per window (default 64)
@@ -71,6 +77,9 @@ enum Bench {
     Barrier,
     Bcast,
     Allreduce,
+    Scatter,
+    Alltoall,
+    Scan,
 }
 
 impl Bench {
@@ -81,6 +90,9 @@ impl Bench {
             Bench::Barrier => "barrier",
             Bench::Bcast => "bcast",
             Bench::Allreduce => "allreduce",
+            Bench::Scatter => "scatter",
+            Bench::Alltoall => "alltoall",
+            Bench::Scan => "scan",
         }
     }
 
@@ -90,8 +102,8 @@ impl Bench {
             Bench::Latency => [vec![0], pow(0, 22)].concat(),
             Bench::Bw => pow(0, 22),
             Bench::Barrier => vec![0],
-            Bench::Bcast => pow(0, 20),
-            Bench::Allreduce => pow(2, 20),
+            Bench::Bcast | Bench::Scatter | Bench::Alltoall => pow(0, 20),
+            Bench::Allreduce | Bench::Scan => pow(2, 20),
         }
     }
 }
@@ -120,13 +132,20 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Opts>, String>
         Some("barrier") => Bench::Barrier,
         Some("bcast") => Bench::Bcast,
         Some("allreduce") => Bench::Allreduce,
+        Some("scatter") => Bench::Scatter,
+        Some("alltoall") => Bench::Alltoall,
+        Some("scan") => Bench::Scan,
         Some("-h" | "--help") => return Ok(None),
         Some(other) => {
             return Err(format!(
-                "unknown benchmark `{other}`: latency, bw, barrier, bcast or allreduce"
-            ))
+            "unknown benchmark `{other}`: latency, bw, barrier, bcast, allreduce, scatter, alltoall or scan"
+        ))
         }
-        None => return Err("name a benchmark: latency, bw, barrier, bcast or allreduce".into()),
+        None => {
+            return Err(
+                "name a benchmark: latency, bw, barrier, bcast, allreduce, scatter, alltoall or scan".into(),
+            )
+        }
     };
     let mut o = Opts {
         bench,
@@ -150,8 +169,8 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Opts>, String>
                 if let Some(s) = o.sizes.iter().find(|&&s| s > MAX_SIZE) {
                     return Err(format!("-S {s}: at most {MAX_SIZE} bytes (64 MiB)"));
                 }
-                if bench == Bench::Allreduce && o.sizes.iter().any(|s| s % 4 != 0) {
-                    return Err("-S: allreduce sizes are whole f32s (multiples of 4 bytes)".into());
+                if matches!(bench, Bench::Allreduce | Bench::Scan) && o.sizes.iter().any(|s| s % 4 != 0) {
+                    return Err("-S: allreduce and scan sizes are whole f32s (multiples of 4 bytes)".into());
                 }
             }
             "-I" => {
@@ -269,9 +288,7 @@ fn run(world: &mut World, o: &Opts) -> fabric_msg::Result<()> {
         let row = match o.bench {
             Bench::Latency => latency(world, bytes, warmup, iters, tick)?,
             Bench::Bw => bandwidth(world, bytes, warmup, iters, o.window, tick)?,
-            Bench::Barrier | Bench::Bcast | Bench::Allreduce => {
-                collective(world, o.bench, bytes, warmup, iters, tick)?
-            }
+            _ => collective(world, o.bench, bytes, warmup, iters, tick)?,
         };
         if let (0, Some(row)) = (rank, row) {
             report(o, &row);
@@ -310,8 +327,9 @@ fn run(world: &mut World, o: &Opts) -> fabric_msg::Result<()> {
 fn header(world: &World, o: &Opts) {
     let p = world.profile();
     let what = match o.bench {
-        Bench::Allreduce => ", f32 sum",
-        Bench::Bcast => ", root 0",
+        Bench::Allreduce | Bench::Scan => ", f32 sum",
+        Bench::Bcast | Bench::Scatter => ", root 0",
+        Bench::Alltoall => ", bytes per pair",
         Bench::Bw => ", window",
         _ => "",
     };
@@ -574,7 +592,8 @@ fn bandwidth(
     }))
 }
 
-/// osu_barrier, osu_bcast, osu_allreduce: every rank times every call.
+/// osu_barrier, osu_bcast, osu_allreduce, osu_scatter, osu_alltoall and
+/// a scan: every rank times every call.
 fn collective(
     world: &mut World,
     bench: Bench,
@@ -585,8 +604,19 @@ fn collective(
 ) -> fabric_msg::Result<Option<Row>> {
     // The by-value forms (`i…` then `wait`): the vector moves into the
     // collective and back, where the slice forms copy it in and out.
+    // Scatter, alltoall and scan take the slice forms (the root's data
+    // stays the caller's), copies included.
     let mut bcast = vec![0u8; bytes];
     let mut floats = vec![0f32; bytes / 4];
+    let size = world.size() as usize;
+    let blocks = vec![
+        1u8;
+        if bench == Bench::Scatter && world.rank() != 0 {
+            0
+        } else {
+            size * bytes
+        }
+    ];
     let mut total = Duration::ZERO;
     let mut times = IterTimes::always(iters);
     world.barrier()?;
@@ -601,6 +631,9 @@ fn collective(
                 let r = world.ibroadcast(0, std::mem::take(&mut bcast))?;
                 bcast = world.wait(r)?;
             }
+            Bench::Scatter => drop(world.scatter(0, &blocks, bytes)?),
+            Bench::Alltoall => drop(world.alltoall(&blocks)?),
+            Bench::Scan => world.scan(&mut floats, fabric_msg::Op::Sum)?,
             _ => {
                 let r = world.iallreduce(std::mem::take(&mut floats), fabric_msg::Op::Sum)?;
                 floats = world.wait(r)?;

@@ -35,7 +35,8 @@
 //! beside the fabric (`local`, and which ranks pair up: `same_node`), the tag layout that carries the sending
 //! rank (`tags`); what is known of ranks that went away (`liveness`) and
 //! what a process does on its way out (`leaving`); the collective calls
-//! (`collective_calls`) over their schedules and engine (`collectives/`);
+//! (`collective_calls`, and `more_collectives` for scatter, alltoall and
+//! the scans) over their schedules and engine (`collectives/`);
 //! and the memory every rank registers at once (`symmetric`). See
 //! `docs/world.md` and `docs/collectives.md`.
 
@@ -50,6 +51,7 @@ mod leaving;
 mod liveness;
 mod local;
 mod messages;
+mod more_collectives;
 mod placement;
 mod pmix;
 mod point_to_point;

@@ -1,7 +1,8 @@
 //! Collectives on the [`World`](crate::World): barrier, broadcast, gather,
-//! allgather, reduce, allreduce and reduce-scatter over slices of the
-//! primitive numeric types ([`Element`]), with the built-in [`Op`]s or the
-//! application's own function ([`Reduction::custom`]).
+//! scatter, allgather, alltoall, reduce, allreduce, reduce-scatter and
+//! scan over slices of the primitive numeric types ([`Element`]), with the
+//! built-in [`Op`]s or the application's own function
+//! ([`Reduction::custom`]).
 //!
 //! ```no_run
 //! use fabric_msg::{Op, World};
@@ -36,19 +37,25 @@
 
 pub(crate) mod allgather;
 pub(crate) mod allreduce;
+pub(crate) mod alltoall;
 pub(crate) mod barrier;
 pub(crate) mod bcast;
 pub(crate) mod engine;
 pub(crate) mod gather;
 pub(crate) mod io;
 pub(crate) mod ops;
+pub(crate) mod plan;
 pub(crate) mod reduce;
 pub(crate) mod reduce_scatter;
 pub(crate) mod request;
 pub(crate) mod run;
+pub(crate) mod scan;
+pub(crate) mod scatter;
 pub(crate) mod schedule;
 pub(crate) mod scope;
 #[cfg(test)]
 mod tests_sim;
+#[cfg(test)]
+mod tests_sim_more;
 
 pub use ops::{CombineFn, Element, Op, Reduction};

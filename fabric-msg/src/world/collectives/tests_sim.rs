@@ -11,26 +11,26 @@ use super::schedule::{Apply, Schedule};
 use super::{allgather, allreduce, barrier, bcast, gather, reduce, reduce_scatter};
 use std::collections::{HashMap, HashSet};
 
-const SIZES: [u32; 19] = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 32, 33];
+pub(super) const SIZES: [u32; 19] = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 32, 33];
 
 /// A small deterministic generator (xorshift64*).
-struct Rng(u64);
+pub(super) struct Rng(pub(super) u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub(super) fn next(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
         self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
     }
-    fn below(&mut self, n: u64) -> u64 {
+    pub(super) fn below(&mut self, n: u64) -> u64 {
         self.next() % n.max(1)
     }
 }
 
 /// Run every rank's schedule; ranks in `hold` never start. Returns each
 /// rank's working array and whether it finished, or what went wrong.
-fn simulate<T: Element>(
+pub(super) fn simulate<T: Element>(
     scheds: &[Schedule],
     mut works: Vec<Vec<T>>,
     red: Option<&Reduction<T>>,
@@ -121,17 +121,21 @@ fn simulate<T: Element>(
     }
 }
 
-fn run<T: Element>(scheds: &[Schedule], works: Vec<Vec<T>>, red: Option<&Reduction<T>>) -> Vec<Vec<T>> {
+pub(super) fn run<T: Element>(
+    scheds: &[Schedule],
+    works: Vec<Vec<T>>,
+    red: Option<&Reduction<T>>,
+) -> Vec<Vec<T>> {
     simulate(scheds, works, red, &[])
         .unwrap_or_else(|e| panic!("{} ranks: {e}", scheds.len()))
         .0
 }
 
-fn values(rng: &mut Rng, n: usize) -> Vec<i64> {
+pub(super) fn values(rng: &mut Rng, n: usize) -> Vec<i64> {
     (0..n).map(|_| rng.below(2001) as i64 - 1000).collect()
 }
 
-fn counts(rng: &mut Rng, p: u32) -> Vec<usize> {
+pub(super) fn counts(rng: &mut Rng, p: u32) -> Vec<usize> {
     (0..p)
         .map(|_| {
             if rng.below(4) == 0 {
@@ -144,7 +148,7 @@ fn counts(rng: &mut Rng, p: u32) -> Vec<usize> {
 }
 
 /// Element `i` of `a ⊕ b` for the built-in op on i64.
-fn op_i64(op: Op, a: i64, b: i64) -> i64 {
+pub(super) fn op_i64(op: Op, a: i64, b: i64) -> i64 {
     match op {
         Op::Sum => a.wrapping_add(b),
         Op::Prod => a.wrapping_mul(b),
