@@ -63,6 +63,20 @@ struct Blocks {
     xfers_now: u64,
 }
 
+impl Blocks {
+    /// No block ended yet; the first begins at `began`.
+    fn from(began: Instant) -> Blocks {
+        Blocks {
+            laps: 0,
+            began,
+            nanos: [0; 2],
+            xfers: [0; 2],
+            count: [0; 2],
+            xfers_now: 0,
+        }
+    }
+}
+
 /// Times of a size's measured iterations, in nanoseconds per transfer,
 /// recorded into a vector sized before the loop.
 #[derive(Debug)]
@@ -88,16 +102,7 @@ impl IterTimes {
             on,
             nanos: Vec::with_capacity(if on { iterations } else { 0 }),
             last: now,
-            blocks: alternate.then(|| {
-                Box::new(Blocks {
-                    laps: 0,
-                    began: now,
-                    nanos: [0; 2],
-                    xfers: [0; 2],
-                    count: [0; 2],
-                    xfers_now: 0,
-                })
-            }),
+            blocks: alternate.then(|| Box::new(Blocks::from(now))),
         }
     }
 
@@ -125,14 +130,7 @@ impl IterTimes {
         self.nanos.clear();
         self.last = at;
         if let Some(b) = &mut self.blocks {
-            **b = Blocks {
-                laps: 0,
-                began: at,
-                nanos: [0; 2],
-                xfers: [0; 2],
-                count: [0; 2],
-                xfers_now: 0,
-            };
+            **b = Blocks::from(at);
             self.on = true;
         }
     }

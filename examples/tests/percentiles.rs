@@ -78,10 +78,11 @@ fn world_bench_collective_percentiles_are_of_the_slowest_rank() {
     }
 }
 
-#[test]
-fn timing_off_leaves_the_percentiles_out() {
+/// `pingpong --loopback` on tcp;ofi_rxm, 8 B, `iters` iterations with
+/// `FABRIC_MSG_ITER_TIMES` set to `timing`: its JSON row.
+fn pingpong_row(timing: &str, iters: &str) -> serde_json::Value {
     let mut cmd = Command::new(PINGPONG);
-    clean(&mut cmd).env(ITER_TIMES_ENV, "off").args([
+    clean(&mut cmd).env(ITER_TIMES_ENV, timing).args([
         "--loopback",
         "-p",
         "tcp;ofi_rxm",
@@ -90,37 +91,7 @@ fn timing_off_leaves_the_percentiles_out() {
         "-S",
         "8",
         "-I",
-        "50",
-        "--json",
-    ]);
-    let e = wait_all(
-        vec![cmd.spawn().expect("pingpong starts")],
-        Instant::now(),
-        DEADLINE,
-    )
-    .remove(0);
-    assert!(e.status.success(), "{e:?}");
-    let row: serde_json::Value = serde_json::from_str(e.stdout.lines().nth(1).unwrap_or_default())
-        .unwrap_or_else(|err| panic!("{err}: {}", e.stdout));
-    assert!(row["usec_per_xfer"].as_f64().is_some_and(|u| u > 0.0), "{row}");
-    for k in ["p50_us", "p99_us", "p999_us", "max_us"] {
-        assert!(row.get(k).is_none(), "{k} with timing off: {row}");
-    }
-}
-
-#[test]
-fn alternate_timing_reports_both_halves_of_one_run() {
-    let mut cmd = Command::new(PINGPONG);
-    clean(&mut cmd).env(ITER_TIMES_ENV, "alternate").args([
-        "--loopback",
-        "-p",
-        "tcp;ofi_rxm",
-        "-d",
-        "lo",
-        "-S",
-        "8",
-        "-I",
-        "4500",
+        iters,
         "-W",
         "10",
         "--json",
@@ -132,8 +103,22 @@ fn alternate_timing_reports_both_halves_of_one_run() {
     )
     .remove(0);
     assert!(e.status.success(), "{e:?}");
-    let row: serde_json::Value = serde_json::from_str(e.stdout.lines().nth(1).unwrap_or_default())
-        .unwrap_or_else(|err| panic!("{err}: {}", e.stdout));
+    serde_json::from_str(e.stdout.lines().nth(1).unwrap_or_default())
+        .unwrap_or_else(|err| panic!("{err}: {}", e.stdout))
+}
+
+#[test]
+fn timing_off_leaves_the_percentiles_out() {
+    let row = pingpong_row("off", "50");
+    assert!(row["usec_per_xfer"].as_f64().is_some_and(|u| u > 0.0), "{row}");
+    for k in ["p50_us", "p99_us", "p999_us", "max_us"] {
+        assert!(row.get(k).is_none(), "{k} with timing off: {row}");
+    }
+}
+
+#[test]
+fn alternate_timing_reports_both_halves_of_one_run() {
+    let row = pingpong_row("alternate", "4500");
     // 4500 laps (the first measured iteration has none before it): blocks
     // of 1000 timed, untimed, timed, untimed, then half a timed one.
     assert_eq!(row["alternate_blocks"], 2, "{row}");

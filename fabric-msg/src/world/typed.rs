@@ -71,27 +71,13 @@ impl CommView<'_> {
         tag: Option<u32>,
         data: &mut [T],
     ) -> Result<Status> {
-        let scope = self.scope();
-        let ticket = self.post_recv("recv", from, tag, data.len() * T::SIZE)?;
-        let mut c = self.world.wait_ticket(ticket)?;
-        let buffer = c.buffer.take();
-        let source = scope.rank_of(tags::source_of(c.tag)).unwrap_or(u32::MAX);
-        let tag = tags::user_tag_of(c.tag);
-        let out = match c
-            .result
-            .map_err(|e| self.world.explain_message("recv", true, e, source, tag))
-        {
-            Err(e) => Err(e),
-            Ok(()) => {
-                let bytes = buffer.as_ref().map_or(&[][..], |b| b.as_slice());
-                unpack_into::<T>("recv", bytes, data.len(), source, tag).map(|count| {
-                    T::read(bytes, &mut data[..count]);
-                    Status { source, tag, count }
-                })
-            }
-        };
-        self.world.msgs.pool.give_opt(buffer);
-        out
+        let room = data.len();
+        self.blocking_recv("recv", from, tag, room * T::SIZE, |bytes, source, tag| {
+            unpack_into::<T>("recv", bytes, room, source, tag).map(|count| {
+                T::read(bytes, &mut data[..count]);
+                Status { source, tag, count }
+            })
+        })
     }
 
     /// Start sending `data` to rank `to` with `tag`: it is copied into a
@@ -151,40 +137,54 @@ impl CommView<'_> {
         from: Option<u32>,
         tag: Option<u32>,
     ) -> Result<(V, Status)> {
+        self.blocking_recv(
+            "recv_value",
+            from,
+            tag,
+            VALUE_MAX,
+            |bytes, source, tag| match postcard::from_bytes::<V>(bytes) {
+                Ok(v) => Ok((
+                    v,
+                    Status {
+                        source,
+                        tag,
+                        count: bytes.len(),
+                    },
+                )),
+                Err(e) => Err(Error::Message {
+                    operation: "recv_value",
+                    peer: format!("from rank {source}"),
+                    message: format!(
+                        "{} bytes with tag {tag} do not decode as a {} ({e}): sender and receiver \
+                     must agree on the type",
+                        bytes.len(),
+                        std::any::type_name::<V>()
+                    ),
+                }),
+            },
+        )
+    }
+
+    /// Post a receive of up to `bytes` bytes and wait for it; `take` turns
+    /// what arrived (its bytes, the sender in this communicator's ranks,
+    /// the tag) into the result. The pool's buffer goes back either way.
+    fn blocking_recv<R>(
+        &mut self,
+        what: &'static str,
+        from: Option<u32>,
+        tag: Option<u32>,
+        bytes: usize,
+        take: impl FnOnce(&[u8], u32, u32) -> Result<R>,
+    ) -> Result<R> {
         let scope = self.scope();
-        let ticket = self.post_recv("recv_value", from, tag, VALUE_MAX)?;
+        let ticket = self.post_recv(what, from, tag, bytes)?;
         let mut c = self.world.wait_ticket(ticket)?;
         let buffer = c.buffer.take();
         let source = scope.rank_of(tags::source_of(c.tag)).unwrap_or(u32::MAX);
         let tag = tags::user_tag_of(c.tag);
-        let out = match c
-            .result
-            .map_err(|e| self.world.explain_message("recv_value", true, e, source, tag))
-        {
-            Err(e) => Err(e),
-            Ok(()) => {
-                let bytes = buffer.as_ref().map_or(&[][..], |b| b.as_slice());
-                match postcard::from_bytes::<V>(bytes) {
-                    Ok(v) => Ok((
-                        v,
-                        Status {
-                            source,
-                            tag,
-                            count: bytes.len(),
-                        },
-                    )),
-                    Err(e) => Err(Error::Message {
-                        operation: "recv_value",
-                        peer: format!("from rank {source}"),
-                        message: format!(
-                            "{} bytes with tag {tag} do not decode as a {} ({e}): sender and receiver \
-                             must agree on the type",
-                            bytes.len(),
-                            std::any::type_name::<V>()
-                        ),
-                    }),
-                }
-            }
+        let out = match c.result {
+            Err(e) => Err(self.world.explain_message(what, true, e, source, tag)),
+            Ok(()) => take(buffer.as_ref().map_or(&[][..], |b| b.as_slice()), source, tag),
         };
         self.world.msgs.pool.give_opt(buffer);
         out

@@ -17,25 +17,10 @@ use super::plan::{Place, Plan};
 use super::request::Shape;
 use super::schedule::{children, parent, subtree, xfer, Blocks, Rotation, Round, Schedule};
 
-/// Average bytes per rank below which scatters go down a binomial tree:
-/// gather's bound, since the same bytes take the same tree the other way.
-pub(crate) const BINOMIAL_MAX_BYTES: usize = super::gather::BINOMIAL_MAX_BYTES;
-
-/// Which algorithm.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Algorithm {
-    Binomial,
-    Linear,
-}
-
-/// The algorithm for `total_bytes` to `size` ranks.
-pub(crate) fn choose(total_bytes: usize, size: u32) -> Algorithm {
-    if size > 2 && total_bytes / size as usize <= BINOMIAL_MAX_BYTES {
-        Algorithm::Binomial
-    } else {
-        Algorithm::Linear
-    }
-}
+/// The algorithms and the choice between them are gather's: the same
+/// bytes take the same tree the other way (a binomial tree up to 4 KiB a
+/// rank on average, linear beyond).
+pub(crate) use super::gather::{choose, Algorithm};
 
 /// Rank `rank`'s part of a scatter of `counts[r]` elements to each rank
 /// `r` from `root`. On the root the caller's data is every block in rank

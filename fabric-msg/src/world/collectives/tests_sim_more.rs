@@ -60,7 +60,7 @@ fn scatterv_gives_each_rank_its_block_of_the_roots_data() {
     assert_eq!(scatter::choose(1000, 2), scatter::Algorithm::Linear);
     assert_eq!(scatter::choose(3 * 1000, 3), scatter::Algorithm::Binomial);
     assert_eq!(
-        scatter::choose(4 * (scatter::BINOMIAL_MAX_BYTES + 1), 4),
+        scatter::choose(4 * (super::gather::BINOMIAL_MAX_BYTES + 1), 4),
         scatter::Algorithm::Linear
     );
 }
