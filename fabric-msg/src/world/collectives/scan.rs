@@ -102,18 +102,7 @@ pub(crate) fn schedule(rank: u32, size: u32, n: usize, kind: Kind, algo: Algorit
         mask = mask.saturating_mul(2);
         k += 1;
     }
-    let mut places = vec![Place {
-        from: 0,
-        to: 0,
-        len: n,
-    }];
-    if kind == Kind::Inclusive {
-        places.push(Place {
-            from: 0,
-            to: n,
-            len: n,
-        });
-    }
+    let places = places(kind, n);
     let shape = if filled {
         Shape::Pieces(vec![(n, n)])
     } else {
@@ -159,6 +148,20 @@ fn chain(rank: u32, size: u32, n: usize, kind: Kind) -> Plan {
             }
         }
     }
+    let places = places(kind, n);
+    let filled = kind == Kind::Inclusive || left.is_some();
+    Plan {
+        sched,
+        len: 2 * n,
+        places,
+        shape: Shape::Pieces(if filled { vec![(n, n)] } else { vec![] }),
+    }
+}
+
+/// Where the caller's `n` elements go in the working array: at 0, and
+/// for an inclusive scan (whose result starts as the caller's own
+/// elements) at `n` as well.
+fn places(kind: Kind, n: usize) -> Vec<Place> {
     let mut places = vec![Place {
         from: 0,
         to: 0,
@@ -171,11 +174,5 @@ fn chain(rank: u32, size: u32, n: usize, kind: Kind) -> Plan {
             len: n,
         });
     }
-    let filled = kind == Kind::Inclusive || left.is_some();
-    Plan {
-        sched,
-        len: 2 * n,
-        places,
-        shape: Shape::Pieces(if filled { vec![(n, n)] } else { vec![] }),
-    }
+    places
 }
