@@ -33,7 +33,7 @@ root=$cache/root
 suite=trixie
 # What the root needs: ci/setup.sh's list, plus what a minbase root lacks.
 packages=(libfabric-dev libfabric-bin libclang-dev clang pkg-config gcc libc6-dev
-    openmpi-bin libpmix-dev ca-certificates
+    openmpi-bin libopenmpi-dev libpmix-dev ca-certificates  # mpicc: examples/tests/twins.rs
     iperf3 jq python3 iproute2)  # ci/bench/ab.sh
 
 log() { echo "libfabric2.sh: $*" >&2; }
