@@ -18,7 +18,7 @@ use crate::error::{Error, Result};
 impl CommView<'_> {
     /// Every rank's `mine`, in rank order, on every rank
     /// (`size × mine.len()` elements). Every rank passes the same length;
-    /// see [`World::allgatherv`] for different lengths.
+    /// see [`World::allgatherv`](super::World::allgatherv) for different lengths.
     ///
     /// ```no_run
     /// let mut world = fabric_msg::World::init()?;
@@ -32,7 +32,7 @@ impl CommView<'_> {
         self.wait(r)
     }
 
-    /// [`World::allgather`] with a length per rank: rank `r` contributes
+    /// [`World::allgather`](super::World::allgather) with a length per rank: rank `r` contributes
     /// `counts[r]` elements (0 allowed), and every rank passes the same
     /// `counts`.
     pub fn allgatherv<T: Element>(&mut self, mine: &[T], counts: &[usize]) -> Result<Vec<T>> {
@@ -40,7 +40,7 @@ impl CommView<'_> {
         self.wait(r)
     }
 
-    /// Start a [`World::allgatherv`]; [`World::wait`] gives its result.
+    /// Start a [`World::allgatherv`](super::World::allgatherv); [`World::wait`](super::World::wait) gives its result.
     pub fn iallgatherv<T: Element>(&mut self, mine: Vec<T>, counts: &[usize]) -> Result<Request<T>> {
         let (rank, size) = (self.rank(), self.size());
         if let Err(m) = check_counts(counts, size, rank, mine.len()) {
@@ -78,7 +78,7 @@ impl CommView<'_> {
         copy_result("allreduce", data, &out)
     }
 
-    /// Start a [`World::allreduce`] of `data`; [`World::wait`] gives the
+    /// Start a [`World::allreduce`](super::World::allreduce) of `data`; [`World::wait`](super::World::wait) gives the
     /// result.
     pub fn iallreduce<T: Element>(
         &mut self,
@@ -108,7 +108,7 @@ impl CommView<'_> {
         self.wait(r).map(drop)
     }
 
-    /// Start a barrier; [`World::wait`] returns (an empty vector) once every
+    /// Start a barrier; [`World::wait`](super::World::wait) returns (an empty vector) once every
     /// rank has started it.
     pub fn ibarrier(&mut self) -> Result<Request<u8>> {
         let size = self.size();
@@ -139,7 +139,7 @@ impl CommView<'_> {
     }
 
     /// Start a broadcast of `root`'s `data` (on other ranks only its length
-    /// counts); [`World::wait`] returns root's data on every rank.
+    /// counts); [`World::wait`](super::World::wait) returns root's data on every rank.
     pub fn ibroadcast<T: Element>(&mut self, root: u32, data: Vec<T>) -> Result<Request<T>> {
         if let Err(m) = check_root(root, self.size()) {
             return Err(self.refuse("broadcast", m));
@@ -154,14 +154,14 @@ impl CommView<'_> {
     /// Collect every rank's `mine` on `root`: there the result is every
     /// rank's block in rank order (`size × mine.len()` elements); elsewhere
     /// it is empty. Every rank passes the same length; see
-    /// [`World::gatherv`] for different lengths.
+    /// [`World::gatherv`](super::World::gatherv) for different lengths.
     pub fn gather<T: Element>(&mut self, root: u32, mine: &[T]) -> Result<Vec<T>> {
         let counts = vec![mine.len(); self.size() as usize];
         let r = self.igatherv(root, mine.to_vec(), &counts)?;
         self.wait(r)
     }
 
-    /// [`World::gather`] with a length per rank: rank `r` contributes
+    /// [`World::gather`](super::World::gather) with a length per rank: rank `r` contributes
     /// `counts[r]` elements (0 allowed), and every rank passes the same
     /// `counts`.
     ///
@@ -181,7 +181,7 @@ impl CommView<'_> {
         self.wait(r)
     }
 
-    /// Start a [`World::gatherv`]; [`World::wait`] gives its result.
+    /// Start a [`World::gatherv`](super::World::gatherv); [`World::wait`](super::World::wait) gives its result.
     pub fn igatherv<T: Element>(&mut self, root: u32, mine: Vec<T>, counts: &[usize]) -> Result<Request<T>> {
         let (rank, size) = (self.rank(), self.size());
         let checked = check_root(root, size).and_then(|()| check_counts(counts, size, rank, mine.len()));
@@ -228,7 +228,7 @@ impl CommView<'_> {
         Ok(())
     }
 
-    /// Start a [`World::reduce`]; [`World::wait`] gives the result on
+    /// Start a [`World::reduce`](super::World::reduce); [`World::wait`](super::World::wait) gives the result on
     /// `root` and an empty vector elsewhere.
     pub fn ireduce<T: Element>(
         &mut self,
@@ -277,7 +277,7 @@ impl CommView<'_> {
         self.wait(r)
     }
 
-    /// Start a [`World::reduce_scatter`]; [`World::wait`] gives this rank's
+    /// Start a [`World::reduce_scatter`](super::World::reduce_scatter); [`World::wait`](super::World::wait) gives this rank's
     /// block.
     pub fn ireduce_scatter<T: Element>(
         &mut self,
@@ -348,12 +348,12 @@ impl CommView<'_> {
         engine.refuse(&mut io, &scope, what, message)
     }
 
-    /// [`World::test`].
+    /// [`World::test`](super::World::test).
     pub fn test<T: Element>(&mut self, req: &Request<T>) -> Result<bool> {
         self.world.test(req)
     }
 
-    /// [`World::wait`].
+    /// [`World::wait`](super::World::wait).
     pub fn wait<T: Element>(&mut self, req: Request<T>) -> Result<Vec<T>> {
         self.world.wait(req)
     }

@@ -19,7 +19,7 @@ impl CommView<'_> {
     /// Give rank `r` the `n` elements of block `r` of `root`'s `data`
     /// (`size × n` elements on the root; on other ranks `data` is not read
     /// and may be empty). Every rank passes the same `n`; see
-    /// [`World::scatterv`] for different lengths.
+    /// [`World::scatterv`](super::World::scatterv) for different lengths.
     ///
     /// ```no_run
     /// let mut world = fabric_msg::World::init()?;
@@ -39,13 +39,13 @@ impl CommView<'_> {
         self.wait(r)
     }
 
-    /// Start a [`World::scatter`]; [`World::wait`] gives this rank's block.
+    /// Start a [`World::scatter`](super::World::scatter); [`World::wait`](super::World::wait) gives this rank's block.
     pub fn iscatter<T: Element>(&mut self, root: u32, data: Vec<T>, n: usize) -> Result<Request<T>> {
         let counts = vec![n; self.size() as usize];
         self.iscatterv(root, data, &counts)
     }
 
-    /// [`World::scatter`] with a length per rank: rank `r` gets the
+    /// [`World::scatter`](super::World::scatter) with a length per rank: rank `r` gets the
     /// `counts[r]` elements of block `r` (0 allowed; blocks in rank order,
     /// so `data` on the root has the sum of `counts`). Every rank passes
     /// the same `counts`.
@@ -69,7 +69,7 @@ impl CommView<'_> {
         self.wait(r)
     }
 
-    /// Start a [`World::scatterv`]; [`World::wait`] gives this rank's block.
+    /// Start a [`World::scatterv`](super::World::scatterv); [`World::wait`](super::World::wait) gives this rank's block.
     pub fn iscatterv<T: Element>(&mut self, root: u32, data: Vec<T>, counts: &[usize]) -> Result<Request<T>> {
         let (rank, size) = (self.rank(), self.size());
         let total: usize = counts.iter().sum();
@@ -102,7 +102,7 @@ impl CommView<'_> {
     /// return every rank's block for this one, in rank order. `data` holds
     /// `size` blocks of `n = data.len() / size` elements; every rank passes
     /// the same length (a length that is not a multiple of the world's size
-    /// is refused). See [`World::alltoallv`] for different lengths.
+    /// is refused). See [`World::alltoallv`](super::World::alltoallv) for different lengths.
     ///
     /// ```no_run
     /// let mut world = fabric_msg::World::init()?;
@@ -119,7 +119,7 @@ impl CommView<'_> {
         self.wait(r)
     }
 
-    /// Start a [`World::alltoall`]; [`World::wait`] gives the blocks this
+    /// Start a [`World::alltoall`](super::World::alltoall); [`World::wait`](super::World::wait) gives the blocks this
     /// rank receives, in rank order.
     pub fn ialltoall<T: Element>(&mut self, data: Vec<T>) -> Result<Request<T>> {
         let size = self.size() as usize;
@@ -134,7 +134,7 @@ impl CommView<'_> {
         self.ialltoallv(data, &counts, &counts)
     }
 
-    /// [`World::alltoall`] with a length per pair: this rank sends the
+    /// [`World::alltoall`](super::World::alltoall) with a length per pair: this rank sends the
     /// `send_counts[q]` elements of block `q` of `data` (blocks in rank
     /// order) to rank `q`, and receives `recv_counts[q]` elements from each
     /// rank `q`. Rank `q`'s `recv_counts[r]` must equal rank `r`'s
@@ -163,7 +163,7 @@ impl CommView<'_> {
         self.wait(r)
     }
 
-    /// Start a [`World::alltoallv`]; [`World::wait`] gives the blocks this
+    /// Start a [`World::alltoallv`](super::World::alltoallv); [`World::wait`](super::World::wait) gives the blocks this
     /// rank receives, in rank order.
     pub fn ialltoallv<T: Element>(
         &mut self,
@@ -221,7 +221,7 @@ impl CommView<'_> {
         copy_result("scan", data, &out)
     }
 
-    /// Start a [`World::scan`]; [`World::wait`] gives this rank's prefix.
+    /// Start a [`World::scan`](super::World::scan); [`World::wait`](super::World::wait) gives this rank's prefix.
     pub fn iscan<T: Element>(&mut self, data: Vec<T>, op: impl Into<Reduction<T>>) -> Result<Request<T>> {
         self.start_scan("scan", data, op.into(), scan::Kind::Inclusive)
     }
@@ -247,7 +247,7 @@ impl CommView<'_> {
         Ok((self.rank() != 0).then_some(out))
     }
 
-    /// Start a [`World::exscan`]; [`World::wait`] gives this rank's prefix,
+    /// Start a [`World::exscan`](super::World::exscan); [`World::wait`](super::World::wait) gives this rank's prefix,
     /// and on rank 0 an empty vector.
     pub fn iexscan<T: Element>(&mut self, data: Vec<T>, op: impl Into<Reduction<T>>) -> Result<Request<T>> {
         self.start_scan("exscan", data, op.into(), scan::Kind::Exclusive)
@@ -274,7 +274,7 @@ impl CommView<'_> {
     /// result into `size` equal blocks and give rank `r` block `r`
     /// (MPI's reduce_scatter_block). `data.len()` is a multiple of the
     /// world's size; every rank passes the same length and reduction. See
-    /// [`World::reduce_scatter`] for blocks of different lengths.
+    /// [`World::reduce_scatter`](super::World::reduce_scatter) for blocks of different lengths.
     ///
     /// ```no_run
     /// use fabric_msg::Op;
@@ -293,7 +293,7 @@ impl CommView<'_> {
         self.wait(r)
     }
 
-    /// Start a [`World::reduce_scatter_block`]; [`World::wait`] gives this
+    /// Start a [`World::reduce_scatter_block`](super::World::reduce_scatter_block); [`World::wait`](super::World::wait) gives this
     /// rank's block.
     pub fn ireduce_scatter_block<T: Element>(
         &mut self,
@@ -322,7 +322,7 @@ impl CommView<'_> {
 }
 
 impl CommView<'_> {
-    /// Start a [`World::gather`]; [`World::wait`] gives every rank's block
+    /// Start a [`World::gather`](super::World::gather); [`World::wait`](super::World::wait) gives every rank's block
     /// in rank order on `root`, and an empty vector elsewhere.
     ///
     /// ```no_run
@@ -352,7 +352,7 @@ impl CommView<'_> {
         self.start_run("gather", s, work, None, out)
     }
 
-    /// Start a [`World::allgather`]; [`World::wait`] gives every rank's
+    /// Start a [`World::allgather`](super::World::allgather); [`World::wait`](super::World::wait) gives every rank's
     /// block in rank order.
     ///
     /// ```no_run

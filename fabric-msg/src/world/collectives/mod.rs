@@ -25,7 +25,7 @@
 //! Each collective is a schedule of rounds (`schedule.rs`) built by the file
 //! of its algorithm, and run by the engine (`engine.rs`) through the World's
 //! event loop: a blocking call starts it and waits; an `i…` call returns a
-//! [`Request`] that progresses whenever the World is polled. The algorithms
+//! [`Request`](super::Request) that progresses whenever the World is polled. The algorithms
 //! and how they are chosen: `docs/collectives.md`.
 //!
 //! Failure: any lost rank fails every collective with
