@@ -10,7 +10,7 @@
 use super::collectives::ops::{Element, Reduction};
 use super::collectives::plan::Plan;
 use super::collectives::request::{check_root, copy_result, Shape};
-use super::collectives::{allgather, alltoall, gather, reduce_scatter, scan, scatter};
+use super::collectives::{alltoall, reduce_scatter, scan, scatter};
 use super::comm::CommView;
 use super::request::Request;
 use crate::error::Result;
@@ -334,22 +334,8 @@ impl CommView<'_> {
     /// # Ok::<(), fabric_msg::Error>(())
     /// ```
     pub fn igather<T: Element>(&mut self, root: u32, mine: Vec<T>) -> Result<Request<T>> {
-        let (rank, size) = (self.rank(), self.size());
-        if let Err(m) = check_root(root, size) {
-            return Err(self.refuse("gather", m));
-        }
-        let counts = vec![mine.len(); size as usize];
-        let total = mine.len() * size as usize;
-        let algo = gather::choose(total * T::SIZE, size);
-        let (s, len, out) = gather::schedule(rank, size, root, &counts, algo);
-        let mut work = vec![T::ZERO; len];
-        let at = if algo == gather::Algorithm::Linear && rank == root {
-            rank as usize * mine.len()
-        } else {
-            0
-        };
-        work[at..at + mine.len()].copy_from_slice(&mine);
-        self.start_run("gather", s, work, None, out)
+        let counts = vec![mine.len(); self.size() as usize];
+        self.igatherv(root, mine, &counts)
     }
 
     /// Start a [`World::allgather`](super::World::allgather); [`World::wait`](super::World::wait) gives every rank's
@@ -363,13 +349,8 @@ impl CommView<'_> {
     /// # Ok::<(), fabric_msg::Error>(())
     /// ```
     pub fn iallgather<T: Element>(&mut self, mine: Vec<T>) -> Result<Request<T>> {
-        let (rank, size) = (self.rank(), self.size());
-        let counts = vec![mine.len(); size as usize];
-        let total = mine.len() * size as usize;
-        let (s, own, out) = allgather::schedule(rank, size, &counts, allgather::choose(total * T::SIZE));
-        let mut work = vec![T::ZERO; total];
-        work[own..own + mine.len()].copy_from_slice(&mine);
-        self.start_run("allgather", s, work, None, out)
+        let counts = vec![mine.len(); self.size() as usize];
+        self.iallgatherv(mine, &counts)
     }
 }
 
