@@ -166,7 +166,14 @@ fn run(provider: &str) {
                 return l;
             }
             if let Some(status) = child.try_wait().unwrap() {
-                panic!("{provider}: the receiver ended with {status} (crashed inside libfabric?)");
+                // Its last lines may still be in the reader thread's hands:
+                // that thread ends (and the channel closes) at end of file.
+                match rx.recv_timeout(Duration::from_secs(10)) {
+                    Ok(l) => return l,
+                    Err(_) => panic!(
+                        "{provider}: the receiver ended with {status} (crashed inside libfabric?)"
+                    ),
+                }
             }
             if t.elapsed() > TIMEOUT {
                 let _ = child.kill();
