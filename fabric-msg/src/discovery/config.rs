@@ -114,6 +114,15 @@ pub struct ProviderSettings {
     /// this provider work: `masked_receives_broken` applies only before it.
     #[serde(default)]
     pub masked_receives_fixed_in: Option<String>,
+    /// Why a peek (`FI_PEEK`) cannot be used, if it cannot: the profile
+    /// says so ([`Profile::peek_defect`](crate::Profile::peek_defect)) and
+    /// the World's probe refuses with this reason.
+    #[serde(default)]
+    pub peek_broken: Option<String>,
+    /// The first libfabric (`"MAJOR.MINOR"`) whose peeks on this provider
+    /// work: `peek_broken` applies only before it.
+    #[serde(default)]
+    pub peek_fixed_in: Option<String>,
 }
 
 /// The whole ladder configuration.
@@ -270,6 +279,18 @@ impl LadderConfig {
     pub fn masked_receives_broken_in(&self, provider: &str, version: (u32, u32)) -> Option<&str> {
         let s = self.providers.get(provider)?;
         broken_before(&s.masked_receives_broken, &s.masked_receives_fixed_in, version)
+    }
+
+    /// Why peeks (`FI_PEEK`) on `provider` cannot be used with the running
+    /// libfabric, if they cannot.
+    pub fn peek_broken(&self, provider: &str) -> Option<&str> {
+        self.peek_broken_in(provider, crate::ffi::runtime_version())
+    }
+
+    /// [`LadderConfig::peek_broken`] for libfabric `version`.
+    pub fn peek_broken_in(&self, provider: &str, version: (u32, u32)) -> Option<&str> {
+        let s = self.providers.get(provider)?;
+        broken_before(&s.peek_broken, &s.peek_fixed_in, version)
     }
 
     /// Environment tunables for `provider`.

@@ -465,6 +465,7 @@ fn open(req: &Requirements, cfg: &LadderConfig, attempt: &Attempt, prepared: &Pr
         cfg.trust_source(&granted.provider),
     );
     profile.tag_mask_defect = cfg.masked_receives_broken(&granted.provider).map(str::to_owned);
+    profile.peek_defect = cfg.peek_broken(&granted.provider).map(str::to_owned);
     if req.wants_atomics() && profile.atomic_carrier(AtomicKind::FetchAdd).is_none() {
         return Err(Error::Unsupported {
             what: format!(

@@ -119,6 +119,11 @@ pub struct Profile {
     /// masked one.
     #[serde(default)]
     pub tag_mask_defect: Option<String>,
+    /// Why a peek (`FI_PEEK`, and so the World's probe) cannot be used on
+    /// this provider and libfabric (`peek_broken` in providers.toml);
+    /// `None` where it can.
+    #[serde(default)]
+    pub peek_defect: Option<String>,
     /// What fabric-msg works around on this provider ([`Quirks`]).
     #[serde(default)]
     pub quirks: Quirks,
@@ -275,6 +280,7 @@ impl Profile {
             framed,
             source: trust_source && info.caps & crate::ffi::FI_SOURCE != 0,
             tag_mask_defect: None,
+            peek_defect: None,
             quirks: Quirks::of(&info.provider),
             iov_limit: info.iov_limit,
             rma_iov_limit: info.rma_iov_limit,

@@ -167,6 +167,19 @@ impl RawEndpoint {
         unsafe { ffi::fi_recvmsg(self.0, msg, flags) }
     }
 
+    /// `fi_trecvmsg` (a peek, `FI_PEEK`, or the receive of a message a
+    /// peek claimed, `FI_CLAIM`).
+    ///
+    /// # Safety
+    /// As for [`RawEndpoint::recv`], for what `msg` describes; `msg` itself
+    /// is read during the call only. With `FI_CLAIM`, `msg.context` is the
+    /// context the claiming peek was posted with.
+    #[inline]
+    pub(crate) unsafe fn trecvmsg(self, msg: &ffi::fi_msg_tagged, flags: u64) -> isize {
+        // SAFETY: the caller's promises are this call's requirements.
+        unsafe { ffi::fi_trecvmsg(self.0, msg, flags) }
+    }
+
     /// `fi_readmsg`: read the peer's memory `msg` describes into local memory.
     ///
     /// # Safety

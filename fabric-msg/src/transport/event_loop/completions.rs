@@ -241,6 +241,7 @@ impl EventLoop {
             Role::MultiRecv => self.complete_multi(index, e, source),
             Role::Part(group) => self.finish_part(index, group, Ok(())),
             Role::Whole | Role::FetchingAtomic => self.complete_whole(index, e, source, remote_write),
+            Role::Peek => self.complete_peek(index, e, source),
         }
     }
 
@@ -322,6 +323,7 @@ impl EventLoop {
             multi: borrowed_len,
             slot: None,
             finishes: false,
+            peeked: None,
         });
     }
 

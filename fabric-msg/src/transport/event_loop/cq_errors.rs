@@ -39,6 +39,17 @@ impl EventLoop {
             return Ok(());
         }
         let code = err.err.unsigned_abs();
+        if self.slab.slots[index as usize].role == slab::Role::Peek {
+            // FI_ENOMSG: no waiting message matched, which a peek reports
+            // as having found nothing (peek.rs).
+            let result = if code == ffi::FI_ENOMSG {
+                Ok(())
+            } else {
+                Err(self.failure_of(index, &full, code))
+            };
+            self.peek_ended(index, result);
+            return Ok(());
+        }
         let internal = self.slab.slots[index as usize].role.internal();
         if internal != slab::Internal::No {
             let failure = if code == ffi::FI_ETRUNC {

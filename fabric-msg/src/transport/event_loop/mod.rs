@@ -69,6 +69,7 @@ mod loss_handling;
 mod lost_peers;
 mod multi_recv;
 mod overflow;
+mod peek;
 mod post;
 mod resources;
 pub mod rma;
@@ -124,8 +125,8 @@ pub(crate) fn fuzz_header_seeds() -> Vec<Vec<u8>> {
 pub use state::EventLoop;
 pub use stats::{LoopStats, PeerStats, Traffic};
 pub use types::{
-    Completion, CompletionError, EndpointId, LoopConfig, OpKind, Peer, PostError, ProgressThread, RecvOpts,
-    SendOpts, Token, WaitMode,
+    Completion, CompletionError, EndpointId, LoopConfig, OpKind, Peeked, Peer, PostError, ProgressThread,
+    RecvOpts, SendOpts, Token, WaitMode,
 };
 
 #[cfg(test)]

@@ -116,6 +116,7 @@ impl EventLoop {
             multi: piece,
             slot: Some((index, generation)),
             finishes: last,
+            peeked: None,
         });
     }
 }

@@ -93,6 +93,8 @@ pub(super) enum Role {
     AmReply,
     /// The loop's own send of a request or a reply.
     AmSend,
+    /// A peek (`FI_PEEK`, `peek.rs`).
+    Peek,
 }
 
 impl Role {

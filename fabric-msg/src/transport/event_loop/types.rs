@@ -102,6 +102,18 @@ pub enum OpKind {
     /// ([`Peer::is_lost_in`]). Its operations then complete with the same
     /// error, and later posts to it fail with [`Error::PeerLost`].
     PeerLost,
+    /// A look at the messages waiting for a receive
+    /// ([`EventLoop::peek`](super::EventLoop::peek)): what it found is in
+    /// [`Completion::peeked`] (`None`: no message matched).
+    Peek,
+}
+
+/// What a peek found: a message waiting to be received.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Peeked {
+    /// The message's length in bytes: a receive of at least this many
+    /// takes it whole.
+    pub len: usize,
 }
 
 /// How `poll` waits when nothing is ready (`transport/event_loop/idle.rs`).
@@ -428,6 +440,8 @@ pub struct Completion {
     /// The completion that ends a multi-receive buffer: `poll` releases
     /// the slot and attaches the buffer when it hands this one out.
     pub(crate) finishes: bool,
+    /// What a peek ([`OpKind::Peek`]) found; `None` for every other kind.
+    pub peeked: Option<Peeked>,
 }
 
 impl Completion {
@@ -452,6 +466,7 @@ impl Completion {
             multi: None,
             slot: None,
             finishes: false,
+            peeked: None,
         }
     }
 }
