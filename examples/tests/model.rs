@@ -4,9 +4,11 @@
 //! requests; `wait_any` over a mixed set; a too-small receive; the limit on
 //! live communicators) under `mpirun` (5 ranks on one node, on shm; 4 ranks
 //! on two pretend nodes, on TCP with shm pairs) and through the rendezvous
-//! (3 ranks). `slurm.rs` runs it under `srun`. On an all-shm World on
-//! libfabric before 1.19 it skips its any-source receives, saying so
-//! (docs/world.md, "Known gap"); the two-node run has them on 1.17.
+//! (3 ranks), and with 4 ranks off shm (tcp;ofi_rxm). `slurm.rs` runs it
+//! under `srun`. On an all-shm World on libfabric before 1.19 it skips its
+//! any-source receives and its probes, saying so (docs/world.md, "Known
+//! gap"); the two-node run has the any-source receives on 1.17, the run
+//! off shm the probes.
 
 mod support;
 
@@ -66,6 +68,17 @@ fn model_check_under_mpirun_on_two_pretend_nodes() {
     let child = cmd.spawn().expect("mpirun (ci/setup.sh installs openmpi-bin)");
     let e = wait_all(vec![child], Instant::now(), DEADLINE);
     assert_passed(&e, 4);
+}
+
+/// Off shm (`FABRIC_MSG_SHM=0`: tcp;ofi_rxm between the ranks), where
+/// libfabric 1.17 can peek: the probes run, none skipped.
+#[test]
+fn model_check_with_probes_off_shm() {
+    let e = wait_all(vec![mpirun(CHECK, 4, false, &[])], Instant::now(), DEADLINE);
+    assert_passed(&e, 4);
+    for x in &e {
+        assert!(!x.stderr.contains("SKIPPED probes"), "{}", x.stderr);
+    }
 }
 
 #[test]

@@ -143,7 +143,9 @@ pub use transport::event_loop::{
 pub use transport::liveness::LossKind;
 pub use world::collectives::{CombineFn, Element, Op, Reduction};
 pub use world::symmetric::Symmetric;
-pub use world::{Comm, CommView, RankStats, Request, Status, World, WorldConfig, WorldStats};
+pub use world::{
+    Comm, CommView, Envelope, Matched, RankStats, Request, Status, World, WorldConfig, WorldStats,
+};
 
 /// What most programs name, in one import: `use fabric_msg::prelude::*;`.
 ///

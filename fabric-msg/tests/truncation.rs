@@ -170,9 +170,9 @@ fn run(provider: &str) {
                 // that thread ends (and the channel closes) at end of file.
                 match rx.recv_timeout(Duration::from_secs(10)) {
                     Ok(l) => return l,
-                    Err(_) => panic!(
-                        "{provider}: the receiver ended with {status} (crashed inside libfabric?)"
-                    ),
+                    Err(_) => {
+                        panic!("{provider}: the receiver ended with {status} (crashed inside libfabric?)")
+                    }
                 }
             }
             if t.elapsed() > TIMEOUT {

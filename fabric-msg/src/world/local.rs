@@ -237,6 +237,24 @@ impl Local {
         Ok(())
     }
 
+    /// The World tag and length of the oldest left-over message that a
+    /// receive matching `want` would take (a probe's look here).
+    pub(crate) fn peek_kept(&self, want: (u64, u64)) -> Option<(u64, usize)> {
+        let (tag, ignore) = want;
+        let c = self.unclaimed.iter().find(|c| c.tag & !ignore == tag & !ignore)?;
+        let len = match (&c.result, &c.buffer) {
+            (Ok(()), Some(b)) => b.len(),
+            (
+                Err(CompletionError::Truncated {
+                    message_len: Some(n), ..
+                }),
+                _,
+            ) => *n,
+            _ => 0,
+        };
+        Some((c.tag, len))
+    }
+
     fn give_spare(&mut self, b: Buffer) {
         if self.spares.len() < 64 {
             self.spares.push(b);

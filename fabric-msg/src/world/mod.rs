@@ -55,6 +55,7 @@ mod more_collectives;
 mod placement;
 mod pmix;
 mod point_to_point;
+mod probe;
 mod rendezvous;
 mod request;
 mod same_node;
@@ -68,6 +69,7 @@ mod whole_world;
 
 pub use comm::{Comm, CommView};
 pub use config::WorldConfig;
+pub use probe::{Envelope, Matched};
 pub use request::{Request, Status};
 pub use state::World;
 pub use stats::{RankStats, WorldStats};

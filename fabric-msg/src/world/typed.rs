@@ -176,8 +176,19 @@ impl CommView<'_> {
         bytes: usize,
         take: impl FnOnce(&[u8], u32, u32) -> Result<R>,
     ) -> Result<R> {
-        let scope = self.scope();
         let ticket = self.post_recv(what, from, tag, bytes)?;
+        self.take_received(what, ticket, take)
+    }
+
+    /// Wait for the receive `ticket` and turn what arrived into the
+    /// result with `take`; the pool's buffer goes back either way.
+    pub(super) fn take_received<R>(
+        &mut self,
+        what: &'static str,
+        ticket: Ticket,
+        take: impl FnOnce(&[u8], u32, u32) -> Result<R>,
+    ) -> Result<R> {
+        let scope = self.scope();
         let mut c = self.world.wait_ticket(ticket)?;
         let buffer = c.buffer.take();
         let source = scope.rank_of(tags::source_of(c.tag)).unwrap_or(u32::MAX);
@@ -214,7 +225,7 @@ impl CommView<'_> {
     }
 
     /// Post a receive of up to `bytes` bytes under a new ticket.
-    fn post_recv(
+    pub(super) fn post_recv(
         &mut self,
         what: &'static str,
         from: Option<u32>,

@@ -4,6 +4,7 @@
 //! `world.on(&comm).allreduce(..)` with the same arguments.
 
 use super::collectives::ops::{Element, Reduction};
+use super::probe::{Envelope, Matched};
 use super::request::{Request, Status};
 use super::World;
 use crate::error::Result;
@@ -64,4 +65,11 @@ on_the_whole_world! {
     fn irecv<T: Element>(&mut self, from: Option<u32>, tag: Option<u32>, buf: Vec<T>) -> Result<Request<T>>;
     fn send_value<V: Serialize>(&mut self, to: u32, tag: u32, value: &V) -> Result<()>;
     fn recv_value<V: DeserializeOwned>(&mut self, from: Option<u32>, tag: Option<u32>) -> Result<(V, Status)>;
+    fn iprobe(&mut self, from: Option<u32>, tag: Option<u32>) -> Result<Option<Envelope>>;
+    fn probe(&mut self, from: Option<u32>, tag: Option<u32>) -> Result<Envelope>;
+    fn improbe(&mut self, from: Option<u32>, tag: Option<u32>) -> Result<Option<Matched>>;
+    fn mprobe(&mut self, from: Option<u32>, tag: Option<u32>) -> Result<Matched>;
+    fn mrecv<T: Element>(&mut self, m: Matched) -> Result<Vec<T>>;
+    fn mrecv_into<T: Element>(&mut self, m: Matched, data: &mut [T]) -> Result<Status>;
+    fn mrecv_value<V: DeserializeOwned>(&mut self, m: Matched) -> Result<V>;
 }
