@@ -7,7 +7,7 @@ use crate::discovery::classify::FabricKind;
 use crate::discovery::negotiate::{negotiate, EndpointChoice, Requirements};
 
 use super::agree::{decide, Choice, ChosenRung};
-use super::collectives::engine::Engine;
+use super::collectives::engine::{Engine, MAIN, SHM};
 use super::collectives::scope::ContextPool;
 use super::launch::Launcher;
 use super::liveness::Liveness;
@@ -78,7 +78,8 @@ impl World {
         };
 
         // Round 2: every rank's endpoint name and profile, or why it has none.
-        let opened = profile.and_then(|p| {
+        let mut coll = Engine::new(Idler::new(&loop_config));
+        let mut opened = profile.and_then(|p| {
             let mut ev = EventLoop::new(&p, loop_config.clone())?;
             // The collectives' classes are the World's alone (event_loop()
             // hands this loop to the application).
@@ -87,6 +88,16 @@ impl World {
             let name = ev.endpoint_name(ep)?;
             Ok((ev, ep, name))
         });
+        // The failure notices' receive, before the address is published
+        // (Engine::listen_early says why); a rank that cannot post it says
+        // so in its address, for every rank to report.
+        if size > 1 {
+            if let Ok((ev, ep, _)) = opened.as_mut() {
+                if let Err(e) = coll.listen_early(ev, *ep, MAIN) {
+                    opened = Err(e);
+                }
+            }
+        }
         phase("loop opened");
         let main = match &opened {
             Ok((ev, _, name)) => Ok((name.clone(), ev.wire_profile())),
@@ -98,6 +109,10 @@ impl World {
         let shm = match not_wanted {
             Some(why) => Err(why),
             None => super::local::open(&req, &ladder, loop_config.clone())
+                .and_then(|(mut lev, lep, name)| {
+                    coll.listen_early(&mut lev, lep, SHM)?;
+                    Ok((lev, lep, name))
+                })
                 .map_err(|e| format!("cannot open shm: {e}")),
         };
         phase("shm loop opened");
@@ -171,7 +186,7 @@ impl World {
             report: decision.why,
             finish_timeout: cfg.finish_timeout,
             finished: false,
-            coll: Engine::new(Idler::new(&loop_config)),
+            coll,
             contexts: Arc::new(ContextPool::new()),
             msgs: Default::default(),
         };
