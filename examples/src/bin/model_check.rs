@@ -10,7 +10,7 @@
 //! srun --mpi=pmix -n 3 model_check
 //! ```
 
-use fabric_msg::{Comm, Error, Op, World};
+use fabric_msg::{Access, Atomic, Comm, Error, Op, World};
 use serde::{Deserialize, Serialize};
 use std::process::ExitCode;
 
@@ -324,6 +324,7 @@ fn run(world: &mut World, t: &mut Tally) -> fabric_msg::Result<()> {
         t.expect("a dropped any-source receive takes nothing", one, [98]);
     }
     probes(world, [(&dup, "dup"), (&half, "parity")], t)?;
+    one_sided(world, t)?;
     // A wrong element type: a clear error.
     world.send(next, 13, &[1u8, 2, 3])?;
     let mut wide = [0u64; 4];
@@ -438,6 +439,59 @@ fn probes(world: &mut World, comms: [(&Comm, &str); 2], t: &mut Tally) -> fabric
         world.wait_all(sends)?;
     }
     Ok(())
+}
+
+/// Put, get and atomics on symmetric memory through requests, a dropped
+/// put made visible by `flush`, `load`/`store` of one's own part, and an
+/// out-of-bounds put refused; every value checked.
+fn one_sided(world: &mut World, t: &mut Tally) -> fabric_msg::Result<()> {
+    let (rank, size) = (world.rank(), world.size());
+    let (right, left) = ((rank + 1) % size, (rank + size - 1) % size);
+    let values = |r: u32| -> Vec<f64> { (0..16).map(|i| f64::from(r) * 100.0 + f64::from(i)).collect() };
+    let mem = world.alloc_symmetric(4096, Access::ReadWrite)?;
+    mem.store(3072, &[rank; 4])?;
+    let put = world.put(right, &mem, 0, &values(rank))?;
+    let add = world.fetch_atomic(0, Atomic::FetchAdd(u64::from(rank) + 1), &mem, 1024)?;
+    t.expect("a put's result is empty", world.wait(put)?, Vec::<f64>::new());
+    let old = world.wait(add)?;
+    let total = u64::from(size) * u64::from(size + 1) / 2;
+    t.expect(
+        "fetch_atomic gives one old value, below the total",
+        old.len() == 1 && old[0] < total,
+        true,
+    );
+    // A dropped request's put still lands; flush waits for it.
+    drop(world.put(right, &mem, 2048, &[rank + 7])?);
+    world.flush(right)?;
+    world.barrier()?;
+    let mut got = [0.0f64; 16];
+    mem.load(0, &mut got)?;
+    t.expect("put from the left", got.to_vec(), values(left));
+    let mut dropped = [0u32];
+    mem.load(2048, &mut dropped)?;
+    t.expect("a dropped put, flushed", dropped, [left + 7]);
+    let mine = world.get::<f64>(right, &mem, 0, 16)?;
+    let theirs = world.get::<u32>(right, &mem, 3072, 4)?;
+    let counter = world.get::<u64>(0, &mem, 1024, 1)?;
+    t.expect("get what this rank put", world.wait(mine)?, values(rank));
+    t.expect("get what the target stored", world.wait(theirs)?, vec![right; 4]);
+    t.expect(
+        "every rank's atomic applied once",
+        world.wait(counter)?,
+        vec![total],
+    );
+    match world.put(right, &mem, 4090, &[0u64; 2]) {
+        Err(Error::OutOfBounds {
+            offset, len, size, ..
+        }) => t.expect(
+            "an out-of-bounds put says where",
+            (offset, len, size),
+            (4090, 16, 4096),
+        ),
+        other => t.failed.push(format!("a put past the end: {other:?}")),
+    }
+    world.barrier()?;
+    world.free_symmetric(mem).map_err(|(_, e)| e)
 }
 
 fn trace(rank: u32, what: &str) {

@@ -168,6 +168,13 @@ impl Messages {
             .is_some_and(|s| s.generation == t.generation && matches!(s.state, State::Done(_)))
     }
 
+    /// Whether `t` was posted and has not completed yet.
+    pub(crate) fn in_flight(&self, t: Ticket) -> bool {
+        self.slots
+            .get(t.slot as usize)
+            .is_some_and(|s| s.generation == t.generation && matches!(s.state, State::Pending { .. }))
+    }
+
     /// `t`'s completion, once it came; the slot is free again.
     pub(crate) fn take(&mut self, t: Ticket) -> Option<Completion> {
         let s = self.slot(t)?;

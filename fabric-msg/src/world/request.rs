@@ -67,6 +67,18 @@ pub(crate) enum Of<T: Element> {
         /// Where the ticket goes if the request is dropped unwaited.
         abandoned: Abandoned,
     },
+    /// A one-sided operation on symmetric memory (`one_sided.rs`).
+    OneSided {
+        ticket: Ticket,
+        /// The registered memory a put wrote from or a get reads into,
+        /// kept for reuse once the operation is done.
+        scratch: Option<crate::memory::mr::MemoryRegion>,
+        /// Elements a get brings (1 for an atomic, 0 for a put).
+        count: usize,
+        /// The target rank.
+        rank: u32,
+        abandoned: Abandoned,
+    },
     /// Waited for already.
     Finished,
 }
@@ -89,11 +101,14 @@ impl<T: Element> Request<T> {
 
 impl<T: Element> Drop for Request<T> {
     fn drop(&mut self) {
-        if let Of::Message {
-            ticket, abandoned, ..
-        } = &self.of
-        {
-            abandoned.lock().push(*ticket);
+        match &self.of {
+            Of::Message {
+                ticket, abandoned, ..
+            }
+            | Of::OneSided {
+                ticket, abandoned, ..
+            } => abandoned.lock().push(*ticket),
+            _ => {}
         }
     }
 }
@@ -219,7 +234,7 @@ impl World {
     fn finished<T: Element>(&self, req: &Request<T>) -> bool {
         match &req.of {
             Of::Run { id, outcome, .. } => outcome.lock().is_some() || !self.coll.running(*id),
-            Of::Message { ticket, .. } => self.msgs.is_done(*ticket),
+            Of::Message { ticket, .. } | Of::OneSided { ticket, .. } => self.msgs.is_done(*ticket),
             Of::Finished => true,
         }
     }
@@ -267,6 +282,16 @@ impl World {
                     return None;
                 };
                 Some(self.message_result(req.what, c, into, &scope))
+            }
+            Of::OneSided { ticket, .. } => {
+                let c = self.msgs.take(*ticket)?;
+                let Of::OneSided {
+                    scratch, count, rank, ..
+                } = std::mem::replace(&mut req.of, Of::Finished)
+                else {
+                    return None;
+                };
+                Some(self.one_sided_result(req.what, c, scratch, count, rank))
             }
             Of::Finished => Some(Err(Error::Usage(format!(
                 "{}: this request was waited for already",

@@ -189,6 +189,7 @@ impl World {
             coll,
             contexts: Arc::new(ContextPool::new()),
             msgs: Default::default(),
+            one_sided: Default::default(),
         };
         let (engine, mut io) = world.engine_io();
         engine.listen(&mut io)?;

@@ -46,6 +46,8 @@ pub struct World {
     pub(super) contexts: Arc<ContextPool>,
     /// Typed messages in flight (`messages.rs`).
     pub(super) msgs: Messages,
+    /// One-sided operations' scratch memory and what is in flight (`one_sided.rs`).
+    pub(super) one_sided: super::scratch::OneSided,
 }
 
 impl World {

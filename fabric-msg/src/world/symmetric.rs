@@ -216,7 +216,20 @@ impl World {
         offset: u64,
         token: Token,
     ) -> Result<()> {
-        self.one_sided(mem, rank, token, |ev, peer, remote| {
+        super::point_to_point::check_token(token)?;
+        self.post_write(rank, local, mem, offset, token)
+    }
+
+    /// [`World::write`] with any token (the World's own too).
+    pub(super) fn post_write(
+        &mut self,
+        rank: u32,
+        local: Local<'_>,
+        mem: &Symmetric,
+        offset: u64,
+        token: Token,
+    ) -> Result<()> {
+        self.one_sided(mem, rank, |ev, peer, remote| {
             ev.write(peer, local, remote, offset, token)
         })
     }
@@ -231,7 +244,20 @@ impl World {
         offset: u64,
         token: Token,
     ) -> Result<()> {
-        self.one_sided(mem, rank, token, |ev, peer, remote| {
+        super::point_to_point::check_token(token)?;
+        self.post_read(rank, local, mem, offset, token)
+    }
+
+    /// [`World::read`] with any token (the World's own too).
+    pub(super) fn post_read(
+        &mut self,
+        rank: u32,
+        local: Local<'_>,
+        mem: &Symmetric,
+        offset: u64,
+        token: Token,
+    ) -> Result<()> {
+        self.one_sided(mem, rank, |ev, peer, remote| {
             ev.read(peer, local, remote, offset, token)
         })
     }
@@ -246,7 +272,20 @@ impl World {
         offset: u64,
         token: Token,
     ) -> Result<()> {
-        self.one_sided(mem, rank, token, |ev, peer, remote| {
+        super::point_to_point::check_token(token)?;
+        self.post_atomic(rank, op, mem, offset, token)
+    }
+
+    /// [`World::atomic`] with any token (the World's own too).
+    pub(super) fn post_atomic(
+        &mut self,
+        rank: u32,
+        op: Atomic,
+        mem: &Symmetric,
+        offset: u64,
+        token: Token,
+    ) -> Result<()> {
+        self.one_sided(mem, rank, |ev, peer, remote| {
             ev.atomic(peer, op, remote, offset, token)
         })
     }
@@ -257,18 +296,16 @@ impl World {
         &mut self,
         mem: &Symmetric,
         rank: u32,
-        token: Token,
         post: impl FnOnce(&mut EventLoop, &Peer, &RemoteMemory) -> Result<()>,
     ) -> Result<()> {
         let _call = self.live.call();
-        let remote = self.part(mem, rank, token)?;
+        let remote = self.part(mem, rank)?;
         let r = post(&mut self.ev, &self.peers[rank as usize], remote);
         r.map_err(|e| self.live.first_lost().map_or(e, |r| self.lost(r)))
     }
 
-    fn part<'m>(&self, mem: &'m Symmetric, rank: u32, token: Token) -> Result<&'m RemoteMemory> {
+    fn part<'m>(&self, mem: &'m Symmetric, rank: u32) -> Result<&'m RemoteMemory> {
         self.check_rank(rank)?;
-        super::point_to_point::check_token(token)?;
         if mem.parts.len() != self.size() as usize {
             return Err(Error::Usage(format!(
                 "symmetric memory of a world of {} ranks used in one of {}",

@@ -101,6 +101,12 @@ impl EventLoop {
         self.register_owned(len, access, true)
     }
 
+    /// Register `len` zeroed bytes for this side's use only (the local
+    /// side of one-sided operations): no peer gets a key to them.
+    pub(crate) fn register_local(&mut self, len: usize) -> Result<MemoryRegion> {
+        self.register_owned(len, Access::ReadWrite, false)
+    }
+
     fn register_owned(&mut self, len: usize, access: Access, exposed: bool) -> Result<MemoryRegion> {
         let (ptr, layout) = mr::allocate(len)?;
         let bind = self.bind_target();

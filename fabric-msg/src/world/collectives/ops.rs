@@ -166,6 +166,21 @@ mod sealed {
     }
 }
 
+/// The bytes of `s`, in place.
+pub(crate) fn bytes_of<T: Element>(s: &[T]) -> &[u8] {
+    // SAFETY: `T` is a primitive number (Element is sealed to them): no
+    // padding, every byte initialised; the slice covers exactly the
+    // elements' memory, borrowed shared for as long as `s` is.
+    unsafe { std::slice::from_raw_parts(s.as_ptr().cast::<u8>(), std::mem::size_of_val(s)) }
+}
+
+/// The bytes of `s`, in place, to write into.
+pub(crate) fn bytes_of_mut<T: Element>(s: &mut [T]) -> &mut [u8] {
+    // SAFETY: as in `bytes_of`, borrowed exclusively; every bit pattern is
+    // a valid primitive number, so any bytes written leave valid elements.
+    unsafe { std::slice::from_raw_parts_mut(s.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(s)) }
+}
+
 /// A type collectives can carry and reduce: `i8`..`i64`, `u8`..`u64`, `f32`
 /// and `f64`. Sealed: other types cannot implement it.
 pub trait Element: sealed::Sealed + PartialEq + fmt::Debug {}
