@@ -23,6 +23,26 @@ struct Report {
     ratio: Option<f64>,
 }
 
+/// A struct of the application's, reduced by its own function.
+#[derive(Debug, Clone, Copy, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
+#[repr(C)]
+struct MinLoc {
+    value: f64,
+    rank: u32,
+    slot: u32,
+}
+
+impl MinLoc {
+    /// The smaller value; of equal ones, the lower rank's.
+    fn min(self, other: MinLoc) -> MinLoc {
+        if (other.value, other.rank) < (self.value, self.rank) {
+            other
+        } else {
+            self
+        }
+    }
+}
+
 /// Rank `w`'s `i`th input element.
 fn input(w: u32, i: usize) -> i64 {
     (w as i64 + 1) * 1000 + i as i64 * 7 - 3
@@ -128,6 +148,33 @@ fn collectives(world: &mut World, comm: &Comm, name: &str, t: &mut Tally) -> fab
         .map(|i| all[..r as usize].iter().map(|v| v[i]).sum())
         .collect();
     t.expect(&format!("{name}: exscan"), ex, (r > 0).then_some(before));
+    // The application's own struct, combined by its own function: the
+    // smallest value of each slot with the lowest rank that has it.
+    let loc = |w: u32, i: usize| MinLoc {
+        value: ((input(w, i) * 37) % 11) as f64,
+        rank: w,
+        slot: i as u32,
+    };
+    let mut v: Vec<MinLoc> = (0..len).map(|i| loc(me, i)).collect();
+    let want: Vec<MinLoc> = (0..len)
+        .map(|i| {
+            members
+                .iter()
+                .map(|&w| loc(w, i))
+                .fold(loc(members[0], i), |a, b| a.min(b))
+        })
+        .collect();
+    world
+        .on(comm)
+        .allreduce_with(&mut v, |a: &mut MinLoc, b: &MinLoc| *a = a.min(*b))?;
+    t.expect(&format!("{name}: allreduce_with MinLoc"), &v, &want);
+    let mut v: Vec<MinLoc> = (0..len).map(|i| loc(me, i)).collect();
+    world
+        .on(comm)
+        .reduce_with(n - 1, &mut v, |a: &mut MinLoc, b: &MinLoc| *a = a.min(*b))?;
+    if r == n - 1 {
+        t.expect(&format!("{name}: reduce_with MinLoc"), &v, &want);
+    }
     world.on(comm).barrier()?;
     Ok(())
 }

@@ -64,6 +64,7 @@ mod scratch;
 mod startup;
 mod state;
 mod stats;
+mod struct_reductions;
 pub mod symmetric;
 mod tags;
 mod typed;

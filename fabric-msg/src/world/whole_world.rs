@@ -8,6 +8,7 @@ use super::probe::{Envelope, Matched};
 use super::request::{Request, Status};
 use super::World;
 use crate::error::Result;
+use bytemuck::Pod;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -65,6 +66,8 @@ on_the_whole_world! {
     fn irecv<T: Element>(&mut self, from: Option<u32>, tag: Option<u32>, buf: Vec<T>) -> Result<Request<T>>;
     fn send_value<V: Serialize>(&mut self, to: u32, tag: u32, value: &V) -> Result<()>;
     fn recv_value<V: DeserializeOwned>(&mut self, from: Option<u32>, tag: Option<u32>) -> Result<(V, Status)>;
+    fn allreduce_with<S: Pod>(&mut self, data: &mut [S], f: impl Fn(&mut S, &S) + Send + Sync + 'static) -> Result<()>;
+    fn reduce_with<S: Pod>(&mut self, root: u32, data: &mut [S], f: impl Fn(&mut S, &S) + Send + Sync + 'static) -> Result<()>;
     fn iprobe(&mut self, from: Option<u32>, tag: Option<u32>) -> Result<Option<Envelope>>;
     fn probe(&mut self, from: Option<u32>, tag: Option<u32>) -> Result<Envelope>;
     fn improbe(&mut self, from: Option<u32>, tag: Option<u32>) -> Result<Option<Matched>>;
