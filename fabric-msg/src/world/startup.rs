@@ -7,7 +7,7 @@ use crate::discovery::classify::FabricKind;
 use crate::discovery::negotiate::{negotiate, EndpointChoice, Requirements};
 
 use super::agree::{decide, Choice, ChosenRung};
-use super::collectives::engine::{Engine, MAIN, SHM};
+use super::collectives::engine::Engine;
 use super::collectives::scope::ContextPool;
 use super::launch::Launcher;
 use super::liveness::Liveness;
@@ -78,8 +78,7 @@ impl World {
         };
 
         // Round 2: every rank's endpoint name and profile, or why it has none.
-        let mut coll = Engine::new(Idler::new(&loop_config));
-        let mut opened = profile.and_then(|p| {
+        let opened = profile.and_then(|p| {
             let mut ev = EventLoop::new(&p, loop_config.clone())?;
             // The collectives' classes are the World's alone (event_loop()
             // hands this loop to the application).
@@ -88,16 +87,6 @@ impl World {
             let name = ev.endpoint_name(ep)?;
             Ok((ev, ep, name))
         });
-        // The failure notices' receive, before the address is published
-        // (Engine::listen_early says why); a rank that cannot post it says
-        // so in its address, for every rank to report.
-        if size > 1 {
-            if let Ok((ev, ep, _)) = opened.as_mut() {
-                if let Err(e) = coll.listen_early(ev, *ep, MAIN) {
-                    opened = Err(e);
-                }
-            }
-        }
         phase("loop opened");
         let main = match &opened {
             Ok((ev, _, name)) => Ok((name.clone(), ev.wire_profile())),
@@ -109,10 +98,6 @@ impl World {
         let shm = match not_wanted {
             Some(why) => Err(why),
             None => super::local::open(&req, &ladder, loop_config.clone())
-                .and_then(|(mut lev, lep, name)| {
-                    coll.listen_early(&mut lev, lep, SHM)?;
-                    Ok((lev, lep, name))
-                })
                 .map_err(|e| format!("cannot open shm: {e}")),
         };
         phase("shm loop opened");
@@ -173,7 +158,6 @@ impl World {
         if let Some(l) = shm.as_mut() {
             l.ev.give_up_when(live.flag());
         }
-        launcher.watch(live.clone())?;
         let mut world = World {
             ev,
             ep,
@@ -186,13 +170,27 @@ impl World {
             report: decision.why,
             finish_timeout: cfg.finish_timeout,
             finished: false,
-            coll,
+            coll: Engine::new(Idler::new(&loop_config)),
             contexts: Arc::new(ContextPool::new()),
             msgs: Default::default(),
             one_sided: Default::default(),
         };
         let (engine, mut io) = world.engine_io();
         engine.listen(&mut io)?;
+        // Round 3, empty: every rank is wired (peers in its AV, its
+        // failure notices' receive posted) before any rank starts a
+        // collective. Without it a rank still wiring could get a notice
+        // before its receive (libfabric 1.17's shm then let the masked
+        // receive miss it) or before the sender was in its AV (its source
+        // unknown, the notice dropped as forged): 1 in about 40 runs of
+        // `collectives_check --bad-op` left rank 0 waiting for 10 s.
+        // Before the launcher's connections become liveness's (the
+        // rendezvous watches over the same sockets).
+        world
+            .launcher
+            .allgather("fabric-msg.wired", &[], cfg.start_timeout)?;
+        phase("wired");
+        world.launcher.watch(world.live.clone())?;
         Ok(world)
     }
 }

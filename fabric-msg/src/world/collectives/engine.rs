@@ -30,14 +30,14 @@ use super::scope::Scope;
 use crate::error::{Error, Result};
 use crate::memory::buffer::Buffer;
 use crate::transport::event_loop::idle::{Idler, Pause};
-use crate::transport::event_loop::{Completion, EndpointId, EventLoop, RecvOpts};
+use crate::transport::event_loop::{Completion, RecvOpts};
 use crate::transport::liveness::LOSS_GRACE;
 use crate::world::tags;
 use std::time::{Duration, Instant};
 
 /// The notice receive's index on the main loop, and on the shm loop.
-pub(crate) const MAIN: u32 = 0;
-pub(crate) const SHM: u32 = 1;
+const MAIN: u32 = 0;
+const SHM: u32 = 1;
 
 /// A failure another rank told of.
 #[derive(Debug)]
@@ -129,28 +129,6 @@ impl Engine {
             orphans: Vec::new(),
             spares: Vec::new(),
         }
-    }
-
-    /// Post the receive for failure notices on loop `ev`'s endpoint `ep`,
-    /// as lane `lane` (`MAIN` or `SHM`), before the World is wired: the
-    /// World does it before it publishes its address, so no notice can
-    /// arrive before its receive. On libfabric 1.17's shm a masked receive
-    /// posted after its message arrived can miss it (`Profile::tag_mask_defect`);
-    /// a rank still starting while the others failed their first
-    /// collective then missed the failure notice and was left waiting.
-    pub(crate) fn listen_early(&mut self, ev: &mut EventLoop, ep: EndpointId, lane: u32) -> Result<()> {
-        let opts = RecvOpts {
-            tag: Some(tags::notice_matcher()),
-            from: None,
-        };
-        ev.as_world().recv(
-            ep,
-            Buffer::new(NOTICE_MAX),
-            opts,
-            token(Kind::NoticeRecv, 0, lane),
-        )?;
-        self.notice_posted = true;
-        Ok(())
     }
 
     /// Post the receive for failure notices (once; not in a world of one).
