@@ -17,13 +17,10 @@
 //!        is then skipped, loudly)
 //!        symmetric_check --mismatch      the last rank asks for 8 bytes more
 
-use fabric_msg::{Access, Atomic, AtomicKind, Capability, Symmetric, Token, World, WorldConfig};
-use std::collections::HashMap;
+use fabric_msg::{Access, Atomic, AtomicKind, Capability, Symmetric, World, WorldConfig};
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-/// How long a batch of operations may take before the check gives up.
-const PATIENCE: Duration = Duration::from_secs(60);
 /// Operations of one kind in flight at once.
 const WINDOW: usize = 32;
 
@@ -67,39 +64,9 @@ fn pattern(from: u32, to: u32, i: usize) -> u8 {
     (from as usize * 131 + to as usize * 29 + i * 7 + (i >> 8)) as u8
 }
 
-/// Wait for the completions of `tokens`, returning fetched values by token.
-fn complete(world: &mut World, tokens: &[Token]) -> Result<HashMap<u64, Option<u64>>, String> {
-    let mut left: HashMap<u64, ()> = tokens.iter().map(|t| (t.0, ())).collect();
-    let mut values = HashMap::new();
-    let deadline = Instant::now() + PATIENCE;
-    let mut batch = Vec::new();
-    while !left.is_empty() {
-        if Instant::now() > deadline {
-            return Err(format!(
-                "{} operations not complete after {PATIENCE:?}",
-                left.len()
-            ));
-        }
-        world
-            .poll(&mut batch, Some(Duration::from_millis(100)))
-            .map_err(|e| e.to_string())?;
-        for c in batch.drain(..) {
-            if left.remove(&c.token.0).is_none() {
-                return Err(format!("unexpected completion {:?}", c.token));
-            }
-            if let Err(e) = c.result {
-                return Err(format!("operation {:#x} failed: {e}", c.token.0));
-            }
-            values.insert(c.token.0, c.value);
-        }
-    }
-    Ok(values)
-}
-
 fn check(world: &mut World, o: &Opts) -> Result<(usize, Vec<String>), String> {
     let (me, size) = (world.rank(), world.size());
-    let n = size as usize;
-    let counters = n * o.slot;
+    let counters = size as usize * o.slot;
     let len = counters + 16;
     let e = |e: fabric_msg::Error| e.to_string();
     let mem = world.alloc_symmetric(len, Access::ReadWrite).map_err(e)?;
@@ -107,23 +74,20 @@ fn check(world: &mut World, o: &Opts) -> Result<(usize, Vec<String>), String> {
     let mut failures = Vec::new();
 
     // Puts: slot `me` of every rank's part gets pattern(me, t).
-    let src = world.event_loop().register(n * o.slot, Access::Read).map_err(e)?;
-    let mut tokens = Vec::new();
+    let mut puts = Vec::new();
     for t in 0..size {
         let bytes: Vec<u8> = (0..o.slot).map(|i| pattern(me, t, i)).collect();
-        src.write_at(t as usize * o.slot, &bytes).map_err(e)?;
-        let local = src.local(t as usize * o.slot, o.slot).map_err(e)?;
-        let token = Token(0x1_0000_0000 | t as u64);
-        world
-            .write(t, local, &mem, (me as usize * o.slot) as u64, token)
-            .map_err(e)?;
-        tokens.push(token);
+        puts.push(
+            world
+                .put(t, &mem, (me as usize * o.slot) as u64, &bytes)
+                .map_err(e)?,
+        );
     }
-    complete(world, &tokens)?;
+    world.wait_all(puts).map_err(e)?;
     world.barrier().map_err(e)?;
     let mut got = vec![0u8; o.slot];
     for s in 0..size {
-        mem.region().read_at(s as usize * o.slot, &mut got).map_err(e)?;
+        mem.load(s as usize * o.slot, &mut got).map_err(e)?;
         let bad = (0..o.slot).filter(|&i| got[i] != pattern(s, me, i)).count();
         checks += 1;
         if bad > 0 {
@@ -132,21 +96,17 @@ fn check(world: &mut World, o: &Opts) -> Result<(usize, Vec<String>), String> {
     }
 
     // Gets: from every rank t, the slot rank (t + me) % size put there.
-    let dst = world.event_loop().register(n * o.slot, Access::Read).map_err(e)?;
-    tokens.clear();
+    let mut gets = Vec::new();
     for t in 0..size {
         let s = (t + me) % size;
-        let local = dst.local(t as usize * o.slot, o.slot).map_err(e)?;
-        let token = Token(0x2_0000_0000 | t as u64);
-        world
-            .read(t, local, &mem, (s as usize * o.slot) as u64, token)
-            .map_err(e)?;
-        tokens.push(token);
+        gets.push(
+            world
+                .get::<u8>(t, &mem, (s as usize * o.slot) as u64, o.slot)
+                .map_err(e)?,
+        );
     }
-    complete(world, &tokens)?;
-    for t in 0..size {
+    for (t, got) in (0..size).zip(world.wait_all(gets).map_err(e)?) {
         let s = (t + me) % size;
-        dst.read_at(t as usize * o.slot, &mut got).map_err(e)?;
         let bad = (0..o.slot).filter(|&i| got[i] != pattern(s, t, i)).count();
         checks += 1;
         if bad > 0 {
@@ -158,21 +118,16 @@ fn check(world: &mut World, o: &Opts) -> Result<(usize, Vec<String>), String> {
     }
 
     // Out of bounds: refused here, before anything reaches the fabric.
-    let over = world.write(
-        (me + 1) % size,
-        src.local(0, 8).map_err(e)?,
-        &mem,
-        (len - 4) as u64,
-        Token(3),
-    );
     checks += 1;
-    if over.is_ok() {
+    if world
+        .put((me + 1) % size, &mem, (len - 4) as u64, &[0u8; 8])
+        .is_ok()
+    {
         failures.push("an 8-byte write 4 bytes before the end was accepted".into());
     }
 
     checks += atomics(world, &mem, o, counters as u64, &mut failures)?;
     world.barrier().map_err(e)?;
-    drop((src, dst));
     world.free_symmetric(mem).map_err(|(_, err)| err.to_string())?;
     Ok((checks, failures))
 }
@@ -203,21 +158,15 @@ fn atomics(
     }
     let e = |e: fabric_msg::Error| e.to_string();
     // Fetch-add, WINDOW at a time, targets interleaved.
-    let ops: Vec<(u32, u64)> = (0..o.atomics)
-        .flat_map(|k| (0..size).map(move |t| (t, k)))
-        .collect();
+    let targets: Vec<u32> = (0..o.atomics).flat_map(|_| 0..size).collect();
     let mut fetched: Vec<Vec<u64>> = vec![Vec::new(); size as usize];
-    for chunk in ops.chunks(WINDOW) {
-        let mut tokens = Vec::new();
-        for (i, &(t, _)) in chunk.iter().enumerate() {
-            let token = Token(0x4_0000_0000 | (t as u64) << 16 | i as u64);
-            world.atomic(t, Atomic::FetchAdd(1), mem, at, token).map_err(e)?;
-            tokens.push(token);
+    for chunk in targets.chunks(WINDOW) {
+        let mut adds = Vec::new();
+        for &t in chunk {
+            adds.push(world.fetch_atomic(t, Atomic::FetchAdd(1), mem, at).map_err(e)?);
         }
-        let values = complete(world, &tokens)?;
-        for (tok, v) in values {
-            let t = ((tok >> 16) & 0xffff) as usize;
-            fetched[t].push(v.ok_or("a fetch-add returned no value")?);
+        for (&t, old) in chunk.iter().zip(world.wait_all(adds).map_err(e)?) {
+            fetched[t as usize].push(old[0]);
         }
     }
     // Compare-swap increments: one target at a time, retrying with the
@@ -234,8 +183,8 @@ fn atomics(
                 expected: guess,
                 new: guess + 1,
             };
-            world.atomic(t, op, mem, at + 8, Token(5)).map_err(e)?;
-            let old = complete(world, &[Token(5)])?[&5].ok_or("a compare-swap returned no value")?;
+            let req = world.fetch_atomic(t, op, mem, at + 8).map_err(e)?;
+            let old = world.wait(req).map_err(e)?[0];
             if old == guess {
                 seen[t as usize] = guess + 1;
                 break;
@@ -245,12 +194,11 @@ fn atomics(
     }
     world.barrier().map_err(e)?;
     let total = size as u64 * o.atomics;
-    let mut word = [0u8; 8];
+    let mut word = [0u64];
     for (name, off) in [("fetch-add", at), ("compare-swap", at + 8)] {
-        mem.region().read_at(off as usize, &mut word).map_err(e)?;
-        let v = u64::from_le_bytes(word);
-        if v != total {
-            failures.push(format!("{name} counter is {v}, not {total}"));
+        mem.load(off as usize, &mut word).map_err(e)?;
+        if word[0] != total {
+            failures.push(format!("{name} counter is {}, not {total}", word[0]));
         }
     }
     let mut checks = 2;
