@@ -23,6 +23,7 @@
 
 use super::io::{decode, forged, is_reserved, post_outgoing, token, Failure, Io, Kind, Outgoing, Shared};
 use super::io::{NOTICE_MAX, NOTICE_PATIENCE};
+use super::notice::{decode_notice, encode_notice, notice_index, notice_lane, NOTICE_HEAD};
 use super::ops::{Element, Reduction};
 use super::run::{Outcome, Progress, Run, Spare};
 use super::schedule::Schedule;
@@ -131,14 +132,35 @@ impl Engine {
         }
     }
 
-    /// Post the receive for failure notices (once; not in a world of one).
+    /// Post the receives for failure notices (once; not in a world of
+    /// one): one masked receive per loop, or, on a loop whose provider
+    /// matches masked receives wrongly (libfabric 1.17's shm:
+    /// `Profile::tag_mask_defect`), one exact receive per rank that sends
+    /// there, so that no masked receive ever poisons the exact receives of
+    /// the collectives and the application (a barrier's receive was given
+    /// another rank's message in 1 of 4 runs of `model_check` with the
+    /// masked notice receive).
     pub(crate) fn listen(&mut self, io: &mut Io<'_>) -> Result<()> {
         if self.notice_posted || io.peers.len() < 2 {
             return Ok(());
         }
-        self.post_notice_recv(io, Buffer::new(NOTICE_MAX), MAIN)?;
-        if io.local.is_some() {
-            self.post_notice_recv(io, Buffer::new(NOTICE_MAX), SHM)?;
+        let shm_ranks = io.local.as_ref().map(|l| l.ranks()).unwrap_or_default();
+        let main_ranks: Vec<u32> = (0..io.peers.len() as u32)
+            .filter(|r| *r != io.rank && !shm_ranks.contains(r))
+            .collect();
+        for (lane, ranks) in [(MAIN, main_ranks), (SHM, shm_ranks)] {
+            let exact = match (lane, io.local.as_ref()) {
+                (SHM, Some(l)) => l.ev.profile().tag_mask_defect.is_some(),
+                (SHM, None) => continue,
+                _ => io.ev.profile().tag_mask_defect.is_some(),
+            };
+            if !exact {
+                self.post_notice_recv(io, Buffer::new(NOTICE_MAX), lane, None)?;
+                continue;
+            }
+            for r in ranks {
+                self.post_notice_recv(io, Buffer::new(NOTICE_MAX), lane, Some(r))?;
+            }
         }
         Ok(())
     }
@@ -146,12 +168,14 @@ impl Engine {
     /// Post the receive for notices on the main loop (`MAIN`) or, for
     /// ranks on this node, the shared-memory loop (`SHM`); each is posted
     /// again on its own loop.
-    fn post_notice_recv(&mut self, io: &mut Io<'_>, buf: Buffer, lane: u32) -> Result<()> {
+    /// `from`: the one rank it takes notices from (an exact receive), or
+    /// any rank (masked). The token's index says both (`notice_index`).
+    fn post_notice_recv(&mut self, io: &mut Io<'_>, buf: Buffer, lane: u32, from: Option<u32>) -> Result<()> {
         let opts = RecvOpts {
-            tag: Some(tags::notice_matcher()),
+            tag: Some(from.map_or(tags::notice_matcher(), |r| (tags::notice_tag(r), 0))),
             from: None,
         };
-        let t = token(Kind::NoticeRecv, 0, lane);
+        let t = token(Kind::NoticeRecv, 0, notice_index(lane, from));
         match (lane, io.local.as_mut()) {
             (SHM, Some(l)) => l.ev.as_world().recv(l.ep, buf, opts, t)?,
             _ => io.ev.as_world().recv(io.ep, buf, opts, t)?,
@@ -225,18 +249,18 @@ impl Engine {
     /// for at most `NOTICE_PATIENCE`.
     fn notify(&mut self, io: &mut Io<'_>, scope: &Scope, seq: u32, message: &str) {
         let mut text = message.to_string();
-        if text.len() > NOTICE_MAX {
-            let mut cut = NOTICE_MAX;
+        if text.len() > NOTICE_MAX - NOTICE_HEAD {
+            let mut cut = NOTICE_MAX - NOTICE_HEAD;
             while !text.is_char_boundary(cut) {
                 cut -= 1;
             }
             text.truncate(cut);
         }
-        let tag = tags::encode(tags::world_class(scope.ctx), io.rank, tags::notice_field(seq));
+        let tag = tags::notice_tag(io.rank);
         let until = Instant::now() + NOTICE_PATIENCE;
         for peer in scope.others(io.rank, io.peers.len() as u32) {
-            let mut buf = self.sh.pool.take(text.len());
-            buf.as_mut_slice().copy_from_slice(text.as_bytes());
+            let mut buf = self.sh.pool.take(NOTICE_HEAD + text.len());
+            encode_notice(buf.as_mut_slice(), scope.ctx, seq, &text);
             let o = Outgoing {
                 peer,
                 tag,
@@ -432,20 +456,21 @@ impl Engine {
                         tags::source_of(c.tag)
                     );
                 } else if c.result.is_ok() {
-                    let text = c
-                        .buffer
-                        .as_ref()
-                        .map(|b| String::from_utf8_lossy(b.as_slice()).into_owned());
-                    self.notices.push(Notice {
-                        ctx: tags::ctx_of(c.tag),
-                        seq: tags::seq_of(c.tag),
-                        rank: tags::source_of(c.tag),
-                        text: text.unwrap_or_default(),
-                    });
+                    let rank = tags::source_of(c.tag);
+                    match c.buffer.as_ref().and_then(|b| decode_notice(b.as_slice())) {
+                        Some((ctx, seq, text)) => self.notices.push(Notice { ctx, seq, rank, text }),
+                        None => log::warn!(
+                            "a failure notice from rank {rank} of {} bytes is malformed (a context below {} \
+                             and a collective number first): dropped",
+                            c.buffer.as_ref().map_or(0, |b| b.len()),
+                            tags::MAX_CONTEXTS
+                        ),
+                    }
                 }
                 self.notice_posted = false;
                 let buf = c.buffer.unwrap_or_else(|| Buffer::new(NOTICE_MAX));
-                if let Err(e) = self.post_notice_recv(io, buf, index) {
+                let (lane, from) = notice_lane(index);
+                if let Err(e) = self.post_notice_recv(io, buf, lane, from) {
                     log::warn!("cannot listen for other ranks' collective failures: {e}");
                 }
             }

@@ -43,6 +43,7 @@ pub(crate) mod bcast;
 pub(crate) mod engine;
 pub(crate) mod gather;
 pub(crate) mod io;
+pub(crate) mod notice;
 pub(crate) mod ops;
 pub(crate) mod plan;
 pub(crate) mod reduce;
