@@ -144,7 +144,7 @@ pub use transport::liveness::LossKind;
 pub use world::collectives::{CombineFn, Element, Op, Reduction};
 pub use world::symmetric::Symmetric;
 pub use world::{
-    Comm, CommView, Envelope, Matched, RankStats, Request, Status, World, WorldConfig, WorldStats,
+    Comm, CommView, Envelope, Matched, Persistent, RankStats, Request, Status, World, WorldConfig, WorldStats,
 };
 
 /// What most programs name, in one import: `use fabric_msg::prelude::*;`.

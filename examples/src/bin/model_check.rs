@@ -148,6 +148,39 @@ fn collectives(world: &mut World, comm: &Comm, name: &str, t: &mut Tally) -> fab
         .map(|i| all[..r as usize].iter().map(|v| v[i]).sum())
         .collect();
     t.expect(&format!("{name}: exscan"), ex, (r > 0).then_some(before));
+    // Persistent: planned once, started three times, beside a broadcast
+    // and a barrier planned the same way.
+    let sum_plan = world.on(comm).allreduce_init::<i64>(len, Op::Sum)?;
+    let bcast_plan = world.on(comm).broadcast_init::<i64>(0, len)?;
+    let barrier_plan = world.on(comm).barrier_init()?;
+    for k in 0..3i64 {
+        let v: Vec<i64> = mine.iter().map(|x| x * k).collect();
+        let req = world.start(&sum_plan, v)?;
+        let want: Vec<i64> = sum.iter().map(|x| x * k).collect();
+        t.expect(
+            &format!("{name}: persistent allreduce #{k}"),
+            world.wait(req)?,
+            want,
+        );
+        let req = world.start(&bcast_plan, if r == 0 { vec![k; len] } else { vec![0; len] })?;
+        t.expect(
+            &format!("{name}: persistent broadcast #{k}"),
+            world.wait(req)?,
+            vec![k; len],
+        );
+        let req = world.start(&barrier_plan, Vec::new())?;
+        world.wait(req)?;
+    }
+    match world.start(&sum_plan, vec![1i64; len + 1]) {
+        Err(Error::Usage(m)) => t.expect(
+            &format!("{name}: a start of the wrong length says so"),
+            m.contains("planned for"),
+            true,
+        ),
+        other => t.failed.push(format!(
+            "{name}: a persistent start of the wrong length: {other:?}"
+        )),
+    }
     // The application's own struct, combined by its own function: the
     // smallest value of each slot with the lowest rank that has it.
     let loc = |w: u32, i: usize| MinLoc {

@@ -53,6 +53,7 @@ mod local;
 mod messages;
 mod more_collectives;
 mod one_sided;
+mod persistent;
 mod placement;
 mod pmix;
 mod point_to_point;
@@ -72,6 +73,7 @@ mod whole_world;
 
 pub use comm::{Comm, CommView};
 pub use config::WorldConfig;
+pub use persistent::Persistent;
 pub use probe::{Envelope, Matched};
 pub use request::{Request, Status};
 pub use state::World;

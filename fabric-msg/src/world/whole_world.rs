@@ -4,6 +4,7 @@
 //! `world.on(&comm).allreduce(..)` with the same arguments.
 
 use super::collectives::ops::{Element, Reduction};
+use super::persistent::Persistent;
 use super::probe::{Envelope, Matched};
 use super::request::{Request, Status};
 use super::World;
@@ -68,6 +69,9 @@ on_the_whole_world! {
     fn recv_value<V: DeserializeOwned>(&mut self, from: Option<u32>, tag: Option<u32>) -> Result<(V, Status)>;
     fn allreduce_with<S: Pod>(&mut self, data: &mut [S], f: impl Fn(&mut S, &S) + Send + Sync + 'static) -> Result<()>;
     fn reduce_with<S: Pod>(&mut self, root: u32, data: &mut [S], f: impl Fn(&mut S, &S) + Send + Sync + 'static) -> Result<()>;
+    fn allreduce_init<T: Element>(&mut self, len: usize, op: impl Into<Reduction<T>>) -> Result<Persistent<T>>;
+    fn broadcast_init<T: Element>(&mut self, root: u32, len: usize) -> Result<Persistent<T>>;
+    fn barrier_init(&mut self) -> Result<Persistent<u8>>;
     fn iprobe(&mut self, from: Option<u32>, tag: Option<u32>) -> Result<Option<Envelope>>;
     fn probe(&mut self, from: Option<u32>, tag: Option<u32>) -> Result<Envelope>;
     fn improbe(&mut self, from: Option<u32>, tag: Option<u32>) -> Result<Option<Matched>>;
