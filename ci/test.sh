@@ -15,7 +15,21 @@ step() {
   last=$SECONDS
   printf '\n==> %s\n' "$*" >&2
 }
-trap 'printf "    (%ss)\n\nci/test.sh: %ss in all\n" "$((SECONDS - last))" "$((SECONDS - started))" >&2' EXIT
+# What this run starts, it stops: the one-node Slurm that the tests bring
+# up (ci/slurm.sh, reused across test binaries) is stopped at the end,
+# unless it was already running before this run.
+slurm_dir=${FABRIC_MSG_SLURM_DIR:-/tmp/fabric-msg-slurm}
+slurm_was_up=0
+if [ -s "$slurm_dir/slurmctld.pid" ] && kill -0 "$(cat "$slurm_dir/slurmctld.pid")" 2>/dev/null; then
+  slurm_was_up=1
+fi
+finish() {
+  printf "    (%ss)\n\nci/test.sh: %ss in all\n" "$((SECONDS - last))" "$((SECONDS - started))" >&2
+  if [ "$slurm_was_up" = 0 ] && [ -d "$slurm_dir" ]; then
+    bash ci/slurm.sh stop >&2 || echo "ci/test.sh: could not stop the tests' Slurm (ci/slurm.sh stop)" >&2
+  fi
+}
+trap finish EXIT
 
 step "source layout (layers, import cycles, file sizes)"
 python3 ci/check-layers.py
