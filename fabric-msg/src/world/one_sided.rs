@@ -80,7 +80,10 @@ impl World {
         scratch.write_at(0, bytes_of(data))?;
         let ticket = self.msgs.open(false);
         let local = scratch.local(0, std::mem::size_of_val(data))?;
-        let posted = self.post_write(rank, local, mem, offset, ticket.token());
+        let token = ticket.token();
+        let posted = self.one_sided(mem, rank, |ev, peer, remote| {
+            ev.write(peer, local, remote, offset, token)
+        });
         self.started("put", ticket, rank, Some(scratch), 0, posted)
     }
 
@@ -99,7 +102,10 @@ impl World {
         let scratch = self.scratch(bytes)?;
         let ticket = self.msgs.open(false);
         let local = scratch.local(0, bytes)?;
-        let posted = self.post_read(rank, local, mem, offset, ticket.token());
+        let token = ticket.token();
+        let posted = self.one_sided(mem, rank, |ev, peer, remote| {
+            ev.read(peer, local, remote, offset, token)
+        });
         self.started("get", ticket, rank, Some(scratch), count, posted)
     }
 
@@ -113,7 +119,10 @@ impl World {
         offset: u64,
     ) -> Result<Request<u64>> {
         let ticket = self.msgs.open(false);
-        let posted = self.post_atomic(rank, op, mem, offset, ticket.token());
+        let token = ticket.token();
+        let posted = self.one_sided(mem, rank, |ev, peer, remote| {
+            ev.atomic(peer, op, remote, offset, token)
+        });
         self.started("fetch_atomic", ticket, rank, None, 1, posted)
     }
 

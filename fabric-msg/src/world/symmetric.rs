@@ -217,18 +217,6 @@ impl World {
         token: Token,
     ) -> Result<()> {
         super::point_to_point::check_token(token)?;
-        self.post_write(rank, local, mem, offset, token)
-    }
-
-    /// [`World::write`] with any token (the World's own too).
-    pub(super) fn post_write(
-        &mut self,
-        rank: u32,
-        local: Local<'_>,
-        mem: &Symmetric,
-        offset: u64,
-        token: Token,
-    ) -> Result<()> {
         self.one_sided(mem, rank, |ev, peer, remote| {
             ev.write(peer, local, remote, offset, token)
         })
@@ -245,18 +233,6 @@ impl World {
         token: Token,
     ) -> Result<()> {
         super::point_to_point::check_token(token)?;
-        self.post_read(rank, local, mem, offset, token)
-    }
-
-    /// [`World::read`] with any token (the World's own too).
-    pub(super) fn post_read(
-        &mut self,
-        rank: u32,
-        local: Local<'_>,
-        mem: &Symmetric,
-        offset: u64,
-        token: Token,
-    ) -> Result<()> {
         self.one_sided(mem, rank, |ev, peer, remote| {
             ev.read(peer, local, remote, offset, token)
         })
@@ -273,26 +249,15 @@ impl World {
         token: Token,
     ) -> Result<()> {
         super::point_to_point::check_token(token)?;
-        self.post_atomic(rank, op, mem, offset, token)
-    }
-
-    /// [`World::atomic`] with any token (the World's own too).
-    pub(super) fn post_atomic(
-        &mut self,
-        rank: u32,
-        op: Atomic,
-        mem: &Symmetric,
-        offset: u64,
-        token: Token,
-    ) -> Result<()> {
         self.one_sided(mem, rank, |ev, peer, remote| {
             ev.atomic(peer, op, remote, offset, token)
         })
     }
 
-    /// Post one operation on `rank`'s part, checked first; a refusal while
+    /// Post one operation on `rank`'s part, checked first (any token: the
+    /// World's own requests post here too, `one_sided.rs`); a refusal while
     /// a rank is being lost is that loss.
-    fn one_sided(
+    pub(super) fn one_sided(
         &mut self,
         mem: &Symmetric,
         rank: u32,
