@@ -556,10 +556,14 @@ fn client_plan<B: Bench>(
         let row = bench.client(side, plan, k)?;
         output::report(o, &row);
     }
+    // After the peers' Done, so that every message either side sent is
+    // counted on both (the last reply's completion could still be unread
+    // before: 26 sent against 27 received, once in CI).
+    side.finish()?;
     if o.stats {
         output::loop_stats(o.json, "client", &side.ev.stats());
     }
-    side.finish()
+    Ok(())
 }
 
 fn serve<B: Bench>(
@@ -597,10 +601,14 @@ fn serve<B: Bench>(
         }
         bench.server(&mut side, &plan, k)?;
     }
+    // After the peers' Done, so that every message either side sent is
+    // counted on both (the last reply's completion could still be unread
+    // before: 26 sent against 27 received, once in CI).
+    side.finish()?;
     if o.stats {
         output::loop_stats(o.json, "server", &side.ev.stats());
     }
-    side.finish()
+    Ok(())
 }
 
 /// Grow `pool` to `count` buffers of at least `capacity` bytes, replacing
