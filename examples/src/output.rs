@@ -3,7 +3,7 @@
 
 use crate::opts::{Opts, Tool};
 use crate::stats::{self, Tail};
-use fabric_msg::{Profile, WaitMode};
+use fabric_msg::{LossAlarm, LostPeer, Profile, WaitMode};
 use std::io::{IsTerminal, Write};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -184,10 +184,19 @@ pub struct Monitor {
     /// Watching: set once the peer is connected.
     armed: AtomicBool,
     stop: AtomicBool,
+    /// The event loop's lost peers, once [`Monitor::watch_losses`] gave it.
+    losses: Mutex<Option<LossAlarm>>,
 }
 
 /// How long the data path may stand still before the tool gives up.
 pub const STALL: Duration = Duration::from_secs(30);
+
+/// How long after a peer's loss the data path may stand still before the
+/// tool takes itself to be stuck inside libfabric (libfabric 1.17's shm
+/// spins for ever on a lock a killed process held). The loop itself
+/// reports a loss within [`LOSS_GRACE`](fabric_msg::transport::liveness::LOSS_GRACE)
+/// (300 ms) of it, and the tool then ends.
+pub const STUCK_AFTER_LOSS: Duration = Duration::from_millis(600);
 
 impl Monitor {
     /// Start the watching thread. The progress line is drawn only when
@@ -205,6 +214,7 @@ impl Monitor {
             size: AtomicU64::new(0),
             armed: AtomicBool::new(false),
             stop: AtomicBool::new(false),
+            losses: Mutex::new(None),
         });
         let show = show && std::io::stderr().is_terminal();
         let w = m.clone();
@@ -218,8 +228,10 @@ impl Monitor {
     fn watch(&self, show: bool) {
         let started = Instant::now();
         let (mut last, mut moved) = ((u64::MAX, u64::MAX), Instant::now());
+        let mut ticks = 0u32;
         while !self.stop.load(Ordering::Relaxed) {
-            std::thread::sleep(Duration::from_millis(200));
+            std::thread::sleep(Duration::from_millis(100));
+            ticks += 1;
             if !self.armed.load(Ordering::Relaxed) {
                 moved = Instant::now();
                 continue;
@@ -230,6 +242,16 @@ impl Monitor {
             );
             if now != last {
                 (last, moved) = (now, Instant::now());
+            } else if let Some(lost) = self.stuck_after_loss(moved) {
+                let _term = TERMINAL.lock();
+                clear_progress();
+                eprintln!(
+                    "{}: {lost}; this process has been inside libfabric since, with no progress for {} ms \
+                     (a lock the lost process held?): giving up",
+                    self.tool,
+                    lost.at.elapsed().as_millis()
+                );
+                std::process::exit(1);
             } else if moved.elapsed() > STALL {
                 let _term = TERMINAL.lock();
                 clear_progress();
@@ -243,7 +265,7 @@ impl Monitor {
                 std::process::exit(1);
             }
             let total = self.total.load(Ordering::Relaxed);
-            if show && total > 0 && started.elapsed() > Duration::from_secs(1) {
+            if show && ticks % 2 == 0 && total > 0 && started.elapsed() > Duration::from_secs(1) {
                 let _term = TERMINAL.lock();
                 eprint!(
                     "\r\x1b[K{}: {} bytes, {}/{} messages ({}%)",
@@ -258,6 +280,23 @@ impl Monitor {
         }
         let _term = TERMINAL.lock();
         clear_progress();
+    }
+
+    /// The first lost peer, if one was lost [`STUCK_AFTER_LOSS`] ago and
+    /// the data path has not moved for half that (`moved`: when it last
+    /// did; a message already on its way may still have arrived after the
+    /// loss).
+    fn stuck_after_loss(&self, moved: Instant) -> Option<LostPeer> {
+        let lost = self.losses.lock().ok()?.as_ref()?.first()?;
+        (lost.at.elapsed() > STUCK_AFTER_LOSS && moved.elapsed() > STUCK_AFTER_LOSS / 2).then_some(lost)
+    }
+
+    /// Watch `alarm` too: a peer lost while the data path stands still
+    /// ends the tool after [`STUCK_AFTER_LOSS`] rather than [`STALL`].
+    pub fn watch_losses(&self, alarm: LossAlarm) {
+        if let Ok(mut l) = self.losses.lock() {
+            *l = Some(alarm);
+        }
     }
 
     /// The peer is connected: from now on, standing still is an error.

@@ -541,6 +541,7 @@ fn client_plan<B: Bench>(
 ) -> AnyResult<()> {
     plan.check(o.tool, profile, side.peer.agreement.max_msg_size)?;
     side.monitor = Some(monitor.clone());
+    monitor.watch_losses(side.ev.loss_alarm());
     monitor.arm();
     side.send_ctrl(&Ctrl::Plan(plan.clone()), false)?;
     let mut bench = B::new(o);
@@ -581,6 +582,7 @@ fn serve<B: Bench>(
     let mut side = Side::new(ev, peer, ctrl, 0, false);
     side.monitor = monitor.cloned();
     if let Some(m) = monitor {
+        m.watch_losses(side.ev.loss_alarm());
         m.arm();
     }
     let plan = match side.wait_ctrl()? {

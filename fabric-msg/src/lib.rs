@@ -140,7 +140,7 @@ pub use transport::event_loop::{
     AtomicCounters, Completion, CompletionError, EndpointId, EventLoop, LoopConfig, LoopStats, OpKind, Peer,
     PeerStats, PostError, ProgressThread, RecvOpts, SendOpts, Token, Traffic, WaitMode,
 };
-pub use transport::liveness::LossKind;
+pub use transport::liveness::{LossAlarm, LossKind, LostPeer};
 pub use world::collectives::{CombineFn, Element, Op, Reduction};
 pub use world::symmetric::Symmetric;
 pub use world::{

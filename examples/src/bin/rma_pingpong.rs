@@ -261,6 +261,7 @@ impl Side {
     /// `-o read`: read `size` bytes of the server's memory per iteration.
     fn drive_reads(&mut self, o: &Opts) -> AnyResult<()> {
         let monitor = Monitor::start(Tool::RmaPingPong, !o.json);
+        monitor.watch_losses(self.ev.loss_alarm());
         monitor.arm();
         let sink = self.ev.register(MAX, Access::ReadWrite)?;
         header(o, self.ev.profile());
@@ -303,6 +304,7 @@ impl Side {
             return self.drive_reads(o);
         }
         let monitor = Monitor::start(Tool::RmaPingPong, !o.json);
+        monitor.watch_losses(self.ev.loss_alarm());
         monitor.arm();
         let pool: RegionPool = self.ev.register_pool(MAX, 1, Access::Read)?;
         let mut plain = vec![0u8; MAX];

@@ -23,10 +23,11 @@ impl EventLoop {
             source: e,
         };
         if self.lost.lifelines.is_none() {
-            self.lost.lifelines = Some(Lifelines::start(self.cfg.peer_timeout).map_err(io)?);
+            let alarm = self.lost.alarm.clone();
+            self.lost.lifelines = Some(Lifelines::start(self.cfg.peer_timeout, alarm).map_err(io)?);
         }
         let lifelines = self.lost.lifelines.as_mut().expect("started above");
-        let id = lifelines.add(lifeline).map_err(io)?;
+        let id = lifelines.add(lifeline, label.clone()).map_err(io)?;
         self.lost.watched.push(Watched {
             id,
             endpoint: peer.endpoint.0,
@@ -35,6 +36,16 @@ impl EventLoop {
             lost: None,
         });
         Ok(())
+    }
+
+    /// The peers this loop's lifelines find lost (dead, silent or giving
+    /// this process up; not those that depart), readable from any thread:
+    /// for a watchdog that must act while the polling thread is stuck
+    /// inside libfabric after a loss (see
+    /// [`LossAlarm`](crate::transport::liveness::LossAlarm)). `poll`
+    /// reports the same losses as [`OpKind::PeerLost`] notices.
+    pub fn loss_alarm(&self) -> crate::transport::liveness::LossAlarm {
+        self.lost.alarm.clone()
     }
 
     /// The error of an operation addressed to a lost peer.

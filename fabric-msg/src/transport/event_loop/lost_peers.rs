@@ -21,7 +21,7 @@
 use super::types::CompletionError;
 use crate::error::{Error, Result};
 use crate::ffi;
-use crate::transport::liveness::{Lifelines, LossKind};
+use crate::transport::liveness::{Lifelines, LossAlarm, LossKind};
 use std::time::Instant;
 
 /// A peer watched through its lifeline.
@@ -38,6 +38,9 @@ pub(super) struct Watched {
 #[derive(Default)]
 pub(crate) struct LostPeers {
     pub(super) lifelines: Option<Lifelines>,
+    /// What the lifelines ring for other threads (kept for the loop's
+    /// life: the lifelines start only with the first peer).
+    pub(super) alarm: LossAlarm,
     pub(super) watched: Vec<Watched>,
     /// The lifelines' epoch last handled.
     pub(super) seen: u64,

@@ -19,6 +19,7 @@
 //! runs whatever the application does, so a long computation between polls
 //! is not mistaken for a stall.
 
+use super::loss::{LossAlarm, LossKind};
 use parking_lot::Mutex;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpStream};
@@ -39,44 +40,6 @@ const BEAT: u8 = b'h';
 const GOODBYE: u8 = b'g';
 const GIVEN_UP: u8 = b'x';
 
-/// How a peer was lost.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum LossKind {
-    /// Its process ended (or closed the connection) without saying goodbye:
-    /// killed, crashed, or exited without closing its event loop.
-    Died,
-    /// It closed its event loop or the endpoint: an orderly departure.
-    Departed,
-    /// Nothing heard from it for this long (stopped, hung, or the network
-    /// between us is cut).
-    Silent(Duration),
-    /// It stopped hearing from us for its `peer_timeout` and gave us up
-    /// (this process was stopped or starved), so it is gone for us too.
-    GaveUpOnUs,
-}
-
-impl std::fmt::Display for LossKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            LossKind::Died => write!(
-                f,
-                "its process ended without closing its event loop (killed or crashed)"
-            ),
-            LossKind::Departed => write!(f, "it closed its event loop or endpoint"),
-            LossKind::Silent(d) => write!(
-                f,
-                "nothing heard from it for {d:?} (stopped, hung or cut off; LoopConfig::peer_timeout)"
-            ),
-            LossKind::GaveUpOnUs => write!(
-                f,
-                "it heard nothing from this process for its peer_timeout and gave it up (was this process \
-                 stopped or starved?)"
-            ),
-        }
-    }
-}
-
 /// One loss, as the thread reports it.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Loss {
@@ -86,6 +49,8 @@ pub(crate) struct Loss {
 
 struct Watch {
     id: u64,
+    /// The peer's name in the alarm.
+    label: String,
     stream: TcpStream,
     heard: Instant,
 }
@@ -111,8 +76,9 @@ pub(crate) struct Lifelines {
 
 impl Lifelines {
     /// Start the watching thread; `timeout` (at least [`MIN_PEER_TIMEOUT`])
-    /// is how long a silent peer is waited for, `None` for ever.
-    pub(crate) fn start(timeout: Option<Duration>) -> std::io::Result<Lifelines> {
+    /// is how long a silent peer is waited for, `None` for ever; each loss
+    /// but a departure also rings `alarm`.
+    pub(crate) fn start(timeout: Option<Duration>, alarm: LossAlarm) -> std::io::Result<Lifelines> {
         let (wake, woken) = UnixStream::pair()?;
         woken.set_nonblocking(true)?;
         // A poke that finds the socket full is not needed: the thread has
@@ -123,7 +89,7 @@ impl Lifelines {
         let timeout = timeout.map(|t| t.max(MIN_PEER_TIMEOUT));
         let thread = std::thread::Builder::new()
             .name("fabric-msg-lifelines".into())
-            .spawn(move || watch(&s, woken, timeout))?;
+            .spawn(move || watch(&s, woken, timeout, &alarm))?;
         Ok(Lifelines {
             shared,
             wake,
@@ -132,14 +98,15 @@ impl Lifelines {
         })
     }
 
-    /// Watch `stream`; returns the id its loss will carry.
-    pub(crate) fn add(&mut self, stream: TcpStream) -> std::io::Result<u64> {
+    /// Watch `stream`, to `label`; returns the id its loss will carry.
+    pub(crate) fn add(&mut self, stream: TcpStream, label: String) -> std::io::Result<u64> {
         stream.set_nonblocking(true)?;
         stream.set_nodelay(true)?;
         let id = self.next_id;
         self.next_id += 1;
         self.shared.added.lock().push(Watch {
             id,
+            label,
             stream,
             heard: Instant::now(),
         });
@@ -182,7 +149,7 @@ impl Drop for Lifelines {
 }
 
 /// The watching thread's body.
-fn watch(shared: &Shared, mut woken: UnixStream, timeout: Option<Duration>) {
+fn watch(shared: &Shared, mut woken: UnixStream, timeout: Option<Duration>, alarm: &LossAlarm) {
     let mut watched: Vec<Watch> = Vec::new();
     let mut fds: Vec<libc::pollfd> = Vec::new();
     let mut next_beat = Instant::now();
@@ -247,6 +214,7 @@ fn watch(shared: &Shared, mut woken: UnixStream, timeout: Option<Duration>) {
                 })
             });
             if let Some(kind) = kind {
+                alarm.ring(&w.label, kind);
                 lost.push(Loss { id: w.id, kind });
             }
         }
@@ -305,7 +273,7 @@ fn say(stream: &mut TcpStream, byte: u8) {
 
 #[cfg(test)]
 mod tests {
-    use super::{Lifelines, Loss, LossKind, BEAT, GIVEN_UP};
+    use super::{Lifelines, Loss, LossAlarm, LossKind, BEAT, GIVEN_UP};
     use std::io::Read;
     use std::net::{TcpListener, TcpStream};
     use std::time::{Duration, Instant};
@@ -329,31 +297,44 @@ mod tests {
         None
     }
 
+    fn start(timeout: Option<Duration>) -> Lifelines {
+        Lifelines::start(timeout, LossAlarm::default()).unwrap()
+    }
+
     #[test]
     fn a_closed_socket_is_a_death_and_a_goodbye_a_departure() {
-        let mut l = Lifelines::start(None).unwrap();
+        let alarm = LossAlarm::default();
+        let mut l = Lifelines::start(None, alarm.clone()).unwrap();
         let (a, b) = pair();
-        let id = l.add(a).unwrap();
+        let id = l.add(a, "the dead one".into()).unwrap();
         drop(b);
         let loss = wait_loss(&l, Duration::from_secs(2)).expect("loss reported");
         assert_eq!((loss.id, loss.kind), (id, LossKind::Died));
+        // The alarm rang before the epoch moved, naming the peer.
+        assert_eq!(alarm.losses(), 1);
+        assert_eq!(
+            alarm.first().map(|p| (p.peer, p.how)),
+            Some(("the dead one".to_string(), LossKind::Died))
+        );
 
-        let mut l = Lifelines::start(None).unwrap();
-        let mut far = Lifelines::start(None).unwrap();
+        let alarm = LossAlarm::default();
+        let mut l = Lifelines::start(None, alarm.clone()).unwrap();
+        let mut far = start(None);
         let (a, b) = pair();
-        l.add(a).unwrap();
-        let far_id = far.add(b).unwrap();
+        l.add(a, "near".into()).unwrap();
+        let far_id = far.add(b, "far".into()).unwrap();
         far.leave(far_id);
         let loss = wait_loss(&l, Duration::from_secs(2)).expect("departure reported");
         assert_eq!(loss.kind, LossKind::Departed);
+        assert_eq!(alarm.losses(), 0, "a departure is no alarm");
         drop(far);
     }
 
     #[test]
     fn silence_past_the_timeout_is_a_stall_and_the_peer_hears_it() {
-        let mut l = Lifelines::start(Some(Duration::from_secs(1))).unwrap();
+        let mut l = start(Some(Duration::from_secs(1)));
         let (a, mut b) = pair();
-        l.add(a).unwrap();
+        l.add(a, "l".into()).unwrap();
         let t = Instant::now();
         let loss = wait_loss(&l, Duration::from_secs(3)).expect("stall reported");
         assert!(matches!(loss.kind, LossKind::Silent(d) if d >= Duration::from_secs(1)));
@@ -368,11 +349,11 @@ mod tests {
 
     #[test]
     fn heartbeats_keep_a_quiet_peer_alive() {
-        let mut near = Lifelines::start(Some(Duration::from_secs(1))).unwrap();
-        let mut far = Lifelines::start(Some(Duration::from_secs(1))).unwrap();
+        let mut near = start(Some(Duration::from_secs(1)));
+        let mut far = start(Some(Duration::from_secs(1)));
         let (a, b) = pair();
-        near.add(a).unwrap();
-        far.add(b).unwrap();
+        near.add(a, "near".into()).unwrap();
+        far.add(b, "far".into()).unwrap();
         std::thread::sleep(Duration::from_millis(2500));
         assert_eq!(near.epoch(), 0, "{:?}", near.take());
         assert_eq!(far.epoch(), 0, "{:?}", far.take());

@@ -20,6 +20,11 @@
 //!   heartbeats, reads the peers' heartbeats, goodbyes and verdicts, and
 //!   reports a death, a departure or a stall ([`LossKind`]) by bumping an
 //!   epoch the loop reads with one atomic load per `poll`.
+//! - **The loss alarm** (`transport/liveness/loss.rs`, rung by the
+//!   lifelines' thread): the same verdicts, readable from any thread
+//!   through [`EventLoop::loss_alarm`](super::event_loop::EventLoop::loss_alarm), for a
+//!   watchdog of the user's own when the polling thread is stuck inside
+//!   libfabric after a loss (the tools' `Monitor` is one).
 //! - **The loop's lost-peer record and handling** (run on the thread that
 //!   polls the loop): `transport/event_loop/lost_peers.rs` keeps which
 //!   peer each lifeline watches, which are lost and why;
@@ -58,9 +63,11 @@
 //!   that ends the job on the first exit does not cut off the survivors.
 
 mod lifeline;
+mod loss;
 
 pub(crate) use lifeline::{Lifelines, Loss};
-pub use lifeline::{LossKind, HEARTBEAT, MIN_PEER_TIMEOUT};
+pub use lifeline::{HEARTBEAT, MIN_PEER_TIMEOUT};
+pub use loss::{LossAlarm, LossKind, LostPeer};
 
 use std::time::Duration;
 
