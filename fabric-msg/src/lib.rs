@@ -138,7 +138,7 @@ pub use transport::bootstrap::{connect, connect_with, Accepted, Listener, Refusa
 pub use transport::event_loop::rma::Atomic;
 pub use transport::event_loop::{
     AtomicCounters, Completion, CompletionError, EndpointId, EventLoop, LoopConfig, LoopStats, OpKind, Peer,
-    PeerStats, PostError, ProgressThread, RecvOpts, SendOpts, Token, Traffic, WaitMode,
+    PeerStats, PostError, ProgressThread, RecvOpts, SendOpts, SleepCheck, Token, Traffic, WaitMode,
 };
 pub use transport::liveness::{LossAlarm, LossKind, LostPeer};
 pub use world::collectives::{CombineFn, Element, Op, Reduction};

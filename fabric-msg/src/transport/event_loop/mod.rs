@@ -80,6 +80,7 @@ mod stats;
 mod tag_space;
 mod teardown;
 mod types;
+mod wait_fd;
 
 pub use am_state::AtomicCounters;
 
@@ -128,6 +129,7 @@ pub use types::{
     Completion, CompletionError, EndpointId, LoopConfig, OpKind, Peeked, Peer, PostError, ProgressThread,
     RecvOpts, SendOpts, Token, WaitMode,
 };
+pub use wait_fd::SleepCheck;
 
 #[cfg(test)]
 mod tests {
