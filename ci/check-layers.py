@@ -26,7 +26,7 @@ import sys
 
 SRC = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "fabric-msg", "src")
 SRC = os.path.normpath(SRC)
-LAYERS = ["error", "libfabric", "discovery", "memory", "transport", "world"]
+LAYERS = ["error", "libfabric", "discovery", "memory", "transport", "world", "async_loop"]
 MAX_LINES = 600
 FI_CALL = re.compile(r"\bffi::fi_[a-z_]+\s*\(")
 FI_CALLERS = ("libfabric/", "error/mod.rs")

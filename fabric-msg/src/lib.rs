@@ -110,6 +110,8 @@
 
 pub use libfabric_sys as ffi;
 
+#[cfg(feature = "tokio")]
+pub mod async_loop;
 pub mod discovery;
 pub mod error;
 #[doc(hidden)]

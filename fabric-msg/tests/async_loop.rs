@@ -1,0 +1,197 @@
+//! The `tokio` feature: an EventLoop's operations as futures
+//! (`fabric_msg::async_loop`), on tcp;ofi_rxm and shm: many tasks with
+//! operations in flight, futures dropped with their operation in flight,
+//! a timeout around a receive that never comes, and a peer that goes
+//! while a task awaits a send to it.
+#![cfg(feature = "tokio")]
+
+mod common;
+
+use common::{pair, profile};
+use fabric_msg::async_loop::{AsyncLoop, LoopHandle};
+use fabric_msg::{Buffer, CompletionError, EndpointId, LoopConfig, Peer, RecvOpts, SendOpts, WaitMode};
+use std::time::{Duration, Instant};
+
+/// Two loops connected through the bootstrap, each behind an AsyncLoop:
+/// (ours, our endpoint, the peer as we see it), the same for theirs.
+fn connected(provider: &str) -> ((LoopHandle, EndpointId, Peer), (LoopHandle, EndpointId, Peer)) {
+    let p = profile(provider);
+    let cfg = LoopConfig {
+        wait: WaitMode::Block,
+        ..LoopConfig::default()
+    };
+    let (me, server) = pair(p.clone(), p, cfg, |s| s);
+    let them = server.join().unwrap();
+    (
+        (AsyncLoop::start(me.ev), me.ep, me.peer),
+        (AsyncLoop::start(them.ev), them.ep, them.peer),
+    )
+}
+
+fn tagged(tag: u64) -> (SendOpts, RecvOpts) {
+    (
+        SendOpts {
+            tag: Some(tag),
+            data: None,
+        },
+        RecvOpts {
+            tag: Some((tag, 0)),
+            from: None,
+        },
+    )
+}
+
+/// Eight tasks a side, each its own tag, each 40 round trips of a message
+/// that names task and round: every reply is the right one.
+async fn many_tasks(provider: &str) {
+    let ((a, a_ep, a_peer), (b, b_ep, b_peer)) = connected(provider);
+    let mut tasks = Vec::new();
+    for task in 0..8u64 {
+        let (a, b, provider) = (a.clone(), b.clone(), provider.to_string());
+        let (send, recv) = tagged(100 + task);
+        tasks.push(tokio::spawn(async move {
+            for round in 0..40u64 {
+                let msg = format!("task {task} round {round}").into_bytes();
+                // The echo side's receive, then our send and receive.
+                let echo = {
+                    let b = b.clone();
+                    tokio::spawn(async move {
+                        let c = b.recv(b_ep, Buffer::new(64), recv).await.unwrap();
+                        c.result.unwrap();
+                        let got = c.buffer.unwrap();
+                        let c = b.send(b_peer, got, send).await.unwrap();
+                        c.result.unwrap();
+                    })
+                };
+                let back = a.recv(a_ep, Buffer::new(64), recv);
+                let c = a.send(a_peer, Buffer::from_slice(&msg), send).await.unwrap();
+                c.result.unwrap();
+                let c = back.await.unwrap();
+                c.result.unwrap();
+                assert_eq!(c.buffer.unwrap().as_slice(), &msg[..], "{provider}");
+                echo.await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_tasks_with_operations_in_flight_on_tcp_rxm() {
+    many_tasks("tcp;ofi_rxm").await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn many_tasks_with_operations_in_flight_on_shm() {
+    many_tasks("shm").await;
+}
+
+/// A receive whose future is dropped (a timeout) stays posted: the next
+/// message goes to it and is dropped with its buffer; the one after
+/// reaches a new receive. Then every handle goes with a receive still
+/// posted, and the loop closes under it.
+async fn dropped_futures(provider: &str) {
+    let ((a, a_ep, _), (b, _, b_peer)) = connected(provider);
+    let (send, recv) = tagged(5);
+    let t = Instant::now();
+    let r = tokio::time::timeout(Duration::from_millis(200), a.recv(a_ep, Buffer::new(64), recv)).await;
+    assert!(
+        r.is_err(),
+        "{provider}: a receive with nothing sent completed: {r:?}"
+    );
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "{provider}: the timeout took {:?}",
+        t.elapsed()
+    );
+    for m in [&b"first"[..], b"second"] {
+        b.send(b_peer, Buffer::from_slice(m), send)
+            .await
+            .unwrap()
+            .result
+            .unwrap();
+    }
+    let c = a.recv(a_ep, Buffer::new(64), recv).await.unwrap();
+    assert_eq!(
+        c.buffer.unwrap().as_slice(),
+        b"second",
+        "{provider}: the dropped receive was not left posted"
+    );
+    // One more in flight, its future dropped, then the handles.
+    drop(tokio::time::timeout(Duration::from_millis(10), a.recv(a_ep, Buffer::new(64), recv)).await);
+    drop(a);
+    drop(b);
+    // The drivers close their loops as their last handles go.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_future_leaves_its_receive_to_the_loop_on_tcp_rxm() {
+    dropped_futures("tcp;ofi_rxm").await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_dropped_future_leaves_its_receive_to_the_loop_on_shm() {
+    dropped_futures("shm").await;
+}
+
+/// A large send to a peer that never receives it, then the peer closes
+/// its loop: the waiting task's future completes with the loss.
+async fn peer_goes(provider: &str) {
+    let ((a, _, a_peer), (b, _, _)) = connected(provider);
+    let (send, _) = tagged(9);
+    let waiting = tokio::spawn({
+        let a = a.clone();
+        async move {
+            a.send(a_peer, Buffer::from_slice(&vec![7u8; 4 << 20]), send)
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let gone = Instant::now();
+    b.close().await;
+    let c = tokio::time::timeout(Duration::from_secs(20), waiting)
+        .await
+        .unwrap_or_else(|_| panic!("{provider}: the send to a departed peer never completed"))
+        .unwrap();
+    let took = gone.elapsed();
+    match c {
+        Ok(c) => assert!(
+            matches!(c.result, Err(CompletionError::PeerLost { .. })),
+            "{provider}: a send to a departed peer completed with {:?}",
+            c.result
+        ),
+        Err(e) => panic!("{provider}: the post failed: {e}"),
+    }
+    eprintln!("{provider}: the send failed {took:?} after the peer closed");
+    assert!(took < Duration::from_secs(5), "{provider}: {took:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_that_goes_fails_the_send_awaiting_it_on_tcp_rxm() {
+    peer_goes("tcp;ofi_rxm").await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_peer_that_goes_fails_the_send_awaiting_it_on_shm() {
+    peer_goes("shm").await;
+}
+
+/// After `close`, a handle's operations fail with `Closed`, and give the
+/// buffer back.
+#[tokio::test(flavor = "current_thread")]
+async fn operations_after_close_fail_and_give_the_buffer_back() {
+    let ((a, a_ep, _), _) = connected("tcp;ofi_rxm");
+    a.clone().close().await;
+    let e = a
+        .recv(a_ep, Buffer::new(64), RecvOpts::default())
+        .await
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("closed") || format!("{e:?}").contains("Closed"),
+        "{e}"
+    );
+    assert_eq!(e.buffer.map(|b| b.capacity()), Some(64));
+}
