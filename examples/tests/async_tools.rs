@@ -1,0 +1,79 @@
+//! The async examples (`fabric_msg::async_loop`, the `tokio` feature):
+//! `async_pingpong --loopback` measures every size it is given, with the
+//! loops sleeping on their wait fd (`-c fd`) or polled (`-c spin`, and shm,
+//! which has no fd); `async_server` serves many peers at once, one task
+//! each, and gives up the one that goes silent.
+
+use std::process::Command;
+
+fn run(tool: &str, args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(tool)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{tool}: {e}"));
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn async_pingpong_measures_each_size_on_tcp_rxm_and_shm() {
+    let tool = env!("CARGO_BIN_EXE_async_pingpong");
+    for (provider, wait) in [("tcp;ofi_rxm", "fd"), ("tcp;ofi_rxm", "spin"), ("shm", "fd")] {
+        let domain = if provider == "shm" { "shm" } else { "lo" };
+        let (ok, out, err) = run(
+            tool,
+            &[
+                "--loopback",
+                "-p",
+                provider,
+                "-d",
+                domain,
+                "-c",
+                wait,
+                "-S",
+                "8,65536",
+                "-I",
+                "300",
+                "--json",
+            ],
+        );
+        assert!(ok, "{provider} -c {wait}: {err}\n{out}");
+        let rows: Vec<serde_json::Value> = out
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{provider}: {e}: {l}")))
+            .filter(|v: &serde_json::Value| v.get("bytes").is_some())
+            .collect();
+        let sizes: Vec<u64> = rows.iter().map(|r| r["bytes"].as_u64().unwrap()).collect();
+        assert_eq!(sizes, [8, 65536], "{provider} -c {wait}: {out}");
+        for r in &rows {
+            assert_eq!(r["iters"].as_u64(), Some(300), "{provider}: {r}");
+            let us = r["usec_per_xfer"].as_f64().unwrap();
+            assert!(us > 0.0 && us.is_finite(), "{provider}: {r}");
+            assert!(r["p99_us"].as_f64().is_some(), "{provider}: no percentiles: {r}");
+        }
+    }
+}
+
+#[test]
+fn async_pingpong_says_it_runs_in_one_process_only() {
+    let (ok, _, err) = run(
+        env!("CARGO_BIN_EXE_async_pingpong"),
+        &["-p", "tcp;ofi_rxm", "127.0.0.1"],
+    );
+    assert!(!ok);
+    assert!(err.contains("only --loopback"), "{err}");
+}
+
+#[test]
+fn async_server_serves_many_peers_and_gives_up_the_silent_one() {
+    let tool = env!("CARGO_BIN_EXE_async_server");
+    for provider in ["tcp;ofi_rxm", "shm"] {
+        let (ok, out, err) = run(tool, &["-p", provider, "--clients", "12", "--idle-ms", "500"]);
+        assert!(ok, "{provider}: {err}\n{out}");
+        assert!(out.contains("served 11, gave up 1"), "{provider}: {out}\n{err}");
+        assert_eq!(err.matches("given up").count(), 1, "{provider}: {err}");
+    }
+}
