@@ -1,0 +1,107 @@
+//! What the tokio adapter allocates per operation once warmed up: one
+//! `oneshot` (its shared cell) per operation, and the command channel's
+//! blocks, 32 messages each, now and then (`async_loop`'s docs say so).
+//! A counting global allocator watches ping-pongs between two AsyncLoops.
+#![cfg(feature = "tokio")]
+
+mod common;
+
+use common::{pair, profile};
+use fabric_msg::async_loop::AsyncLoop;
+use fabric_msg::{Buffer, LoopConfig, RecvOpts, SendOpts, WaitMode};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+struct Counting;
+
+static COUNTING: AtomicBool = AtomicBool::new(false);
+static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: forwards every call to the system allocator unchanged; it only
+// counts allocations while COUNTING is set.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if COUNTING.load(Ordering::Relaxed) {
+            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: same contract as our caller's.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: same contract as our caller's.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if COUNTING.load(Ordering::Relaxed) {
+            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: same contract as our caller's.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+const ROUNDS: usize = 2000;
+
+/// Allocations per operation over `ROUNDS` ping-pongs (four operations
+/// each: a send and a receive on either side) after a warm-up.
+fn per_operation(provider: &str) -> f64 {
+    let p = profile(provider);
+    let cfg = LoopConfig {
+        wait: WaitMode::Block,
+        ..LoopConfig::default()
+    };
+    let (me, server) = pair(p.clone(), p, cfg, |s| s);
+    let them = server.join().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async move {
+        let (a, b) = (AsyncLoop::start(me.ev), AsyncLoop::start(them.ev));
+        let send = SendOpts {
+            tag: Some(1),
+            data: None,
+        };
+        let recv = RecvOpts {
+            tag: Some((1, 0)),
+            from: None,
+        };
+        let (mut ta, mut ra, mut rb) = (Buffer::new(64), Buffer::new(64), Buffer::new(64));
+        let mut count = 0;
+        for round in 0..500 + ROUNDS {
+            if round == 500 {
+                ALLOCATIONS.store(0, Ordering::SeqCst);
+                COUNTING.store(true, Ordering::SeqCst);
+            }
+            ta.set_len(8);
+            let (back, sent, echoed) =
+                tokio::join!(a.recv(me.ep, ra, recv), a.send(me.peer, ta, send), async {
+                    // The echo sends back the buffer it received into.
+                    let got = b.recv(them.ep, rb, recv).await.unwrap().buffer.unwrap();
+                    b.send(them.peer, got, send).await.unwrap().buffer.unwrap()
+                });
+            (ra, ta) = (back.unwrap().buffer.unwrap(), sent.unwrap().buffer.unwrap());
+            rb = echoed;
+            count += 1;
+        }
+        COUNTING.store(false, Ordering::SeqCst);
+        assert_eq!(count, 500 + ROUNDS);
+        let n = ALLOCATIONS.load(Ordering::SeqCst);
+        n as f64 / (ROUNDS * 4) as f64
+    })
+}
+
+#[test]
+fn about_one_allocation_per_operation_on_tcp_rxm_and_shm() {
+    for provider in ["tcp;ofi_rxm", "shm"] {
+        let per = per_operation(provider);
+        eprintln!("{provider}: {per:.3} allocations per operation");
+        assert!(
+            per <= 1.02,
+            "{provider}: {per:.3} allocations per operation (one oneshot each is what the docs say)"
+        );
+    }
+}
