@@ -82,10 +82,18 @@ fn run(o: &Opts) -> AnyResult<()> {
     let peer = connect(&mut ev, ep, addr, Duration::from_secs(20))?;
     let (sev, sep, speer) = server.join().map_err(|_| "the server thread panicked")??;
     output::header(o, &profile);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
+    // FABRIC_MSG_ASYNC_RUNTIME=current: both sides, their drivers and
+    // tasks on one thread (a current-thread runtime); otherwise two workers.
+    let rt = if std::env::var("FABRIC_MSG_ASYNC_RUNTIME").is_ok_and(|v| v == "current") {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()?
+    };
     rt.block_on(async {
         let client = Side {
             h: AsyncLoop::start(ev),

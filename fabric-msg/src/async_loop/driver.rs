@@ -7,7 +7,7 @@ use crate::transport::event_loop::{
     Completion, EndpointId, EventLoop, OpKind, Peer, PostError, RecvOpts, SendOpts, SleepCheck, Token,
 };
 use std::os::fd::{AsRawFd, RawFd};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 use tokio::sync::{mpsc, oneshot};
@@ -33,14 +33,22 @@ pub(super) enum Command {
     Close(oneshot::Sender<()>),
 }
 
-/// Empty looks (each then a `yield_now`) before a loop without a wait fd
-/// sleeps [`IDLE_PERIOD`] between looks.
-pub const SPIN_BUDGET: u32 = 64;
+/// How long the driver keeps looking (each empty look followed by a
+/// `yield_now`, so other tasks run) after the last thing it did, before it
+/// sleeps on the wait fd: a reply within this catches the driver awake, as
+/// `WaitMode::Block`'s `spin_before_block` (the same 50 µs) does on the
+/// blocking loop; a wake-up from sleep costs a thread's unpark here.
+pub const SPIN_BEFORE_SLEEP: Duration = Duration::from_micros(50);
 
-/// How long a loop without a wait fd sleeps between looks once
-/// [`SPIN_BUDGET`] looks found nothing: the most it adds to a message that
-/// arrives meanwhile.
-pub const IDLE_PERIOD: Duration = Duration::from_micros(50);
+/// Where the loop has no wait fd: how long the driver keeps looking
+/// (yielding between looks) after the last thing it did before it sleeps
+/// [`IDLE_PERIOD`] between looks.
+pub const POLL_BEFORE_SLEEP: Duration = Duration::from_millis(2);
+
+/// How long a loop without a wait fd sleeps between looks once idle for
+/// [`POLL_BEFORE_SLEEP`]: tokio's timer granularity, and the most it adds
+/// to a message that arrives after a quiet spell.
+pub const IDLE_PERIOD: Duration = Duration::from_millis(1);
 
 /// The longest sleep on the wait fd, even where `prepare_sleep` sets no
 /// bound: a guard, should a provider's fd miss an edge, not a clock.
@@ -167,13 +175,14 @@ pub(super) async fn drive(ev: EventLoop, mut rx: mpsc::UnboundedReceiver<Command
             }
         },
     );
-    let mut empty = 0u32;
+    // When the driver last did something (posted, answered).
+    let mut busy = Instant::now();
     let mut closing = None;
     'run: loop {
         loop {
             match rx.try_recv() {
                 Ok(c) => {
-                    empty = 0;
+                    busy = Instant::now();
                     if let Some(done) = d.take(c) {
                         closing = Some(done);
                         break 'run;
@@ -187,7 +196,7 @@ pub(super) async fn drive(ev: EventLoop, mut rx: mpsc::UnboundedReceiver<Command
             Ok(0) => {}
             Ok(_) => {
                 // Let the tasks just answered run (and send what is next).
-                empty = 0;
+                busy = Instant::now();
                 tokio::task::yield_now().await;
                 continue;
             }
@@ -195,6 +204,16 @@ pub(super) async fn drive(ev: EventLoop, mut rx: mpsc::UnboundedReceiver<Command
                 log::error!(error:% = e; "async loop: polling the event loop failed, closing it: {e}");
                 break 'run;
             }
+        }
+        let idle = busy.elapsed();
+        let spin = if afd.is_some() {
+            SPIN_BEFORE_SLEEP
+        } else {
+            POLL_BEFORE_SLEEP
+        };
+        if idle < spin {
+            tokio::task::yield_now().await;
+            continue;
         }
         let wake = match (&afd, d.ev.prepare_sleep()) {
             (Some(afd), SleepCheck::Sleep(at_most)) => {
@@ -217,15 +236,9 @@ pub(super) async fn drive(ev: EventLoop, mut rx: mpsc::UnboundedReceiver<Command
                 Woken::Nothing
             }
             (None, _) => {
-                empty = empty.saturating_add(1);
-                if empty < SPIN_BUDGET {
-                    tokio::task::yield_now().await;
-                    Woken::Nothing
-                } else {
-                    tokio::select! {
-                        c = rx.recv() => woken(c),
-                        _ = tokio::time::sleep(IDLE_PERIOD) => Woken::Nothing,
-                    }
+                tokio::select! {
+                    c = rx.recv() => woken(c),
+                    _ = tokio::time::sleep(IDLE_PERIOD) => Woken::Nothing,
                 }
             }
         };
@@ -233,7 +246,7 @@ pub(super) async fn drive(ev: EventLoop, mut rx: mpsc::UnboundedReceiver<Command
             Woken::Nothing => {}
             Woken::HandlesGone => break 'run,
             Woken::Command(c) => {
-                empty = 0;
+                busy = Instant::now();
                 if let Some(done) = d.take(c) {
                     closing = Some(done);
                     break 'run;

@@ -20,15 +20,16 @@
 //! (`async_loop/driver.rs`); [`LoopHandle`]s (`Clone + Send + Sync`, from
 //! any task) send it each operation over a channel with a one-shot reply.
 //! The driver posts it under a token of its own, polls the loop, and
-//! answers each completion's waiter. Between polls it sleeps by the
-//! `fi_trywait` rule (`transport/event_loop/wait_fd.rs`): on the completion
-//! queue's wait fd through tokio's `AsyncFd`, and on the channel, never
-//! while `prepare_sleep` says a completion may be pending. A loop with no
-//! wait fd (libfabric's shm, or one opened with [`WaitMode::Spin`]) is
-//! polled instead: after [`SPIN_BUDGET`] empty looks (each followed by a
-//! `yield_now`, so other tasks run) the driver sleeps [`IDLE_PERIOD`]
-//! between looks, which bounds what a quiet shm loop costs and adds at
-//! most that to a message that arrives while it sleeps. Open the loop with
+//! answers each completion's waiter. When nothing is ready it keeps
+//! looking for [`SPIN_BEFORE_SLEEP`] (yielding between looks, so other
+//! tasks run), then sleeps by the `fi_trywait` rule
+//! (`transport/event_loop/wait_fd.rs`): on the completion queue's wait fd
+//! through tokio's `AsyncFd`, and on the channel, never while
+//! `prepare_sleep` says a completion may be pending. A loop with no wait
+//! fd (libfabric's shm, or one opened with [`WaitMode::Spin`]) keeps
+//! looking for [`POLL_BEFORE_SLEEP`], then sleeps [`IDLE_PERIOD`] between
+//! looks, which bounds what a quiet shm loop costs and adds at most that
+//! to a message that arrives after a quiet spell. Open the loop with
 //! [`WaitMode::Block`] so it has a wait fd where the provider gives one.
 //!
 //! # What it costs
@@ -71,5 +72,5 @@
 mod driver;
 mod handle;
 
-pub use driver::{IDLE_PERIOD, SPIN_BUDGET};
+pub use driver::{IDLE_PERIOD, POLL_BEFORE_SLEEP, SPIN_BEFORE_SLEEP};
 pub use handle::{AsyncLoop, LoopHandle};
