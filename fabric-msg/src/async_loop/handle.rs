@@ -78,7 +78,7 @@ impl LoopHandle {
 
     /// Run `f` on the driver with the loop itself, between polls: for
     /// set-up and upkeep (open an endpoint, accept or connect a peer,
-    /// register memory, cancel a receive). The driver waits while `f`
+    /// register memory). The driver waits while `f`
     /// runs, so keep it short (a bootstrap handshake is a round trip or
     /// two). Operations posted here with tokens of one's own complete
     /// into the driver, which drops them with a warning: post through the

@@ -3,7 +3,7 @@
 //! result, in the manner of tokio-uring.
 //!
 //! ```no_run
-//! # async fn f(ev: fabric_msg::EventLoop, peer: fabric_msg::Peer, ep: fabric_msg::EndpointId) -> fabric_msg::Result<()> {
+//! # async fn f(ev: fabric_msg::EventLoop, peer: fabric_msg::Peer, ep: fabric_msg::EndpointId) -> Result<(), Box<dyn std::error::Error>> {
 //! use fabric_msg::async_loop::AsyncLoop;
 //! use fabric_msg::{Buffer, RecvOpts, SendOpts};
 //! let h = AsyncLoop::start(ev); // on the current tokio runtime
@@ -47,8 +47,8 @@
 //! them until the provider completes it; the buffer is then dropped (the
 //! reply finds no one). So memory the NIC may still write is never freed
 //! early. A receive that will never match stays posted until the loop
-//! closes; cancel it with [`LoopHandle::with_loop`] and
-//! `EventLoop::cancel_recv` if that matters.
+//! closes (its token is the driver's, not yours, so it cannot be cancelled
+//! by token): a receive left behind takes the next matching message.
 //!
 //! # Closing
 //!
@@ -56,7 +56,7 @@
 //! endpoint; operations still in flight yield no completion, their buffers
 //! freed by the loop once the provider has let go) and awaiting futures
 //! fail with [`Error::Closed`](crate::Error::Closed). [`LoopHandle::close`] does it
-//! at once and hands the loop back.
+//! at once, whoever else holds a handle.
 //!
 //! # Peers lost
 //!
