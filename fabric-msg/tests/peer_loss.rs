@@ -407,8 +407,12 @@ fn survive_a_stream() {
         }
         (got, lost)
     };
+    // A flowing stream is what the stop needs: under AddressSanitizer on
+    // this 2-core machine it makes about 1.5 segmented messages a second
+    // (14-15 in 10 s at c425adf and after it, 2026-11-27), so 16 was a
+    // time bound, not a check.
     let (got, _) = pump(&mut s, Duration::from_secs(10), 16);
-    assert!(got >= 16, "{got} messages in 10 s");
+    assert!(got >= 4, "{got} messages in 10 s");
     // Busy elsewhere for a moment: the stream backs up into the sockets and
     // the peer's queues, so the peer stops with a message half sent.
     std::thread::sleep(Duration::from_millis(300));
