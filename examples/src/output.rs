@@ -246,8 +246,8 @@ impl Monitor {
                 let _term = TERMINAL.lock();
                 clear_progress();
                 eprintln!(
-                    "{}: {lost}; this process has been inside libfabric since, with no progress for {} ms \
-                     (a lock the lost process held?): giving up",
+                    "{}: {lost}; no progress here in the {} ms since (stuck inside libfabric on a lock the \
+                     lost process held?): giving up",
                     self.tool,
                     lost.at.elapsed().as_millis()
                 );
