@@ -12,16 +12,22 @@ use fabric_msg::async_loop::{AsyncLoop, LoopHandle};
 use fabric_msg::{Buffer, CompletionError, EndpointId, LoopConfig, Peer, RecvOpts, SendOpts, WaitMode};
 use std::time::{Duration, Instant};
 
-/// Two loops connected through the bootstrap, each behind an AsyncLoop:
-/// (ours, our endpoint, the peer as we see it), the same for theirs.
-fn connected(provider: &str) -> ((LoopHandle, EndpointId, Peer), (LoopHandle, EndpointId, Peer)) {
+/// Two loops opened to sleep and connected through the bootstrap: ours,
+/// theirs.
+fn sides(provider: &str) -> (common::Side, common::Side) {
     let p = profile(provider);
     let cfg = LoopConfig {
         wait: WaitMode::Block,
         ..LoopConfig::default()
     };
     let (me, server) = pair(p.clone(), p, cfg, |s| s);
-    let them = server.join().unwrap();
+    (me, server.join().unwrap())
+}
+
+/// Two loops connected through the bootstrap, each behind an AsyncLoop:
+/// (ours, our endpoint, the peer as we see it), the same for theirs.
+fn connected(provider: &str) -> ((LoopHandle, EndpointId, Peer), (LoopHandle, EndpointId, Peer)) {
+    let (me, them) = sides(provider);
     (
         (AsyncLoop::start(me.ev), me.ep, me.peer),
         (AsyncLoop::start(them.ev), them.ep, them.peer),
@@ -142,13 +148,7 @@ async fn a_dropped_future_leaves_its_receive_to_the_loop_on_shm() {
 /// took as unexpected), then the peer closes its loop: the waiting task's
 /// future completes with the loss.
 async fn peer_goes(provider: &str) {
-    let p = profile(provider);
-    let cfg = LoopConfig {
-        wait: WaitMode::Block,
-        ..LoopConfig::default()
-    };
-    let (me, server) = pair(p.clone(), p, cfg, |s| s);
-    let them = server.join().unwrap();
+    let (me, them) = sides(provider);
     let a = AsyncLoop::start(me.ev);
     let (send, _) = tagged(9);
     let waiting = tokio::spawn({
