@@ -26,4 +26,5 @@ pub mod bootstrap;
 pub mod event_loop;
 pub(crate) mod framing;
 pub mod liveness;
+pub mod node;
 pub(crate) mod progress;

@@ -407,6 +407,16 @@ pub enum CompletionError {
         /// How it was lost.
         how: crate::transport::liveness::LossKind,
     },
+    /// A same-node rank wrote a frame into its ring that cannot be right
+    /// (`transport/node`): a bug or memory corruption in that process, or
+    /// a hostile one. Nothing more is read from its ring.
+    #[error("same-node rank {peer} wrote a corrupt frame into its ring ({what}); nothing more is read from it")]
+    CorruptRing {
+        /// The rank, by its index on the node.
+        peer: usize,
+        /// What was wrong.
+        what: String,
+    },
 }
 
 /// One finished operation.

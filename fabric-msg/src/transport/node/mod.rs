@@ -1,0 +1,21 @@
+//! fabric-msg's own transport between ranks on one node: shared memory
+//! rings, no provider in between (what Open MPI's vader, MPICH's POSIX
+//! shared memory and UCX's mm transports are to them).
+//!
+//! - `segment`: a rank's memfd segment and how a peer maps it;
+//! - `ring`: one single-producer single-consumer ring of cache-line
+//!   cells, and its memory ordering;
+//! - `matching`: posted receives and unexpected messages, in MPI's order;
+//! - `node_loop`: the [`NodeLoop`] that sends, receives and polls over
+//!   them.
+//!
+//! The design, with the segment layout and the ring protocol, is in
+//! `docs/onnode.md`.
+
+pub(crate) mod matching;
+pub mod node_loop;
+pub mod ring;
+pub mod segment;
+
+pub use node_loop::{NodeCompletion, NodeConfig, NodeLoop};
+pub use segment::{Segment, SegmentName};

@@ -1,0 +1,412 @@
+//! One single-producer single-consumer ring of cache-line cells: how one
+//! rank's messages reach another on the same node.
+//!
+//! The ring lies in the receiver's segment (its reads stay in memory it
+//! owns; the sender's writes cross). Layout from the ring's offset:
+//!
+//! ```text
+//! line 0    head: cells the consumer has released (written by it alone)
+//! line 1    reserved for the producer's state
+//! cells     N cells of 64 bytes
+//! ```
+//!
+//! A *frame* takes `k` consecutive cells (mod N). Its first cell starts
+//! with a 32-byte header, its payload follows and runs on through the next
+//! cells as one byte stream (wrapping at the ring's end):
+//!
+//! ```text
+//! 0..8    stamp     absolute index of the frame's first cell + 1
+//! 8..16   tag
+//! 16..20  len       payload bytes in this frame
+//! 20..24  flags     FIRST (the message starts here), LAST (it ends here)
+//! 24..32  total     the message's length (in every frame; checked)
+//! 32..    payload
+//! ```
+//!
+//! **Protocol.** The producer checks room against its cached copy of
+//! `head` (reloading it with `Acquire` only when the cache says full),
+//! writes the header's other fields and the payload with plain stores,
+//! then stores the stamp with `Release`. The consumer polls only the stamp
+//! of the cell at its own `head` with `Acquire`: when it equals `head + 1`
+//! the frame's header and payload are visible (they were written before
+//! the `Release` that the `Acquire` read from). So a small message costs
+//! one cache line moving from the sender's core to the receiver's, and no
+//! lock or system call on either side. Once it has copied the payload out,
+//! the consumer zeroes the first word of the frame's other cells (which
+//! held payload bytes that could otherwise look like a later stamp), then
+//! publishes the new `head` with `Release`; the producer's `Acquire` of
+//! `head` orders those zeroes, and the consumer's reads, before it writes
+//! the cells again.
+//!
+//! The stamp is absolute, so a stamp left from an earlier lap (`s + 1 -
+//! jN`) never equals the one awaited. Every header field is checked before
+//! it is used (a frame longer than the ring's limit or than its message, or
+//! flags out of order, is an error the caller reports as a peer's fault);
+//! the payload bytes are the sender's to choose.
+
+use super::segment::Segment;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Bytes in a cell: one cache line.
+pub const CELL: usize = 64;
+/// Bytes of a frame's header.
+pub const FRAME_HEADER: usize = 32;
+/// The frame starts a message.
+pub const FIRST: u32 = 1;
+/// The frame ends a message.
+pub const LAST: u32 = 2;
+
+/// Bytes a ring of `cells` cells takes in a segment.
+pub const fn ring_bytes(cells: usize) -> usize {
+    2 * CELL + cells * CELL
+}
+
+/// Cells a frame of `len` payload bytes takes.
+pub const fn cells_for(len: usize) -> usize {
+    (FRAME_HEADER + len).div_ceil(CELL)
+}
+
+/// A frame's header as read by the consumer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Frame {
+    /// The message's tag.
+    pub tag: u64,
+    /// Payload bytes in this frame.
+    pub len: usize,
+    /// [`FIRST`] and [`LAST`].
+    pub flags: u32,
+    /// The whole message's length.
+    pub total: u64,
+    cells: usize,
+}
+
+/// What a frame header that cannot be right says.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("a corrupt frame in a node ring at cell {at}: {what}")]
+pub struct Corrupt {
+    /// The cell (absolute index).
+    pub at: u64,
+    /// What is wrong.
+    pub what: String,
+}
+
+/// The part of a ring both sides see.
+#[derive(Debug)]
+struct Shared {
+    /// Held, not read: it keeps the mapping the pointers point into.
+    _seg: Arc<Segment>,
+    head: NonNull<AtomicU64>,
+    cells: NonNull<u8>,
+    n: u64,
+}
+
+// SAFETY: the pointers point into `seg`, which the `Arc` keeps mapped; the
+// words both processes touch are only used as atomics.
+unsafe impl Send for Shared {}
+
+impl Shared {
+    fn new(seg: Arc<Segment>, offset: usize, cells: usize) -> Shared {
+        assert!(cells >= 2 && offset % CELL == 0, "ring layout: {cells} cells at {offset}");
+        let head = seg.at(offset, ring_bytes(cells)).cast::<AtomicU64>();
+        let cells_at = seg.at(offset + 2 * CELL, cells * CELL);
+        Shared { _seg: seg, head, cells: cells_at, n: cells as u64 }
+    }
+
+    fn head(&self) -> &AtomicU64 {
+        // SAFETY: line 0 of the ring, inside the segment (checked in `new`),
+        // aligned (segments are page-aligned, offsets cell-aligned), only
+        // accessed atomically.
+        unsafe { self.head.as_ref() }
+    }
+
+    /// The first word of cell `abs` (absolute index).
+    fn stamp(&self, abs: u64) -> &AtomicU64 {
+        let i = (abs % self.n) as usize;
+        // SAFETY: cell i < n lies inside the ring; its first word is
+        // aligned; it is accessed atomically by both sides when it is a
+        // frame's first cell, and otherwise only in the order the protocol
+        // sets (module docs).
+        unsafe { &*self.cells.as_ptr().add(i * CELL).cast::<AtomicU64>() }
+    }
+
+    /// Byte position in the cell area of byte `off` of the frame at `abs`.
+    fn byte(&self, abs: u64, off: usize) -> usize {
+        (((abs % self.n) as usize) * CELL + off) % (self.n as usize * CELL)
+    }
+
+    fn area(&self) -> usize {
+        self.n as usize * CELL
+    }
+
+    /// Copy `src` into the cell area from byte position `at`, wrapping.
+    ///
+    /// # Safety
+    /// The bytes written must be the producer's to write now (cells it
+    /// owns under the protocol).
+    unsafe fn write(&self, at: usize, src: &[u8]) {
+        let first = src.len().min(self.area() - at);
+        // SAFETY: `at + first <= area` and the wrapped rest starts at 0 and
+        // is shorter than the area (a frame is never longer than the ring);
+        // the caller owns these bytes.
+        unsafe {
+            std::ptr::copy_nonoverlapping(src.as_ptr(), self.cells.as_ptr().add(at), first);
+            std::ptr::copy_nonoverlapping(src.as_ptr().add(first), self.cells.as_ptr(), src.len() - first);
+        }
+    }
+
+    /// Copy from the cell area at byte position `at` into `dst`, wrapping.
+    ///
+    /// # Safety
+    /// The bytes must be published to the consumer and not yet released.
+    unsafe fn read(&self, at: usize, dst: &mut [u8]) {
+        let first = dst.len().min(self.area() - at);
+        // SAFETY: as in `write`, for reading.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.cells.as_ptr().add(at), dst.as_mut_ptr(), first);
+            std::ptr::copy_nonoverlapping(self.cells.as_ptr(), dst.as_mut_ptr().add(first), dst.len() - first);
+        }
+    }
+}
+
+/// The sending side of a ring (in the sender's process, on the receiver's
+/// segment).
+#[derive(Debug)]
+pub struct Producer {
+    ring: Shared,
+    tail: u64,
+    head_seen: u64,
+    max_frame: usize,
+}
+
+impl Producer {
+    /// The producer of the ring of `cells` cells at `offset` in `seg`,
+    /// with frames of at most `max_frame` payload bytes (at most what fits
+    /// in half the ring).
+    pub fn new(seg: Arc<Segment>, offset: usize, cells: usize, max_frame: usize) -> Producer {
+        let ring = Shared::new(seg, offset, cells);
+        let max_frame = max_frame.min(cells / 2 * CELL - FRAME_HEADER);
+        // Start where the consumer is: 0 for a new ring.
+        let head = ring.head().load(Ordering::Acquire);
+        Producer { ring, tail: head, head_seen: head, max_frame }
+    }
+
+    /// The largest payload one frame carries.
+    pub fn max_frame(&self) -> usize {
+        self.max_frame
+    }
+
+    /// Payload bytes one frame could carry now (0 when the ring is full),
+    /// at most [`Producer::max_frame`].
+    pub fn room(&mut self) -> usize {
+        let free = |p: &Producer| (p.ring.n - (p.tail - p.head_seen)) as usize;
+        if free(self) < cells_for(self.max_frame) {
+            self.head_seen = self.ring.head().load(Ordering::Acquire);
+        }
+        (free(self) * CELL).saturating_sub(FRAME_HEADER).min(self.max_frame)
+    }
+
+    /// Write one frame of `payload` (at most [`Producer::room`] bytes);
+    /// false, with nothing written, if it does not fit now.
+    pub fn try_write(&mut self, tag: u64, flags: u32, total: u64, payload: &[u8]) -> bool {
+        let k = cells_for(payload.len()) as u64;
+        if payload.len() > self.max_frame {
+            return false;
+        }
+        if self.ring.n - (self.tail - self.head_seen) < k {
+            self.head_seen = self.ring.head().load(Ordering::Acquire);
+            if self.ring.n - (self.tail - self.head_seen) < k {
+                return false;
+            }
+        }
+        let at = self.tail;
+        let mut header = [0u8; FRAME_HEADER - 8];
+        header[0..8].copy_from_slice(&tag.to_ne_bytes());
+        header[8..12].copy_from_slice(&(payload.len() as u32).to_ne_bytes());
+        header[12..16].copy_from_slice(&flags.to_ne_bytes());
+        header[16..24].copy_from_slice(&total.to_ne_bytes());
+        // SAFETY: cells at..at+k are free (room checked against the
+        // consumer's head); the consumer reads none of them before the
+        // stamp below.
+        unsafe {
+            self.ring.write(self.ring.byte(at, 8), &header);
+            self.ring.write(self.ring.byte(at, FRAME_HEADER), payload);
+        }
+        self.ring.stamp(at).store(at + 1, Ordering::Release);
+        self.tail = at + k;
+        true
+    }
+}
+
+/// The receiving side of a ring (in the receiver's process, on its own
+/// segment).
+#[derive(Debug)]
+pub struct Consumer {
+    ring: Shared,
+    head: u64,
+    max_frame: usize,
+}
+
+impl Consumer {
+    /// The consumer of the ring of `cells` cells at `offset` in `seg`.
+    pub fn new(seg: Arc<Segment>, offset: usize, cells: usize, max_frame: usize) -> Consumer {
+        let ring = Shared::new(seg, offset, cells);
+        let max_frame = max_frame.min(cells / 2 * CELL - FRAME_HEADER);
+        let head = ring.head().load(Ordering::Relaxed);
+        Consumer { ring, head, max_frame }
+    }
+
+    /// The next frame, if one has arrived; an error if its header cannot
+    /// be right (the ring is then unusable).
+    #[inline]
+    pub fn peek(&self) -> Result<Option<Frame>, Corrupt> {
+        if self.ring.stamp(self.head).load(Ordering::Acquire) != self.head + 1 {
+            return Ok(None);
+        }
+        let mut h = [0u8; FRAME_HEADER - 8];
+        // SAFETY: the stamp's Acquire made the frame's header visible; it
+        // is ours until we release it.
+        unsafe { self.ring.read(self.ring.byte(self.head, 8), &mut h) };
+        let word = |r: std::ops::Range<usize>| {
+            let mut b = [0u8; 8];
+            b[..r.len()].copy_from_slice(&h[r]);
+            u64::from_ne_bytes(b)
+        };
+        let f = Frame {
+            tag: word(0..8),
+            len: word(8..12) as usize,
+            flags: word(12..16) as u32,
+            total: word(16..24),
+            cells: 0,
+        };
+        let bad = |what: String| Err(Corrupt { at: self.head, what });
+        if f.len > self.max_frame {
+            return bad(format!("{} payload bytes, above the ring's limit of {}", f.len, self.max_frame));
+        }
+        if f.flags & !(FIRST | LAST) != 0 {
+            return bad(format!("unknown flags {:#x}", f.flags));
+        }
+        if f.len as u64 > f.total {
+            return bad(format!("{} bytes in a frame of a {}-byte message", f.len, f.total));
+        }
+        Ok(Some(Frame { cells: cells_for(f.len), ..f }))
+    }
+
+    /// Copy the payload bytes `at..at + dst.len()` of `frame` (the one
+    /// [`Consumer::peek`] returned) into `dst`.
+    #[inline]
+    pub fn copy_out(&self, frame: &Frame, at: usize, dst: &mut [u8]) {
+        assert!(at + dst.len() <= frame.len, "copy beyond the frame");
+        // SAFETY: the frame is published and not yet released; the range
+        // lies within its payload (asserted).
+        unsafe { self.ring.read(self.ring.byte(self.head, FRAME_HEADER + at), dst) };
+    }
+
+    /// Release `frame` (the one [`Consumer::peek`] returned) to the
+    /// producer.
+    #[inline]
+    pub fn consume(&mut self, frame: &Frame) {
+        for c in 1..frame.cells as u64 {
+            self.ring.stamp(self.head + c).store(0, Ordering::Relaxed);
+        }
+        self.head += frame.cells as u64;
+        self.ring.head().store(self.head, Ordering::Release);
+    }
+
+    /// The largest payload one frame may carry.
+    pub fn max_frame(&self) -> usize {
+        self.max_frame
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pair(cells: usize, max: usize) -> (Producer, Consumer) {
+        let own = Arc::new(Segment::create(64 + ring_bytes(cells)).unwrap());
+        let peer = Arc::new(Segment::attach(&own.name()).unwrap());
+        (Producer::new(peer, 64, cells, max), Consumer::new(own, 64, cells, max))
+    }
+
+    #[test]
+    fn frames_arrive_whole_and_in_order_across_threads() {
+        let (mut p, mut c) = pair(64, 1000);
+        const N: u64 = 20_000;
+        let t = std::thread::spawn(move || {
+            for i in 0..N {
+                let len = (i * 37 % 900) as usize;
+                let payload: Vec<u8> = (0..len).map(|b| (b as u64 + i) as u8).collect();
+                while !p.try_write(i, FIRST | LAST, len as u64, &payload) {
+                    std::hint::spin_loop();
+                }
+            }
+        });
+        let mut buf = vec![0u8; 1000];
+        for i in 0..N {
+            let f = loop {
+                if let Some(f) = c.peek().unwrap() {
+                    break f;
+                }
+                std::hint::spin_loop();
+            };
+            assert_eq!((f.tag, f.len as u64, f.flags), (i, i * 37 % 900, FIRST | LAST));
+            c.copy_out(&f, 0, &mut buf[..f.len]);
+            for (b, v) in buf[..f.len].iter().enumerate() {
+                assert_eq!(*v, (b as u64 + i) as u8, "message {i} byte {b}");
+            }
+            c.consume(&f);
+        }
+        t.join().unwrap();
+        assert_eq!(c.peek().unwrap(), None);
+    }
+
+    #[test]
+    fn payload_that_looks_like_a_stamp_is_not_taken_for_one() {
+        // A producer that fills every continuation cell's first word with
+        // the stamps the consumer will await on later laps.
+        let (mut p, mut c) = pair(8, 1000);
+        let mut buf = [0u8; 200];
+        for lap in 0..50u64 {
+            let payload: Vec<u8> = (0..200u64 / 8).flat_map(|w| (lap * 8 + w).to_ne_bytes()).collect();
+            assert!(p.try_write(lap, FIRST | LAST, 200, &payload[..200]));
+            let f = c.peek().unwrap().unwrap();
+            c.copy_out(&f, 0, &mut buf);
+            assert_eq!(&buf[..], &payload[..200]);
+            c.consume(&f);
+            assert_eq!(c.peek().unwrap(), None, "lap {lap}");
+        }
+    }
+
+    #[test]
+    fn a_full_ring_refuses_and_then_takes_again() {
+        let (mut p, mut c) = pair(8, 1000);
+        assert_eq!(p.room(), 4 * CELL - FRAME_HEADER);
+        let mut written = 0;
+        while p.try_write(written, FIRST | LAST, 10, &[7; 10]) {
+            written += 1;
+        }
+        assert_eq!(written, 8);
+        assert_eq!(p.room(), 0);
+        let f = c.peek().unwrap().unwrap();
+        c.consume(&f);
+        assert!(p.try_write(99, FIRST | LAST, 10, &[1; 10]));
+    }
+
+    #[test]
+    fn a_forged_header_is_an_error_not_a_read() {
+        let (mut p, c) = pair(8, 100);
+        // A frame longer than the limit the consumer allows.
+        p.max_frame = 200;
+        assert!(p.try_write(1, FIRST | LAST, 150, &[0; 150]));
+        let e = c.peek().unwrap_err();
+        assert!(e.to_string().contains("above the ring's limit"), "{e}");
+        let (mut p, c) = pair(8, 100);
+        assert!(p.try_write(1, 0x10, 5, &[0; 5]));
+        assert!(c.peek().is_err());
+        let (mut p, c) = pair(8, 100);
+        assert!(p.try_write(1, FIRST, 5, &[0; 50]));
+        assert!(c.peek().is_err());
+    }
+}
