@@ -16,6 +16,17 @@ use std::time::{Duration, Instant};
 struct Counting;
 
 static COUNTING: AtomicBool = AtomicBool::new(false);
+/// Count only on threads that set `HERE` (`counted_here`).
+static ONLY_HERE: AtomicBool = AtomicBool::new(false);
+thread_local! {
+    static HERE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether this allocation is one to count.
+fn counts() -> bool {
+    COUNTING.load(Ordering::Relaxed)
+        && (!ONLY_HERE.load(Ordering::Relaxed) || HERE.with(std::cell::Cell::get))
+}
 static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
 static SIZES: [AtomicUsize; 8] = [const { AtomicUsize::new(0) }; 8];
 
@@ -23,7 +34,7 @@ static SIZES: [AtomicUsize; 8] = [const { AtomicUsize::new(0) }; 8];
 // counts allocations while COUNTING is set.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if COUNTING.load(Ordering::Relaxed) {
+        if counts() {
             let i = ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
             if let Some(s) = SIZES.get(i) {
                 s.store(layout.size(), Ordering::Relaxed);
@@ -37,7 +48,7 @@ unsafe impl GlobalAlloc for Counting {
         unsafe { System.dealloc(ptr, layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if COUNTING.load(Ordering::Relaxed) {
+        if counts() {
             ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
         }
         // SAFETY: same contract as our caller's.
@@ -64,6 +75,18 @@ fn counted(f: impl FnOnce()) -> (usize, Vec<usize>) {
         .map(|s| s.load(Ordering::SeqCst))
         .collect();
     (n, sizes)
+}
+
+/// Count the allocations `f` makes on this thread only: for code that
+/// runs on one thread, undisturbed by threads other tests left behind
+/// (a loop's progress or lifeline thread still ending).
+fn counted_here(f: impl FnOnce()) -> (usize, Vec<usize>) {
+    HERE.with(|h| h.set(true));
+    ONLY_HERE.store(true, Ordering::SeqCst);
+    let r = counted(f);
+    ONLY_HERE.store(false, Ordering::SeqCst);
+    HERE.with(|h| h.set(false));
+    r
 }
 
 fn next(
@@ -459,4 +482,117 @@ fn warmed_up_typed_world_messages_allocate_nothing() {
         "{n} allocations in 2000 rounds of typed messages, sizes {sizes:?}"
     );
     world.finish().expect("finish");
+}
+
+/// Poll both same-node loops once; put the buffers of what completed
+/// back in their slots (by token); how many completed.
+fn node_poll(
+    l: &mut [fabric_msg::transport::node::NodeLoop],
+    bufs: &mut [Option<Buffer>; 4],
+    out: &mut Vec<fabric_msg::transport::node::NodeCompletion>,
+) -> usize {
+    let mut got = 0;
+    for side in l.iter_mut() {
+        side.poll(out);
+        for c in out.drain(..) {
+            assert!(c.result.is_ok(), "{:?}", c.result);
+            got += 1;
+            bufs[c.token.0 as usize] = Some(c.buffer);
+        }
+    }
+    got
+}
+
+/// One round of the same-node transport: rank 0 sends `size` bytes to
+/// rank 1 (injected when `inject`), which answers with 8; when
+/// `unexpected`, the message lands before its receive is posted. Slots:
+/// 0 the message, 1 its receive, 2 the answer, 3 its receive.
+fn node_round(
+    l: &mut [fabric_msg::transport::node::NodeLoop],
+    bufs: &mut [Option<Buffer>; 4],
+    out: &mut Vec<fabric_msg::transport::node::NodeCompletion>,
+    inject: bool,
+    unexpected: bool,
+) {
+    let mut got = 0;
+    l[0].recv(Some(1), 2, 0, bufs[3].take().unwrap(), Token(3))
+        .unwrap();
+    if !unexpected {
+        l[1].recv(Some(0), 1, 0, bufs[1].take().unwrap(), Token(1))
+            .unwrap();
+    }
+    if inject {
+        assert!(l[0].inject(1, 1, bufs[0].as_ref().unwrap().as_slice()).unwrap());
+    } else {
+        l[0].send(1, 1, bufs[0].take().unwrap(), Token(0)).unwrap();
+    }
+    if unexpected {
+        while l[1].pending().2 == 0 {
+            got += node_poll(l, bufs, out);
+        }
+        l[1].recv(Some(0), 1, 0, bufs[1].take().unwrap(), Token(1))
+            .unwrap();
+    }
+    let want = if inject { 3 } else { 4 };
+    let mut answered = false;
+    while got < want {
+        got += node_poll(l, bufs, out);
+        if !answered && bufs[1].is_some() {
+            answered = true;
+            l[1].send(0, 2, bufs[2].take().unwrap(), Token(2)).unwrap();
+        }
+    }
+}
+
+#[test]
+fn the_same_node_transport_allocates_nothing_per_message_once_warm() {
+    use fabric_msg::transport::node::{NodeConfig, NodeLoop};
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // (size, inject, unexpected, single copy from)
+    let cases = [
+        (8, true, false, usize::MAX),
+        (8, false, true, usize::MAX),
+        (65536, false, false, usize::MAX),
+        (65536, false, true, usize::MAX),
+        (1 << 20, false, false, usize::MAX),
+        (65536, false, false, 32 << 10),
+        (65536, false, true, 32 << 10),
+    ];
+    for (size, inject, unexpected, copy_from) in cases {
+        let cfg = NodeConfig {
+            single_copy_from: copy_from,
+            ..NodeConfig::default()
+        };
+        let mut l = [
+            NodeLoop::create(0, 2, cfg).unwrap(),
+            NodeLoop::create(1, 2, cfg).unwrap(),
+        ];
+        let names = [l[0].name(), l[1].name()];
+        for side in &mut l {
+            for (p, n) in names.iter().enumerate() {
+                side.connect(p, n).unwrap();
+            }
+        }
+        let mut bufs = [
+            Some(Buffer::new(size)),
+            Some(Buffer::new(size)),
+            Some(Buffer::new(8)),
+            Some(Buffer::new(8)),
+        ];
+        let mut out = Vec::with_capacity(16);
+        for _ in 0..50 {
+            node_round(&mut l, &mut bufs, &mut out, inject, unexpected);
+        }
+        // The same-node loop has no threads: count this one.
+        let (n, sizes) = counted_here(|| {
+            for _ in 0..500 {
+                node_round(&mut l, &mut bufs, &mut out, inject, unexpected);
+            }
+        });
+        assert_eq!(
+            n, 0,
+            "size {size}, inject {inject}, unexpected {unexpected}, single copy from {copy_from}: \
+             {n} allocations in 500 rounds (sizes {sizes:?})"
+        );
+    }
 }

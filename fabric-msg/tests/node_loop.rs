@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 
 /// `ranks` connected loops.
 fn node(ranks: usize, cfg: NodeConfig) -> Vec<NodeLoop> {
-    let mut loops: Vec<NodeLoop> = (0..ranks).map(|r| NodeLoop::create(r, ranks, cfg).unwrap()).collect();
+    let mut loops: Vec<NodeLoop> = (0..ranks)
+        .map(|r| NodeLoop::create(r, ranks, cfg).unwrap())
+        .collect();
     let names: Vec<SegmentName> = loops.iter().map(NodeLoop::name).collect();
     for l in &mut loops {
         for (p, n) in names.iter().enumerate() {
@@ -27,13 +29,32 @@ fn wait_for(l: &mut NodeLoop, n: usize) -> Vec<NodeCompletion> {
     let until = Instant::now() + Duration::from_secs(10);
     while out.len() < n {
         l.poll(&mut out);
-        assert!(Instant::now() < until, "only {} of {n} completions in 10 s", out.len());
+        assert!(
+            Instant::now() < until,
+            "only {} of {n} completions in 10 s",
+            out.len()
+        );
     }
     out
 }
 
 fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    (0..len).map(|i| (i as u64).wrapping_mul(31).wrapping_add(seed) as u8).collect()
+    (0..len)
+        .map(|i| (i as u64).wrapping_mul(31).wrapping_add(seed) as u8)
+        .collect()
+}
+
+/// Every message through the ring (the default), and from 32 KiB read
+/// from the sender's memory.
+fn configs() -> impl Iterator<Item = NodeConfig> {
+    [
+        NodeConfig::default(),
+        NodeConfig {
+            single_copy_from: 32 << 10,
+            ..NodeConfig::default()
+        },
+    ]
+    .into_iter()
 }
 
 /// Sizes: empty, one cell, one frame, just over, several frames, larger
@@ -42,14 +63,26 @@ const SIZES: [usize; 8] = [0, 8, 31, 200, 16 << 10, (16 << 10) + 1, 100_000, 1 <
 
 #[test]
 fn every_size_arrives_whole_whether_the_receive_comes_first_or_last() {
-    for receive_first in [true, false] {
-        let mut l = node(2, NodeConfig::default());
+    for (receive_first, cfg) in [true, false]
+        .into_iter()
+        .flat_map(|r| configs().map(move |c| (r, c)))
+    {
+        let mut l = node(2, cfg);
         let (mut a, mut b) = (l.remove(0), l.remove(0));
         let t = std::thread::spawn(move || {
             for (i, &n) in SIZES.iter().enumerate() {
-                a.send(1, i as u64, Buffer::from_slice(&pattern(n, i as u64)), Token(i as u64)).unwrap();
+                a.send(
+                    1,
+                    i as u64,
+                    Buffer::from_slice(&pattern(n, i as u64)),
+                    Token(i as u64),
+                )
+                .unwrap();
                 let c = wait_for(&mut a, 1);
-                assert_eq!((c[0].kind, c[0].token, c[0].peer), (OpKind::Send, Token(i as u64), 1));
+                assert_eq!(
+                    (c[0].kind, c[0].token, c[0].peer),
+                    (OpKind::Send, Token(i as u64), 1)
+                );
             }
             a
         });
@@ -57,11 +90,18 @@ fn every_size_arrives_whole_whether_the_receive_comes_first_or_last() {
             std::thread::sleep(Duration::from_millis(50));
         }
         for (i, &n) in SIZES.iter().enumerate() {
-            b.recv(Some(0), i as u64, 0, Buffer::new(n + 3), Token(100 + i as u64)).unwrap();
+            b.recv(Some(0), i as u64, 0, Buffer::new(n + 3), Token(100 + i as u64))
+                .unwrap();
             let c = wait_for(&mut b, 1);
             assert_eq!(c[0].result, Ok(()), "size {n}");
-            assert_eq!((c[0].token, c[0].peer, c[0].tag), (Token(100 + i as u64), 0, i as u64));
-            assert!(c[0].buffer.as_slice() == pattern(n, i as u64), "size {n}, receive first: {receive_first}");
+            assert_eq!(
+                (c[0].token, c[0].peer, c[0].tag),
+                (Token(100 + i as u64), 0, i as u64)
+            );
+            assert!(
+                c[0].buffer.as_slice() == pattern(n, i as u64),
+                "size {n}, receive first: {receive_first}"
+            );
         }
         t.join().unwrap();
         assert_eq!(b.pending(), (0, 0, 0));
@@ -70,49 +110,66 @@ fn every_size_arrives_whole_whether_the_receive_comes_first_or_last() {
 
 #[test]
 fn a_message_larger_than_its_receive_is_truncated_and_the_next_one_still_arrives() {
-    let mut l = node(2, NodeConfig::default());
-    for &n in &SIZES[1..] {
-        for receive_first in [true, false] {
-            let small = n / 2;
-            if receive_first {
-                l[1].recv(Some(0), 5, 0, Buffer::new(small), Token(1)).unwrap();
-            }
-            l[0].send(1, 5, Buffer::from_slice(&pattern(n, 1)), Token(1)).unwrap();
-            l[0].send(1, 6, Buffer::from_slice(&pattern(64, 2)), Token(2)).unwrap();
-            if !receive_first {
-                // Let both messages land unexpected first.
-                let until = Instant::now() + Duration::from_secs(10);
-                let mut sent = Vec::new();
-                while sent.len() < 2 {
-                    l[0].poll(&mut sent);
-                    l[1].poll(&mut Vec::new());
-                    assert!(Instant::now() < until);
+    for cfg in configs() {
+        let mut l = node(2, cfg);
+        for &n in &SIZES[1..] {
+            for receive_first in [true, false] {
+                let small = n / 2;
+                if receive_first {
+                    l[1].recv(Some(0), 5, 0, Buffer::new(small), Token(1)).unwrap();
                 }
-                l[1].recv(Some(0), 5, 0, Buffer::new(small), Token(1)).unwrap();
+                l[0].send(1, 5, Buffer::from_slice(&pattern(n, 1)), Token(1))
+                    .unwrap();
+                l[0].send(1, 6, Buffer::from_slice(&pattern(64, 2)), Token(2))
+                    .unwrap();
+                let (mut sent, until) = (Vec::new(), Instant::now() + Duration::from_secs(10));
+                if !receive_first {
+                    // Let both messages land unexpected first (a large one as
+                    // its request: its send completes only once it is read).
+                    while l[1].pending().2 < 2 {
+                        l[0].poll(&mut sent);
+                        l[1].poll(&mut Vec::new());
+                        assert!(Instant::now() < until);
+                    }
+                    l[1].recv(Some(0), 5, 0, Buffer::new(small), Token(1)).unwrap();
+                }
+                l[1].recv(Some(0), 6, 0, Buffer::new(64), Token(2)).unwrap();
+                let mut got = Vec::new();
+                while got.len() < 2 || sent.len() < 2 {
+                    l[0].poll(&mut sent);
+                    l[1].poll(&mut got);
+                    assert!(Instant::now() < until, "size {n}: {got:?} {sent:?}");
+                }
+                assert!(
+                    sent.iter().all(|c| c.result.is_ok()),
+                    "a truncated message is the receiver's error only"
+                );
+                assert_eq!(
+                    got[0].result,
+                    Err(CompletionError::Truncated {
+                        message_len: Some(n),
+                        buffer_len: small
+                    }),
+                    "size {n}"
+                );
+                assert!(got[0].buffer.as_slice() == &pattern(n, 1)[..small]);
+                assert_eq!(got[1].result, Ok(()));
+                assert!(got[1].buffer.as_slice() == pattern(64, 2));
             }
-            l[1].recv(Some(0), 6, 0, Buffer::new(64), Token(2)).unwrap();
-            let (mut got, until) = (Vec::new(), Instant::now() + Duration::from_secs(10));
-            while got.len() < 2 {
-                l[0].poll(&mut Vec::new());
-                l[1].poll(&mut got);
-                assert!(Instant::now() < until, "size {n}: {got:?}");
-            }
-            assert_eq!(
-                got[0].result,
-                Err(CompletionError::Truncated { message_len: Some(n), buffer_len: small }),
-                "size {n}"
-            );
-            assert!(got[0].buffer.as_slice() == &pattern(n, 1)[..small]);
-            assert_eq!(got[1].result, Ok(()));
-            assert!(got[1].buffer.as_slice() == pattern(64, 2));
-            l[0].poll(&mut Vec::new());
         }
     }
 }
 
 #[test]
 fn matching_follows_mpi_order_across_sources_tags_and_masks() {
-    let mut l = node(4, NodeConfig { cells: 64, max_frame: 512 });
+    let mut l = node(
+        4,
+        NodeConfig {
+            cells: 64,
+            max_frame: 512,
+            single_copy_from: 1500,
+        },
+    );
     // Ranks 1..3 each send 30 messages to rank 0, tags alternating 10/11,
     // sizes through several frames; all unexpected before rank 0 posts.
     for (s, rank) in l.iter_mut().enumerate().skip(1) {
@@ -135,9 +192,13 @@ fn matching_follows_mpi_order_across_sources_tags_and_masks() {
         // low byte ignored, and set in the receive's tag), and tag 11
         // from ranks 1, 2, 3 in turn.
         if posted < 90 && l[0].pending().1 < 4 {
-            let (from, tag, ignore) =
-                if posted % 2 == 0 { (None, 0x500 | 10, 0xF00) } else { (Some(1 + (posted / 2 % 3) as usize), 11, 0) };
-            l[0].recv(from, tag, ignore, Buffer::new(2000), Token(posted)).unwrap();
+            let (from, tag, ignore) = if posted % 2 == 0 {
+                (None, 0x500 | 10, 0xF00)
+            } else {
+                (Some(1 + (posted / 2 % 3) as usize), 11, 0)
+            };
+            l[0].recv(from, tag, ignore, Buffer::new(2000), Token(posted))
+                .unwrap();
             posted += 1;
         }
         got.clear();
@@ -147,16 +208,26 @@ fn matching_follows_mpi_order_across_sources_tags_and_masks() {
             seen[c.peer].push(c.tag);
             // The payload names the message's index at its sender.
             let idx = (0..30u64)
-                .find(|&k| pattern(((k * 97) % 2000) as usize, c.peer as u64 * 1000 + k) == c.buffer.as_slice())
+                .find(|&k| {
+                    pattern(((k * 97) % 2000) as usize, c.peer as u64 * 1000 + k) == c.buffer.as_slice()
+                })
                 .expect("a payload that was sent");
             assert_eq!(10 + idx % 2, c.tag);
             // One source's messages with one tag come in the order sent.
             let last = &mut last_index[c.peer][(c.tag - 10) as usize];
-            assert!(last.map_or(true, |l| l < idx), "rank {}: message {idx} after {last:?}", c.peer);
+            assert!(
+                last.map_or(true, |l| l < idx),
+                "rank {}: message {idx} after {last:?}",
+                c.peer
+            );
             *last = Some(idx);
         }
         if Instant::now() > until {
-            panic!("stuck: {:?} pending {:?}", seen.iter().map(Vec::len).collect::<Vec<_>>(), l[0].pending());
+            panic!(
+                "stuck: {:?} pending {:?}",
+                seen.iter().map(Vec::len).collect::<Vec<_>>(),
+                l[0].pending()
+            );
         }
     }
     for (s, tags) in seen.iter().enumerate().skip(1) {
@@ -167,8 +238,16 @@ fn matching_follows_mpi_order_across_sources_tags_and_masks() {
 #[test]
 fn per_source_order_is_kept_for_messages_that_match_the_same_receive() {
     // Sends and receives interleaved: some messages meet a posted receive,
-    // some arrive unexpected, some are claimed while still streaming in.
-    let mut l = node(2, NodeConfig { cells: 16, max_frame: 256 });
+    // some arrive unexpected, some are claimed while still streaming in,
+    // some (from 300 bytes) are read from the sender's memory.
+    let mut l = node(
+        2,
+        NodeConfig {
+            cells: 16,
+            max_frame: 256,
+            single_copy_from: 300,
+        },
+    );
     let mut got = Vec::new();
     let mut posted = 0u64;
     let until = Instant::now() + Duration::from_secs(10);
@@ -187,11 +266,17 @@ fn per_source_order_is_kept_for_messages_that_match_the_same_receive() {
         l[0].poll(&mut got);
         assert!(Instant::now() < until, "{} of 200", got.len());
     }
-    let order: Vec<u64> =
-        got.iter().map(|c| u64::from_ne_bytes(c.buffer.as_slice()[..8].try_into().unwrap())).collect();
+    let order: Vec<u64> = got
+        .iter()
+        .map(|c| u64::from_ne_bytes(c.buffer.as_slice()[..8].try_into().unwrap()))
+        .collect();
     assert_eq!(order, (0..200).collect::<Vec<_>>());
     let tokens: Vec<u64> = got.iter().map(|c| c.token.0).collect();
-    assert_eq!(tokens, (0..200).collect::<Vec<_>>(), "receives complete in the order posted");
+    assert_eq!(
+        tokens,
+        (0..200).collect::<Vec<_>>(),
+        "receives complete in the order posted"
+    );
 }
 
 #[test]
@@ -213,7 +298,15 @@ fn ranks_that_disagree_on_the_layout_are_refused_with_a_reason() {
     let b = NodeLoop::create(1, 3, NodeConfig::default()).unwrap();
     let e = a.connect(1, &b.name()).unwrap_err().to_string();
     assert!(e.contains("disagree"), "{e}");
-    let c = NodeLoop::create(1, 2, NodeConfig { cells: 512, ..NodeConfig::default() }).unwrap();
+    let c = NodeLoop::create(
+        1,
+        2,
+        NodeConfig {
+            cells: 512,
+            ..NodeConfig::default()
+        },
+    )
+    .unwrap();
     assert!(a.connect(1, &c.name()).is_err());
     let e = a.send(1, 0, Buffer::new(1), Token(0)).unwrap_err().to_string();
     assert!(e.contains("not connected"), "{e}");
@@ -222,14 +315,27 @@ fn ranks_that_disagree_on_the_layout_are_refused_with_a_reason() {
 
 #[test]
 fn a_full_ring_makes_sends_wait_not_fail_and_inject_say_no() {
-    let mut l = node(2, NodeConfig { cells: 16, max_frame: 256 });
+    let mut l = node(
+        2,
+        NodeConfig {
+            cells: 16,
+            max_frame: 256,
+            ..NodeConfig::default()
+        },
+    );
     let mut injected = 0;
     while l[0].inject(1, 1, &[1; 100]).unwrap() {
         injected += 1;
     }
-    assert_eq!(injected, 5, "16 cells of 64 bytes take five 100-byte frames (3 cells each)");
+    assert_eq!(
+        injected, 5,
+        "16 cells of 64 bytes take five 100-byte frames (3 cells each)"
+    );
     l[0].send(1, 2, Buffer::from_slice(&[2; 1000]), Token(1)).unwrap();
-    assert!(wait_quiet(&mut l[0]).is_empty(), "the send completed into a full ring");
+    assert!(
+        wait_quiet(&mut l[0]).is_empty(),
+        "the send completed into a full ring"
+    );
     for _ in 0..5 {
         l[1].recv(Some(0), 1, 0, Buffer::new(100), Token(0)).unwrap();
     }
@@ -251,4 +357,40 @@ fn wait_quiet(l: &mut NodeLoop) -> Vec<NodeCompletion> {
         l.poll(&mut out);
     }
     out
+}
+
+#[test]
+fn a_forged_single_copy_request_fails_the_receive_not_the_process() {
+    use fabric_msg::transport::node::ring::{ring_bytes, Producer, FIRST, LAST, RNDV};
+    use fabric_msg::transport::node::segment::HEADER;
+    use fabric_msg::transport::node::Segment;
+    use std::sync::Arc;
+    let cfg = NodeConfig::default();
+    let mut l = node(3, cfg);
+    // Rank 2's ring into rank 1, written by hand: a request to read 4 KiB
+    // at address 8 of rank 2's process (this one), numbered 77.
+    let seg = Arc::new(Segment::attach(&l[1].name()).unwrap());
+    let mut forger = Producer::new(seg, HEADER + 2 * ring_bytes(cfg.cells), cfg.cells, cfg.max_frame);
+    let mut req = [0u8; 16];
+    req[..8].copy_from_slice(&8u64.to_ne_bytes());
+    req[8..].copy_from_slice(&77u64.to_ne_bytes());
+    assert!(forger.try_write(4, FIRST | LAST | RNDV, 4096, &req));
+    l[1].recv(Some(2), 4, 0, Buffer::new(4096), Token(1)).unwrap();
+    let c = wait_for(&mut l[1], 1);
+    assert_eq!(
+        c[0].result,
+        Err(CompletionError::CopyFailed {
+            peer: 2,
+            errno: libc::EFAULT
+        })
+    );
+    // Rank 2 gets an ack for a send it never made: it stops reading rank
+    // 1's ring and says why, and rank 1 can still talk to rank 0.
+    wait_quiet(&mut l[2]);
+    let e = l[2].send(1, 0, Buffer::new(8), Token(0)).unwrap_err().to_string();
+    assert!(e.contains("does not wait"), "{e}");
+    assert!(l[1].inject(0, 9, b"still").unwrap());
+    l[0].recv(Some(1), 9, 0, Buffer::new(8), Token(2)).unwrap();
+    let c = wait_for(&mut l[0], 1);
+    assert_eq!(c[0].buffer.as_slice(), b"still");
 }

@@ -410,12 +410,29 @@ pub enum CompletionError {
     /// A same-node rank wrote a frame into its ring that cannot be right
     /// (`transport/node`): a bug or memory corruption in that process, or
     /// a hostile one. Nothing more is read from its ring.
-    #[error("same-node rank {peer} wrote a corrupt frame into its ring ({what}); nothing more is read from it")]
+    #[error(
+        "same-node rank {peer} wrote a corrupt frame into its ring ({what}); nothing more is read from it"
+    )]
     CorruptRing {
         /// The rank, by its index on the node.
         peer: usize,
         /// What was wrong.
         what: String,
+    },
+    /// A large same-node message could not be read from the sender's
+    /// memory (`process_vm_readv`, `transport/node/single_copy.rs`): the
+    /// sender's process is gone (`ESRCH`), its buffer was not where it
+    /// said (`EFAULT`), or reading it was refused (`EPERM`). Reported to
+    /// both ends; nothing of the message is delivered.
+    #[error(
+        "the single-copy transfer of a same-node message with rank {peer} failed: {}",
+        std::io::Error::from_raw_os_error(*.errno)
+    )]
+    CopyFailed {
+        /// The other rank, by its index on the node.
+        peer: usize,
+        /// The `errno` of the failed read.
+        errno: i32,
     },
 }
 

@@ -52,6 +52,9 @@ pub struct Arrived {
     pub complete: bool,
     /// A receive that matched it while it was still arriving.
     pub claimed: Option<Posted>,
+    /// A large message still in the sender's memory: its address there
+    /// and the send's number (`single_copy`); `data` stays empty.
+    pub rndv: Option<(u64, u64)>,
 }
 
 /// The receives posted and the messages arrived, each oldest first.
@@ -78,7 +81,9 @@ impl Matcher {
 
     /// The index of the oldest arrived, unclaimed message `p` matches.
     pub fn find_arrived(&self, p: &Posted) -> Option<usize> {
-        self.arrived.iter().position(|a| a.claimed.is_none() && p.matches(a.from, a.tag))
+        self.arrived
+            .iter()
+            .position(|a| a.claimed.is_none() && p.matches(a.from, a.tag))
     }
 
     /// Start an unexpected message of `total` bytes; its index. Fails
@@ -88,8 +93,31 @@ impl Matcher {
         data.clear();
         data.try_reserve_exact(total)
             .map_err(|e| format!("no memory to hold an unexpected message of {total} bytes: {e}"))?;
-        self.arrived.push_back(Arrived { from, tag, total, data, complete: false, claimed: None });
+        self.arrived.push_back(Arrived {
+            from,
+            tag,
+            total,
+            data,
+            complete: false,
+            claimed: None,
+            rndv: None,
+        });
         Ok(self.arrived.len() - 1)
+    }
+
+    /// Keep a request to read a large message from its sender's memory,
+    /// which no receive matched yet.
+    pub fn keep_request(&mut self, from: usize, tag: u64, total: usize, at: (u64, u64)) {
+        let data = Vec::new();
+        self.arrived.push_back(Arrived {
+            from,
+            tag,
+            total,
+            data,
+            complete: true,
+            claimed: None,
+            rndv: Some(at),
+        });
     }
 
     /// The arrived message at `i`.
@@ -113,6 +141,27 @@ impl Matcher {
     pub fn cancel(&mut self, token: Token) -> Option<Posted> {
         let i = self.posted.iter().position(|p| p.token == token)?;
         self.posted.remove(i)
+    }
+
+    /// Take back every posted receive for exactly rank `from`.
+    pub fn cancel_from(&mut self, from: usize) -> Vec<Posted> {
+        let mut gone = Vec::new();
+        for p in std::mem::take(&mut self.posted) {
+            if p.from == Some(from) {
+                gone.push(p);
+            } else {
+                self.posted.push_back(p);
+            }
+        }
+        gone
+    }
+
+    /// Forget an unexpected message from `from` that will never be whole.
+    pub fn drop_arriving_from(&mut self, from: usize) {
+        if let Some(i) = self.arriving_from(from) {
+            let a = self.remove_arrived(i);
+            self.recycle(a.data);
+        }
     }
 
     /// Receives posted and not matched; messages kept unexpected.

@@ -6,6 +6,12 @@
 //! - `ring`: one single-producer single-consumer ring of cache-line
 //!   cells, and its memory ordering;
 //! - `matching`: posted receives and unexpected messages, in MPI's order;
+//! - `single_copy`: large messages read from the sender's memory
+//!   (`process_vm_readv`), with a request and an ack on the rings;
+//! - `peer_loss` and `pidfd`: a rank whose process ended, noticed
+//!   through a pidfd;
+//! - `receiving`: frames read from the rings into receives, acks,
+//!   failures;
 //! - `node_loop`: the [`NodeLoop`] that sends, receives and polls over
 //!   them.
 //!
@@ -14,8 +20,12 @@
 
 pub(crate) mod matching;
 pub mod node_loop;
+mod peer_loss;
+mod pidfd;
+mod receiving;
 pub mod ring;
 pub mod segment;
+pub(crate) mod single_copy;
 
 pub use node_loop::{NodeCompletion, NodeConfig, NodeLoop};
 pub use segment::{Segment, SegmentName};

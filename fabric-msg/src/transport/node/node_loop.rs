@@ -6,7 +6,9 @@
 //! segment carries `s`'s messages to `r`. A message is cut into frames of
 //! at most [`NodeConfig::max_frame`] bytes, so a large one streams through
 //! the ring while the receiver copies out the frames before it (two
-//! copies, pipelined). A sender writes one message's frames to a ring
+//! copies, pipelined), or, from [`NodeConfig::single_copy_from`] bytes
+//! where the kernel allows it, is read by the receiver straight from the
+//! sender's buffer (`single_copy`). A sender writes one message's frames to a ring
 //! before the next message's; what does not fit waits in the sender's
 //! queue for that peer and moves on as [`NodeLoop::poll`] finds room.
 //!
@@ -14,8 +16,10 @@
 //! returns. Waiting (spin, yield, sleep) is the caller's.
 
 use super::matching::{Matcher, Posted};
-use super::ring::{ring_bytes, Consumer, Frame, Producer, FIRST, LAST};
+use super::pidfd::Watch;
+use super::ring::{ring_bytes, Consumer, Producer, ACK, FIRST, LAST, RNDV};
 use super::segment::{Segment, SegmentName, HEADER};
+use super::single_copy::{self, Waiting, ACK_LEN, REQUEST_LEN};
 use crate::error::{Error, Result};
 use crate::memory::buffer::Buffer;
 use crate::transport::event_loop::{CompletionError, OpKind, Token};
@@ -31,11 +35,23 @@ pub struct NodeConfig {
     /// Payload bytes per frame: a message longer than this streams in
     /// several. 16 KiB by default (a quarter of the ring).
     pub max_frame: usize,
+    /// Messages of at least this many bytes are read by the receiver from
+    /// the sender's memory in one copy, where the kernel lets it
+    /// (`single_copy`); `usize::MAX` (the default) never. On the 2-core
+    /// VM this was built on, the single copy was slower than streaming
+    /// through the ring at every size from 8 KiB to 4 MiB, ping-pong and
+    /// streaming alike (docs/onnode.md); measure yours with
+    /// `node_pingpong --copy-from`.
+    pub single_copy_from: usize,
 }
 
 impl Default for NodeConfig {
     fn default() -> Self {
-        NodeConfig { cells: 1024, max_frame: 16 << 10 }
+        NodeConfig {
+            cells: 1024,
+            max_frame: 16 << 10,
+            single_copy_from: usize::MAX,
+        }
     }
 }
 
@@ -68,18 +84,20 @@ pub struct NodeCompletion {
 
 /// A send waiting for room in its ring, or part-written.
 #[derive(Debug)]
-struct Outgoing {
-    token: Token,
-    tag: u64,
-    buf: Buffer,
+pub(super) struct Outgoing {
+    pub(super) token: Token,
+    pub(super) tag: u64,
+    pub(super) buf: Buffer,
     /// Bytes written to the ring so far.
-    sent: usize,
-    started: bool,
+    pub(super) sent: usize,
+    pub(super) started: bool,
+    /// Read by the receiver from this buffer (`single_copy`).
+    pub(super) single_copy: bool,
 }
 
 /// Where the message being read from one peer goes.
 #[derive(Debug)]
-enum Into {
+pub(super) enum Into {
     /// A posted receive, straight from the ring.
     Posted(Posted),
     /// An unexpected message's buffer (found with `arriving_from`).
@@ -87,33 +105,39 @@ enum Into {
 }
 
 #[derive(Debug)]
-struct Assembly {
-    tag: u64,
-    total: u64,
-    got: u64,
-    into: Into,
+pub(super) struct Assembly {
+    pub(super) tag: u64,
+    pub(super) total: u64,
+    pub(super) got: u64,
+    pub(super) into: Into,
 }
-
-/// Frames read from one ring per poll at most, so that one busy sender
-/// does not starve the others or the sends.
-const FRAMES_PER_POLL: usize = 64;
 
 /// Tagged messages between the ranks of one node. See the module docs.
 #[derive(Debug)]
 pub struct NodeLoop {
-    me: usize,
-    cfg: NodeConfig,
-    own: Arc<Segment>,
+    pub(super) me: usize,
+    pub(super) cfg: NodeConfig,
+    pub(super) own: Arc<Segment>,
     /// By sender: the ring it writes to us.
-    inbox: Vec<Consumer>,
+    pub(super) inbox: Vec<Consumer>,
     /// By receiver: our ring in its segment, once connected.
-    outbox: Vec<Option<Producer>>,
-    sends: Vec<VecDeque<Outgoing>>,
-    assembling: Vec<Option<Assembly>>,
+    pub(super) outbox: Vec<Option<Producer>>,
+    pub(super) sends: Vec<VecDeque<Outgoing>>,
+    pub(super) assembling: Vec<Option<Assembly>>,
     /// Peers whose ring held a corrupt frame: not read any more.
-    broken: Vec<Option<String>>,
-    matcher: Matcher,
-    done: VecDeque<NodeCompletion>,
+    pub(super) broken: Vec<Option<String>>,
+    /// By rank: its process, for single-copy reads.
+    pub(super) pids: Vec<u32>,
+    /// By rank: its process's pidfd (none for this rank itself).
+    pub(super) watch: Vec<Option<Watch>>,
+    /// By rank: found gone (`check_peers`).
+    pub(super) lost: Vec<bool>,
+    /// Sends the receiver reads, until its ack: (peer, send).
+    pub(super) waiting: Waiting<(usize, Outgoing)>,
+    /// By sender: acks for it that found no room in its ring yet.
+    pub(super) acks: Vec<VecDeque<[u8; ACK_LEN]>>,
+    pub(super) matcher: Matcher,
+    pub(super) done: VecDeque<NodeCompletion>,
 }
 
 impl NodeLoop {
@@ -129,7 +153,14 @@ impl NodeLoop {
         }
         let own = Arc::new(Segment::create(cfg.segment_len(ranks))?);
         let inbox = (0..ranks)
-            .map(|s| Consumer::new(own.clone(), HEADER + s * ring_bytes(cfg.cells), cfg.cells, cfg.max_frame))
+            .map(|s| {
+                Consumer::new(
+                    own.clone(),
+                    HEADER + s * ring_bytes(cfg.cells),
+                    cfg.cells,
+                    cfg.max_frame,
+                )
+            })
             .collect();
         Ok(NodeLoop {
             me,
@@ -140,6 +171,11 @@ impl NodeLoop {
             sends: (0..ranks).map(|_| VecDeque::new()).collect(),
             assembling: (0..ranks).map(|_| None).collect(),
             broken: vec![None; ranks],
+            pids: vec![0; ranks],
+            watch: (0..ranks).map(|_| None).collect(),
+            lost: vec![false; ranks],
+            waiting: Waiting::default(),
+            acks: (0..ranks).map(|_| VecDeque::new()).collect(),
             matcher: Matcher::default(),
             done: VecDeque::new(),
         })
@@ -175,11 +211,23 @@ impl NodeLoop {
                 name.len, self.me, self.cfg.cells
             )));
         }
+        // The pidfd first, then the segment, whose header check proves the
+        // pid was still the peer's when the pidfd was taken.
+        let watch = if peer == self.me {
+            None
+        } else {
+            Watch::open(name.pid)
+        };
         let seg = if peer == self.me {
             self.own.clone()
         } else {
             Arc::new(Segment::attach(name)?)
         };
+        self.watch[peer] = watch;
+        // May this process read the peer's memory? Try, on the header.
+        let readable = single_copy::can_read(name.pid, seg.owner_base(), Segment::MAGIC);
+        self.inbox[peer].set_can_copy(readable);
+        self.pids[peer] = name.pid;
         let at = HEADER + self.me * ring_bytes(self.cfg.cells);
         self.outbox[peer] = Some(Producer::new(seg, at, self.cfg.cells, self.cfg.max_frame));
         Ok(())
@@ -187,8 +235,15 @@ impl NodeLoop {
 
     fn check_peer(&self, peer: usize) -> Result<()> {
         match self.outbox.get(peer) {
-            None => Err(Error::Usage(format!("node loop: no rank {peer} among {}", self.ranks()))),
+            None => Err(Error::Usage(format!(
+                "node loop: no rank {peer} among {}",
+                self.ranks()
+            ))),
             Some(None) => Err(Error::Usage(format!("node loop: rank {peer} is not connected"))),
+            Some(Some(_)) if self.lost[peer] => Err(Error::PeerLost {
+                peer: format!("same-node rank {peer} (process {})", self.pids[peer]),
+                why: crate::transport::liveness::LossKind::Died.to_string(),
+            }),
             Some(Some(_)) => match &self.broken[peer] {
                 Some(why) => Err(Error::PeerMismatch(format!("same-node rank {peer}: {why}"))),
                 None => Ok(()),
@@ -200,7 +255,16 @@ impl NodeLoop {
     /// in a completion with `token` once the whole message is in the ring.
     pub fn send(&mut self, peer: usize, tag: u64, buf: Buffer, token: Token) -> Result<()> {
         self.check_peer(peer)?;
-        self.sends[peer].push_back(Outgoing { token, tag, buf, sent: 0, started: false });
+        let single_copy = buf.len() >= self.cfg.single_copy_from
+            && self.outbox[peer].as_ref().is_some_and(Producer::reader_can_copy);
+        self.sends[peer].push_back(Outgoing {
+            token,
+            tag,
+            buf,
+            sent: 0,
+            started: false,
+            single_copy,
+        });
         if self.sends[peer].len() == 1 {
             self.push(peer);
         }
@@ -214,9 +278,13 @@ impl NodeLoop {
     pub fn inject(&mut self, peer: usize, tag: u64, data: &[u8]) -> Result<bool> {
         self.check_peer(peer)?;
         if data.len() > self.cfg.max_frame {
-            return Err(Error::TooLarge { what: "injected same-node message", len: data.len(), max: self.cfg.max_frame });
+            return Err(Error::TooLarge {
+                what: "injected same-node message",
+                len: data.len(),
+                max: self.cfg.max_frame,
+            });
         }
-        if !self.sends[peer].is_empty() {
+        if !self.sends[peer].is_empty() || !self.acks[peer].is_empty() {
             return Ok(false);
         }
         let p = self.outbox[peer].as_mut().expect("checked");
@@ -225,18 +293,37 @@ impl NodeLoop {
 
     /// Receive into `buf` (its capacity) a message from `from` (any rank
     /// for `None`) whose tag matches `tag` outside the bits of `ignore`.
-    pub fn recv(&mut self, from: Option<usize>, tag: u64, ignore: u64, mut buf: Buffer, token: Token) -> Result<()> {
+    pub fn recv(
+        &mut self,
+        from: Option<usize>,
+        tag: u64,
+        ignore: u64,
+        mut buf: Buffer,
+        token: Token,
+    ) -> Result<()> {
         if let Some(f) = from {
             if f >= self.ranks() {
-                return Err(Error::Usage(format!("node loop: no rank {f} among {}", self.ranks())));
+                return Err(Error::Usage(format!(
+                    "node loop: no rank {f} among {}",
+                    self.ranks()
+                )));
             }
         }
         buf.set_len(buf.capacity());
-        let p = Posted { token, from, tag: (tag, ignore), buf };
+        let p = Posted {
+            token,
+            from,
+            tag: (tag, ignore),
+            buf,
+        };
         match self.matcher.find_arrived(&p) {
             None => self.matcher.post(p),
             Some(i) if self.matcher.arrived_mut(i).complete => {
                 let a = self.matcher.remove_arrived(i);
+                if let Some(at) = a.rndv {
+                    self.fetch(a.from, p, a.tag, a.total as u64, at);
+                    return Ok(());
+                }
                 let mut p = p;
                 let n = a.total.min(p.buf.capacity());
                 p.buf.as_mut_slice()[..n].copy_from_slice(&a.data[..n]);
@@ -257,19 +344,23 @@ impl NodeLoop {
     /// Sends queued, receives posted, unexpected messages kept.
     pub fn pending(&self) -> (usize, usize, usize) {
         let (posted, arrived) = self.matcher.counts();
-        (self.sends.iter().map(VecDeque::len).sum(), posted, arrived)
+        (
+            self.sends.iter().map(VecDeque::len).sum::<usize>() + self.waiting.len(),
+            posted,
+            arrived,
+        )
     }
 
     /// Move what can move now: queued sends into rings with room, arrived
     /// frames to their receives. Finished operations go to `out`; how many.
     pub fn poll(&mut self, out: &mut Vec<NodeCompletion>) -> usize {
         for peer in 0..self.sends.len() {
-            if !self.sends[peer].is_empty() {
+            if !self.sends[peer].is_empty() || !self.acks[peer].is_empty() {
                 self.push(peer);
             }
         }
         for s in 0..self.inbox.len() {
-            if self.broken[s].is_none() {
+            if self.broken[s].is_none() && !self.lost[s] {
                 self.drain(s);
             }
         }
@@ -279,9 +370,31 @@ impl NodeLoop {
     }
 
     /// Write queued sends to `peer` while its ring has room.
-    fn push(&mut self, peer: usize) {
-        let Some(p) = self.outbox[peer].as_mut() else { return };
+    pub(super) fn push(&mut self, peer: usize) {
+        let Some(p) = self.outbox[peer].as_mut() else {
+            return;
+        };
+        while let Some(a) = self.acks[peer].front() {
+            if !p.try_write(0, ACK, 0, a) {
+                return;
+            }
+            self.acks[peer].pop_front();
+        }
         while let Some(o) = self.sends[peer].front_mut() {
+            if o.single_copy {
+                if p.room() < REQUEST_LEN {
+                    return;
+                }
+                let o = self.sends[peer].pop_front().expect("front");
+                let (tag, total, addr) = (o.tag, o.buf.len() as u64, o.buf.as_slice().as_ptr() as u64);
+                let id = self.waiting.insert((peer, o));
+                let mut req = [0u8; REQUEST_LEN];
+                req[..8].copy_from_slice(&addr.to_ne_bytes());
+                req[8..].copy_from_slice(&id.to_ne_bytes());
+                let written = p.try_write(tag, FIRST | LAST | RNDV, total, &req);
+                debug_assert!(written, "room was checked");
+                continue;
+            }
             let total = o.buf.len();
             loop {
                 let left = total - o.sent;
@@ -289,7 +402,13 @@ impl NodeLoop {
                 let room = p.room();
                 // Frames smaller than the whole rest only when a good part
                 // of a frame fits: tiny frames would cost more than waiting.
-                let len = if chunk <= room { chunk } else if room >= chunk / 4 && room > 0 { room } else { return };
+                let len = if chunk <= room {
+                    chunk
+                } else if room >= chunk / 4 && room > 0 {
+                    room
+                } else {
+                    return;
+                };
                 let mut flags = if o.started { 0 } else { FIRST };
                 if o.sent + len == total {
                     flags |= LAST;
@@ -314,117 +433,5 @@ impl NodeLoop {
                 result: Ok(()),
             });
         }
-    }
-
-    /// Read what `s` has written to us.
-    fn drain(&mut self, s: usize) {
-        for _ in 0..FRAMES_PER_POLL {
-            let f = match self.inbox[s].peek() {
-                Ok(Some(f)) => f,
-                Ok(None) => return,
-                Err(e) => return self.break_peer(s, e.to_string()),
-            };
-            if let Err(what) = self.take(s, &f) {
-                return self.break_peer(s, what);
-            }
-            self.inbox[s].consume(&f);
-        }
-    }
-
-    /// Deliver frame `f` from `s`.
-    fn take(&mut self, s: usize, f: &Frame) -> std::result::Result<(), String> {
-        let mut a = match self.assembling[s].take() {
-            None if f.flags & FIRST == 0 => return Err("a frame continues a message that never started".into()),
-            None => {
-                let total = usize::try_from(f.total).map_err(|_| format!("a message of {} bytes", f.total))?;
-                let into = match self.matcher.take_posted(s, f.tag) {
-                    Some(p) => Into::Posted(p),
-                    None => {
-                        self.matcher.start_arrived(s, f.tag, total)?;
-                        Into::Arrived
-                    }
-                };
-                Assembly { tag: f.tag, total: f.total, got: 0, into }
-            }
-            Some(_) if f.flags & FIRST != 0 => return Err("a message started inside another".into()),
-            Some(a) if (a.tag, a.total) != (f.tag, f.total) => {
-                return Err(format!(
-                    "a frame of a message (tag {:#x}, {} bytes) inside another (tag {:#x}, {} bytes)",
-                    f.tag, f.total, a.tag, a.total
-                ))
-            }
-            Some(a) => a,
-        };
-        let at = a.got as usize;
-        if a.got + f.len as u64 > a.total || (f.flags & LAST != 0) != (a.got + f.len as u64 == a.total) {
-            return Err(format!(
-                "frames of {} bytes at {at} of a {}-byte message, flags {:#x}",
-                f.len, a.total, f.flags
-            ));
-        }
-        match &mut a.into {
-            Into::Posted(p) => {
-                let cap = p.buf.capacity();
-                if at < cap {
-                    let n = f.len.min(cap - at);
-                    self.inbox[s].copy_out(f, 0, &mut p.buf.as_mut_slice()[at..at + n]);
-                }
-            }
-            Into::Arrived => {
-                let i = self.matcher.arriving_from(s).expect("an unexpected message from s is arriving");
-                let data = &mut self.matcher.arrived_mut(i).data;
-                data.resize(at + f.len, 0);
-                self.inbox[s].copy_out(f, 0, &mut data[at..]);
-            }
-        }
-        a.got += f.len as u64;
-        if f.flags & LAST == 0 {
-            self.assembling[s] = Some(a);
-            return Ok(());
-        }
-        match a.into {
-            Into::Posted(p) => self.complete_recv(p, s, a.tag, a.total),
-            Into::Arrived => {
-                let i = self.matcher.arriving_from(s).expect("arriving");
-                let m = self.matcher.arrived_mut(i);
-                m.complete = true;
-                if m.claimed.is_some() {
-                    let mut m = self.matcher.remove_arrived(i);
-                    let mut p = m.claimed.take().expect("claimed");
-                    let n = m.total.min(p.buf.capacity());
-                    p.buf.as_mut_slice()[..n].copy_from_slice(&m.data[..n]);
-                    self.complete_recv(p, s, m.tag, m.total as u64);
-                    self.matcher.recycle(m.data);
-                }
-            }
-        }
-        Ok(())
-    }
-
-    fn complete_recv(&mut self, mut p: Posted, from: usize, tag: u64, total: u64) {
-        let cap = p.buf.capacity();
-        let result = if total > cap as u64 {
-            Err(CompletionError::Truncated { message_len: Some(total as usize), buffer_len: cap })
-        } else {
-            Ok(())
-        };
-        p.buf.set_len((total as usize).min(cap));
-        self.done.push_back(NodeCompletion { token: p.token, kind: OpKind::Recv, buffer: p.buf, peer: from, tag, result });
-    }
-
-    /// Stop reading `s`'s ring; fail the receive it was filling.
-    fn break_peer(&mut self, s: usize, what: String) {
-        log::error!("same-node rank {s} (to rank {} on the node): {what}", self.me);
-        if let Some(Assembly { into: Into::Posted(p), tag, .. }) = self.assembling[s].take() {
-            self.done.push_back(NodeCompletion {
-                token: p.token,
-                kind: OpKind::Recv,
-                buffer: p.buf,
-                peer: s,
-                tag,
-                result: Err(CompletionError::CorruptRing { peer: s, what: what.clone() }),
-            });
-        }
-        self.broken[s] = Some(what);
     }
 }

@@ -6,7 +6,8 @@
 //!
 //! ```text
 //! line 0    head: cells the consumer has released (written by it alone)
-//! line 1    reserved for the producer's state
+//! line 1    word 0: whether the consumer may read the producer's memory
+//!           (set by the consumer when it connects; see `single_copy`)
 //! cells     N cells of 64 bytes
 //! ```
 //!
@@ -57,6 +58,11 @@ pub const FRAME_HEADER: usize = 32;
 pub const FIRST: u32 = 1;
 /// The frame ends a message.
 pub const LAST: u32 = 2;
+/// The frame asks the receiver to read the message from the sender's
+/// memory (`single_copy`); with `FIRST | LAST`.
+pub const RNDV: u32 = 4;
+/// The frame answers such a request (no message).
+pub const ACK: u32 = 8;
 
 /// Bytes a ring of `cells` cells takes in a segment.
 pub const fn ring_bytes(cells: usize) -> usize {
@@ -108,10 +114,18 @@ unsafe impl Send for Shared {}
 
 impl Shared {
     fn new(seg: Arc<Segment>, offset: usize, cells: usize) -> Shared {
-        assert!(cells >= 2 && offset % CELL == 0, "ring layout: {cells} cells at {offset}");
+        assert!(
+            cells >= 2 && offset % CELL == 0,
+            "ring layout: {cells} cells at {offset}"
+        );
         let head = seg.at(offset, ring_bytes(cells)).cast::<AtomicU64>();
         let cells_at = seg.at(offset + 2 * CELL, cells * CELL);
-        Shared { _seg: seg, head, cells: cells_at, n: cells as u64 }
+        Shared {
+            _seg: seg,
+            head,
+            cells: cells_at,
+            n: cells as u64,
+        }
     }
 
     fn head(&self) -> &AtomicU64 {
@@ -119,6 +133,14 @@ impl Shared {
         // aligned (segments are page-aligned, offsets cell-aligned), only
         // accessed atomically.
         unsafe { self.head.as_ref() }
+    }
+
+    /// Line 1's first word: whether the consumer may read the producer's
+    /// memory.
+    fn reader(&self) -> &AtomicU64 {
+        // SAFETY: line 1 of the ring, inside the segment and aligned as
+        // `head` is; only accessed atomically.
+        unsafe { &*self.head.as_ptr().cast::<u8>().add(CELL).cast::<AtomicU64>() }
     }
 
     /// The first word of cell `abs` (absolute index).
@@ -165,7 +187,11 @@ impl Shared {
         // SAFETY: as in `write`, for reading.
         unsafe {
             std::ptr::copy_nonoverlapping(self.cells.as_ptr().add(at), dst.as_mut_ptr(), first);
-            std::ptr::copy_nonoverlapping(self.cells.as_ptr(), dst.as_mut_ptr().add(first), dst.len() - first);
+            std::ptr::copy_nonoverlapping(
+                self.cells.as_ptr(),
+                dst.as_mut_ptr().add(first),
+                dst.len() - first,
+            );
         }
     }
 }
@@ -189,12 +215,23 @@ impl Producer {
         let max_frame = max_frame.min(cells / 2 * CELL - FRAME_HEADER);
         // Start where the consumer is: 0 for a new ring.
         let head = ring.head().load(Ordering::Acquire);
-        Producer { ring, tail: head, head_seen: head, max_frame }
+        Producer {
+            ring,
+            tail: head,
+            head_seen: head,
+            max_frame,
+        }
     }
 
     /// The largest payload one frame carries.
     pub fn max_frame(&self) -> usize {
         self.max_frame
+    }
+
+    /// Whether the receiver said it may read this process's memory.
+    #[inline]
+    pub fn reader_can_copy(&self) -> bool {
+        self.ring.reader().load(Ordering::Relaxed) == 1
     }
 
     /// Payload bytes one frame could carry now (0 when the ring is full),
@@ -204,7 +241,9 @@ impl Producer {
         if free(self) < cells_for(self.max_frame) {
             self.head_seen = self.ring.head().load(Ordering::Acquire);
         }
-        (free(self) * CELL).saturating_sub(FRAME_HEADER).min(self.max_frame)
+        (free(self) * CELL)
+            .saturating_sub(FRAME_HEADER)
+            .min(self.max_frame)
     }
 
     /// Write one frame of `payload` (at most [`Producer::room`] bytes);
@@ -254,7 +293,11 @@ impl Consumer {
         let ring = Shared::new(seg, offset, cells);
         let max_frame = max_frame.min(cells / 2 * CELL - FRAME_HEADER);
         let head = ring.head().load(Ordering::Relaxed);
-        Consumer { ring, head, max_frame }
+        Consumer {
+            ring,
+            head,
+            max_frame,
+        }
     }
 
     /// The next frame, if one has arrived; an error if its header cannot
@@ -282,15 +325,29 @@ impl Consumer {
         };
         let bad = |what: String| Err(Corrupt { at: self.head, what });
         if f.len > self.max_frame {
-            return bad(format!("{} payload bytes, above the ring's limit of {}", f.len, self.max_frame));
+            return bad(format!(
+                "{} payload bytes, above the ring's limit of {}",
+                f.len, self.max_frame
+            ));
         }
-        if f.flags & !(FIRST | LAST) != 0 {
-            return bad(format!("unknown flags {:#x}", f.flags));
+        let control = f.flags & (RNDV | ACK);
+        if f.flags & !(FIRST | LAST | RNDV | ACK) != 0
+            || (control == RNDV && (f.flags != FIRST | LAST | RNDV || f.len != 16))
+            || (control == ACK && (f.flags != ACK || f.len != 16))
+            || control == RNDV | ACK
+        {
+            return bad(format!("flags {:#x} with {} payload bytes", f.flags, f.len));
         }
-        if f.len as u64 > f.total {
-            return bad(format!("{} bytes in a frame of a {}-byte message", f.len, f.total));
+        if control == 0 && f.len as u64 > f.total {
+            return bad(format!(
+                "{} bytes in a frame of a {}-byte message",
+                f.len, f.total
+            ));
         }
-        Ok(Some(Frame { cells: cells_for(f.len), ..f }))
+        Ok(Some(Frame {
+            cells: cells_for(f.len),
+            ..f
+        }))
     }
 
     /// Copy the payload bytes `at..at + dst.len()` of `frame` (the one
@@ -318,6 +375,11 @@ impl Consumer {
     pub fn max_frame(&self) -> usize {
         self.max_frame
     }
+
+    /// Tell the producer whether this process may read its memory.
+    pub fn set_can_copy(&self, yes: bool) {
+        self.ring.reader().store(u64::from(yes), Ordering::Relaxed);
+    }
 }
 
 #[cfg(test)]
@@ -327,7 +389,10 @@ mod tests {
     fn pair(cells: usize, max: usize) -> (Producer, Consumer) {
         let own = Arc::new(Segment::create(64 + ring_bytes(cells)).unwrap());
         let peer = Arc::new(Segment::attach(&own.name()).unwrap());
-        (Producer::new(peer, 64, cells, max), Consumer::new(own, 64, cells, max))
+        (
+            Producer::new(peer, 64, cells, max),
+            Consumer::new(own, 64, cells, max),
+        )
     }
 
     #[test]
@@ -369,7 +434,9 @@ mod tests {
         let (mut p, mut c) = pair(8, 1000);
         let mut buf = [0u8; 200];
         for lap in 0..50u64 {
-            let payload: Vec<u8> = (0..200u64 / 8).flat_map(|w| (lap * 8 + w).to_ne_bytes()).collect();
+            let payload: Vec<u8> = (0..200u64 / 8)
+                .flat_map(|w| (lap * 8 + w).to_ne_bytes())
+                .collect();
             assert!(p.try_write(lap, FIRST | LAST, 200, &payload[..200]));
             let f = c.peek().unwrap().unwrap();
             c.copy_out(&f, 0, &mut buf);

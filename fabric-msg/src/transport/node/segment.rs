@@ -13,7 +13,7 @@
 //!
 //! The first cache line holds a header the owner writes before it
 //! publishes the segment's [`SegmentName`]: a magic word, the owner's pid,
-//! a random cookie and the length. A peer checks all four after mapping, so
+//! a random cookie, the length, and the address the owner mapped it at. A peer checks all four after mapping, so
 //! a name that points at a recycled pid's descriptor, or at anything other
 //! than the segment announced, is refused before any of it is used.
 
@@ -98,11 +98,17 @@ impl Segment {
             len: len as u64,
             cookie,
         };
-        let seg = Segment { base, len, fd: Some(fd), name };
+        let seg = Segment {
+            base,
+            len,
+            fd: Some(fd),
+            name,
+        };
         let h = seg.header();
         h[1].store(u64::from(name.pid), Ordering::Relaxed);
         h[2].store(name.cookie, Ordering::Relaxed);
         h[3].store(name.len, Ordering::Relaxed);
+        h[4].store(seg.base.as_ptr() as u64, Ordering::Relaxed);
         h[0].store(MAGIC, Ordering::Release);
         Ok(seg)
     }
@@ -150,7 +156,12 @@ impl Segment {
         }
         let len = name.len as usize;
         let base = map(&fd, len, "mapping a peer's node segment")?;
-        let seg = Segment { base, len, fd: None, name: *name };
+        let seg = Segment {
+            base,
+            len,
+            fd: None,
+            name: *name,
+        };
         let h = seg.header();
         let found = (
             h[0].load(Ordering::Acquire),
@@ -200,11 +211,21 @@ impl Segment {
         unsafe { NonNull::new_unchecked(self.base.as_ptr().add(offset)) }
     }
 
-    fn header(&self) -> &[AtomicU64; 4] {
+    /// Where the owner has the segment mapped, in its own address space
+    /// (what a peer reads to learn whether it may read the owner's memory;
+    /// `single_copy`).
+    pub(crate) fn owner_base(&self) -> u64 {
+        self.header()[4].load(Ordering::Relaxed)
+    }
+
+    /// The header's first word, which every segment has.
+    pub(crate) const MAGIC: u64 = MAGIC;
+
+    fn header(&self) -> &[AtomicU64; 8] {
         // SAFETY: the mapping is at least HEADER (64) bytes, page-aligned,
         // and lives as long as `self`; the header's words are only ever
         // accessed as atomics.
-        unsafe { &*self.base.as_ptr().cast::<[AtomicU64; 4]>() }
+        unsafe { &*self.base.as_ptr().cast::<[AtomicU64; 8]>() }
     }
 }
 
@@ -236,7 +257,10 @@ fn map(fd: &OwnedFd, len: usize, what: &str) -> Result<NonNull<u8>> {
 }
 
 fn io_error(what: &str) -> Error {
-    Error::Io { context: what.to_string(), source: std::io::Error::last_os_error() }
+    Error::Io {
+        context: what.to_string(),
+        source: std::io::Error::last_os_error(),
+    }
 }
 
 #[cfg(test)]
@@ -259,9 +283,15 @@ mod tests {
         let own = Segment::create(4096).unwrap();
         let n = own.name();
         for bad in [
-            SegmentName { cookie: n.cookie ^ 1, ..n },
+            SegmentName {
+                cookie: n.cookie ^ 1,
+                ..n
+            },
             SegmentName { len: 8192, ..n },
-            SegmentName { len: MAX_LEN + 1, ..n },
+            SegmentName {
+                len: MAX_LEN + 1,
+                ..n
+            },
             SegmentName { fd: -1, ..n },
             SegmentName { fd: 0, ..n },
             SegmentName { pid: u32::MAX, ..n },

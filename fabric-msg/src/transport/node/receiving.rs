@@ -1,0 +1,293 @@
+//! What arrives on the same-node rings: frames read into the receives
+//! they match (straight from the ring, or kept unexpected), requests to
+//! read a large message from its sender (`single_copy`), the acks that
+//! complete such sends, and the failures: a corrupt ring, a failed read,
+//! a lost rank's operations.
+
+use super::matching::Posted;
+use super::node_loop::{Assembly, Into, NodeCompletion, NodeLoop, Outgoing};
+use super::ring::{Frame, ACK, FIRST, LAST, RNDV};
+use super::single_copy::{self, ACK_LEN, REQUEST_LEN};
+use crate::transport::event_loop::{CompletionError, OpKind};
+
+/// Frames read from one ring per poll at most, so that one busy sender
+/// does not starve the others or the sends.
+const FRAMES_PER_POLL: usize = 64;
+
+impl NodeLoop {
+    /// Read what `s` has written to us.
+    pub(super) fn drain(&mut self, s: usize) {
+        for _ in 0..FRAMES_PER_POLL {
+            let f = match self.inbox[s].peek() {
+                Ok(Some(f)) => f,
+                Ok(None) => return,
+                Err(e) => return self.break_peer(s, e.to_string()),
+            };
+            let taken = if f.flags & ACK != 0 {
+                self.acked(s, &f)
+            } else {
+                self.take(s, &f)
+            };
+            if let Err(what) = taken {
+                return self.break_peer(s, what);
+            }
+            self.inbox[s].consume(&f);
+        }
+    }
+
+    /// Deliver frame `f` from `s`.
+    fn take(&mut self, s: usize, f: &Frame) -> std::result::Result<(), String> {
+        let mut a = match self.assembling[s].take() {
+            None if f.flags & FIRST == 0 => {
+                return Err("a frame continues a message that never started".into())
+            }
+            None if f.flags & RNDV != 0 => {
+                let mut req = [0u8; REQUEST_LEN];
+                self.inbox[s].copy_out(f, 0, &mut req);
+                let word = |i: usize| u64::from_ne_bytes(req[i..i + 8].try_into().expect("8 bytes"));
+                let at = (word(0), word(8));
+                let total =
+                    usize::try_from(f.total).map_err(|_| format!("a message of {} bytes", f.total))?;
+                match self.matcher.take_posted(s, f.tag) {
+                    Some(p) => self.fetch(s, p, f.tag, f.total, at),
+                    None => self.matcher.keep_request(s, f.tag, total, at),
+                }
+                return Ok(());
+            }
+            None => {
+                let total =
+                    usize::try_from(f.total).map_err(|_| format!("a message of {} bytes", f.total))?;
+                let into = match self.matcher.take_posted(s, f.tag) {
+                    Some(p) => Into::Posted(p),
+                    None => {
+                        self.matcher.start_arrived(s, f.tag, total)?;
+                        Into::Arrived
+                    }
+                };
+                Assembly {
+                    tag: f.tag,
+                    total: f.total,
+                    got: 0,
+                    into,
+                }
+            }
+            Some(_) if f.flags & FIRST != 0 => return Err("a message started inside another".into()),
+            Some(a) if (a.tag, a.total) != (f.tag, f.total) => {
+                return Err(format!(
+                    "a frame of a message (tag {:#x}, {} bytes) inside another (tag {:#x}, {} bytes)",
+                    f.tag, f.total, a.tag, a.total
+                ))
+            }
+            Some(a) => a,
+        };
+        let at = a.got as usize;
+        if a.got + f.len as u64 > a.total || (f.flags & LAST != 0) != (a.got + f.len as u64 == a.total) {
+            return Err(format!(
+                "frames of {} bytes at {at} of a {}-byte message, flags {:#x}",
+                f.len, a.total, f.flags
+            ));
+        }
+        match &mut a.into {
+            Into::Posted(p) => {
+                let cap = p.buf.capacity();
+                if at < cap {
+                    let n = f.len.min(cap - at);
+                    self.inbox[s].copy_out(f, 0, &mut p.buf.as_mut_slice()[at..at + n]);
+                }
+            }
+            Into::Arrived => {
+                let i = self
+                    .matcher
+                    .arriving_from(s)
+                    .expect("an unexpected message from s is arriving");
+                let data = &mut self.matcher.arrived_mut(i).data;
+                data.resize(at + f.len, 0);
+                self.inbox[s].copy_out(f, 0, &mut data[at..]);
+            }
+        }
+        a.got += f.len as u64;
+        if f.flags & LAST == 0 {
+            self.assembling[s] = Some(a);
+            return Ok(());
+        }
+        match a.into {
+            Into::Posted(p) => self.complete_recv(p, s, a.tag, a.total),
+            Into::Arrived => {
+                let i = self.matcher.arriving_from(s).expect("arriving");
+                let m = self.matcher.arrived_mut(i);
+                m.complete = true;
+                if m.claimed.is_some() {
+                    let mut m = self.matcher.remove_arrived(i);
+                    let mut p = m.claimed.take().expect("claimed");
+                    let n = m.total.min(p.buf.capacity());
+                    p.buf.as_mut_slice()[..n].copy_from_slice(&m.data[..n]);
+                    self.complete_recv(p, s, m.tag, m.total as u64);
+                    self.matcher.recycle(m.data);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Read a large message of `total` bytes from `s`'s memory at `at.0`
+    /// into `p`, and ack send `at.1`.
+    pub(super) fn fetch(&mut self, s: usize, mut p: Posted, tag: u64, total: u64, at: (u64, u64)) {
+        let n = (total as usize).min(p.buf.capacity());
+        let read = single_copy::read(self.pids[s], at.0, &mut p.buf.as_mut_slice()[..n]);
+        let mut ack = [0u8; ACK_LEN];
+        ack[..8].copy_from_slice(&at.1.to_ne_bytes());
+        ack[8..].copy_from_slice(&u64::from(read.err().unwrap_or(0).unsigned_abs()).to_ne_bytes());
+        let sent = self.acks[s].is_empty()
+            && self.outbox[s]
+                .as_mut()
+                .is_some_and(|o| o.try_write(0, ACK, 0, &ack));
+        if !sent {
+            self.acks[s].push_back(ack);
+        }
+        match read {
+            Ok(()) => self.complete_recv(p, s, tag, total),
+            Err(errno) => {
+                p.buf.set_len(0);
+                self.done.push_back(NodeCompletion {
+                    token: p.token,
+                    kind: OpKind::Recv,
+                    buffer: p.buf,
+                    peer: s,
+                    tag,
+                    result: Err(CompletionError::CopyFailed { peer: s, errno }),
+                });
+            }
+        }
+    }
+
+    /// An ack from `s`: the send it names is done.
+    fn acked(&mut self, s: usize, f: &Frame) -> std::result::Result<(), String> {
+        let mut ack = [0u8; ACK_LEN];
+        self.inbox[s].copy_out(f, 0, &mut ack);
+        let id = u64::from_ne_bytes(ack[..8].try_into().expect("8 bytes"));
+        let errno = u64::from_ne_bytes(ack[8..].try_into().expect("8 bytes"));
+        let Some((peer, o)) = self.waiting.take(id) else {
+            return Err(format!("an ack for send {id:#x}, which does not wait"));
+        };
+        if peer != s {
+            let what = format!("an ack from rank {s} for a send to rank {peer}");
+            self.waiting_failed(
+                peer,
+                o,
+                CompletionError::CorruptRing {
+                    peer: s,
+                    what: what.clone(),
+                },
+            );
+            return Err(what);
+        }
+        let result = match errno {
+            0 => Ok(()),
+            e => Err(CompletionError::CopyFailed {
+                peer: s,
+                errno: i32::try_from(e).unwrap_or(libc::EIO),
+            }),
+        };
+        self.done.push_back(NodeCompletion {
+            token: o.token,
+            kind: OpKind::Send,
+            buffer: o.buf,
+            peer,
+            tag: o.tag,
+            result,
+        });
+        Ok(())
+    }
+
+    fn waiting_failed(&mut self, peer: usize, o: Outgoing, e: CompletionError) {
+        self.fail_send(peer, o, e);
+    }
+
+    pub(super) fn fail_send(&mut self, peer: usize, o: Outgoing, e: CompletionError) {
+        self.done.push_back(NodeCompletion {
+            token: o.token,
+            kind: OpKind::Send,
+            buffer: o.buf,
+            peer,
+            tag: o.tag,
+            result: Err(e),
+        });
+    }
+
+    pub(super) fn fail_recv(&mut self, mut p: Posted, peer: usize, e: CompletionError) {
+        p.buf.set_len(0);
+        let tag = p.tag.0;
+        self.done.push_back(NodeCompletion {
+            token: p.token,
+            kind: OpKind::Recv,
+            buffer: p.buf,
+            peer,
+            tag,
+            result: Err(e),
+        });
+    }
+
+    /// Read every frame `s` has written (its process is gone: nothing
+    /// more comes).
+    pub(super) fn read_all_from(&mut self, s: usize) {
+        while self.broken[s].is_none() && self.inbox[s].peek().is_ok_and(|f| f.is_some()) {
+            self.drain(s);
+        }
+    }
+
+    /// The receive the message `s` was in the middle of was going to.
+    pub(super) fn assembling_into(&mut self, s: usize) -> Option<Posted> {
+        match self.assembling[s].take()?.into {
+            Into::Posted(p) => Some(p),
+            Into::Arrived => self
+                .matcher
+                .arriving_from(s)
+                .and_then(|i| self.matcher.remove_arrived(i).claimed),
+        }
+    }
+
+    pub(super) fn complete_recv(&mut self, mut p: Posted, from: usize, tag: u64, total: u64) {
+        let cap = p.buf.capacity();
+        let result = if total > cap as u64 {
+            Err(CompletionError::Truncated {
+                message_len: Some(total as usize),
+                buffer_len: cap,
+            })
+        } else {
+            Ok(())
+        };
+        p.buf.set_len((total as usize).min(cap));
+        self.done.push_back(NodeCompletion {
+            token: p.token,
+            kind: OpKind::Recv,
+            buffer: p.buf,
+            peer: from,
+            tag,
+            result,
+        });
+    }
+
+    /// Stop reading `s`'s ring; fail the receive it was filling.
+    fn break_peer(&mut self, s: usize, what: String) {
+        log::error!("same-node rank {s} (to rank {} on the node): {what}", self.me);
+        if let Some(Assembly {
+            into: Into::Posted(p),
+            tag,
+            ..
+        }) = self.assembling[s].take()
+        {
+            self.done.push_back(NodeCompletion {
+                token: p.token,
+                kind: OpKind::Recv,
+                buffer: p.buf,
+                peer: s,
+                tag,
+                result: Err(CompletionError::CorruptRing {
+                    peer: s,
+                    what: what.clone(),
+                }),
+            });
+        }
+        self.broken[s] = Some(what);
+    }
+}
