@@ -30,7 +30,8 @@
 #    one after the other for every size of every round, per transport class:
 #    TCP (ours and fi_pingpong on tcp msg endpoints and on tcp;ofi_rxm, UCX
 #    with UCX_TLS=tcp,self on lo, Open MPI's tcp BTL on lo) and shared
-#    memory (shm; UCX_TLS=posix,self,cma; Open MPI's vader BTL). Latency is
+#    memory (shm, and `node`: fabric-msg's own same-node transport,
+#    node_pingpong; UCX_TLS=posix,self,cma; Open MPI's vader BTL). Latency is
 #    one-way usec at PEER_SIZES, tagged (untagged on tcp msg endpoints, which
 #    have no tags); message rate at 8 B and bandwidth at 1 MiB stream a
 #    window of 64 (ours: `bandwidth -w 64`). The load average at the start of
@@ -59,8 +60,8 @@ PEER_CLASSES=${PEER_CLASSES:-"tcp shm"}
 STREAM_SIZES=${STREAM_SIZES:-"8 1048576"}
 PIN=${PIN:-none}
 case $PIN in
-  none) PIN_S=() PIN_C=() MPI_BIND=(--bind-to none) ;;
-  cores) PIN_S=(taskset -c 1) PIN_C=(taskset -c 0) MPI_BIND=(--bind-to core) ;;
+  none) PIN_S=() PIN_C=() MPI_BIND=(--bind-to none) NODE_PIN=() ;;
+  cores) PIN_S=(taskset -c 1) PIN_C=(taskset -c 0) MPI_BIND=(--bind-to core) NODE_PIN=(--pin) ;;
   *) echo "ab.sh: PIN is none or cores, not $PIN" >&2; exit 2 ;;
 esac
 LIMIT=${LIMIT:-60}     # seconds any one process may run
@@ -83,9 +84,10 @@ if section peers; then
 fi
 source ci/install.sh
 install_packages ab.sh "${need[@]}"
-cargo build --release --locked -q -p fabric-msg-examples --bin pingpong --bin bandwidth
+cargo build --release --locked -q -p fabric-msg-examples --bin pingpong --bin bandwidth --bin node_pingpong
 PP=${CARGO_TARGET_DIR:-target}/release/pingpong
 BW=${CARGO_TARGET_DIR:-target}/release/bandwidth
+NODE_PP=${CARGO_TARGET_DIR:-target}/release/node_pingpong
 # Our tool's ladder for `tcp/rdm`: tcp's own RDM endpoints and nothing else.
 if section peers; then
   mkdir -p "${CARGO_TARGET_DIR:-target}/bench"
@@ -163,10 +165,11 @@ pair() {
   fi
 }
 
-# Columns MB/sec and usec/xfer of the row of a fabtests-style table:
-# the row ends with `TIME s  MB/sec  usec/xfer  Mxfers/sec`.
+# Columns MB/sec and usec/xfer of the row of a fabtests-style table: the
+# two after the time (`0.30s`). fi_pingpong's row ends with Mxfers/sec
+# after them; ours adds its percentiles after that.
 row_of() {
-  awk '/^[0-9]/ && $0 ~ /[0-9]s[ \t]+[0-9.]+[ \t]+[0-9.]+[ \t]+[0-9.]+[ \t]*$/ { print $(NF-2), $(NF-1); n++ }
+  awk '/^[0-9]/ { for (i = 2; i < NF - 1; i++) if ($i ~ /^[0-9.]+s$/) { print $(i + 1), $(i + 2); n++; break } }
        END { if (n != 1) exit 1 }' "$1"
 }
 
@@ -343,13 +346,27 @@ section peers && for round in $(seq "$ROUNDS"); do
       provs=("tcp" "tcp;ofi_rxm") tls=tcp,self
       # tcp's own RDM endpoints, which our ladder takes from 1.19.
       [ "$HAS_TCP_RDM" = 1 ] && provs+=("tcp/rdm")
-    else provs=(shm) tls=posix,self,cma; fi
+    # `node`: fabric-msg's own same-node transport (node_pingpong, which
+    # starts its own peer); its fi_pingpong column is shm's of the round.
+    else provs=(shm node) tls=posix,self,cma; fi
     # Latency: ours and fi_pingpong on every provider of the class, then
     # UCX and Open MPI once; each peer is the reference of every provider.
     for size in $PEER_SIZES; do
       n=$(iters "$cls" "$size")
       w=$((n / 10))
       for prov in "${provs[@]}"; do
+        if [ "$prov" = node ]; then
+          tag="peers-node-$size-r$round"
+          if timeout -k 5 "$LIMIT" "$NODE_PP" "${NODE_PIN[@]}" -S "$size" -I "$n" -w "$w" --json \
+            >"$OUT/ours-$tag.out" 2>"$OUT/ours-$tag.err"; then
+            js=$(tail -n 1 "$OUT/ours-$tag.out")
+            record lat "node|$size" "$round" ours "$(jq .usec_per_xfer <<<"$js")" "$(jq .mb_per_sec <<<"$js")"
+          else
+            log "ab.sh: $tag failed: $(tail -n 3 "$OUT/ours-$tag.err")"
+          fi
+          [ -n "${shm_fi:-}" ] && record lat "node|$size" "$round" fi "$shm_fi" ""
+          continue
+        fi
         provider_args "$prov"
         # Tagged, but connected tcp endpoints have no tags.
         if [ "$prov" = tcp ]; then theirs+=(-m msg); else theirs+=(-m tagged); fi
@@ -370,6 +387,7 @@ section peers && for round in $(seq "$ROUNDS"); do
           "${PIN_C[@]}" fi_pingpong "${theirs[@]}" -S "$size" -I "$n" -P "$p" 127.0.0.1 &&
           read -r mb us < <(row_of "$OUT/c-$tag.out"); then
           record lat "$key" "$round" fi "$us" "$mb"
+          [ "$prov" = shm ] && shm_fi=$us
         fi
       done
       tag="peers-$cls-$size-r$round"
@@ -388,6 +406,17 @@ section peers && for round in $(seq "$ROUNDS"); do
       n=$(stream_iters "$cls" "$size")
       w=$((n / 10))
       for prov in "${provs[@]}"; do
+        if [ "$prov" = node ]; then
+          tag="stream-node-$size-r$round"
+          if timeout -k 5 "$LIMIT" "$NODE_PP" "${NODE_PIN[@]}" --rate "$WINDOW" -S "$size" -I "$n" -w "$w" --json \
+            >"$OUT/ours-$tag.out" 2>"$OUT/ours-$tag.err"; then
+            js=$(tail -n 1 "$OUT/ours-$tag.out")
+            record stream "node|$size" "$round" ours "$(jq '1 / .usec_per_xfer' <<<"$js")" "$(jq .mb_per_sec <<<"$js")"
+          else
+            log "ab.sh: $tag failed: $(tail -n 3 "$OUT/ours-$tag.err")"
+          fi
+          continue
+        fi
         provider_args "$prov"
         tag="stream-${prov//[;\/]/+}-$size-r$round"
         p=$(free_port)

@@ -11,7 +11,10 @@
 //! `ci/bench/hotpath.sh` runs it under `callgrind` at two lengths and
 //! prints instructions per round trip by library.
 //!
-//!     hotpath [-p PROVIDER (default shm)] [-S SIZE (default 8)] [-I ROUND_TRIPS (default 10000)] [--msg]
+//! `-p node` counts fabric-msg's own same-node transport
+//! (`transport::node`) the same way: two `NodeLoop`s in one thread.
+//!
+//!     hotpath [-p PROVIDER|node (default shm)] [-S SIZE (default 8)] [-I ROUND_TRIPS (default 10000)] [--msg]
 
 use fabric_msg::{
     connect, negotiate, Buffer, Completion, EndpointChoice, EventLoop, LadderConfig, Listener, LoopConfig,
@@ -51,7 +54,12 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     }
-    match run(&provider, size, trips, tagged) {
+    let result = if provider == "node" {
+        run_node(size, trips)
+    } else {
+        run(&provider, size, trips, tagged)
+    };
+    match result {
         Ok(line) => {
             println!("{line}");
             ExitCode::SUCCESS
@@ -230,6 +238,109 @@ fn run(provider: &str, size: usize, trips: usize, tagged: bool) -> Result<String
         if tagged { "tagged" } else { "untagged" },
         if inject { "inject" } else { "send" },
         profile.provider,
+        elapsed.as_secs_f64() * 1e6 / trips.max(1) as f64
+    ))
+}
+
+/// Poll `l` until the receive of message `seq` is in; repost it for
+/// message `seq + 1`. Send completions bring buffers back to `spare`.
+/// A message larger than the ring needs its sender polled too: `sender`.
+fn node_receive(
+    l: &mut fabric_msg::transport::node::NodeLoop,
+    mut sender: Option<(&mut fabric_msg::transport::node::NodeLoop, &mut Vec<Buffer>)>,
+    out: &mut Vec<fabric_msg::transport::node::NodeCompletion>,
+    spare: &mut Vec<Buffer>,
+    seq: u64,
+) -> Result<(), String> {
+    let mut until = None;
+    loop {
+        if let Some((s, s_spare)) = sender.as_mut() {
+            s.poll(out);
+            s_spare.extend(out.drain(..).map(|c| c.buffer));
+        }
+        l.poll(out);
+        let mut got = None;
+        for c in out.drain(..) {
+            if let Err(e) = &c.result {
+                return Err(format!("{:?} of message {} failed: {e}", c.kind, c.token.0));
+            }
+            match c.kind {
+                OpKind::Recv => got = Some(c.buffer),
+                _ => spare.push(c.buffer),
+            }
+        }
+        if let Some(b) = got {
+            let peer = 1 - l.me();
+            return l
+                .recv(Some(peer), (seq + 1) & 0xffff, 0, b, Token(seq + 1))
+                .map_err(|e| e.to_string());
+        }
+        if Instant::now() > *until.get_or_insert_with(|| Instant::now() + PATIENCE) {
+            return Err(format!("message {seq} not received after {PATIENCE:?}"));
+        }
+    }
+}
+
+/// `run` on two same-node loops: inject up to a frame, send above.
+fn run_node(size: usize, trips: usize) -> Result<String, String> {
+    use fabric_msg::transport::node::{NodeConfig, NodeLoop};
+    let cfg = NodeConfig::default();
+    let inject = size <= cfg.max_frame;
+    let mut a = NodeLoop::create(0, 2, cfg).map_err(|e| e.to_string())?;
+    let mut b = NodeLoop::create(1, 2, cfg).map_err(|e| e.to_string())?;
+    let names = [a.name(), b.name()];
+    for side in [&mut a, &mut b] {
+        for (p, n) in names.iter().enumerate() {
+            side.connect(p, n).map_err(|e| e.to_string())?;
+        }
+    }
+    let (mut out, mut spare_a, mut spare_b) = (
+        Vec::with_capacity(16),
+        vec![Buffer::new(size)],
+        vec![Buffer::new(size)],
+    );
+    a.recv(Some(1), 0, 0, Buffer::new(size), Token(0))
+        .map_err(|e| e.to_string())?;
+    b.recv(Some(0), 0, 0, Buffer::new(size), Token(0))
+        .map_err(|e| e.to_string())?;
+    let send = |l: &mut NodeLoop, spare: &mut Vec<Buffer>, seq: u64| -> Result<(), String> {
+        let to = 1 - l.me();
+        let mut buf = spare.pop().ok_or("no send buffer back yet")?;
+        buf.set_len(size);
+        if inject {
+            let sent = l
+                .inject(to, seq & 0xffff, buf.as_slice())
+                .map_err(|e| e.to_string())?;
+            spare.push(buf);
+            sent.then_some(()).ok_or_else(|| "the ring is full".to_string())
+        } else {
+            l.send(to, seq & 0xffff, buf, Token(u64::MAX))
+                .map_err(|e| e.to_string())
+        }
+    };
+    let started = Instant::now();
+    for i in 0..=trips as u64 {
+        send(&mut a, &mut spare_a, i)?;
+        node_receive(
+            &mut b,
+            (!inject).then_some((&mut a, &mut spare_a)),
+            &mut out,
+            &mut spare_b,
+            i,
+        )?;
+        send(&mut b, &mut spare_b, i)?;
+        node_receive(
+            &mut a,
+            (!inject).then_some((&mut b, &mut spare_b)),
+            &mut out,
+            &mut spare_a,
+            i,
+        )?;
+    }
+    let elapsed = started.elapsed();
+    Ok(format!(
+        "hotpath: {trips} round trips of {size} B (tagged, {}) on node in one thread, {:.3} us each",
+        if inject { "inject" } else { "send" },
         elapsed.as_secs_f64() * 1e6 / trips.max(1) as f64
     ))
 }

@@ -137,7 +137,7 @@ pub struct NodeLoop {
     /// By sender: acks for it that found no room in its ring yet.
     pub(super) acks: Vec<VecDeque<[u8; ACK_LEN]>>,
     pub(super) matcher: Matcher,
-    pub(super) done: VecDeque<NodeCompletion>,
+    pub(super) done: Vec<NodeCompletion>,
 }
 
 impl NodeLoop {
@@ -177,7 +177,7 @@ impl NodeLoop {
             waiting: Waiting::default(),
             acks: (0..ranks).map(|_| VecDeque::new()).collect(),
             matcher: Matcher::default(),
-            done: VecDeque::new(),
+            done: Vec::new(),
         })
     }
 
@@ -365,7 +365,13 @@ impl NodeLoop {
             }
         }
         let n = self.done.len();
-        out.extend(self.done.drain(..));
+        if out.is_empty() {
+            // The usual case: hand over the whole vector (the caller's
+            // empty one, with its capacity, becomes ours).
+            std::mem::swap(out, &mut self.done);
+        } else {
+            out.append(&mut self.done);
+        }
         n
     }
 
@@ -424,7 +430,7 @@ impl NodeLoop {
                 }
             }
             let o = self.sends[peer].pop_front().expect("front");
-            self.done.push_back(NodeCompletion {
+            self.done.push(NodeCompletion {
                 token: o.token,
                 kind: OpKind::Send,
                 buffer: o.buf,

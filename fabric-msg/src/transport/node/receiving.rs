@@ -37,6 +37,16 @@ impl NodeLoop {
 
     /// Deliver frame `f` from `s`.
     fn take(&mut self, s: usize, f: &Frame) -> std::result::Result<(), String> {
+        // The common small message: whole in one frame, for a posted
+        // receive, straight into its buffer.
+        if f.flags == FIRST | LAST && f.len as u64 == f.total && self.assembling[s].is_none() {
+            if let Some(mut p) = self.matcher.take_posted(s, f.tag) {
+                let n = f.len.min(p.buf.capacity());
+                self.inbox[s].copy_out(f, 0, &mut p.buf.as_mut_slice()[..n]);
+                self.complete_recv(p, s, f.tag, f.total);
+                return Ok(());
+            }
+        }
         let mut a = match self.assembling[s].take() {
             None if f.flags & FIRST == 0 => {
                 return Err("a frame continues a message that never started".into())
@@ -148,7 +158,7 @@ impl NodeLoop {
             Ok(()) => self.complete_recv(p, s, tag, total),
             Err(errno) => {
                 p.buf.set_len(0);
-                self.done.push_back(NodeCompletion {
+                self.done.push(NodeCompletion {
                     token: p.token,
                     kind: OpKind::Recv,
                     buffer: p.buf,
@@ -188,7 +198,7 @@ impl NodeLoop {
                 errno: i32::try_from(e).unwrap_or(libc::EIO),
             }),
         };
-        self.done.push_back(NodeCompletion {
+        self.done.push(NodeCompletion {
             token: o.token,
             kind: OpKind::Send,
             buffer: o.buf,
@@ -204,7 +214,7 @@ impl NodeLoop {
     }
 
     pub(super) fn fail_send(&mut self, peer: usize, o: Outgoing, e: CompletionError) {
-        self.done.push_back(NodeCompletion {
+        self.done.push(NodeCompletion {
             token: o.token,
             kind: OpKind::Send,
             buffer: o.buf,
@@ -217,7 +227,7 @@ impl NodeLoop {
     pub(super) fn fail_recv(&mut self, mut p: Posted, peer: usize, e: CompletionError) {
         p.buf.set_len(0);
         let tag = p.tag.0;
-        self.done.push_back(NodeCompletion {
+        self.done.push(NodeCompletion {
             token: p.token,
             kind: OpKind::Recv,
             buffer: p.buf,
@@ -257,7 +267,7 @@ impl NodeLoop {
             Ok(())
         };
         p.buf.set_len((total as usize).min(cap));
-        self.done.push_back(NodeCompletion {
+        self.done.push(NodeCompletion {
             token: p.token,
             kind: OpKind::Recv,
             buffer: p.buf,
@@ -276,7 +286,7 @@ impl NodeLoop {
             ..
         }) = self.assembling[s].take()
         {
-            self.done.push_back(NodeCompletion {
+            self.done.push(NodeCompletion {
                 token: p.token,
                 kind: OpKind::Recv,
                 buffer: p.buf,

@@ -98,6 +98,16 @@ pub struct Corrupt {
     pub what: String,
 }
 
+/// A frame's header after its stamp, as it lies in the cell.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct Header {
+    tag: u64,
+    len: u32,
+    flags: u32,
+    total: u64,
+}
+
 /// The part of a ring both sides see.
 #[derive(Debug)]
 struct Shared {
@@ -115,8 +125,8 @@ unsafe impl Send for Shared {}
 impl Shared {
     fn new(seg: Arc<Segment>, offset: usize, cells: usize) -> Shared {
         assert!(
-            cells >= 2 && offset % CELL == 0,
-            "ring layout: {cells} cells at {offset}"
+            cells >= 2 && cells.is_power_of_two() && offset % CELL == 0,
+            "ring layout: {cells} cells (a power of two) at {offset}"
         );
         let head = seg.at(offset, ring_bytes(cells)).cast::<AtomicU64>();
         let cells_at = seg.at(offset + 2 * CELL, cells * CELL);
@@ -145,7 +155,7 @@ impl Shared {
 
     /// The first word of cell `abs` (absolute index).
     fn stamp(&self, abs: u64) -> &AtomicU64 {
-        let i = (abs % self.n) as usize;
+        let i = (abs & (self.n - 1)) as usize;
         // SAFETY: cell i < n lies inside the ring; its first word is
         // aligned; it is accessed atomically by both sides when it is a
         // frame's first cell, and otherwise only in the order the protocol
@@ -155,7 +165,16 @@ impl Shared {
 
     /// Byte position in the cell area of byte `off` of the frame at `abs`.
     fn byte(&self, abs: u64, off: usize) -> usize {
-        (((abs % self.n) as usize) * CELL + off) % (self.n as usize * CELL)
+        (((abs & (self.n - 1)) as usize) * CELL + off) & (self.area() - 1)
+    }
+
+    /// The header fields (after the stamp) of the frame at `abs`: they lie
+    /// in its first cell, never across the ring's end.
+    fn header(&self, abs: u64) -> *mut Header {
+        let i = (abs & (self.n - 1)) as usize;
+        // SAFETY: cell i < n is inside the ring; bytes 8..32 of it are the
+        // header, aligned to 8 (cells are 64-aligned).
+        unsafe { self.cells.as_ptr().add(i * CELL + 8).cast::<Header>() }
     }
 
     fn area(&self) -> usize {
@@ -260,16 +279,17 @@ impl Producer {
             }
         }
         let at = self.tail;
-        let mut header = [0u8; FRAME_HEADER - 8];
-        header[0..8].copy_from_slice(&tag.to_ne_bytes());
-        header[8..12].copy_from_slice(&(payload.len() as u32).to_ne_bytes());
-        header[12..16].copy_from_slice(&flags.to_ne_bytes());
-        header[16..24].copy_from_slice(&total.to_ne_bytes());
+        let header = Header {
+            tag,
+            len: payload.len() as u32,
+            flags,
+            total,
+        };
         // SAFETY: cells at..at+k are free (room checked against the
         // consumer's head); the consumer reads none of them before the
         // stamp below.
         unsafe {
-            self.ring.write(self.ring.byte(at, 8), &header);
+            self.ring.header(at).write(header);
             self.ring.write(self.ring.byte(at, FRAME_HEADER), payload);
         }
         self.ring.stamp(at).store(at + 1, Ordering::Release);
@@ -307,20 +327,14 @@ impl Consumer {
         if self.ring.stamp(self.head).load(Ordering::Acquire) != self.head + 1 {
             return Ok(None);
         }
-        let mut h = [0u8; FRAME_HEADER - 8];
         // SAFETY: the stamp's Acquire made the frame's header visible; it
         // is ours until we release it.
-        unsafe { self.ring.read(self.ring.byte(self.head, 8), &mut h) };
-        let word = |r: std::ops::Range<usize>| {
-            let mut b = [0u8; 8];
-            b[..r.len()].copy_from_slice(&h[r]);
-            u64::from_ne_bytes(b)
-        };
+        let h = unsafe { self.ring.header(self.head).read() };
         let f = Frame {
-            tag: word(0..8),
-            len: word(8..12) as usize,
-            flags: word(12..16) as u32,
-            total: word(16..24),
+            tag: h.tag,
+            len: h.len as usize,
+            flags: h.flags,
+            total: h.total,
             cells: 0,
         };
         let bad = |what: String| Err(Corrupt { at: self.head, what });
