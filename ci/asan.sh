@@ -7,7 +7,7 @@
 # What runs: fabric-msg's unit and integration tests (tests/*.rs, the soak
 # included, each provider in its child process), libfabric-sys' live test,
 # and the tools' tests that drive the example binaries (tools, fabric_info,
-# rma_pingpong, shm_stale_region); the binaries they start are built with
+# rma_pingpong, shm_stale_region, node_pingpong); the binaries they start are built with
 # ASan too and inherit ASAN_OPTIONS and LSAN_OPTIONS. Not run here: the
 # tools' atomics, World, collectives, symmetric and Slurm tests (minutes
 # under ASan, and mostly mpirun and srun; the World's code is still covered
@@ -125,7 +125,7 @@ run() { # NAME UNWIND(fast|slow) SUPPRESSIONS CARGO-ARGS... [-- TEST-ARGS...]
 # turn the feature on).
 lib=(-p fabric-msg --features fabric-msg/tokio --lib)
 integration=(-p fabric-msg -p libfabric-sys --features fabric-msg/tokio --test '*')
-tools=(-p fabric-msg-examples --test tools --test fabric_info --test rma_pingpong --test shm_stale_region)
+tools=(-p fabric-msg-examples --test tools --test fabric_info --test rma_pingpong --test shm_stale_region --test node_pingpong)
 
 start=$SECONDS
 echo "ci/asan.sh: building under AddressSanitizer in target/asan" >&2

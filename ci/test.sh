@@ -44,6 +44,9 @@ step "cargo test"
 # Nothing may hang CI: the suite takes about a minute here.
 timeout 1200 cargo test --workspace --locked
 
+step "valgrind memcheck: the same-node transport's rings"
+bash ci/valgrind.sh
+
 step "AddressSanitizer and LeakSanitizer (nightly): the tests, no invalid access, no leak of ours"
 # 4 to 9 minutes here (ci/asan.sh; docs/reliability.md, "Hygiene").
 bash ci/asan.sh

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The same-node transport's tests under valgrind's memcheck: its rings are
+# shared memory read and written with raw pointers, where an invalid read,
+# a use of uninitialised bytes or a leak is what valgrind finds and ASan
+# (ci/asan.sh, which runs them too) may not. About 20 s here.
+#
+#   ci/valgrind.sh
+#
+# Runs fabric-msg/tests/node_loop.rs (every ring, matching and single-copy
+# path, threads standing in for processes) with --error-exitcode, so any
+# memcheck error or definite leak fails. valgrind 3.19 does not know
+# pidfd_open (it warns and returns ENOSYS): the loops then watch no peer,
+# which these tests do not need. Installs valgrind if missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source ci/install.sh
+command -v valgrind >/dev/null || install_packages valgrind.sh valgrind
+bin=$(cargo test --locked -p fabric-msg --test node_loop --no-run 2>&1 | sed -n 's/.*Executable .*(\(.*\))$/\1/p' | tail -n 1)
+[ -x "$bin" ] || { echo "ci/valgrind.sh: the node_loop test binary was not built" >&2; exit 1; }
+timeout 600 valgrind --quiet --error-exitcode=9 --leak-check=full --show-leak-kinds=definite --errors-for-leak-kinds=definite \
+  "$bin" --test-threads 1 2> >(grep -v -e 'unhandled amd64-linux syscall: 434' -e 'You may be able to write' \
+    -e 'README_MISSING_SYSCALL' -e 'Nevertheless we consider' -e 'valgrind.org/support/bug_reports' >&2)
