@@ -430,12 +430,14 @@ impl NodeLoop {
                 }
             }
             let o = self.sends[peer].pop_front().expect("front");
+            // Not `finish_send`: `p` still borrows the outbox.
+            let (token, tag) = (o.token, o.tag);
             self.done.push(NodeCompletion {
-                token: o.token,
+                token,
                 kind: OpKind::Send,
                 buffer: o.buf,
                 peer,
-                tag: o.tag,
+                tag,
                 result: Ok(()),
             });
         }

@@ -42,15 +42,16 @@ impl NodeLoop {
             }
             failed.extend(self.matcher.cancel_from(s));
             for p in failed {
-                self.fail_recv(p, s, how());
+                let tag = p.tag.0;
+                self.fail_recv(p, s, tag, how());
             }
             self.matcher.drop_arriving_from(s);
             while let Some(o) = self.sends[s].pop_front() {
-                self.fail_send(s, o, how());
+                self.finish_send(s, o, Err(how()));
             }
             self.acks[s].clear();
             for o in self.waiting.take_all(|(peer, _)| *peer == s) {
-                self.fail_send(s, o.1, how());
+                self.finish_send(s, o.1, Err(how()));
             }
         }
         found

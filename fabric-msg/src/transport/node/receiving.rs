@@ -156,17 +156,7 @@ impl NodeLoop {
         }
         match read {
             Ok(()) => self.complete_recv(p, s, tag, total),
-            Err(errno) => {
-                p.buf.set_len(0);
-                self.done.push(NodeCompletion {
-                    token: p.token,
-                    kind: OpKind::Recv,
-                    buffer: p.buf,
-                    peer: s,
-                    tag,
-                    result: Err(CompletionError::CopyFailed { peer: s, errno }),
-                });
-            }
+            Err(errno) => self.fail_recv(p, s, tag, CompletionError::CopyFailed { peer: s, errno }),
         }
     }
 
@@ -181,14 +171,11 @@ impl NodeLoop {
         };
         if peer != s {
             let what = format!("an ack from rank {s} for a send to rank {peer}");
-            self.waiting_failed(
-                peer,
-                o,
-                CompletionError::CorruptRing {
-                    peer: s,
-                    what: what.clone(),
-                },
-            );
+            let e = CompletionError::CorruptRing {
+                peer: s,
+                what: what.clone(),
+            };
+            self.finish_send(peer, o, Err(e));
             return Err(what);
         }
         let result = match errno {
@@ -198,6 +185,17 @@ impl NodeLoop {
                 errno: i32::try_from(e).unwrap_or(libc::EIO),
             }),
         };
+        self.finish_send(peer, o, result);
+        Ok(())
+    }
+
+    /// A send is done (its buffer goes back with `result`).
+    pub(super) fn finish_send(
+        &mut self,
+        peer: usize,
+        o: Outgoing,
+        result: std::result::Result<(), CompletionError>,
+    ) {
         self.done.push(NodeCompletion {
             token: o.token,
             kind: OpKind::Send,
@@ -206,27 +204,11 @@ impl NodeLoop {
             tag: o.tag,
             result,
         });
-        Ok(())
     }
 
-    fn waiting_failed(&mut self, peer: usize, o: Outgoing, e: CompletionError) {
-        self.fail_send(peer, o, e);
-    }
-
-    pub(super) fn fail_send(&mut self, peer: usize, o: Outgoing, e: CompletionError) {
-        self.done.push(NodeCompletion {
-            token: o.token,
-            kind: OpKind::Send,
-            buffer: o.buf,
-            peer,
-            tag: o.tag,
-            result: Err(e),
-        });
-    }
-
-    pub(super) fn fail_recv(&mut self, mut p: Posted, peer: usize, e: CompletionError) {
+    /// A receive failed: nothing of the message (tag `tag`) is delivered.
+    pub(super) fn fail_recv(&mut self, mut p: Posted, peer: usize, tag: u64, e: CompletionError) {
         p.buf.set_len(0);
-        let tag = p.tag.0;
         self.done.push(NodeCompletion {
             token: p.token,
             kind: OpKind::Recv,
@@ -286,17 +268,11 @@ impl NodeLoop {
             ..
         }) = self.assembling[s].take()
         {
-            self.done.push(NodeCompletion {
-                token: p.token,
-                kind: OpKind::Recv,
-                buffer: p.buf,
+            let e = CompletionError::CorruptRing {
                 peer: s,
-                tag,
-                result: Err(CompletionError::CorruptRing {
-                    peer: s,
-                    what: what.clone(),
-                }),
-            });
+                what: what.clone(),
+            };
+            self.fail_recv(p, s, tag, e);
         }
         self.broken[s] = Some(what);
     }
