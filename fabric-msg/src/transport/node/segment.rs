@@ -132,7 +132,8 @@ impl Segment {
                 context: format!(
                     "opening the node segment of process {} ({}): the kernel lets a process open another's \
                      memory only when it may read it (same user, same PID namespace, ptrace policy); \
-                     set FABRIC_MSG_SHM=libfabric to use libfabric's shm instead",
+                     these two processes cannot use fabric-msg's same-node transport with each other: \
+                     run them as one user in one PID namespace, or talk over a fabric",
                     name.pid,
                     path.trim_end_matches('\0')
                 ),
