@@ -13,7 +13,9 @@
 //! stall is noticed, with a map of every part of peer-loss detection
 //! ([`liveness`]);
 //! the thread that drives a loop's progress while its application does not
-//! poll (`progress`).
+//! poll (`progress`); and fabric-msg's own transport between processes on
+//! one node, rings in shared memory with no provider in between
+//! ([`node`], `docs/onnode.md`).
 //!
 //! May use: [`crate::memory`], [`crate::discovery`], `crate::libfabric`
 //! (the owned libfabric objects), [`crate::error`]. Must
