@@ -201,7 +201,7 @@ impl NodeLoop {
     pub fn connect(&mut self, peer: usize, name: &SegmentName) -> Result<()> {
         let ranks = self.ranks();
         if peer >= ranks {
-            return Err(Error::Usage(format!("node loop: no rank {peer} among {ranks}")));
+            return Err(self.no_rank(peer));
         }
         let want = self.cfg.segment_len(ranks) as u64;
         if name.len != want {
@@ -213,15 +213,11 @@ impl NodeLoop {
         }
         // The pidfd first, then the segment, whose header check proves the
         // pid was still the peer's when the pidfd was taken.
-        let watch = if peer == self.me {
-            None
+        let (watch, seg) = if peer == self.me {
+            (None, self.own.clone())
         } else {
-            Watch::open(name.pid)
-        };
-        let seg = if peer == self.me {
-            self.own.clone()
-        } else {
-            Arc::new(Segment::attach(name)?)
+            let watch = Watch::open(name.pid);
+            (watch, Arc::new(Segment::attach(name)?))
         };
         self.watch[peer] = watch;
         // May this process read the peer's memory? Try, on the header.
@@ -233,15 +229,21 @@ impl NodeLoop {
         Ok(())
     }
 
+    fn no_rank(&self, r: usize) -> Error {
+        Error::Usage(format!("node loop: no rank {r} among {}", self.ranks()))
+    }
+
+    /// How errors name rank `r` of the node.
+    pub(super) fn label(&self, r: usize) -> String {
+        format!("same-node rank {r} (process {})", self.pids[r])
+    }
+
     fn check_peer(&self, peer: usize) -> Result<()> {
         match self.outbox.get(peer) {
-            None => Err(Error::Usage(format!(
-                "node loop: no rank {peer} among {}",
-                self.ranks()
-            ))),
+            None => Err(self.no_rank(peer)),
             Some(None) => Err(Error::Usage(format!("node loop: rank {peer} is not connected"))),
             Some(Some(_)) if self.lost[peer] => Err(Error::PeerLost {
-                peer: format!("same-node rank {peer} (process {})", self.pids[peer]),
+                peer: self.label(peer),
                 why: crate::transport::liveness::LossKind::Died.to_string(),
             }),
             Some(Some(_)) => match &self.broken[peer] {
@@ -303,10 +305,7 @@ impl NodeLoop {
     ) -> Result<()> {
         if let Some(f) = from {
             if f >= self.ranks() {
-                return Err(Error::Usage(format!(
-                    "node loop: no rank {f} among {}",
-                    self.ranks()
-                )));
+                return Err(self.no_rank(f));
             }
         }
         buf.set_len(buf.capacity());
@@ -320,15 +319,7 @@ impl NodeLoop {
             None => self.matcher.post(p),
             Some(i) if self.matcher.arrived_mut(i).complete => {
                 let a = self.matcher.remove_arrived(i);
-                if let Some(at) = a.rndv {
-                    self.fetch(a.from, p, a.tag, a.total as u64, at);
-                    return Ok(());
-                }
-                let mut p = p;
-                let n = a.total.min(p.buf.capacity());
-                p.buf.as_mut_slice()[..n].copy_from_slice(&a.data[..n]);
-                self.complete_recv(p, a.from, a.tag, a.total as u64);
-                self.matcher.recycle(a.data);
+                self.deliver_arrived(p, a);
             }
             Some(i) => self.matcher.arrived_mut(i).claimed = Some(p),
         }
@@ -394,9 +385,7 @@ impl NodeLoop {
                 let o = self.sends[peer].pop_front().expect("front");
                 let (tag, total, addr) = (o.tag, o.buf.len() as u64, o.buf.as_slice().as_ptr() as u64);
                 let id = self.waiting.insert((peer, o));
-                let mut req = [0u8; REQUEST_LEN];
-                req[..8].copy_from_slice(&addr.to_ne_bytes());
-                req[8..].copy_from_slice(&id.to_ne_bytes());
+                let req = single_copy::encode(addr, id);
                 let written = p.try_write(tag, FIRST | LAST | RNDV, total, &req);
                 debug_assert!(written, "room was checked");
                 continue;

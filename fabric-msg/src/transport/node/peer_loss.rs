@@ -31,9 +31,9 @@ impl NodeLoop {
             // What it wrote before it died is whole in our segment.
             self.read_all_from(s);
             self.lost[s] = true;
-            let pid = self.pids[s];
+            let label = self.label(s);
             let how = || CompletionError::PeerLost {
-                peer: format!("same-node rank {s} (process {pid})"),
+                peer: label.clone(),
                 how: LossKind::Died,
             };
             let mut failed = Vec::new();

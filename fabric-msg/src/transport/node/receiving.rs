@@ -4,7 +4,7 @@
 //! complete such sends, and the failures: a corrupt ring, a failed read,
 //! a lost rank's operations.
 
-use super::matching::Posted;
+use super::matching::{Arrived, Posted};
 use super::node_loop::{Assembly, Into, NodeCompletion, NodeLoop, Outgoing};
 use super::ring::{Frame, ACK, FIRST, LAST, RNDV};
 use super::single_copy::{self, ACK_LEN, REQUEST_LEN};
@@ -54,8 +54,7 @@ impl NodeLoop {
             None if f.flags & RNDV != 0 => {
                 let mut req = [0u8; REQUEST_LEN];
                 self.inbox[s].copy_out(f, 0, &mut req);
-                let word = |i: usize| u64::from_ne_bytes(req[i..i + 8].try_into().expect("8 bytes"));
-                let at = (word(0), word(8));
+                let at = single_copy::decode(&req);
                 let total =
                     usize::try_from(f.total).map_err(|_| format!("a message of {} bytes", f.total))?;
                 match self.matcher.take_posted(s, f.tag) {
@@ -128,15 +127,24 @@ impl NodeLoop {
                 m.complete = true;
                 if m.claimed.is_some() {
                     let mut m = self.matcher.remove_arrived(i);
-                    let mut p = m.claimed.take().expect("claimed");
-                    let n = m.total.min(p.buf.capacity());
-                    p.buf.as_mut_slice()[..n].copy_from_slice(&m.data[..n]);
-                    self.complete_recv(p, s, m.tag, m.total as u64);
-                    self.matcher.recycle(m.data);
+                    let p = m.claimed.take().expect("claimed");
+                    self.deliver_arrived(p, m);
                 }
             }
         }
         Ok(())
+    }
+
+    /// Give receive `p` the whole message `a` that arrived before it: a
+    /// copy of what was kept, or a read from the sender's memory.
+    pub(super) fn deliver_arrived(&mut self, mut p: Posted, a: Arrived) {
+        if let Some(at) = a.rndv {
+            return self.fetch(a.from, p, a.tag, a.total as u64, at);
+        }
+        let n = a.total.min(p.buf.capacity());
+        p.buf.as_mut_slice()[..n].copy_from_slice(&a.data[..n]);
+        self.complete_recv(p, a.from, a.tag, a.total as u64);
+        self.matcher.recycle(a.data);
     }
 
     /// Read a large message of `total` bytes from `s`'s memory at `at.0`
@@ -144,9 +152,7 @@ impl NodeLoop {
     pub(super) fn fetch(&mut self, s: usize, mut p: Posted, tag: u64, total: u64, at: (u64, u64)) {
         let n = (total as usize).min(p.buf.capacity());
         let read = single_copy::read(self.pids[s], at.0, &mut p.buf.as_mut_slice()[..n]);
-        let mut ack = [0u8; ACK_LEN];
-        ack[..8].copy_from_slice(&at.1.to_ne_bytes());
-        ack[8..].copy_from_slice(&u64::from(read.err().unwrap_or(0).unsigned_abs()).to_ne_bytes());
+        let ack = single_copy::encode(at.1, u64::from(read.err().unwrap_or(0).unsigned_abs()));
         let sent = self.acks[s].is_empty()
             && self.outbox[s]
                 .as_mut()
@@ -164,8 +170,7 @@ impl NodeLoop {
     fn acked(&mut self, s: usize, f: &Frame) -> std::result::Result<(), String> {
         let mut ack = [0u8; ACK_LEN];
         self.inbox[s].copy_out(f, 0, &mut ack);
-        let id = u64::from_ne_bytes(ack[..8].try_into().expect("8 bytes"));
-        let errno = u64::from_ne_bytes(ack[8..].try_into().expect("8 bytes"));
+        let (id, errno) = single_copy::decode(&ack);
         let Some((peer, o)) = self.waiting.take(id) else {
             return Err(format!("an ack for send {id:#x}, which does not wait"));
         };

@@ -30,6 +30,21 @@ pub const REQUEST_LEN: usize = 16;
 /// Payload bytes of an ack frame: number, status.
 pub const ACK_LEN: usize = 16;
 
+/// A control frame's payload: two words (request: address and number;
+/// ack: number and status).
+pub fn encode(a: u64, b: u64) -> [u8; 16] {
+    let mut out = [0u8; 16];
+    out[..8].copy_from_slice(&a.to_ne_bytes());
+    out[8..].copy_from_slice(&b.to_ne_bytes());
+    out
+}
+
+/// The two words of a control frame's payload.
+pub fn decode(bytes: &[u8; 16]) -> (u64, u64) {
+    let word = |i: usize| u64::from_ne_bytes(bytes[i..i + 8].try_into().expect("8 bytes"));
+    (word(0), word(8))
+}
+
 /// Whether this process may read 8 bytes at `addr` in process `pid` and
 /// finds `expect` there.
 pub fn can_read(pid: u32, addr: u64, expect: u64) -> bool {
