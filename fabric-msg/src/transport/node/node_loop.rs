@@ -90,7 +90,6 @@ pub(super) struct Outgoing {
     pub(super) buf: Buffer,
     /// Bytes written to the ring so far.
     pub(super) sent: usize,
-    pub(super) started: bool,
     /// Read by the receiver from this buffer (`single_copy`).
     pub(super) single_copy: bool,
 }
@@ -264,7 +263,6 @@ impl NodeLoop {
             tag,
             buf,
             sent: 0,
-            started: false,
             single_copy,
         });
         if self.sends[peer].len() == 1 {
@@ -404,7 +402,9 @@ impl NodeLoop {
                 } else {
                     return;
                 };
-                let mut flags = if o.started { 0 } else { FIRST };
+                // A message's first frame is the one written with nothing sent yet
+                // (a frame carries at least one byte, or is the whole message).
+                let mut flags = if o.sent == 0 { FIRST } else { 0 };
                 if o.sent + len == total {
                     flags |= LAST;
                 }
@@ -412,7 +412,6 @@ impl NodeLoop {
                 if !p.try_write(o.tag, flags, total as u64, bytes) {
                     return;
                 }
-                o.started = true;
                 o.sent += len;
                 if o.sent == total {
                     break;
