@@ -1,9 +1,11 @@
 //! Ranks that share a node talk over shared memory while the world's
 //! fabric is TCP: `same_node_check` with ranks laid out on pretend nodes by
 //! `FABRIC_MSG_NODE` (rank r on `node{r/2}`), under the rendezvous and under
-//! `mpirun`. Each rank says which ranks it reaches over shm; the program
-//! itself checks every byte, that every message arrives exactly once, the
-//! per-rank order of any-source receives, and the collectives' answers.
+//! `mpirun`, over fabric-msg's node transport (the default) and over
+//! libfabric's shm (`FABRIC_MSG_SHM=libfabric`). Each rank says which
+//! ranks it reaches over shared memory; the program itself checks every
+//! byte, that every message arrives exactly once, the per-rank order of
+//! any-source receives, and the collectives' answers.
 
 mod support;
 
@@ -14,13 +16,40 @@ use support::{best_tcp, clean, free_port, wait_all, Exit, Watch};
 const CHECK: &str = env!("CARGO_BIN_EXE_same_node_check");
 const DEADLINE: Duration = Duration::from_secs(180);
 
+/// What carries same-node messages: `FABRIC_MSG_SHM`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shm {
+    Off,
+    Libfabric,
+    Node,
+}
+
+impl Shm {
+    fn env(self) -> &'static str {
+        match self {
+            Shm::Off => "0",
+            Shm::Libfabric => "libfabric",
+            Shm::Node => "node",
+        }
+    }
+
+    /// How `World::shm_report` names it.
+    fn words(self) -> &'static str {
+        match self {
+            Shm::Off => "turned off (FABRIC_MSG_SHM=0)",
+            Shm::Libfabric => "over libfabric's shm (same node)",
+            Shm::Node => "over fabric-msg's node transport (same node)",
+        }
+    }
+}
+
 /// `n` ranks through the rendezvous, rank r on node `node{r/2}`.
-fn rendezvous(n: u32, shm: bool, args: &[&str]) -> Vec<Exit> {
+fn rendezvous(n: u32, shm: Shm, args: &[&str]) -> Vec<Exit> {
     let started = Instant::now();
     wait_all(start(n, shm, args), started, DEADLINE)
 }
 
-fn start(n: u32, shm: bool, args: &[&str]) -> Vec<Child> {
+fn start(n: u32, shm: Shm, args: &[&str]) -> Vec<Child> {
     let root = format!("127.0.0.1:{}", free_port());
     (0..n)
         .map(|r| {
@@ -31,29 +60,24 @@ fn start(n: u32, shm: bool, args: &[&str]) -> Vec<Child> {
                 .env("FABRIC_MSG_SIZE", n.to_string())
                 .env("FABRIC_MSG_ROOT", &root)
                 .env("FABRIC_MSG_NODE", format!("node{}", r / 2))
-                .env("FABRIC_MSG_SHM", if shm { "1" } else { "0" });
+                .env("FABRIC_MSG_SHM", shm.env());
             cmd.spawn().expect("starting same_node_check")
         })
         .collect()
 }
 
 /// The same under `mpirun`, each rank's node set from its rank by `sh -c`.
-fn mpirun(n: u32, shm: bool, args: &[&str]) -> Exit {
+fn mpirun(n: u32, shm: Shm, args: &[&str]) -> Exit {
     let started = Instant::now();
     let mut cmd = Command::new("mpirun");
     let script = format!(
-        "FABRIC_MSG_NODE=node$((OMPI_COMM_WORLD_RANK / 2)) exec {CHECK} {}",
+        "FABRIC_MSG_NODE=node$((OMPI_COMM_WORLD_RANK / 2)) FABRIC_MSG_SHM={} exec {CHECK} {}",
+        shm.env(),
         args.join(" ")
     );
     clean(&mut cmd).args([
         "--allow-run-as-root",
         "--oversubscribe",
-        "-x",
-        if shm {
-            "FABRIC_MSG_SHM=1"
-        } else {
-            "FABRIC_MSG_SHM=0"
-        },
         "-np",
         &n.to_string(),
         "sh",
@@ -78,10 +102,10 @@ fn partners(r: u32, n: u32) -> Vec<u32> {
     (0..n).filter(|&p| p != r && p / 2 == r / 2).collect()
 }
 
-fn assert_world(out: &str, err: &str, n: u32, launcher: &str, shm: bool) {
+fn assert_world(out: &str, err: &str, n: u32, launcher: &str, shm: Shm) {
     for r in 0..n {
         let (head, verdict) = lines_of(out, r, n);
-        let want: Vec<String> = if shm {
+        let want: Vec<String> = if shm != Shm::Off {
             partners(r, n).iter().map(u32::to_string).collect()
         } else {
             Vec::new()
@@ -91,15 +115,12 @@ fn assert_world(out: &str, err: &str, n: u32, launcher: &str, shm: bool) {
                 && head.contains(&format!("shm ranks [{}]", want.join(","))),
             "rank {r}: {head}\n{out}\n{err}"
         );
-        if !shm {
-            assert!(
-                head.ends_with("turned off (FABRIC_MSG_SHM=0)"),
-                "rank {r}: {head}"
-            );
+        if shm == Shm::Off {
+            assert!(head.ends_with(shm.words()), "rank {r}: {head}");
         } else if want.is_empty() {
             assert!(head.contains("no other rank on node"), "rank {r}: {head}");
         } else {
-            assert!(head.contains("over shm (same node)"), "rank {r}: {head}");
+            assert!(head.contains(shm.words()), "rank {r}: {head}");
         }
         assert!(
             verdict.contains(": ok: ring")
@@ -110,7 +131,7 @@ fn assert_world(out: &str, err: &str, n: u32, launcher: &str, shm: bool) {
     }
 }
 
-fn assert_exits(exits: &[Exit], n: u32, launcher: &str, shm: bool) {
+fn assert_exits(exits: &[Exit], n: u32, launcher: &str, shm: Shm) {
     let out: String = exits.iter().map(|e| e.stdout.as_str()).collect();
     let err: String = exits.iter().map(|e| e.stderr.as_str()).collect();
     for (r, e) in exits.iter().enumerate() {
@@ -127,31 +148,35 @@ fn assert_exits(exits: &[Exit], n: u32, launcher: &str, shm: bool) {
 
 #[test]
 fn rendezvous_pairs_on_one_node_use_shm_beside_tcp() {
-    let exits = rendezvous(4, true, &["-n", "400", "-a", "300"]);
-    assert_exits(&exits, 4, "rendezvous", true);
+    for shm in [Shm::Node, Shm::Libfabric] {
+        let exits = rendezvous(4, shm, &["-n", "400", "-a", "300"]);
+        assert_exits(&exits, 4, "rendezvous", shm);
+    }
 }
 
 #[test]
 fn mpirun_pairs_on_one_node_use_shm_beside_tcp() {
-    let e = mpirun(4, true, &["-n", "400", "-a", "300"]);
-    assert!(e.status.success(), "{:?}\n{}{}", e.status, e.stdout, e.stderr);
-    assert_world(&e.stdout, &e.stderr, 4, "pmix", true);
+    for shm in [Shm::Node, Shm::Libfabric] {
+        let e = mpirun(4, shm, &["-n", "400", "-a", "300"]);
+        assert!(e.status.success(), "{:?}\n{}{}", e.status, e.stdout, e.stderr);
+        assert_world(&e.stdout, &e.stderr, 4, "pmix", shm);
+    }
 }
 
 /// Three ranks: 0 and 1 share a node, 2 is alone on its own.
 #[test]
 fn a_rank_alone_on_its_node_uses_the_world_fabric_only() {
-    let exits = rendezvous(3, true, &["-n", "200", "-a", "200"]);
-    assert_exits(&exits, 3, "rendezvous", true);
+    let exits = rendezvous(3, Shm::Node, &["-n", "200", "-a", "200"]);
+    assert_exits(&exits, 3, "rendezvous", Shm::Node);
 }
 
 #[test]
 fn fabric_msg_shm_0_turns_the_same_node_path_off() {
-    let exits = rendezvous(4, false, &["-n", "200", "-a", "200"]);
-    assert_exits(&exits, 4, "rendezvous", false);
-    let e = mpirun(4, false, &["-n", "100", "-a", "100"]);
+    let exits = rendezvous(4, Shm::Off, &["-n", "200", "-a", "200"]);
+    assert_exits(&exits, 4, "rendezvous", Shm::Off);
+    let e = mpirun(4, Shm::Off, &["-n", "100", "-a", "100"]);
     assert!(e.status.success(), "{:?}\n{}{}", e.status, e.stdout, e.stderr);
-    assert_world(&e.stdout, &e.stderr, 4, "pmix", false);
+    assert_world(&e.stdout, &e.stderr, 4, "pmix", Shm::Off);
 }
 
 /// The any-source race: every rank receives only from any rank while one
@@ -162,10 +187,12 @@ fn fabric_msg_shm_0_turns_the_same_node_path_off() {
 /// (checked by the program); then once more with one receive at a time.
 #[test]
 fn any_source_receives_racing_shm_and_tcp_lose_and_duplicate_nothing() {
-    let exits = rendezvous(4, true, &["-n", "0", "-a", "3000", "-w", "64"]);
-    assert_exits(&exits, 4, "rendezvous", true);
-    let exits = rendezvous(4, true, &["-n", "0", "-a", "500", "-w", "1"]);
-    assert_exits(&exits, 4, "rendezvous", true);
+    for shm in [Shm::Node, Shm::Libfabric] {
+        let exits = rendezvous(4, shm, &["-n", "0", "-a", "3000", "-w", "64"]);
+        assert_exits(&exits, 4, "rendezvous", shm);
+        let exits = rendezvous(4, shm, &["-n", "0", "-a", "500", "-w", "1"]);
+        assert_exits(&exits, 4, "rendezvous", shm);
+    }
 }
 
 /// Receives from one rank interleaved with receives from any rank, with the
@@ -176,14 +203,16 @@ fn any_source_receives_racing_shm_and_tcp_lose_and_duplicate_nothing() {
 /// that ("receive 337 holds message 129 where message 127 was due").
 #[test]
 fn receives_from_one_rank_and_from_any_keep_each_ranks_order() {
-    let exits = rendezvous(4, true, &["-n", "0", "-a", "2000", "-w", "64", "-m"]);
-    assert_exits(&exits, 4, "rendezvous", true);
-    for (r, e) in exits.iter().enumerate() {
-        assert!(
-            !e.stdout.contains("(0 of the receives from one rank)"),
-            "rank {r}: {}",
-            e.stdout
-        );
+    for shm in [Shm::Node, Shm::Libfabric] {
+        let exits = rendezvous(4, shm, &["-n", "0", "-a", "2000", "-w", "64", "-m"]);
+        assert_exits(&exits, 4, "rendezvous", shm);
+        for (r, e) in exits.iter().enumerate() {
+            assert!(
+                !e.stdout.contains("(0 of the receives from one rank)"),
+                "rank {r}: {}",
+                e.stdout
+            );
+        }
     }
 }
 
@@ -208,9 +237,11 @@ const ENDED: Duration = Duration::from_secs(2);
 /// 12 s holds for it.
 #[test]
 fn a_rank_killed_mid_ring_is_named_by_every_other() {
-    let exits = kill_rank_3_mid_ring(true);
-    for (r, e) in exits.iter().enumerate().take(2) {
-        assert_ended_promptly(r, e);
+    for shm in [Shm::Node, Shm::Libfabric] {
+        let exits = kill_rank_3_mid_ring(shm);
+        for (r, e) in exits.iter().enumerate().take(2) {
+            assert_ended_promptly(r, e);
+        }
     }
 }
 
@@ -219,7 +250,7 @@ fn a_rank_killed_mid_ring_is_named_by_every_other() {
 /// watchdog (before: 2 of 3 survivors by the watchdog in every run).
 #[test]
 fn a_rank_killed_mid_ring_on_tcp_alone_leaves_no_survivor_to_the_watchdog() {
-    let exits = kill_rank_3_mid_ring(false);
+    let exits = kill_rank_3_mid_ring(Shm::Off);
     for (r, e) in exits.iter().enumerate().take(3) {
         assert_ended_promptly(r, e);
     }
@@ -229,7 +260,7 @@ fn a_rank_killed_mid_ring_on_tcp_alone_leaves_no_survivor_to_the_watchdog() {
 /// ofi_rxm sends them in segments); rank 3 is killed after a second of it.
 /// Every survivor fails naming rank 3 within 12 s. Each exit's `at` is made
 /// relative to the kill.
-fn kill_rank_3_mid_ring(shm: bool) -> Vec<Exit> {
+fn kill_rank_3_mid_ring(shm: Shm) -> Vec<Exit> {
     let started = Instant::now();
     let mut children = start(4, shm, &["-n", "100000000", "-a", "0"]);
     let watches: Vec<Watch> = children.iter_mut().map(Watch::stdout).collect();
@@ -253,7 +284,7 @@ fn kill_rank_3_mid_ring(shm: bool) -> Vec<Exit> {
         assert!(e.stderr.contains("rank 3 is lost"), "rank {r}: {}", e.stderr);
         e.at = e.at.saturating_sub(killed);
         eprintln!(
-            "shm {shm}: rank {r} ended {:?} after the kill, {:?}",
+            "shm {shm:?}: rank {r} ended {:?} after the kill, {:?}",
             e.at, e.status
         );
         assert!(

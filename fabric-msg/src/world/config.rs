@@ -15,7 +15,8 @@ use std::time::Duration;
 /// | `ladder` | `None`: `providers.toml` as [`LadderConfig::load`] finds it | `FABRIC_MSG_PROVIDERS` |
 /// | `loop_config` | `LoopConfig::default()`, but waits are [`WaitMode::Adaptive`] (spin, then yield; on a node with more ranks than cores, yield, then sleep on the CQ's fd after 2 ms: `docs/world.md`, "Waiting") and a progress thread runs where the fabric needs one for peers' one-sided operations ([`ProgressThread::WhereNeeded`]) | `FABRIC_MSG_WAIT=spin`, `block` or `adaptive`; `FABRIC_MSG_PROGRESS_THREAD=0` turns the thread off, `=1` asks for one wherever the domain allows |
 /// | `domain` | `None`: on IP fabrics, the interface that reaches rank 0 | `FABRIC_MSG_DOMAIN` |
-/// | `shared_memory` | `true`: `shm` when every rank is on one host, and between the ranks of one node when the world's fabric is another | `FABRIC_MSG_SHM=0` turns both off |
+/// | `shared_memory` | `true`: `shm` when every rank is on one host (for one-sided operations), and shared memory between the ranks of one node for messages | `FABRIC_MSG_SHM=0` turns both off |
+/// | `node_transport` | `true`: ranks of one node exchange messages over fabric-msg's own rings (`transport/node`, docs/onnode.md); `false`: over libfabric's `shm` where the world's fabric is another, over the world's `shm` where it is `shm` | `FABRIC_MSG_SHM=libfabric` sets `false`, `FABRIC_MSG_SHM=node` (or 1) `true` |
 /// | `node` | `None`: the host name says which ranks share a node | `FABRIC_MSG_NODE` (for testing layouts: one machine standing in for several nodes) |
 /// | `start_timeout` | 30 s: for all ranks to arrive and agree | `FABRIC_MSG_START_TIMEOUT` (seconds) |
 /// | `finish_timeout` | 10 s: for all ranks to finish | `FABRIC_MSG_FINISH_TIMEOUT` (seconds) |
@@ -33,6 +34,9 @@ pub struct WorldConfig {
     /// Use shared memory when every rank is on this host, and between
     /// ranks of one node beside another fabric.
     pub shared_memory: bool,
+    /// Messages between ranks of one node over fabric-msg's own
+    /// transport; `false`: over libfabric's `shm`.
+    pub node_transport: bool,
     /// This rank's node, in place of its host name, to lay ranks out on
     /// pretend nodes in tests. Set, the launcher's word that every rank is
     /// on this host no longer makes the world choose `shm`.
@@ -64,6 +68,7 @@ impl Default for WorldConfig {
             },
             domain: None,
             shared_memory: true,
+            node_transport: true,
             node: None,
             start_timeout: Duration::from_secs(30),
             finish_timeout: Duration::from_secs(10),
@@ -93,9 +98,13 @@ impl WorldConfig {
         }
         match std::env::var("FABRIC_MSG_SHM").as_deref() {
             Ok("0") | Ok("off") | Ok("no") | Ok("false") => c.shared_memory = false,
-            Ok("1") | Ok("on") | Ok("yes") | Ok("true") | Ok("") | Err(_) => {}
+            Ok("libfabric") => c.node_transport = false,
+            Ok("1") | Ok("on") | Ok("yes") | Ok("true") | Ok("node") | Ok("") | Err(_) => {}
             Ok(other) => {
-                return Err(Error::Usage(format!("FABRIC_MSG_SHM={other:?}: say 0 or 1")));
+                return Err(Error::Usage(format!(
+                    "FABRIC_MSG_SHM={other:?}: say 0 (no shared memory), libfabric (libfabric's shm between the \
+                     ranks of a node) or node (fabric-msg's own transport, the default)"
+                )));
             }
         }
         if let Ok(n) = std::env::var("FABRIC_MSG_NODE") {

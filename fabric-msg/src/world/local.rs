@@ -1,14 +1,17 @@
 //! Same-node ranks over shared memory, beside the fabric the world agreed
 //! on (what MPI's shared-memory transport and UCX do).
 //!
-//! When the agreed fabric is not `shm` (some rank is on another node), each
-//! rank that shares its node with another opens a second event loop on
-//! `shm` and publishes that endpoint's name in round 2 beside the main one.
-//! Ranks `a` and `b` talk over `shm` iff both are on the same node (the
-//! host names of round 1, or `FABRIC_MSG_NODE`) and both published an shm
-//! endpoint: every rank computes the same pairs from the same table. Every
-//! rank stays reachable over the main loop too (RMA, atomics and
-//! symmetric memory use only that one).
+//! Each rank that shares its node with another opens a second loop
+//! (`lane.rs`): fabric-msg's own node loop by default, whatever the
+//! world's fabric (`shm` included: the rings are faster than libfabric's
+//! shm); or, with `FABRIC_MSG_SHM=libfabric`, an event loop on `shm`,
+//! where the world's fabric is not `shm` already. It publishes that
+//! loop's name in round 2 beside the main one. Ranks `a` and `b` talk over
+//! it iff both are on the same node (the host names of round 1, or
+//! `FABRIC_MSG_NODE`) and both published the same kind of name: every
+//! rank computes the same pairs from the same table. Every rank stays
+//! reachable over the main loop too (RMA, atomics and symmetric memory use
+//! only that one).
 //!
 //! A message from a given rank always arrives on one loop, so exact-source
 //! receives go to that loop. A receive from any rank is posted on both
@@ -21,6 +24,7 @@
 //! kept until it completes, so "oldest" is the order the application posted
 //! them in and one rank's messages are never handed out out of order.
 
+use super::lane::{NodeSide, Side};
 use super::tags;
 use crate::discovery::config::LadderConfig;
 use crate::discovery::negotiate::{negotiate, Requirements};
@@ -31,17 +35,23 @@ use crate::transport::event_loop::idle::Idler;
 use crate::transport::event_loop::{
     Completion, CompletionError, EndpointId, EventLoop, LoopConfig, Peer, PostError, RecvOpts, Token,
 };
+use crate::transport::node::segment::SegmentName;
+use crate::transport::node::NodeLoop;
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
 /// What one rank publishes in round 2: its endpoint on the agreed fabric,
-/// and its shared-memory endpoint (or why it has none).
+/// and its shared-memory endpoint or its node segment (or why it has
+/// none).
 pub(crate) type Address = std::result::Result<(Vec<u8>, WireProfile), String>;
 
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Published {
     pub main: Address,
+    /// libfabric's shm (`FABRIC_MSG_SHM=libfabric`).
     pub local: Address,
+    /// fabric-msg's node loop.
+    pub node: std::result::Result<SegmentName, String>,
 }
 
 /// Top byte of the tokens an any-source pair is posted with; refused for
@@ -102,13 +112,16 @@ struct Pair {
     left: u8,
 }
 
-/// The shared-memory loop and what it carries.
+/// The same-node loop and what it carries.
 #[derive(Debug)]
 pub(crate) struct Local {
-    pub(crate) ev: EventLoop,
-    pub(crate) ep: EndpointId,
-    /// By rank: the shm peer of a rank on this node; `None` for the others.
-    pub(crate) peers: Vec<Option<Peer>>,
+    pub(crate) side: Side,
+    /// World size, and this rank.
+    size: u32,
+    me: u32,
+    /// Every rank's messages come over this loop (the whole world on one
+    /// node): a receive from any rank is posted here alone.
+    all: bool,
     next_pair: u64,
     /// By number, so oldest first.
     pairs: BTreeMap<u64, Pair>,
@@ -118,7 +131,8 @@ pub(crate) struct Local {
     ready: Vec<Completion>,
     spares: Vec<Buffer>,
     batch: Vec<Completion>,
-    /// shm matches masked receives wrongly: post exact ones only.
+    /// libfabric's shm matches masked receives wrongly: post exact ones
+    /// only.
     exact_only: bool,
     /// How `poll` passes the time between empty looks at both loops: the
     /// World's rule (`transport/event_loop/idle.rs`), yielding where it
@@ -133,6 +147,7 @@ impl Local {
         mut ev: EventLoop,
         ep: EndpointId,
         size: u32,
+        me: u32,
         ranks: &[u32],
         table: &[Published],
     ) -> std::result::Result<Option<Local>, String> {
@@ -141,7 +156,6 @@ impl Local {
         }
         let own = ev.wire_profile();
         let idle_cfg = ev.cfg.clone();
-        let ev_defect = ev.profile().tag_mask_defect.is_some();
         let mut names = Vec::with_capacity(ranks.len());
         let mut agreements = Vec::with_capacity(ranks.len());
         for &r in ranks {
@@ -165,30 +179,87 @@ impl Local {
         for (&r, p) in ranks.iter().zip(inserted) {
             peers[r as usize] = Some(p);
         }
-        Ok(Some(Local {
-            ev,
-            ep,
-            peers,
+        Ok(Some(Local::new(
+            Side::Shm { ev, ep, peers },
+            size,
+            me,
+            Idler::new(&idle_cfg),
+        )))
+    }
+
+    /// Connect the node loop to the ranks in `ranks` (by their published
+    /// segments) and to this rank `me` itself (its messages to itself go
+    /// through its own ring too); `node_ranks`: every rank of this node,
+    /// ascending, whose places are their node indices. `None` if there are
+    /// no others.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn wire_node(
+        mut nl: NodeLoop,
+        size: u32,
+        me: u32,
+        node_ranks: &[u32],
+        ranks: &[u32],
+        table: &[Published],
+        idle_cfg: &LoopConfig,
+    ) -> std::result::Result<Option<Local>, String> {
+        if ranks.is_empty() {
+            return Ok(None);
+        }
+        let own = nl.name();
+        nl.connect(nl.me(), &own)
+            .map_err(|e| format!("connecting to this rank's own segment: {e}"))?;
+        for &r in ranks {
+            let Ok(name) = &table[r as usize].node else {
+                return Err(format!("rank {r} published no node segment"));
+            };
+            let Some(i) = node_ranks.iter().position(|&n| n == r) else {
+                return Err(format!("rank {r} is not on this rank's node"));
+            };
+            nl.connect(i, name).map_err(|e| {
+                format!(
+                    "connecting to rank {r}'s same-node segment: {e}. Run with FABRIC_MSG_SHM=libfabric to use \
+                     libfabric's shm between these ranks instead"
+                )
+            })?;
+        }
+        let mut carried = ranks.to_vec();
+        carried.push(me);
+        let side = Side::Node(NodeSide::new(nl, size, node_ranks, &carried));
+        Ok(Some(Local::new(side, size, me, Idler::new(idle_cfg))))
+    }
+
+    fn new(side: Side, size: u32, me: u32, idle: Idler) -> Local {
+        Local {
+            exact_only: side.exact_only(),
+            all: (0..size).all(|r| side.carries(r)),
+            side,
+            size,
+            me,
             next_pair: 0,
             pairs: BTreeMap::new(),
             unclaimed: VecDeque::new(),
             ready: Vec::new(),
             spares: Vec::new(),
             batch: Vec::new(),
-            exact_only: ev_defect,
-            idle: Idler::new(&idle_cfg),
-        }))
+            idle,
+        }
     }
 
-    /// The shm peer of `rank`, if it is reached over shm.
-    pub(crate) fn peer(&self, rank: u32) -> Option<&Peer> {
-        self.peers.get(rank as usize).and_then(Option::as_ref)
+    /// Whether `rank` is reached over the same-node loop.
+    pub(crate) fn carries(&self, rank: u32) -> bool {
+        self.side.carries(rank)
     }
 
-    /// The ranks reached over shm, ascending.
+    /// Whether every rank, this one included, is reached over the
+    /// same-node loop (the main loop then carries no messages).
+    pub(crate) fn carries_all(&self) -> bool {
+        self.all
+    }
+
+    /// The other ranks reached over the same-node loop, ascending.
     pub(crate) fn ranks(&self) -> Vec<u32> {
-        (0..self.peers.len() as u32)
-            .filter(|&r| self.peers[r as usize].is_some())
+        (0..self.size)
+            .filter(|&r| r != self.me && self.side.carries(r))
             .collect()
     }
 
@@ -296,9 +367,14 @@ impl Local {
         buf: Buffer,
         token: Token,
     ) -> std::result::Result<(), PostError> {
+        let want = tags::matcher(class, from, tag);
+        if self.all {
+            // One loop carries every rank: no parts to pair, no left-overs
+            // to hand out, so the receive is the application's own.
+            return self.side.post(class, want, buf, token);
+        }
         let id = self.next_pair;
         self.next_pair = (self.next_pair + 1) & ID_MASK;
-        let want = tags::matcher(class, from, tag);
         let capacity = buf.capacity();
         let mut waiting = Pair {
             user: token,
@@ -311,13 +387,9 @@ impl Local {
         };
         // The shm parts first, on buffers of the loop's own.
         let sides: Vec<(u64, u64)> = match (from, tag) {
-            (Some(r), _) if self.peer(r).is_some() => {
+            (Some(r), _) if self.carries(r) => {
                 waiting.first = 1;
-                let opts = RecvOpts {
-                    tag: Some(want),
-                    from: None,
-                };
-                return match tags::post_recv_in(&mut self.ev, class, self.ep, buf, opts, half(id, 1)) {
+                return match self.side.post(class, want, buf, half(id, 1)) {
                     Ok(()) => {
                         waiting.halves = 2;
                         waiting.left = 1;
@@ -338,18 +410,7 @@ impl Local {
         let mut failed = None;
         for m in sides {
             let spare = self.spare(capacity);
-            let opts = RecvOpts {
-                tag: Some(m),
-                from: None,
-            };
-            if let Err(e) = tags::post_recv_in(
-                &mut self.ev,
-                class,
-                self.ep,
-                spare,
-                opts,
-                half(id, waiting.halves),
-            ) {
+            if let Err(e) = self.side.post(class, m, spare, half(id, waiting.halves)) {
                 if let Some(b) = e.buffer {
                     self.give_spare(b);
                 }
@@ -403,6 +464,9 @@ impl Local {
         main_ep: EndpointId,
         user: Token,
     ) -> Result<()> {
+        if self.all {
+            return self.side.cancel(user);
+        }
         let found = self.pairs.iter().find(|(_, p)| p.user == user && !p.delivered);
         if let Some((&id, p)) = found {
             let (first, halves) = (p.first, p.halves);
@@ -424,9 +488,9 @@ impl Local {
     ) {
         for h in (first..halves).filter(|&h| Some(h) != but) {
             let r = if h == 0 {
-                main.cancel_recv(main_ep, half(id, 0))
+                main.cancel_recv(main_ep, half(id, 0)).map(drop)
             } else {
-                self.ev.cancel_recv(self.ep, half(id, h))
+                self.side.cancel(half(id, h))
             };
             if let Err(e) = r {
                 log::warn!("cannot cancel part of a receive: {e}");
@@ -524,7 +588,7 @@ impl Local {
             self.batch = batch;
             self.sort(main, main_ep, out);
             let mut batch = std::mem::take(&mut self.batch);
-            self.ev.poll(&mut batch, Some(Duration::ZERO))?;
+            self.side.poll_now(&mut batch)?;
             self.batch = batch;
             self.sort(main, main_ep, out);
             if !out.is_empty() {

@@ -46,6 +46,7 @@ mod collective_calls;
 pub mod collectives;
 mod comm;
 mod config;
+mod lane;
 mod launch;
 mod leaving;
 mod liveness;

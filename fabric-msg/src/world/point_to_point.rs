@@ -8,7 +8,7 @@ use super::state::World;
 use super::tags;
 use crate::error::{Error, Result};
 use crate::memory::buffer::Buffer;
-use crate::transport::event_loop::{Completion, PostError, RecvOpts, SendOpts, Token};
+use crate::transport::event_loop::{Completion, PostError, RecvOpts, Token};
 use crate::transport::liveness::LOSS_GRACE;
 use std::time::{Duration, Instant};
 
@@ -42,19 +42,11 @@ impl World {
         buf: Buffer,
         token: Token,
     ) -> Result<(), PostError> {
-        let opts = SendOpts {
-            tag: Some(tags::encode(class, self.rank(), tag)),
-            data: None,
-        };
+        let tag = tags::encode(class, self.rank(), tag);
         let r = {
             let (_, mut io) = self.engine_io();
-            let (ev, _, peer) = io.lane(to);
-            if class == tags::CLASS_USER {
-                ev.send(peer, buf, opts, token)
-            } else {
-                // A communicator's class: the World's to post in.
-                ev.as_world().send(peer, buf, opts, token)
-            }
+            // A communicator's class is the World's to post in.
+            io.lane(to).send(class == tags::CLASS_USER, tag, buf, token)
         };
         r.map_err(|e| self.explain_post(e))
     }

@@ -240,11 +240,22 @@ impl CommView<'_> {
             if let Some(found) = l.peek_kept(want) {
                 return Ok(Some(envelope(&scope, found)));
             }
-            match from_world {
-                Some(w) if l.peer(w).is_some() => sides = [Some(Side::Shm), None],
-                Some(_) => {}
-                None => sides = [Some(Side::Main), Some(Side::Shm)],
-            }
+            let main = match from_world {
+                Some(w) => !l.carries(w),
+                None => !l.carries_all(),
+            };
+            let here = match from_world {
+                Some(w) => l.carries(w),
+                None => true,
+            };
+            let main = main.then_some(Side::Main);
+            sides = match (here, l.side.peek(want)) {
+                (false, _) => [main, None],
+                // The node loop knows its waiting messages itself.
+                (true, Ok(Some(found))) => return Ok(Some(envelope(&scope, found))),
+                (true, Ok(None)) => [main, None],
+                (true, Err(())) => [main, Some(Side::Shm)],
+            };
         }
         for side in sides.into_iter().flatten() {
             let ticket = world.msgs.open(false);
@@ -252,8 +263,8 @@ impl CommView<'_> {
                 tag: Some(want),
                 from: None,
             };
-            let (ev, ep) = match (side, world.local.as_mut()) {
-                (Side::Shm, Some(l)) => (&mut l.ev, l.ep),
+            let (ev, ep) = match (side, world.local.as_mut().map(|l| &mut l.side)) {
+                (Side::Shm, Some(super::lane::Side::Shm { ev, ep, .. })) => (ev, *ep),
                 _ => (&mut world.ev, world.ep),
             };
             let posted = if class == tags::CLASS_USER {

@@ -10,13 +10,21 @@ pub(crate) fn node_name(over: Option<&str>, host: String) -> String {
     over.map_or(host, str::to_string)
 }
 
-/// Whether this rank should open a shared-memory loop: the option is on,
-/// the world is not on `shm` already, and another rank is on its node.
-pub(crate) fn wanted(on: bool, world_provider: &str, nodes: &[String], rank: u32) -> Option<String> {
+/// Whether this rank should open a same-node loop: the option is on,
+/// another rank is on its node, and (for libfabric's shm, `node`
+/// false) the world is not on `shm` already. `None` if so, otherwise why
+/// not.
+pub(crate) fn wanted(
+    on: bool,
+    node: bool,
+    world_provider: &str,
+    nodes: &[String],
+    rank: u32,
+) -> Option<String> {
     if !on {
         return Some("turned off (FABRIC_MSG_SHM=0)".into());
     }
-    if world_provider == "shm" {
+    if !node && world_provider == "shm" {
         return Some("the world is on shm already".into());
     }
     let Some(me) = nodes.get(rank as usize) else {
@@ -30,6 +38,17 @@ pub(crate) fn wanted(on: bool, world_provider: &str, nodes: &[String], rank: u32
         .enumerate()
         .any(|(r, n)| r != rank as usize && n == me);
     (!others).then(|| format!("no other rank on node {me}"))
+}
+
+/// Every rank on `rank`'s node, ascending (their places are their node
+/// indices on the node loop).
+pub(crate) fn node_ranks(rank: u32, nodes: &[String]) -> Vec<u32> {
+    let Some(me) = nodes.get(rank as usize) else {
+        return Vec::new();
+    };
+    (0..nodes.len() as u32)
+        .filter(|&r| nodes[r as usize] == *me)
+        .collect()
 }
 
 /// The ranks this rank reaches over shared memory, from every rank's node
@@ -46,11 +65,12 @@ pub(crate) fn pairs_of(rank: u32, nodes: &[String], has: &[bool]) -> Vec<u32> {
         .collect()
 }
 
-/// The words `World::fabric_report` adds for the shm pairs.
-pub(crate) fn report(rank: u32, ranks: &[u32], world_label: &str) -> String {
+/// The words `World::fabric_report` adds for the same-node pairs; `how`:
+/// what carries them.
+pub(crate) fn report(rank: u32, ranks: &[u32], how: &str, world_label: &str) -> String {
     let list: Vec<String> = ranks.iter().map(u32::to_string).collect();
     format!(
-        "rank {rank} reaches rank{} {} over shm (same node), the others over {world_label}",
+        "rank {rank} reaches rank{} {} over {how} (same node), the others over {world_label}",
         if ranks.len() > 1 { "s" } else { "" },
         list.join(", ")
     )
@@ -58,7 +78,7 @@ pub(crate) fn report(rank: u32, ranks: &[u32], world_label: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{pairs_of, wanted};
+    use super::{node_ranks, pairs_of, wanted};
 
     #[test]
     fn pairs_are_the_same_node_ranks_that_both_published_one() {
@@ -81,15 +101,28 @@ mod tests {
         assert_eq!(pairs_of(0, &nodes, &[true, true, true]), vec![1]);
         assert_eq!(pairs_of(2, &nodes, &[true, true, true]), Vec::<u32>::new());
         assert_eq!(pairs_of(5, &nodes, &[true]), Vec::<u32>::new());
-        assert!(wanted(true, "tcp;ofi_rxm", &nodes, 7).is_some());
+        assert!(wanted(true, true, "tcp;ofi_rxm", &nodes, 7).is_some());
     }
 
     #[test]
-    fn shm_is_wanted_only_beside_another_rank_off_shm() {
+    fn a_same_node_loop_is_wanted_only_beside_another_rank() {
         let nodes: Vec<String> = ["a", "a", "b"].iter().map(|s| s.to_string()).collect();
-        assert_eq!(wanted(true, "tcp;ofi_rxm", &nodes, 0), None);
-        assert!(wanted(true, "tcp;ofi_rxm", &nodes, 2).is_some());
-        assert!(wanted(true, "shm", &nodes, 0).is_some());
-        assert!(wanted(false, "tcp;ofi_rxm", &nodes, 0).is_some());
+        for node in [true, false] {
+            assert_eq!(wanted(true, node, "tcp;ofi_rxm", &nodes, 0), None);
+            assert!(wanted(true, node, "tcp;ofi_rxm", &nodes, 2).is_some());
+            assert!(wanted(false, node, "tcp;ofi_rxm", &nodes, 0).is_some());
+        }
+        // libfabric's shm is not opened twice; the node loop beats the
+        // world's shm, so it is opened beside it.
+        assert!(wanted(true, false, "shm", &nodes, 0).is_some());
+        assert_eq!(wanted(true, true, "shm", &nodes, 0), None);
+    }
+
+    #[test]
+    fn node_indices_are_places_among_the_nodes_ranks() {
+        let nodes: Vec<String> = ["a", "b", "a", "b", "a"].iter().map(|s| s.to_string()).collect();
+        assert_eq!(node_ranks(4, &nodes), vec![0, 2, 4]);
+        assert_eq!(node_ranks(1, &nodes), vec![1, 3]);
+        assert_eq!(node_ranks(9, &nodes), Vec::<u32>::new());
     }
 }

@@ -9,6 +9,7 @@ use crate::discovery::negotiate::{negotiate, EndpointChoice, Requirements};
 use super::agree::{decide, Choice, ChosenRung};
 use super::collectives::engine::Engine;
 use super::collectives::scope::ContextPool;
+use super::lane::Side;
 use super::launch::Launcher;
 use super::liveness::Liveness;
 use super::local::{Local, Published};
@@ -17,6 +18,7 @@ use crate::discovery::profile::{check_peer, Profile};
 use crate::error::{Error, Result};
 use crate::transport::event_loop::idle::Idler;
 use crate::transport::event_loop::{EventLoop, WaitMode};
+use crate::transport::node::{NodeConfig, NodeLoop};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -93,18 +95,37 @@ impl World {
             Err(e) => Err(format!("cannot open {}: {e}", decision.rung.label)),
         };
         // And, beside ranks on its node, its shared-memory endpoint.
-        let not_wanted =
-            super::same_node::wanted(cfg.shared_memory, &decision.rung.provider, &nodes, placement.rank);
-        let shm = match not_wanted {
-            Some(why) => Err(why),
-            None => super::local::open(&req, &ladder, loop_config.clone())
-                .map_err(|e| format!("cannot open shm: {e}")),
+        let not_wanted = super::same_node::wanted(
+            cfg.shared_memory,
+            cfg.node_transport,
+            &decision.rung.provider,
+            &nodes,
+            placement.rank,
+        );
+        let node_ranks = super::same_node::node_ranks(placement.rank, &nodes);
+        let (shm, node) = match not_wanted {
+            Some(why) => (Err(why.clone()), Err(why)),
+            None if cfg.node_transport => {
+                let me = node_ranks.iter().position(|&r| r == placement.rank).unwrap_or(0);
+                let nl = NodeLoop::create(me, node_ranks.len(), NodeConfig::default())
+                    .map_err(|e| format!("cannot create the same-node segment: {e}"));
+                (Err("fabric-msg's node transport is used".into()), nl)
+            }
+            None => (
+                super::local::open(&req, &ladder, loop_config.clone())
+                    .map_err(|e| format!("cannot open shm: {e}")),
+                Err("libfabric's shm is used (FABRIC_MSG_SHM=libfabric)".into()),
+            ),
         };
-        phase("shm loop opened");
+        phase("same-node loop opened");
         let mine = Published {
             main,
             local: match &shm {
                 Ok((ev, _, name)) => Ok((name.clone(), ev.wire_profile())),
+                Err(why) => Err(why.clone()),
+            },
+            node: match &node {
+                Ok(nl) => Ok(nl.name()),
                 Err(why) => Err(why.clone()),
             },
         };
@@ -138,25 +159,50 @@ impl World {
             agreements.push(agreement);
         }
         let peers = ev.insert_peers(ep, &names, &agreements)?;
-        let has: Vec<bool> = table.iter().map(|p| p.local.is_ok()).collect();
+        let has: Vec<bool> = table
+            .iter()
+            .map(|p| {
+                if node.is_ok() {
+                    p.node.is_ok()
+                } else {
+                    p.local.is_ok()
+                }
+            })
+            .collect();
         let pairs = super::same_node::pairs_of(placement.rank, &nodes, &has);
-        let (mut shm, shm_report) = match shm {
-            Ok((lev, lep, _)) => {
-                let wired = Local::wire(lev, lep, size, &pairs, &table).map_err(&launch_error)?;
-                let report = match &wired {
-                    Some(_) => super::same_node::report(placement.rank, &pairs, &decision.rung.label),
-                    None => "no other rank on this node published an shm endpoint".into(),
-                };
-                (wired, report)
+        let report = |wired: &Option<Local>, how: &str| match wired {
+            Some(_) => super::same_node::report(placement.rank, &pairs, how, &decision.rung.label),
+            None => format!("no other rank on this node uses {how}"),
+        };
+        let (mut shm, shm_report) = match (shm, node) {
+            (Ok((lev, lep, _)), _) => {
+                let wired =
+                    Local::wire(lev, lep, size, placement.rank, &pairs, &table).map_err(&launch_error)?;
+                let r = report(&wired, "libfabric's shm");
+                (wired, r)
             }
-            Err(why) => (None, why),
+            (_, Ok(nl)) => {
+                let wired = Local::wire_node(
+                    nl,
+                    size,
+                    placement.rank,
+                    &node_ranks,
+                    &pairs,
+                    &table,
+                    &loop_config,
+                )
+                .map_err(&launch_error)?;
+                let r = report(&wired, "fabric-msg's node transport");
+                (wired, r)
+            }
+            (Err(why), Err(_)) => (None, why),
         };
         let live = Arc::new(Liveness::new(placement.rank, local.provider.clone()));
         // A send stuck on a queue full of messages for a rank that died
         // fails with that rank's loss at once, not after post_timeout.
         ev.give_up_when(live.flag());
-        if let Some(l) = shm.as_mut() {
-            l.ev.give_up_when(live.flag());
+        if let Some(Side::Shm { ev, .. }) = shm.as_mut().map(|l| &mut l.side) {
+            ev.give_up_when(live.flag());
         }
         let mut world = World {
             ev,

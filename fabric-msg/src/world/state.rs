@@ -87,11 +87,26 @@ impl World {
         self.report.as_deref()
     }
 
-    /// The ranks this rank reaches over shared memory (`shm`) rather than
-    /// the world's fabric: the other ranks on its node, where the world's
-    /// fabric is not `shm` itself. Empty when there are none.
+    /// The ranks this rank reaches over shared memory rather than the
+    /// world's fabric: the other ranks on its node, over fabric-msg's node
+    /// transport, or over libfabric's `shm` (`FABRIC_MSG_SHM=libfabric`)
+    /// where the world's fabric is not `shm` itself. Empty when there are
+    /// none.
     pub fn shm_ranks(&self) -> Vec<u32> {
         self.local.as_ref().map_or_else(Vec::new, Local::ranks)
+    }
+
+    /// Why a receive from any rank may match wrongly on this World, or
+    /// `None` where it matches as MPI says. Only a World whose messages
+    /// go over libfabric's shm before 1.19 (`Profile::tag_mask_defect`,
+    /// docs/world.md, "Known gap") has such a reason: with fabric-msg's
+    /// node transport (the default) same-node messages never reach it.
+    pub fn any_source_defect(&self) -> Option<&str> {
+        match self.local.as_ref() {
+            Some(l) if l.carries_all() => None,
+            _ if self.ev.profile().provider == "shm" => self.ev.profile().tag_mask_defect.as_deref(),
+            _ => None,
+        }
     }
 
     /// Which ranks are reached over shared memory, or why none are (the
@@ -261,7 +276,7 @@ fn progress_while_leaving<'a>(
             let _call = live.call();
             let _ = ev.poll(&mut scratch, Some(Duration::ZERO));
             if let Some(l) = local.as_mut() {
-                let _ = l.ev.poll(&mut scratch, Some(Duration::ZERO));
+                let _ = l.side.poll_now(&mut scratch);
                 l.forget();
             }
             scratch.clear();

@@ -35,7 +35,7 @@ impl World {
     /// What this rank has sent, received, waited for and refused so far.
     pub fn stats(&self) -> WorldStats {
         let fabric = self.ev.stats();
-        let local = self.local.as_ref().map(|l| l.ev.stats());
+        let local = self.local.as_ref().map(|l| l.side.stats());
         let of = |stats: &LoopStats, peer: &Peer| {
             stats
                 .peers
@@ -58,10 +58,11 @@ impl World {
                     .get(r as usize)
                     .map(|p| of(&fabric, p))
                     .unwrap_or_default();
-                let on_node = self.local.as_ref().zip(local.as_ref()).and_then(|(l, s)| {
-                    let peer = l.peers.get(r as usize)?.as_ref()?;
-                    Some(of(s, peer))
-                });
+                let on_node = self
+                    .local
+                    .as_ref()
+                    .zip(local.as_ref())
+                    .and_then(|(l, s)| l.side.traffic_with(s, r));
                 if let Some((s, rcv)) = on_node {
                     sent = sum(sent, s);
                     received = sum(received, rcv);

@@ -86,6 +86,15 @@ impl Matcher {
             .position(|a| a.claimed.is_none() && p.matches(a.from, a.tag))
     }
 
+    /// The tag and length of the oldest arrived, unclaimed message whose
+    /// tag matches `tag` outside `ignore` (a probe's look).
+    pub fn peek(&self, tag: u64, ignore: u64) -> Option<(u64, usize)> {
+        self.arrived
+            .iter()
+            .find(|a| a.claimed.is_none() && a.tag & !ignore == tag & !ignore)
+            .map(|a| (a.tag, a.total))
+    }
+
     /// Start an unexpected message of `total` bytes; its index. Fails
     /// (without aborting the process) when the memory cannot be had.
     pub fn start_arrived(&mut self, from: usize, tag: u64, total: usize) -> Result<usize, String> {

@@ -190,6 +190,11 @@ impl NodeLoop {
         self.me
     }
 
+    /// The longest message [`NodeLoop::inject`] takes.
+    pub fn max_frame(&self) -> usize {
+        self.cfg.max_frame
+    }
+
     /// Ranks on the node.
     pub fn ranks(&self) -> usize {
         self.inbox.len()
@@ -237,7 +242,9 @@ impl NodeLoop {
         format!("same-node rank {r} (process {})", self.pids[r])
     }
 
-    fn check_peer(&self, peer: usize) -> Result<()> {
+    /// Whether a send to `peer` would be taken: it is a connected rank,
+    /// not lost, whose ring is not broken.
+    pub fn check_peer(&self, peer: usize) -> Result<()> {
         match self.outbox.get(peer) {
             None => Err(self.no_rank(peer)),
             Some(None) => Err(Error::Usage(format!("node loop: rank {peer} is not connected"))),
@@ -322,6 +329,14 @@ impl NodeLoop {
             Some(i) => self.matcher.arrived_mut(i).claimed = Some(p),
         }
         Ok(())
+    }
+
+    /// The tag and length of the oldest message that arrived before its
+    /// receive and that a receive for `tag` outside `ignore` would take
+    /// (MPI's probe); `None` if none has. A message still streaming in
+    /// counts (its length is known from its first frame).
+    pub fn peek(&self, tag: u64, ignore: u64) -> Option<(u64, usize)> {
+        self.matcher.peek(tag, ignore)
     }
 
     /// Take back a receive no message has matched yet; `None` if it has

@@ -150,7 +150,7 @@ impl Engine {
             .collect();
         for (lane, ranks) in [(MAIN, main_ranks), (SHM, shm_ranks)] {
             let exact = match (lane, io.local.as_ref()) {
-                (SHM, Some(l)) => l.ev.profile().tag_mask_defect.is_some(),
+                (SHM, Some(l)) => l.side.exact_only(),
                 (SHM, None) => continue,
                 _ => io.ev.profile().tag_mask_defect.is_some(),
             };
@@ -177,7 +177,9 @@ impl Engine {
         };
         let t = token(Kind::NoticeRecv, 0, notice_index(lane, from));
         match (lane, io.local.as_mut()) {
-            (SHM, Some(l)) => l.ev.as_world().recv(l.ep, buf, opts, t)?,
+            (SHM, Some(l)) => l
+                .side
+                .post(tags::CLASS_WORLD, opts.tag.unwrap_or_default(), buf, t)?,
             _ => io.ev.as_world().recv(io.ep, buf, opts, t)?,
         }
         self.notice_posted = true;

@@ -5,8 +5,9 @@
 use crate::error::Error;
 use crate::memory::buffer::Buffer;
 use crate::transport::event_loop::{
-    Completion, CompletionError, EndpointId, EventLoop, Peer, PostError, SendOpts, Token,
+    Completion, CompletionError, EndpointId, EventLoop, Peer, PostError, Token,
 };
+use crate::world::lane::Lane;
 use crate::world::liveness::Liveness;
 use crate::world::local::Local;
 use crate::world::tags;
@@ -26,44 +27,45 @@ pub(crate) struct Io<'a> {
 }
 
 impl Io<'_> {
-    /// The loop, endpoint and address that carry messages to and from `peer`.
+    /// The loop and address that carry messages to and from `peer`.
     /// The World's sends go through here too, so the rule is in one place.
-    pub(crate) fn lane(&mut self, peer: u32) -> (&mut EventLoop, EndpointId, &Peer) {
-        if let Some(Local { ev, ep, peers, .. }) = self.local.as_deref_mut() {
-            if let Some(p) = peers.get(peer as usize).and_then(Option::as_ref) {
-                return (ev, *ep, p);
-            }
+    pub(crate) fn lane(&mut self, peer: u32) -> Lane<'_> {
+        match self.local.as_deref_mut() {
+            Some(l) if l.carries(peer) => l.side.lane(peer).expect("carried"),
+            _ => Lane::Fabric {
+                ev: &mut *self.ev,
+                ep: self.ep,
+                peer: &self.peers[peer as usize],
+            },
         }
-        (&mut *self.ev, self.ep, &self.peers[peer as usize])
     }
 
-    /// Where the provider says who sent a message (`FI_SOURCE`), whether
-    /// it came from another address than the rank its tag names: a message
-    /// in the World's class that no rank of this world sent. Every rank is
-    /// in the lane's AV, so a sender the provider cannot name (no source on
-    /// a loop that reports sources: `FI_ADDR_NOTAVAIL`, as libfabric 2.1's
-    /// shm gives for an endpoint outside the AV) is no rank either.
+    /// Whether a message in the World's class came from another sender
+    /// than the rank its tag names: sent by no rank of this world. Where
+    /// the provider says who sent a message (`FI_SOURCE`), every rank is
+    /// in the lane's AV, so a sender the provider cannot name (no source
+    /// on a loop that reports sources: `FI_ADDR_NOTAVAIL`, as libfabric
+    /// 2.1's shm gives for an endpoint outside the AV) is no rank either;
+    /// on the node loop, the ring names its one writer.
     pub(crate) fn forged(&mut self, c: &Completion) -> bool {
         let claimed = tags::source_of(c.tag);
         if claimed as usize >= self.peers.len() {
             return true;
         }
-        let (ev, _, peer) = self.lane(claimed);
-        if !ev.profile().source {
-            return false;
-        }
-        c.source != Some(peer.addr)
+        self.lane(claimed).forged(c, claimed)
     }
 
     /// Whether either loop frames messages (then no zero-copy transfers).
     pub(crate) fn framed(&self) -> bool {
-        self.ev.framed() || self.local.as_ref().is_some_and(|l| l.ev.framed())
+        self.ev.framed() || self.local.as_ref().is_some_and(|l| l.side.framed())
     }
 
     /// The largest payload both loops inject.
     pub(crate) fn inject_max(&self) -> usize {
         let main = self.ev.inject_max();
-        self.local.as_ref().map_or(main, |l| main.min(l.ev.inject_max()))
+        self.local
+            .as_ref()
+            .map_or(main, |l| main.min(l.side.inject_max()))
     }
 
     /// Whether both loops fail a post the provider refuses at once
@@ -72,7 +74,7 @@ impl Io<'_> {
     /// next progress. Returns the old setting.
     pub(crate) fn fail_fast(&mut self, on: bool) -> bool {
         if let Some(l) = self.local.as_mut() {
-            l.ev.set_fail_fast(on);
+            l.side.set_fail_fast(on);
         }
         self.ev.set_fail_fast(on)
     }
@@ -236,14 +238,9 @@ pub(crate) fn post_outgoing(
     o: Outgoing,
     t: Token,
 ) -> Result<Option<Outgoing>, Failure> {
-    let (ev, _, peer) = io.lane(o.peer);
-    let opts = SendOpts {
-        tag: Some(o.tag),
-        data: None,
-    };
     let what = |e: &Error| Failure::seen(format!("posting a send to rank {} failed: {e}", o.peer));
     if o.inject {
-        return match ev.as_world().inject(peer, o.buf.as_slice(), opts) {
+        return match io.lane(o.peer).inject(o.tag, o.buf.as_slice()) {
             Ok(()) => {
                 sh.pool.give(o.buf);
                 Ok(None)
@@ -252,7 +249,7 @@ pub(crate) fn post_outgoing(
             Err(e) => Err(what(&e)),
         };
     }
-    match ev.as_world().send(peer, o.buf, opts, t) {
+    match io.lane(o.peer).send(false, o.tag, o.buf, t) {
         Ok(()) => Ok(None),
         Err(PostError {
             error: Error::QueueFull { .. },

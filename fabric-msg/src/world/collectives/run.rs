@@ -25,6 +25,7 @@ use crate::error::Error;
 use crate::memory::buffer::Buffer;
 use crate::transport::event_loop::{Completion, CompletionError, PostError, RecvOpts, SendOpts};
 use crate::transport::liveness::LOSS_GRACE;
+use crate::world::lane::Lane;
 use crate::world::tags;
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -234,18 +235,20 @@ impl<T: Element> Run<T> {
                 break;
             }
             let field = tags::world_field(self.seq, x.step);
+            let want = tags::matcher(tags::world_class(self.scope.ctx), Some(x.peer), Some(field));
             let opts = RecvOpts {
-                tag: Some(tags::matcher(
-                    tags::world_class(self.scope.ctx),
-                    Some(x.peer),
-                    Some(field),
-                )),
+                tag: Some(want),
                 from: None,
             };
             let t = token(Kind::Recv, self.id, self.next_post as u32);
             let posted = if direct {
                 let region = &mut self.work[x.at..x.at + x.len];
-                let (ev, ep, _) = io.lane(x.peer);
+                let Lane::Fabric { ev, ep, .. } = io.lane(x.peer) else {
+                    return Err(Failure::seen(
+                        "a receive into the working array on the node loop, which takes owned buffers only"
+                            .into(),
+                    ));
+                };
                 // SAFETY: the block lies in the working array, which is never
                 // reallocated and outlives the operation: the run ends only
                 // once this receive completed (its round must arrive), or is
@@ -274,8 +277,7 @@ impl<T: Element> Run<T> {
                 }
             } else {
                 let buf = sh.pool.take(x.len * T::SIZE);
-                let (ev, ep, _) = io.lane(x.peer);
-                match ev.as_world().recv(ep, buf, opts, t) {
+                match io.lane(x.peer).recv(want, buf, t) {
                     Ok(()) => Ok(()),
                     Err(PostError {
                         error: Error::QueueFull { .. },
@@ -348,7 +350,12 @@ impl<T: Element> Run<T> {
                         .iter()
                         .position(Option::is_none)
                         .unwrap_or(self.sending.len());
-                    let (ev, _, to) = io.lane(peer);
+                    let Lane::Fabric { ev, peer: to, .. } = io.lane(peer) else {
+                        return Err(Failure::seen(
+                            "a send from the working array on the node loop, which takes owned buffers only"
+                                .into(),
+                        ));
+                    };
                     // SAFETY: the block lies in the working array, which is
                     // never reallocated and outlives the send: nothing writes
                     // a block a send in flight reads (`read_by_sends` holds

@@ -1,0 +1,406 @@
+//! What carries messages between the ranks of one node beside the World's
+//! fabric ([`Side`]): fabric-msg's own same-node transport
+//! (`transport/node`, the default) or a second libfabric loop on `shm`
+//! (`FABRIC_MSG_SHM=libfabric`); and one way to post to a peer on
+//! whichever loop carries it ([`Lane`]), so the World's sends, the
+//! collectives and the failure notices need not know which it is.
+//!
+//! A [`NodeLoop`]'s completions become the World's [`Completion`]s here:
+//! on the endpoint [`NODE_ENDPOINT`], with the sender's world rank as
+//! their source (a ring has one writer, so the sender is known for
+//! certain).
+
+use crate::error::{Error, Result};
+use crate::memory::buffer::Buffer;
+use crate::transport::event_loop::{
+    Completion, CompletionError, EndpointId, EventLoop, LoopStats, OpKind, Peer, PeerStats, PostError,
+    RecvOpts, SendOpts, Token, Traffic,
+};
+use crate::transport::node::{NodeCompletion, NodeLoop};
+use std::time::Duration;
+
+/// The endpoint number a same-node loop's completions carry: no
+/// libfabric endpoint has it.
+pub(crate) const NODE_ENDPOINT: u32 = u32::MAX;
+
+/// Empty looks at the node loop between two asks whether a same-node
+/// rank's process ended (`NodeLoop::check_peers`, one `poll(2)` per
+/// peer).
+const CHECK_EVERY: u32 = 1024;
+
+/// The loop for ranks on this node.
+#[derive(Debug)]
+pub(crate) enum Side {
+    /// libfabric's shm provider: its loop, endpoint, and by world rank the
+    /// peer of each rank it carries.
+    Shm {
+        ev: EventLoop,
+        ep: EndpointId,
+        peers: Vec<Option<Peer>>,
+    },
+    /// fabric-msg's own rings.
+    Node(NodeSide),
+}
+
+/// A [`NodeLoop`] and the World's ranks on it.
+#[derive(Debug)]
+pub(crate) struct NodeSide {
+    pub(crate) nl: NodeLoop,
+    /// By world rank: its index on the node, for the ranks this loop
+    /// carries.
+    index: Vec<Option<usize>>,
+    /// By node index: its world rank.
+    world: Vec<u32>,
+    /// The node loop's finished operations, converted in `poll_now`.
+    done: Vec<NodeCompletion>,
+    /// Receives taken back by `cancel`: their completions come with the
+    /// next look, as a libfabric loop's would.
+    cancelled: Vec<Completion>,
+    idle_looks: u32,
+    /// By node index: messages sent to it and received from it.
+    traffic: Vec<(Traffic, Traffic)>,
+    truncations: u64,
+}
+
+impl NodeSide {
+    /// `nl`, connected to the ranks in `carried` (world ranks), whose
+    /// node indices are their places in `node_ranks`.
+    pub(crate) fn new(nl: NodeLoop, size: u32, node_ranks: &[u32], carried: &[u32]) -> NodeSide {
+        let mut index = vec![None; size as usize];
+        for &r in carried {
+            index[r as usize] = node_ranks.iter().position(|&n| n == r);
+        }
+        NodeSide {
+            nl,
+            index,
+            world: node_ranks.to_vec(),
+            done: Vec::new(),
+            cancelled: Vec::new(),
+            idle_looks: 0,
+            traffic: vec![Default::default(); node_ranks.len()],
+            truncations: 0,
+        }
+    }
+
+    fn completion(&mut self, n: NodeCompletion) -> Completion {
+        let count = |t: &mut Traffic, bytes: usize| {
+            t.messages += 1;
+            t.bytes += bytes as u64;
+        };
+        if let Some((sent, received)) = self.traffic.get_mut(n.peer) {
+            match (&n.result, n.kind) {
+                (Ok(()), OpKind::Send) => count(sent, n.buffer.len()),
+                (Ok(()), _) => count(received, n.buffer.len()),
+                (Err(CompletionError::Truncated { .. }), _) => self.truncations += 1,
+                _ => {}
+            }
+        }
+        let mut c = Completion::outcome(n.token, NODE_ENDPOINT, n.kind, n.result);
+        c.tag = n.tag;
+        if n.kind == OpKind::Recv {
+            c.source = self.world.get(n.peer).map(|&r| u64::from(r));
+        }
+        c.buffer = Some(n.buffer);
+        c
+    }
+
+    /// Counters in the form of a libfabric loop's: each peer's address is
+    /// its world rank.
+    fn stats(&self) -> LoopStats {
+        let mut s = LoopStats {
+            truncations: self.truncations,
+            ..LoopStats::default()
+        };
+        for (i, &(sent, received)) in self.traffic.iter().enumerate() {
+            s.sent.messages += sent.messages;
+            s.sent.bytes += sent.bytes;
+            s.received.messages += received.messages;
+            s.received.bytes += received.bytes;
+            s.peers.push(PeerStats {
+                endpoint: EndpointId(NODE_ENDPOINT),
+                addr: u64::from(self.world[i]),
+                sent,
+                received,
+            });
+        }
+        s
+    }
+}
+
+impl Side {
+    /// The loop's counters.
+    pub(crate) fn stats(&self) -> LoopStats {
+        match self {
+            Side::Shm { ev, .. } => ev.stats(),
+            Side::Node(n) => n.stats(),
+        }
+    }
+
+    /// The traffic with `rank` in `stats` (`Side::stats`), if this loop
+    /// carries it: (sent, received).
+    pub(crate) fn traffic_with(&self, stats: &LoopStats, rank: u32) -> Option<(Traffic, Traffic)> {
+        // A libfabric peer with an AV address is known by it alone; one
+        // without (connected endpoints) by its endpoint.
+        let (endpoint, addr, by_addr) = match self {
+            Side::Shm { peers, .. } => {
+                let p = peers.get(rank as usize)?.as_ref()?;
+                (
+                    p.endpoint(),
+                    p.fi_addr(),
+                    p.fi_addr() != crate::ffi::FI_ADDR_UNSPEC,
+                )
+            }
+            Side::Node(_) => (EndpointId(NODE_ENDPOINT), u64::from(rank), false),
+        };
+        stats
+            .peers
+            .iter()
+            .find(|p| p.addr == addr && (p.endpoint == endpoint || by_addr))
+            .map(|p| (p.sent, p.received))
+    }
+
+    /// Whether this loop carries `rank`'s messages.
+    pub(crate) fn carries(&self, rank: u32) -> bool {
+        match self {
+            Side::Shm { peers, .. } => peers.get(rank as usize).is_some_and(Option::is_some),
+            Side::Node(n) => n.index.get(rank as usize).is_some_and(Option::is_some),
+        }
+    }
+
+    /// The lane to `rank`, which this loop carries (`carries`).
+    pub(crate) fn lane(&mut self, rank: u32) -> Option<Lane<'_>> {
+        match self {
+            Side::Shm { ev, ep, peers } => {
+                let peer = peers.get(rank as usize)?.as_ref()?;
+                Some(Lane::Fabric { ev, ep: *ep, peer })
+            }
+            Side::Node(n) => {
+                let peer = (*n.index.get(rank as usize)?)?;
+                Some(Lane::Node { nl: &mut n.nl, peer })
+            }
+        }
+    }
+
+    /// Whether receives with a masked tag must not be posted here
+    /// (libfabric's shm before 1.19: `Profile::tag_mask_defect`).
+    pub(crate) fn exact_only(&self) -> bool {
+        match self {
+            Side::Shm { ev, .. } => ev.profile().tag_mask_defect.is_some(),
+            Side::Node(_) => false,
+        }
+    }
+
+    /// Whether messages are framed, so nothing is sent from or received
+    /// into borrowed memory (the collectives' zero copy). The node loop
+    /// takes owned buffers only.
+    pub(crate) fn framed(&self) -> bool {
+        match self {
+            Side::Shm { ev, .. } => ev.framed(),
+            Side::Node(_) => true,
+        }
+    }
+
+    /// The largest message [`Lane::inject`] sends.
+    pub(crate) fn inject_max(&self) -> usize {
+        match self {
+            Side::Shm { ev, .. } => ev.inject_max(),
+            Side::Node(n) => n.nl.max_frame(),
+        }
+    }
+
+    /// `EventLoop::set_fail_fast` for shm; the node loop never refuses a
+    /// send (what finds no room waits in its queue).
+    pub(crate) fn set_fail_fast(&mut self, on: bool) {
+        if let Side::Shm { ev, .. } = self {
+            ev.set_fail_fast(on);
+        }
+    }
+
+    /// Post a receive for a message whose World tag matches `want`, in
+    /// message class `class`.
+    pub(crate) fn post(
+        &mut self,
+        class: u64,
+        want: (u64, u64),
+        buf: Buffer,
+        token: Token,
+    ) -> std::result::Result<(), PostError> {
+        match self {
+            Side::Shm { ev, ep, .. } => {
+                let opts = RecvOpts {
+                    tag: Some(want),
+                    from: None,
+                };
+                super::tags::post_recv_in(ev, class, *ep, buf, opts, token)
+            }
+            Side::Node(n) => {
+                n.nl.recv(None, want.0, want.1, buf, token)
+                    .map_err(|error| PostError { error, buffer: None })
+            }
+        }
+    }
+
+    /// Take back the receive posted with `token`: it completes cancelled
+    /// at a later look, unless a message matched it first.
+    pub(crate) fn cancel(&mut self, token: Token) -> Result<()> {
+        match self {
+            Side::Shm { ev, ep, .. } => ev.cancel_recv(*ep, token).map(drop),
+            Side::Node(n) => {
+                if let Some(buf) = n.nl.cancel_recv(token) {
+                    let mut c = Completion::outcome(
+                        token,
+                        NODE_ENDPOINT,
+                        OpKind::Recv,
+                        Err(CompletionError::Cancelled),
+                    );
+                    c.buffer = Some(buf);
+                    n.cancelled.push(c);
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// One look without waiting: `out` is cleared, then holds what
+    /// finished.
+    pub(crate) fn poll_now(&mut self, out: &mut Vec<Completion>) -> Result<usize> {
+        match self {
+            Side::Shm { ev, .. } => ev.poll(out, Some(Duration::ZERO)),
+            Side::Node(n) => {
+                out.clear();
+                out.append(&mut n.cancelled);
+                let mut done = std::mem::take(&mut n.done);
+                if n.nl.poll(&mut done) == 0 {
+                    n.idle_looks += 1;
+                    if n.idle_looks >= CHECK_EVERY {
+                        n.idle_looks = 0;
+                        n.nl.check_peers();
+                    }
+                } else {
+                    n.idle_looks = 0;
+                }
+                for c in done.drain(..) {
+                    let c = n.completion(c);
+                    out.push(c);
+                }
+                n.done = done;
+                Ok(out.len())
+            }
+        }
+    }
+
+    /// The tag and length of the oldest waiting message a receive for
+    /// `want` would take, where this loop can tell without posting (the
+    /// node loop); `Err(())` where a probe must ask the provider.
+    pub(crate) fn peek(&self, want: (u64, u64)) -> std::result::Result<Option<(u64, usize)>, ()> {
+        match self {
+            Side::Shm { .. } => Err(()),
+            Side::Node(n) => Ok(n.nl.peek(want.0, want.1)),
+        }
+    }
+}
+
+/// The loop and address that carry messages to one peer.
+#[derive(Debug)]
+pub(crate) enum Lane<'a> {
+    /// A libfabric loop: the World's fabric, or shm beside it.
+    Fabric {
+        ev: &'a mut EventLoop,
+        ep: EndpointId,
+        peer: &'a Peer,
+    },
+    /// fabric-msg's node loop, to the rank with this node index.
+    Node { nl: &'a mut NodeLoop, peer: usize },
+}
+
+impl Lane<'_> {
+    /// Send `buf` with World tag `tag`; `user`: in the application's class
+    /// (checked as the application's), otherwise in one of the World's.
+    pub(crate) fn send(
+        self,
+        user: bool,
+        tag: u64,
+        buf: Buffer,
+        token: Token,
+    ) -> std::result::Result<(), PostError> {
+        match self {
+            Lane::Fabric { ev, peer, .. } => {
+                let opts = SendOpts {
+                    tag: Some(tag),
+                    data: None,
+                };
+                if user {
+                    ev.send(peer, buf, opts, token)
+                } else {
+                    ev.as_world().send(peer, buf, opts, token)
+                }
+            }
+            Lane::Node { nl, peer } => match nl.check_peer(peer) {
+                Ok(()) => nl
+                    .send(peer, tag, buf, token)
+                    .map_err(|error| PostError { error, buffer: None }),
+                Err(error) => Err(PostError {
+                    error,
+                    buffer: Some(buf),
+                }),
+            },
+        }
+    }
+
+    /// Send `bytes` (at most `Side::inject_max`) in one of the World's
+    /// classes with no completion; [`Error::QueueFull`] when there is no
+    /// room now.
+    pub(crate) fn inject(self, tag: u64, bytes: &[u8]) -> Result<()> {
+        match self {
+            Lane::Fabric { ev, peer, .. } => {
+                let opts = SendOpts {
+                    tag: Some(tag),
+                    data: None,
+                };
+                ev.as_world().inject(peer, bytes, opts)
+            }
+            Lane::Node { nl, peer } => match nl.inject(peer, tag, bytes)? {
+                true => Ok(()),
+                false => Err(Error::QueueFull {
+                    call: "same-node ring",
+                    waited: Duration::ZERO,
+                    in_flight: nl.pending().0,
+                    code: None,
+                }),
+            },
+        }
+    }
+
+    /// Receive into `buf` a message in one of the World's classes whose tag
+    /// matches `want`.
+    pub(crate) fn recv(
+        self,
+        want: (u64, u64),
+        buf: Buffer,
+        token: Token,
+    ) -> std::result::Result<(), PostError> {
+        match self {
+            Lane::Fabric { ev, ep, .. } => {
+                let opts = RecvOpts {
+                    tag: Some(want),
+                    from: None,
+                };
+                ev.as_world().recv(ep, buf, opts, token)
+            }
+            Lane::Node { nl, .. } => nl
+                .recv(None, want.0, want.1, buf, token)
+                .map_err(|error| PostError { error, buffer: None }),
+        }
+    }
+
+    /// Whether `c`, whose tag names world rank `claimed` (this lane's
+    /// peer) as its sender, came from elsewhere: a forged message.
+    pub(crate) fn forged(&self, c: &Completion, claimed: u32) -> bool {
+        match self {
+            Lane::Fabric { ev, peer, .. } => ev.profile().source && c.source != Some(peer.addr),
+            Lane::Node { .. } => {
+                c.endpoint != EndpointId(NODE_ENDPOINT) || c.source != Some(u64::from(claimed))
+            }
+        }
+    }
+}
