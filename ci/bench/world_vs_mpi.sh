@@ -2,7 +2,7 @@
 # The World's collectives (world_bench) against Open MPI's (world_vs_mpi.c),
 # alternately, under the same mpirun on this machine.
 #
-#   ci/bench/world_vs_mpi.sh                       # 3 rounds, 2 4 8 ranks, tcp and shm
+#   ci/bench/world_vs_mpi.sh                       # 3 rounds, 2 4 8 ranks, tcp, shm and node
 #   ROUNDS=5 RANKS="4" TRANSPORTS="shm" ci/bench/world_vs_mpi.sh
 #   CASES="barrier -S 0;bcast -S 8" ci/bench/world_vs_mpi.sh   # some cases only
 #   CASES="scatter -S 8,65536;alltoall -S 8,65536;scan -S 8,65536" ci/bench/world_vs_mpi.sh
@@ -18,7 +18,9 @@
 # (bytes per rank, per pair) and scan (f32 sum). Transports, each side on its own kind:
 #   tcp  ours: FABRIC_MSG_SHM=0 (tcp;ofi_rxm on lo)
 #        Open MPI: --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo
-#   shm  ours: FABRIC_MSG_SHM=1 (libfabric's shm)
+#   shm  ours: FABRIC_MSG_SHM=libfabric (libfabric's shm)
+#        Open MPI: --mca pml ob1 --mca btl vader,self
+#   node ours: FABRIC_MSG_SHM=node (fabric-msg's node transport, the default)
 #        Open MPI: --mca pml ob1 --mca btl vader,self
 # Both time each call with an untimed barrier between calls and report
 # each rank's mean; the ratio is ours / Open MPI of the slowest rank's mean
@@ -31,7 +33,7 @@ cd "$(dirname "$0")/../.."
 
 ROUNDS=${ROUNDS:-3}
 RANKS=${RANKS:-"2 4 8"}
-TRANSPORTS=${TRANSPORTS:-"tcp shm"}
+TRANSPORTS=${TRANSPORTS:-"tcp shm node"}
 LIMIT=${LIMIT:-300}
 OUT=${OUT:-target/bench/world_vs_mpi-$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$OUT"
@@ -74,7 +76,13 @@ run() {
   if [ "$impl" = ours ] || [ "$impl" = before ]; then
     local bin=$OURS
     [ "$impl" = before ] && bin=$BEFORE
-    cmd=("${MPIRUN[@]}" -x "FABRIC_MSG_SHM=$([ "$tr" = shm ] && echo 1 || echo 0)" -np "$n" "$bin" "$@" --json)
+    local shm
+    case $tr in
+      shm) shm=libfabric ;;
+      node) shm=node ;;
+      *) shm=0 ;;
+    esac
+    cmd=("${MPIRUN[@]}" -x "FABRIC_MSG_SHM=$shm" -np "$n" "$bin" "$@" --json)
   elif [ "$tr" = tcp ]; then
     cmd=("${MPIRUN[@]}" --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo -np "$n" "$THEIRS" "$@")
   else
@@ -139,7 +147,7 @@ if before:
 else:
     print("| transport | ranks | collective | size | ours µs | Open MPI µs | ratio | rounds |")
     print("|---|---|---|---|---|---|---|---|")
-order = {"tcp": 0, "shm": 1}
+order = {"tcp": 0, "shm": 1, "node": 2}
 for key in sorted(rows, key=lambda k: (order.get(k[0], 2), k[1], list(names).index(k[2]), k[3])):
     tr, n, bench, b = key
     pairs = [(v["ours"], v["theirs"]) for v in rows[key].values() if "ours" in v and "theirs" in v]

@@ -289,6 +289,19 @@ impl Side {
         }
     }
 
+    /// Pass the time when the loops had nothing: sleep on the node
+    /// loop's doorbell for at most `slice` (a peer's frame wakes it at
+    /// once; the main loop's completions wait for the slice's end), or
+    /// yield where the same-node loop is libfabric's (no one fd serves
+    /// both loops).
+    pub(crate) fn sleep(&self, slice: Duration) {
+        match self {
+            Side::Shm { .. } => std::thread::yield_now(),
+            Side::Node(n) if n.cancelled.is_empty() => n.nl.sleep(slice),
+            Side::Node(_) => {}
+        }
+    }
+
     /// The tag and length of the oldest waiting message a receive for
     /// `want` would take, where this loop can tell without posting (the
     /// node loop); `Err(())` where a probe must ask the provider.

@@ -24,19 +24,16 @@
 //! kept until it completes, so "oldest" is the order the application posted
 //! them in and one rank's messages are never handed out out of order.
 
-use super::lane::{NodeSide, Side};
+use super::lane::Side;
 use super::tags;
-use crate::discovery::config::LadderConfig;
-use crate::discovery::negotiate::{negotiate, Requirements};
-use crate::discovery::profile::{check_peer, WireProfile};
-use crate::error::{Error, Result};
+use crate::discovery::profile::WireProfile;
+use crate::error::Result;
 use crate::memory::buffer::Buffer;
-use crate::transport::event_loop::idle::Idler;
+use crate::transport::event_loop::idle::{Idler, Pause};
 use crate::transport::event_loop::{
-    Completion, CompletionError, EndpointId, EventLoop, LoopConfig, Peer, PostError, RecvOpts, Token,
+    Completion, CompletionError, EndpointId, EventLoop, PostError, RecvOpts, Token,
 };
 use crate::transport::node::segment::SegmentName;
-use crate::transport::node::NodeLoop;
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
@@ -54,6 +51,12 @@ pub(crate) struct Published {
     pub node: std::result::Result<SegmentName, String>,
 }
 
+/// Longest sleep on the node loop's doorbell in one wait's last stage:
+/// what a completion on the main loop (a fabric message, a one-sided
+/// operation) can wait beyond its arrival, since nothing rings the
+/// doorbell for it.
+const SLEEP_SLICE: Duration = Duration::from_millis(1);
+
 /// Top byte of the tokens an any-source pair is posted with; refused for
 /// the application's own operations, as the collectives' `0xFE` is.
 pub(crate) const PAIR: u64 = 0xFD;
@@ -68,30 +71,6 @@ const ID_MASK: u64 = (1 << 48) - 1;
 /// The token of half `h` of pair `id`.
 fn half(id: u64, h: u8) -> Token {
     Token((PAIR << 56) | (id << 8) | u64::from(h))
-}
-
-/// Open the shared-memory loop and its endpoint; its name.
-pub(crate) fn open(
-    req: &Requirements,
-    ladder: &LadderConfig,
-    cfg: LoopConfig,
-) -> Result<(EventLoop, EndpointId, Vec<u8>)> {
-    let only = Requirements {
-        provider: Some("shm".into()),
-        provider_layered: false,
-        same_host: true,
-        domain: None,
-        ..req.clone()
-    };
-    let profile = negotiate(&only, ladder)?.profile;
-    if profile.provider != "shm" {
-        return Err(Error::Usage(format!("asked for shm, got {}", profile.provider)));
-    }
-    let mut ev = EventLoop::new(&profile, cfg)?;
-    ev.reserve_world_classes();
-    let ep = ev.open_endpoint()?;
-    let name = ev.endpoint_name(ep)?;
-    Ok((ev, ep, name))
 }
 
 /// One receive of the application, in one part on the loop that carries
@@ -141,94 +120,8 @@ pub(crate) struct Local {
 }
 
 impl Local {
-    /// Wire the shm loop to the ranks in `ranks` (by their published
-    /// names); `None` if there are none.
-    pub(crate) fn wire(
-        mut ev: EventLoop,
-        ep: EndpointId,
-        size: u32,
-        me: u32,
-        ranks: &[u32],
-        table: &[Published],
-    ) -> std::result::Result<Option<Local>, String> {
-        if ranks.is_empty() {
-            return Ok(None);
-        }
-        let own = ev.wire_profile();
-        let idle_cfg = ev.cfg.clone();
-        let mut names = Vec::with_capacity(ranks.len());
-        let mut agreements = Vec::with_capacity(ranks.len());
-        for &r in ranks {
-            let Ok((name, wire)) = &table[r as usize].local else {
-                return Err(format!("rank {r} published no shm endpoint"));
-            };
-            let a = check_peer(&own, wire).map_err(|e| format!("rank {r} over shm: {e}"))?;
-            if a.tag_bits < 64 {
-                return Err(format!(
-                    "rank {r} over shm: {} tag bits; the world needs 64",
-                    a.tag_bits
-                ));
-            }
-            names.push(name.clone());
-            agreements.push(a);
-        }
-        let inserted = ev
-            .insert_peers(ep, &names, &agreements)
-            .map_err(|e| format!("inserting the shm peers: {e}"))?;
-        let mut peers: Vec<Option<Peer>> = (0..size).map(|_| None).collect();
-        for (&r, p) in ranks.iter().zip(inserted) {
-            peers[r as usize] = Some(p);
-        }
-        Ok(Some(Local::new(
-            Side::Shm { ev, ep, peers },
-            size,
-            me,
-            Idler::new(&idle_cfg),
-        )))
-    }
-
-    /// Connect the node loop to the ranks in `ranks` (by their published
-    /// segments) and to this rank `me` itself (its messages to itself go
-    /// through its own ring too); `node_ranks`: every rank of this node,
-    /// ascending, whose places are their node indices. `None` if there are
-    /// no others.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn wire_node(
-        mut nl: NodeLoop,
-        size: u32,
-        me: u32,
-        node_ranks: &[u32],
-        ranks: &[u32],
-        table: &[Published],
-        idle_cfg: &LoopConfig,
-    ) -> std::result::Result<Option<Local>, String> {
-        if ranks.is_empty() {
-            return Ok(None);
-        }
-        let own = nl.name();
-        nl.connect(nl.me(), &own)
-            .map_err(|e| format!("connecting to this rank's own segment: {e}"))?;
-        for &r in ranks {
-            let Ok(name) = &table[r as usize].node else {
-                return Err(format!("rank {r} published no node segment"));
-            };
-            let Some(i) = node_ranks.iter().position(|&n| n == r) else {
-                return Err(format!("rank {r} is not on this rank's node"));
-            };
-            nl.connect(i, name).map_err(|e| {
-                format!(
-                    "connecting to rank {r}'s same-node segment: {e}. Run with FABRIC_MSG_SHM=libfabric to use \
-                     libfabric's shm between these ranks instead"
-                )
-            })?;
-        }
-        let mut carried = ranks.to_vec();
-        carried.push(me);
-        let side = Side::Node(NodeSide::new(nl, size, node_ranks, &carried));
-        Ok(Some(Local::new(side, size, me, Idler::new(idle_cfg))))
-    }
-
-    fn new(side: Side, size: u32, me: u32, idle: Idler) -> Local {
+    /// What `local_wiring.rs` wires up.
+    pub(super) fn new(side: Side, size: u32, me: u32, idle: Idler) -> Local {
         Local {
             exact_only: side.exact_only(),
             all: (0..size).all(|r| side.carries(r)),
@@ -598,7 +491,14 @@ impl Local {
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Ok(0);
             }
-            self.idle.pause_without_fd();
+            match self.idle.next() {
+                Pause::Spin => std::hint::spin_loop(),
+                Pause::Yield => std::thread::yield_now(),
+                Pause::Block => {
+                    let left = deadline.map_or(SLEEP_SLICE, |d| d.saturating_duration_since(Instant::now()));
+                    self.side.sleep(left.min(SLEEP_SLICE));
+                }
+            }
         }
     }
 

@@ -51,6 +51,7 @@ mod launch;
 mod leaving;
 mod liveness;
 mod local;
+mod local_wiring;
 mod messages;
 mod more_collectives;
 mod one_sided;

@@ -112,7 +112,7 @@ impl World {
                 (Err("fabric-msg's node transport is used".into()), nl)
             }
             None => (
-                super::local::open(&req, &ladder, loop_config.clone())
+                super::local_wiring::open(&req, &ladder, loop_config.clone())
                     .map_err(|e| format!("cannot open shm: {e}")),
                 Err("libfabric's shm is used (FABRIC_MSG_SHM=libfabric)".into()),
             ),

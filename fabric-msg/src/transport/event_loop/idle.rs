@@ -83,15 +83,6 @@ impl Idler {
             _ => self.block_after.is_some_and(|b| idle >= b),
         }
     }
-
-    /// Pass the time as [`Idler::next`] says, where no wait fd can be
-    /// slept on (a wait over two loops): yield for `Block`.
-    pub(crate) fn pause_without_fd(&mut self) {
-        match self.next() {
-            Pause::Spin => std::hint::spin_loop(),
-            Pause::Yield | Pause::Block => std::thread::yield_now(),
-        }
-    }
 }
 
 #[cfg(test)]

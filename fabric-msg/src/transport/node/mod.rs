@@ -3,6 +3,7 @@
 //! shared memory and UCX's mm transports are to them).
 //!
 //! - `segment`: a rank's memfd segment and how a peer maps it;
+//! - `doorbell`: a futex word in it, to sleep until a peer writes;
 //! - `ring`: one single-producer single-consumer ring of cache-line
 //!   cells, and its memory ordering;
 //! - `matching`: posted receives and unexpected messages, in MPI's order;
@@ -18,6 +19,7 @@
 //! The design, with the segment layout and the ring protocol, is in
 //! `docs/onnode.md`.
 
+mod doorbell;
 pub(crate) mod matching;
 pub mod node_loop;
 mod peer_loss;

@@ -15,6 +15,7 @@
 //! Nothing here blocks or sleeps: `poll` does what can be done now and
 //! returns. Waiting (spin, yield, sleep) is the caller's.
 
+use super::doorbell::Doorbell;
 use super::matching::{Matcher, Posted};
 use super::pidfd::Watch;
 use super::ring::{ring_bytes, Consumer, Producer, ACK, FIRST, LAST, RNDV};
@@ -25,6 +26,7 @@ use crate::memory::buffer::Buffer;
 use crate::transport::event_loop::{CompletionError, OpKind, Token};
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Sizes of the rings; every rank of a node must use the same.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -343,6 +345,23 @@ impl NodeLoop {
     /// (its completion will come) or there is none with `token`.
     pub fn cancel_recv(&mut self, token: Token) -> Option<Buffer> {
         self.matcher.cancel(token).map(|p| p.buf)
+    }
+
+    /// Sleep until a peer writes to this rank, for at most `timeout`
+    /// (`doorbell.rs`); at once if a frame has arrived already. Call it
+    /// after [`NodeLoop::poll`] found nothing. A send waiting for room in a
+    /// peer's ring is not a reason to wake: keep `timeout` short while
+    /// sends wait ([`NodeLoop::pending`]).
+    pub fn sleep(&self, timeout: Duration) {
+        let inbox = &self.inbox;
+        let broken = &self.broken;
+        let lost = &self.lost;
+        Doorbell::of(&self.own).sleep(timeout, || {
+            !inbox
+                .iter()
+                .enumerate()
+                .any(|(s, c)| broken[s].is_none() && !lost[s] && c.has_frame())
+        });
     }
 
     /// Sends queued, receives posted, unexpected messages kept.

@@ -45,6 +45,7 @@
 //! flags out of order, is an error the caller reports as a peer's fault);
 //! the payload bytes are the sender's to choose.
 
+use super::doorbell::Doorbell;
 use super::segment::Segment;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -220,6 +221,8 @@ impl Shared {
 #[derive(Debug)]
 pub struct Producer {
     ring: Shared,
+    /// The receiver's doorbell, rung after each frame (`doorbell.rs`).
+    bell: Doorbell,
     tail: u64,
     head_seen: u64,
     max_frame: usize,
@@ -230,12 +233,14 @@ impl Producer {
     /// with frames of at most `max_frame` payload bytes (at most what fits
     /// in half the ring).
     pub fn new(seg: Arc<Segment>, offset: usize, cells: usize, max_frame: usize) -> Producer {
+        let bell = Doorbell::of(&seg);
         let ring = Shared::new(seg, offset, cells);
         let max_frame = max_frame.min(cells / 2 * CELL - FRAME_HEADER);
         // Start where the consumer is: 0 for a new ring.
         let head = ring.head().load(Ordering::Acquire);
         Producer {
             ring,
+            bell,
             tail: head,
             head_seen: head,
             max_frame,
@@ -293,6 +298,7 @@ impl Producer {
             self.ring.write(self.ring.byte(at, FRAME_HEADER), payload);
         }
         self.ring.stamp(at).store(at + 1, Ordering::Release);
+        self.bell.ring();
         self.tail = at + k;
         true
     }
@@ -318,6 +324,12 @@ impl Consumer {
             head,
             max_frame,
         }
+    }
+
+    /// Whether a frame has arrived (not checked: [`Consumer::peek`] does).
+    #[inline]
+    pub fn has_frame(&self) -> bool {
+        self.ring.stamp(self.head).load(Ordering::Acquire) == self.head + 1
     }
 
     /// The next frame, if one has arrived; an error if its header cannot

@@ -9,13 +9,16 @@
 //! of the same user that may read the owner's memory (`PTRACE_MODE_READ`,
 //! the check `process_vm_readv` makes too). Where it refuses (another user,
 //! another PID namespace, a hardened `ptrace` policy), attaching fails with
-//! a message that says so, and the caller falls back to libfabric's `shm`.
+//! a message that says so (the World's says to run with
+//! `FABRIC_MSG_SHM=libfabric`).
 //!
 //! The first cache line holds a header the owner writes before it
 //! publishes the segment's [`SegmentName`]: a magic word, the owner's pid,
-//! a random cookie, the length, and the address the owner mapped it at. A peer checks all four after mapping, so
-//! a name that points at a recycled pid's descriptor, or at anything other
-//! than the segment announced, is refused before any of it is used.
+//! a random cookie, the length, and the address the owner mapped it at. A
+//! peer checks all four after mapping, so a name that points at a recycled
+//! pid's descriptor, or at anything other than the segment announced, is
+//! refused before any of it is used. Byte 48 of the line is the owner's
+//! doorbell, the futex word it sleeps on (`doorbell.rs`).
 
 use crate::error::{Error, Result};
 use std::ffi::CStr;
