@@ -58,7 +58,7 @@ fn model_check_under_mpirun_on_two_pretend_nodes() {
         "--allow-run-as-root",
         "--oversubscribe",
         "-x",
-        "FABRIC_MSG_SHM=1",
+        &format!("FABRIC_MSG_SHM={}", support::shm_on()),
         "-np",
         "4",
         "sh",

@@ -18,10 +18,11 @@ const WAITS: &str = env!("CARGO_BIN_EXE_waits");
 /// Longest any one launch may take: the cases compute at most 20 s.
 const DEADLINE: Duration = Duration::from_secs(120);
 
-/// A fabric the World is made to choose: its provider, and the variables
-/// that make the ranks choose it.
+/// A fabric the World is made to choose: its provider, what carries its
+/// same-node messages, and the variables that make the ranks choose them.
 struct Fabric {
     provider: &'static str,
+    name: &'static str,
     env: Vec<String>,
 }
 
@@ -37,15 +38,23 @@ fn rxm_ladder() -> PathBuf {
     path
 }
 
-/// shm, `tcp;ofi_rxm` and, from libfabric 1.19, `tcp`.
+/// shm (messages over fabric-msg's node transport, the default, and over
+/// libfabric's shm), `tcp;ofi_rxm` and, from libfabric 1.19, `tcp`.
 fn fabrics() -> Vec<Fabric> {
     let mut all = vec![
         Fabric {
             provider: "shm",
-            env: vec!["FABRIC_MSG_SHM=1".into()],
+            name: "shm with the node transport",
+            env: vec!["FABRIC_MSG_SHM=node".into()],
+        },
+        Fabric {
+            provider: "shm",
+            name: "shm alone (FABRIC_MSG_SHM=libfabric)",
+            env: vec!["FABRIC_MSG_SHM=libfabric".into()],
         },
         Fabric {
             provider: "tcp;ofi_rxm",
+            name: "tcp;ofi_rxm",
             env: vec![
                 "FABRIC_MSG_SHM=0".into(),
                 format!("FABRIC_MSG_PROVIDERS={}", rxm_ladder().display()),
@@ -55,6 +64,7 @@ fn fabrics() -> Vec<Fabric> {
     if fabric_msg::ffi::runtime_version() >= (1, 19) {
         all.push(Fabric {
             provider: "tcp",
+            name: "tcp",
             env: vec!["FABRIC_MSG_SHM=0".into()],
         });
     }
@@ -87,7 +97,7 @@ fn on_every_fabric(n: u32, args: &[&str]) -> Vec<(&'static str, Exit)> {
                 e.status.success(),
                 "{} on {}: {}\nstdout:\n{}\nstderr:\n{}",
                 args.join(" "),
-                f.provider,
+                f.name,
                 e.status,
                 e.stdout,
                 e.stderr
@@ -100,8 +110,8 @@ fn on_every_fabric(n: u32, args: &[&str]) -> Vec<(&'static str, Exit)> {
                 f.provider,
                 e.stdout
             );
-            eprintln!("{}: {}", f.provider, e.stdout.trim());
-            (f.provider, e)
+            eprintln!("{}: {}", f.name, e.stdout.trim());
+            (f.name, e)
         })
         .collect()
 }

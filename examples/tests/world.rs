@@ -46,7 +46,7 @@ fn ring(n: u32, messages: &str, shm: bool) -> Vec<Exit> {
 
 fn ring_with(n: u32, args: &[&str], shm: bool) -> Vec<Exit> {
     let started = Instant::now();
-    let shm = if shm { "1" } else { "0" };
+    let shm = if shm { support::shm_on() } else { "0" };
     wait_all(
         rendezvous(n, args, |_| vec![("FABRIC_MSG_SHM", shm.to_string())]),
         started,
@@ -203,7 +203,7 @@ fn a_loss_is_logged_as_json_with_rank_and_peer() {
 
 #[test]
 fn a_rank_killed_mid_ring_is_named_by_every_other() {
-    for shm in ["1", "0"] {
+    for shm in [support::shm_on(), "0"] {
         let started = Instant::now();
         let mut children = rendezvous(4, &["-n", "100000000", "--announce"], |_| {
             vec![("FABRIC_MSG_SHM", shm.to_string())]
@@ -340,11 +340,11 @@ fn run_mpirun(args: &[&str]) -> Exit {
 #[test]
 fn mpirun_rings_on_shm_and_tcp() {
     for (n, shm, provider) in [
-        (1, "1", "shm"),
-        (2, "1", "shm"),
-        (3, "1", "shm"),
-        (4, "1", "shm"),
-        (8, "1", "shm"),
+        (1, support::shm_on(), "shm"),
+        (2, support::shm_on(), "shm"),
+        (3, support::shm_on(), "shm"),
+        (4, support::shm_on(), "shm"),
+        (8, support::shm_on(), "shm"),
         (2, "0", best_tcp()),
         (3, "0", best_tcp()),
         (4, "0", best_tcp()),

@@ -29,6 +29,19 @@ pub fn free_port() -> u16 {
         .expect("a free port")
 }
 
+/// What `FABRIC_MSG_SHM` says where a test turns shared memory on: `1`
+/// (fabric-msg's node transport between same-node ranks, the default), or
+/// what `FABRIC_MSG_TEST_SHM` says (`libfabric`), to run the same tests
+/// over libfabric's shm: `FABRIC_MSG_TEST_SHM=libfabric cargo test -p
+/// fabric-msg-examples`.
+pub fn shm_on() -> &'static str {
+    match std::env::var("FABRIC_MSG_TEST_SHM").as_deref() {
+        Ok("libfabric") => "libfabric",
+        Ok("node") | Ok("1") | Ok("") | Err(_) => "1",
+        Ok(other) => panic!("FABRIC_MSG_TEST_SHM={other:?}: say libfabric or node"),
+    }
+}
+
 /// No launcher or provider variables from the test's own environment.
 pub fn clean(cmd: &mut Command) -> &mut Command {
     for v in [
@@ -61,7 +74,7 @@ pub fn rendezvous(program: &str, n: u32, shm: bool, args: &[&str]) -> Vec<Child>
                 .env("FABRIC_MSG_RANK", r.to_string())
                 .env("FABRIC_MSG_SIZE", n.to_string())
                 .env("FABRIC_MSG_ROOT", &root)
-                .env("FABRIC_MSG_SHM", if shm { "1" } else { "0" });
+                .env("FABRIC_MSG_SHM", if shm { shm_on() } else { "0" });
             cmd.spawn().expect("starting a rank")
         })
         .collect()
@@ -70,7 +83,7 @@ pub fn rendezvous(program: &str, n: u32, shm: bool, args: &[&str]) -> Vec<Child>
 /// `mpirun` as root on a 2-core machine, `n` ranks of `program`.
 pub fn mpirun(program: &str, n: u32, shm: bool, args: &[&str]) -> Child {
     let mut cmd = Command::new("mpirun");
-    let shm = format!("FABRIC_MSG_SHM={}", if shm { 1 } else { 0 });
+    let shm = format!("FABRIC_MSG_SHM={}", if shm { shm_on() } else { "0" });
     clean(&mut cmd)
         .args([
             "--allow-run-as-root",

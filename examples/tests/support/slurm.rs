@@ -83,7 +83,7 @@ pub fn srun(
         }
     }
     cmd.env("SLURM_CONF", conf)
-        .env("FABRIC_MSG_SHM", if shm { "1" } else { "0" })
+        .env("FABRIC_MSG_SHM", if shm { super::shm_on() } else { "0" })
         .envs(env.iter().copied())
         .args([
             "--mpi=pmix",
