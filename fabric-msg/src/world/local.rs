@@ -57,6 +57,10 @@ pub(crate) struct Published {
 /// doorbell for it.
 const SLEEP_SLICE: Duration = Duration::from_millis(1);
 
+/// Looks at the node loop between two at the main loop where the node
+/// loop carries every rank and the main loop has nothing in flight.
+const MAIN_EVERY: u32 = 64;
+
 /// Top byte of the tokens an any-source pair is posted with; refused for
 /// the application's own operations, as the collectives' `0xFE` is.
 pub(crate) const PAIR: u64 = 0xFD;
@@ -101,6 +105,8 @@ pub(crate) struct Local {
     /// Every rank's messages come over this loop (the whole world on one
     /// node): a receive from any rank is posted here alone.
     all: bool,
+    /// Looks since the main loop was last polled (`poll`).
+    main_skipped: u32,
     next_pair: u64,
     /// By number, so oldest first.
     pairs: BTreeMap<u64, Pair>,
@@ -125,6 +131,7 @@ impl Local {
         Local {
             exact_only: side.exact_only(),
             all: (0..size).all(|r| side.carries(r)),
+            main_skipped: 0,
             side,
             size,
             me,
@@ -476,14 +483,27 @@ impl Local {
         let deadline = timeout.map(|t| Instant::now() + t);
         loop {
             out.append(&mut self.ready);
-            let mut batch = std::mem::take(&mut self.batch);
-            main.poll(&mut batch, Some(Duration::ZERO))?;
-            self.batch = batch;
-            self.sort(main, main_ep, out);
-            let mut batch = std::mem::take(&mut self.batch);
-            self.side.poll_now(&mut batch)?;
-            self.batch = batch;
-            self.sort(main, main_ep, out);
+            // Where every rank's messages come over the node loop, the main
+            // loop carries only this rank's one-sided operations and what
+            // its progress thread keeps going: look at it every
+            // `MAIN_EVERY` looks unless it has operations in flight.
+            self.main_skipped += 1;
+            if !self.all || self.main_skipped >= MAIN_EVERY || main.in_flight() > 0 {
+                self.main_skipped = 0;
+                let mut batch = std::mem::take(&mut self.batch);
+                main.poll(&mut batch, Some(Duration::ZERO))?;
+                self.batch = batch;
+                self.sort(main, main_ep, out);
+            }
+            if self.all && out.is_empty() {
+                // No parts, so nothing to sort: straight into `out`.
+                self.side.poll_now(out)?;
+            } else {
+                let mut batch = std::mem::take(&mut self.batch);
+                self.side.poll_now(&mut batch)?;
+                self.batch = batch;
+                self.sort(main, main_ep, out);
+            }
             if !out.is_empty() {
                 self.idle.busy();
                 return Ok(out.len());

@@ -149,6 +149,11 @@ impl Engine {
             .filter(|r| *r != io.rank && !shm_ranks.contains(r))
             .collect();
         for (lane, ranks) in [(MAIN, main_ranks), (SHM, shm_ranks)] {
+            if ranks.is_empty() {
+                // No rank's notices come over this loop (the main one, where
+                // the node loop carries every rank).
+                continue;
+            }
             let exact = match (lane, io.local.as_ref()) {
                 (SHM, Some(l)) => l.side.exact_only(),
                 (SHM, None) => continue,
