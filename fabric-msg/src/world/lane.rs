@@ -228,17 +228,8 @@ impl Side {
         token: Token,
     ) -> std::result::Result<(), PostError> {
         match self {
-            Side::Shm { ev, ep, .. } => {
-                let opts = RecvOpts {
-                    tag: Some(want),
-                    from: None,
-                };
-                super::tags::post_recv_in(ev, class, *ep, buf, opts, token)
-            }
-            Side::Node(n) => {
-                n.nl.recv(None, want.0, want.1, buf, token)
-                    .map_err(|error| PostError { error, buffer: None })
-            }
+            Side::Shm { ev, ep, .. } => fabric_recv(ev, *ep, class, want, buf, token),
+            Side::Node(n) => node_recv(&mut n.nl, want, buf, token),
         }
     }
 
@@ -395,16 +386,8 @@ impl Lane<'_> {
         token: Token,
     ) -> std::result::Result<(), PostError> {
         match self {
-            Lane::Fabric { ev, ep, .. } => {
-                let opts = RecvOpts {
-                    tag: Some(want),
-                    from: None,
-                };
-                ev.as_world().recv(ep, buf, opts, token)
-            }
-            Lane::Node { nl, .. } => nl
-                .recv(None, want.0, want.1, buf, token)
-                .map_err(|error| PostError { error, buffer: None }),
+            Lane::Fabric { ev, ep, .. } => fabric_recv(ev, ep, super::tags::CLASS_WORLD, want, buf, token),
+            Lane::Node { nl, .. } => node_recv(nl, want, buf, token),
         }
     }
 
@@ -418,4 +401,35 @@ impl Lane<'_> {
             }
         }
     }
+}
+
+/// Post a receive on a libfabric loop for a World tag matching `want`, in
+/// message class `class` (the application's is checked as the
+/// application's).
+fn fabric_recv(
+    ev: &mut EventLoop,
+    ep: EndpointId,
+    class: u64,
+    want: (u64, u64),
+    buf: Buffer,
+    token: Token,
+) -> std::result::Result<(), PostError> {
+    let opts = RecvOpts {
+        tag: Some(want),
+        from: None,
+    };
+    super::tags::post_recv_in(ev, class, ep, buf, opts, token)
+}
+
+/// Post a receive on the node loop for a World tag matching `want` (the
+/// tag names the sender, so the loop is asked for any sender; it refuses
+/// only a named sender it does not know).
+fn node_recv(
+    nl: &mut NodeLoop,
+    want: (u64, u64),
+    buf: Buffer,
+    token: Token,
+) -> std::result::Result<(), PostError> {
+    nl.recv(None, want.0, want.1, buf, token)
+        .map_err(|error| PostError { error, buffer: None })
 }
