@@ -58,7 +58,9 @@ pub(crate) struct Published {
 const SLEEP_SLICE: Duration = Duration::from_millis(1);
 
 /// Looks at the node loop between two at the main loop where the node
-/// loop carries every rank and the main loop has nothing in flight.
+/// loop carries every rank, the main loop has nothing in flight and the
+/// wait is still spinning (after a yield or a sleep the main loop is
+/// looked at every time).
 const MAIN_EVERY: u32 = 64;
 
 /// Top byte of the tokens an any-source pair is posted with; refused for
@@ -513,10 +515,18 @@ impl Local {
             }
             match self.idle.next() {
                 Pause::Spin => std::hint::spin_loop(),
-                Pause::Yield => std::thread::yield_now(),
-                Pause::Block => {
-                    let left = deadline.map_or(SLEEP_SLICE, |d| d.saturating_duration_since(Instant::now()));
-                    self.side.sleep(left.min(SLEEP_SLICE));
+                pause => {
+                    if pause == Pause::Yield {
+                        std::thread::yield_now();
+                    } else {
+                        let left =
+                            deadline.map_or(SLEEP_SLICE, |d| d.saturating_duration_since(Instant::now()));
+                        self.side.sleep(left.min(SLEEP_SLICE));
+                    }
+                    // A yield or a sleep may have lasted long: look at the
+                    // main loop next (emulated atomics for peers wait for
+                    // this rank's poll of it).
+                    self.main_skipped = MAIN_EVERY;
                 }
             }
         }
