@@ -107,7 +107,14 @@ fn two_by_32_reads_on_udp_rxd() {
     load("udp;ofi_rxd", 32);
 }
 
+/// Ignored: udp;ofi_rxd stalls this load again, intermittently. On
+/// 2026-11-27 a client's reads stopped with 4 of 64 done in 3 of 3 runs
+/// beside the other two loads on libfabric 1.17, and once alone on
+/// libfabric 2.1 in CI (a client never finished); alone on 1.17 it passed
+/// in 0.84-0.93 s. That is issue 11's defect 9, the provider's, not
+/// fabric-msg's (docs/reliability.md). 2 × 32 still runs in CI.
 #[test]
+#[ignore = "udp;ofi_rxd stalls 2 x 64 reads intermittently (issue 11, defect 9); run with --ignored"]
 fn two_by_64_reads_on_udp_rxd() {
     load("udp;ofi_rxd", 64);
 }
