@@ -118,9 +118,6 @@ pub(crate) struct Local {
     ready: Vec<Completion>,
     spares: Vec<Buffer>,
     batch: Vec<Completion>,
-    /// libfabric's shm matches masked receives wrongly: post exact ones
-    /// only.
-    exact_only: bool,
     /// How `poll` passes the time between empty looks at both loops: the
     /// World's rule (`transport/event_loop/idle.rs`), yielding where it
     /// would sleep (no one fd serves both loops).
@@ -131,7 +128,6 @@ impl Local {
     /// What `local_wiring.rs` wires up.
     pub(super) fn new(side: Side, size: u32, me: u32, idle: Idler) -> Local {
         Local {
-            exact_only: side.exact_only(),
             all: (0..size).all(|r| side.carries(r)),
             main_skipped: 0,
             side,
@@ -302,7 +298,7 @@ impl Local {
                 };
             }
             (Some(_), _) => Vec::new(),
-            (None, Some(_)) if self.exact_only && self.ranks().len() < usize::from(u8::MAX) => self
+            (None, Some(_)) if self.side.exact_only() && self.ranks().len() < usize::from(u8::MAX) => self
                 .ranks()
                 .into_iter()
                 .map(|r| tags::matcher(class, Some(r), tag))
