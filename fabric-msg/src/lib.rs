@@ -146,7 +146,8 @@ pub use transport::liveness::{LossAlarm, LossKind, LostPeer};
 pub use world::collectives::{CombineFn, Element, Op, Reduction};
 pub use world::symmetric::Symmetric;
 pub use world::{
-    Comm, CommView, Envelope, Matched, Persistent, RankStats, Request, Status, World, WorldConfig, WorldStats,
+    Comm, CommView, Envelope, Matched, Persistent, RankStats, Record, Request, Status, World, WorldConfig,
+    WorldStats,
 };
 
 /// What most programs name, in one import: `use fabric_msg::prelude::*;`.
@@ -156,7 +157,8 @@ pub use world::{
 pub mod prelude {
     pub use crate::{
         connect, negotiate, Access, Atomic, Buffer, Completion, CompletionError, EndpointId, Error,
-        EventLoop, LadderConfig, Listener, LoopConfig, MemoryRegion, Op, OpKind, Peer, RecvOpts, Reduction,
-        RemoteMemory, Request, Requirements, Result, SendOpts, Symmetric, Token, World, WorldConfig,
+        EventLoop, LadderConfig, Listener, LoopConfig, MemoryRegion, Op, OpKind, Peer, Record, RecvOpts,
+        Reduction, RemoteMemory, Request, Requirements, Result, SendOpts, Symmetric, Token, World,
+        WorldConfig,
     };
 }

@@ -28,9 +28,10 @@
 //! needs no borrow), a receive copies them out when waited for. A copy per
 //! message is the price of needing no `unsafe` and no scope; for messages
 //! of megabytes the token interface's registered [`Buffer`](crate::Buffer)s
-//! avoid it. Why `Element` and not any `bytemuck::Pod`: the reductions
-//! need a closed set of numeric types, and one element trait for messages
-//! and collectives keeps one vocabulary; a struct goes as a serde value.
+//! avoid it. Why `Element` and not any `bytemuck::Pod`: one element trait
+//! for messages and collectives keeps one vocabulary, and the built-in
+//! reductions need to know the numbers; a `Pod` struct goes as a
+//! [`Record`](crate::Record) (its bytes, one copy), any other as a serde value.
 //!
 //! A receive takes the first matching message from `from` (`None`: any
 //! rank of the communicator) with `tag` (`None`: any tag); messages from

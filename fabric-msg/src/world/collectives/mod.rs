@@ -1,8 +1,9 @@
 //! Collectives on the [`World`](crate::World): barrier, broadcast, gather,
 //! scatter, allgather, alltoall, reduce, allreduce, reduce-scatter and
-//! scan over slices of the primitive numeric types ([`Element`]), with the
+//! scan over slices of the primitive numeric types and of the
+//! application's `Pod` structs as [`Record`](crate::Record)s ([`Element`]), with the
 //! built-in [`Op`]s or the application's own function
-//! ([`Reduction::custom`]).
+//! ([`Reduction::custom`], [`Reduction::records`]).
 //!
 //! ```no_run
 //! use fabric_msg::{Op, World};
@@ -46,6 +47,7 @@ pub(crate) mod io;
 pub(crate) mod notice;
 pub(crate) mod ops;
 pub(crate) mod plan;
+pub(crate) mod plans;
 pub(crate) mod reduce;
 pub(crate) mod reduce_scatter;
 pub(crate) mod request;

@@ -111,6 +111,10 @@ impl<T: Element> Reduction<T> {
     /// Refuse a reduction the element type does not have.
     pub(crate) fn check(&self) -> Result<(), String> {
         match self {
+            Reduction::Op(op) if !T::OPS => Err(format!(
+                "{op:?} has no meaning for {}: combine records with a function (Reduction::records)",
+                T::NAME
+            )),
             Reduction::Op(op) if op.is_bitwise() && !T::INTEGER => Err(format!(
                 "{op:?} is a bitwise op, for integers only; {} is a float type",
                 T::NAME
@@ -144,7 +148,7 @@ impl<T: Element> fmt::Debug for Reduction<T> {
     }
 }
 
-mod sealed {
+pub(crate) mod sealed {
     /// What the collectives need of an element; implemented in this file
     /// only, so the set of element types stays closed.
     pub trait Sealed: Copy + Send + Sync + 'static {
@@ -154,6 +158,8 @@ mod sealed {
         const NAME: &'static str;
         /// Whether the bitwise ops apply.
         const INTEGER: bool;
+        /// Whether the built-in ops apply at all (not to a `Record`).
+        const OPS: bool;
         /// A value to fill scratch space with.
         const ZERO: Self;
         /// `src` as native-endian bytes into `dst` (`dst.len() == src.len() * SIZE`).
@@ -168,21 +174,25 @@ mod sealed {
 
 /// The bytes of `s`, in place.
 pub(crate) fn bytes_of<T: Element>(s: &[T]) -> &[u8] {
-    // SAFETY: `T` is a primitive number (Element is sealed to them): no
-    // padding, every byte initialised; the slice covers exactly the
-    // elements' memory, borrowed shared for as long as `s` is.
+    // SAFETY: `T` is a primitive number or a `Record` of a `Pod` struct
+    // (Element is sealed to those): no padding, every byte initialised; the
+    // slice covers exactly the elements' memory, borrowed shared for as
+    // long as `s` is.
     unsafe { std::slice::from_raw_parts(s.as_ptr().cast::<u8>(), std::mem::size_of_val(s)) }
 }
 
 /// The bytes of `s`, in place, to write into.
 pub(crate) fn bytes_of_mut<T: Element>(s: &mut [T]) -> &mut [u8] {
     // SAFETY: as in `bytes_of`, borrowed exclusively; every bit pattern is
-    // a valid primitive number, so any bytes written leave valid elements.
+    // a valid primitive number, and a valid `Pod` struct, so any bytes
+    // written leave valid elements.
     unsafe { std::slice::from_raw_parts_mut(s.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(s)) }
 }
 
-/// A type collectives can carry and reduce: `i8`..`i64`, `u8`..`u64`, `f32`
-/// and `f64`. Sealed: other types cannot implement it.
+/// A type messages and collectives carry: `i8`..`i64`, `u8`..`u64`, `f32`
+/// and `f64`, which the built-in [`Op`]s reduce, and the application's
+/// own structs as [`Record`](crate::Record)s, which functions reduce.
+/// Sealed: other types cannot implement it.
 pub trait Element: sealed::Sealed + PartialEq + fmt::Debug {}
 
 /// One loop per op, so each can be vectorised.
@@ -235,6 +245,7 @@ macro_rules! integer {
             const SIZE: usize = std::mem::size_of::<$t>();
             const NAME: &'static str = stringify!($t);
             const INTEGER: bool = true;
+            const OPS: bool = true;
             const ZERO: Self = 0;
             bytes_io!($t);
             fn combine(op: Op, acc: &mut [Self], other: &[u8], first: bool) {
@@ -259,6 +270,7 @@ macro_rules! float {
             const SIZE: usize = std::mem::size_of::<$t>();
             const NAME: &'static str = stringify!($t);
             const INTEGER: bool = false;
+            const OPS: bool = true;
             const ZERO: Self = 0.0;
             bytes_io!($t);
             fn combine(op: Op, acc: &mut [Self], other: &[u8], first: bool) {

@@ -30,7 +30,7 @@ pub(crate) fn extract<T: Element>(work: Vec<T>, shape: &Shape) -> Vec<T> {
 
 /// Copy a result into the caller's slice, refusing a length that differs
 /// (which the algorithms never produce).
-pub(crate) fn copy_result<T: Element>(what: &str, dst: &mut [T], src: &[T]) -> Result<()> {
+pub(crate) fn copy_result<T: Copy>(what: &str, dst: &mut [T], src: &[T]) -> Result<()> {
     if dst.len() != src.len() {
         return Err(Error::Usage(format!(
             "{what}: a result of {} elements for a slice of {}",
