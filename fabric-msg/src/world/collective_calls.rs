@@ -8,9 +8,10 @@
 //! engine are plain parts the World drives.
 
 use super::collectives::ops::{Element, Reduction};
-use super::collectives::request::{check_counts, check_root, copy_result, Shape};
+use super::collectives::plan::Plan;
+use super::collectives::plans;
+use super::collectives::request::{copy_result, Shape};
 use super::collectives::schedule::Schedule;
-use super::collectives::{allgather, allreduce, barrier, bcast, gather, reduce, reduce_scatter};
 use super::comm::CommView;
 use super::request::{Of, Request};
 use crate::error::{Error, Result};
@@ -42,15 +43,8 @@ impl CommView<'_> {
 
     /// Start a [`World::allgatherv`](super::World::allgatherv); [`World::wait`](super::World::wait) gives its result.
     pub fn iallgatherv<T: Element>(&mut self, mine: Vec<T>, counts: &[usize]) -> Result<Request<T>> {
-        let (rank, size) = (self.rank(), self.size());
-        if let Err(m) = check_counts(counts, size, rank, mine.len()) {
-            return Err(self.refuse("allgather", m));
-        }
-        let total: usize = counts.iter().sum();
-        let (s, own, out) = allgather::schedule(rank, size, counts, allgather::choose(total * T::SIZE));
-        let mut work = vec![T::ZERO; total];
-        work[own..own + mine.len()].copy_from_slice(&mine);
-        self.start_run("allgather", s, work, None, out)
+        let p = plans::allgatherv::<T>(self.rank(), self.size(), mine.len(), counts);
+        self.start_planned("allgather", p, mine, None)
     }
 }
 
@@ -86,12 +80,8 @@ impl CommView<'_> {
         op: impl Into<Reduction<T>>,
     ) -> Result<Request<T>> {
         let reduction = op.into();
-        if let Err(m) = reduction.check() {
-            return Err(self.refuse("allreduce", m));
-        }
-        let algo = allreduce::choose(data.len() * T::SIZE, data.len(), self.size());
-        let s = allreduce::schedule(self.rank(), self.size(), data.len(), algo);
-        self.start_run("allreduce", s, data, Some(reduction), Shape::Whole)
+        let p = plans::allreduce(self.rank(), self.size(), data.len(), &reduction);
+        self.start_planned("allreduce", p, data, Some(reduction))
     }
 }
 
@@ -111,9 +101,8 @@ impl CommView<'_> {
     /// Start a barrier; [`World::wait`](super::World::wait) returns (an empty vector) once every
     /// rank has started it.
     pub fn ibarrier(&mut self) -> Result<Request<u8>> {
-        let size = self.size();
-        let s = barrier::schedule(self.rank(), size, barrier::choose(size));
-        self.start_run("barrier", s, Vec::new(), None, Shape::Whole)
+        let p = plans::barrier(self.rank(), self.size());
+        self.start_planned("barrier", Ok(p), Vec::new(), None)
     }
 }
 
@@ -141,12 +130,8 @@ impl CommView<'_> {
     /// Start a broadcast of `root`'s `data` (on other ranks only its length
     /// counts); [`World::wait`](super::World::wait) returns root's data on every rank.
     pub fn ibroadcast<T: Element>(&mut self, root: u32, data: Vec<T>) -> Result<Request<T>> {
-        if let Err(m) = check_root(root, self.size()) {
-            return Err(self.refuse("broadcast", m));
-        }
-        let algo = bcast::choose(data.len() * T::SIZE, data.len(), self.size());
-        let s = bcast::schedule(self.rank(), self.size(), root, data.len(), algo);
-        self.start_run("broadcast", s, data, None, Shape::Whole)
+        let p = plans::broadcast::<T>(self.rank(), self.size(), root, data.len());
+        self.start_planned("broadcast", p, data, None)
     }
 }
 
@@ -183,22 +168,8 @@ impl CommView<'_> {
 
     /// Start a [`World::gatherv`](super::World::gatherv); [`World::wait`](super::World::wait) gives its result.
     pub fn igatherv<T: Element>(&mut self, root: u32, mine: Vec<T>, counts: &[usize]) -> Result<Request<T>> {
-        let (rank, size) = (self.rank(), self.size());
-        let checked = check_root(root, size).and_then(|()| check_counts(counts, size, rank, mine.len()));
-        if let Err(m) = checked {
-            return Err(self.refuse("gather", m));
-        }
-        let total: usize = counts.iter().sum();
-        let algo = gather::choose(total * T::SIZE, size);
-        let (s, len, out) = gather::schedule(rank, size, root, counts, algo);
-        let mut work = vec![T::ZERO; len];
-        let at = if algo == gather::Algorithm::Linear && rank == root {
-            counts[..rank as usize].iter().sum()
-        } else {
-            0
-        };
-        work[at..at + mine.len()].copy_from_slice(&mine);
-        self.start_run("gather", s, work, None, out)
+        let p = plans::gatherv::<T>(self.rank(), self.size(), root, mine.len(), counts);
+        self.start_planned("gather", p, mine, None)
     }
 }
 
@@ -237,18 +208,8 @@ impl CommView<'_> {
         op: impl Into<Reduction<T>>,
     ) -> Result<Request<T>> {
         let reduction = op.into();
-        let (rank, size) = (self.rank(), self.size());
-        if let Err(m) = check_root(root, size).and_then(|()| reduction.check()) {
-            return Err(self.refuse("reduce", m));
-        }
-        let algo = reduce::choose(data.len() * T::SIZE, data.len(), size);
-        let s = reduce::schedule(rank, size, root, data.len(), algo);
-        let shape = if rank == root {
-            Shape::Whole
-        } else {
-            Shape::Pieces(vec![])
-        };
-        self.start_run("reduce", s, data, Some(reduction), shape)
+        let p = plans::reduce(self.rank(), self.size(), root, data.len(), &reduction);
+        self.start_planned("reduce", p, data, Some(reduction))
     }
 }
 
@@ -286,28 +247,8 @@ impl CommView<'_> {
         op: impl Into<Reduction<T>>,
     ) -> Result<Request<T>> {
         let reduction = op.into();
-        let (rank, size) = (self.rank(), self.size());
-        let total: usize = counts.iter().sum();
-        let checked = if counts.len() != size as usize {
-            Err(format!(
-                "{} counts for a world of {size} ranks: give one per rank",
-                counts.len()
-            ))
-        } else if data.len() != total {
-            Err(format!(
-                "{} elements for counts that add up to {total}",
-                data.len()
-            ))
-        } else {
-            reduction.check()
-        };
-        if let Err(m) = checked {
-            return Err(self.refuse("reduce_scatter", m));
-        }
-        let s = reduce_scatter::schedule(rank, size, counts);
-        let at = counts[..rank as usize].iter().sum();
-        let shape = Shape::Pieces(vec![(at, counts[rank as usize])]);
-        self.start_run("reduce_scatter", s, data, Some(reduction), shape)
+        let p = plans::reduce_scatter(self.rank(), self.size(), data.len(), counts, &reduction);
+        self.start_planned("reduce_scatter", p, data, Some(reduction))
     }
 }
 
@@ -336,6 +277,21 @@ impl CommView<'_> {
                 shape,
             },
         })
+    }
+
+    /// Start the collective `plan` describes over the caller's `data`, or
+    /// refuse it on every rank with the reason a check gave.
+    pub(crate) fn start_planned<T: Element>(
+        &mut self,
+        what: &'static str,
+        plan: std::result::Result<Plan, String>,
+        data: Vec<T>,
+        reduction: Option<Reduction<T>>,
+    ) -> Result<Request<T>> {
+        match plan.and_then(|p| p.work(data).map(|work| (p, work))) {
+            Ok((p, work)) => self.start_run(what, p.sched, work, reduction, p.shape),
+            Err(m) => Err(self.refuse(what, m)),
+        }
     }
 
     /// Refuse a collective for a bad argument (`Error::Usage`), telling the

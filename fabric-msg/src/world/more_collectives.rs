@@ -8,9 +8,8 @@
 //! [`Request`] of the non-blocking one.
 
 use super::collectives::ops::{Element, Reduction};
-use super::collectives::plan::Plan;
-use super::collectives::request::{check_root, copy_result, Shape};
-use super::collectives::{alltoall, reduce_scatter, scan, scatter};
+use super::collectives::request::copy_result;
+use super::collectives::{plans, scan};
 use super::comm::CommView;
 use super::request::Request;
 use crate::error::Result;
@@ -71,29 +70,8 @@ impl CommView<'_> {
 
     /// Start a [`World::scatterv`](super::World::scatterv); [`World::wait`](super::World::wait) gives this rank's block.
     pub fn iscatterv<T: Element>(&mut self, root: u32, data: Vec<T>, counts: &[usize]) -> Result<Request<T>> {
-        let (rank, size) = (self.rank(), self.size());
-        let total: usize = counts.iter().sum();
-        let checked = check_root(root, size).and_then(|()| {
-            if counts.len() != size as usize {
-                Err(format!(
-                    "{} counts for a world of {size} ranks: give one per rank",
-                    counts.len()
-                ))
-            } else if rank == root && data.len() != total {
-                Err(format!(
-                    "the root's data has {} elements but the counts add up to {total}",
-                    data.len()
-                ))
-            } else {
-                Ok(())
-            }
-        });
-        if let Err(m) = checked {
-            return Err(self.refuse("scatter", m));
-        }
-        let algo = scatter::choose(total * T::SIZE, size);
-        let plan = scatter::schedule(rank, size, root, counts, algo);
-        self.start_plan("scatter", plan, data, None)
+        let p = plans::scatterv::<T>(self.rank(), self.size(), root, data.len(), counts);
+        self.start_planned("scatter", p, data, None)
     }
 }
 
@@ -122,16 +100,8 @@ impl CommView<'_> {
     /// Start a [`World::alltoall`](super::World::alltoall); [`World::wait`](super::World::wait) gives the blocks this
     /// rank receives, in rank order.
     pub fn ialltoall<T: Element>(&mut self, data: Vec<T>) -> Result<Request<T>> {
-        let size = self.size() as usize;
-        if data.len() % size != 0 {
-            let m = format!(
-                "{} elements do not split into {size} equal blocks, one per rank: pass a multiple of the world's size",
-                data.len()
-            );
-            return Err(self.refuse("alltoall", m));
-        }
-        let counts = vec![data.len() / size; size];
-        self.ialltoallv(data, &counts, &counts)
+        let p = plans::alltoall(self.rank(), self.size(), data.len());
+        self.start_planned("alltoall", p, data, None)
     }
 
     /// [`World::alltoall`](super::World::alltoall) with a length per pair: this rank sends the
@@ -171,33 +141,8 @@ impl CommView<'_> {
         send_counts: &[usize],
         recv_counts: &[usize],
     ) -> Result<Request<T>> {
-        let (rank, size) = (self.rank(), self.size());
-        let total: usize = send_counts.iter().sum();
-        let me = rank as usize;
-        let checked = if send_counts.len() != size as usize || recv_counts.len() != size as usize {
-            Err(format!(
-                "{} send counts and {} receive counts for a world of {size} ranks: give one per rank in each",
-                send_counts.len(),
-                recv_counts.len()
-            ))
-        } else if send_counts[me] != recv_counts[me] {
-            Err(format!(
-                "this rank sends itself {} elements (send_counts[{rank}]) but expects {} (recv_counts[{rank}])",
-                send_counts[me], recv_counts[me]
-            ))
-        } else if data.len() != total {
-            Err(format!(
-                "{} elements for send counts that add up to {total}",
-                data.len()
-            ))
-        } else {
-            Ok(())
-        };
-        if let Err(m) = checked {
-            return Err(self.refuse("alltoall", m));
-        }
-        let plan = alltoall::schedule(rank, size, send_counts, recv_counts);
-        self.start_plan("alltoall", plan, data, None)
+        let p = plans::alltoallv(self.rank(), self.size(), data.len(), send_counts, recv_counts);
+        self.start_planned("alltoall", p, data, None)
     }
 }
 
@@ -260,12 +205,8 @@ impl CommView<'_> {
         reduction: Reduction<T>,
         kind: scan::Kind,
     ) -> Result<Request<T>> {
-        if let Err(m) = reduction.check() {
-            return Err(self.refuse(what, m));
-        }
-        let algo = scan::choose(data.len() * T::SIZE, self.size());
-        let plan = scan::schedule(self.rank(), self.size(), data.len(), kind, algo);
-        self.start_plan(what, plan, data, Some(reduction))
+        let p = plans::scan(self.rank(), self.size(), data.len(), kind, &reduction);
+        self.start_planned(what, p, data, Some(reduction))
     }
 }
 
@@ -301,23 +242,8 @@ impl CommView<'_> {
         op: impl Into<Reduction<T>>,
     ) -> Result<Request<T>> {
         let reduction = op.into();
-        let (rank, size) = (self.rank(), self.size());
-        let checked = if data.len() % size as usize != 0 {
-            Err(format!(
-                "{} elements do not split into {size} equal blocks, one per rank: pass a multiple of the world's size",
-                data.len()
-            ))
-        } else {
-            reduction.check()
-        };
-        if let Err(m) = checked {
-            return Err(self.refuse("reduce_scatter", m));
-        }
-        let n = data.len() / size as usize;
-        let counts = vec![n; size as usize];
-        let s = reduce_scatter::schedule(rank, size, &counts);
-        let shape = Shape::Pieces(vec![(rank as usize * n, n)]);
-        self.start_run("reduce_scatter", s, data, Some(reduction), shape)
+        let p = plans::reduce_scatter_block(self.rank(), self.size(), data.len(), &reduction);
+        self.start_planned("reduce_scatter", p, data, Some(reduction))
     }
 }
 
@@ -351,21 +277,5 @@ impl CommView<'_> {
     pub fn iallgather<T: Element>(&mut self, mine: Vec<T>) -> Result<Request<T>> {
         let counts = vec![mine.len(); self.size() as usize];
         self.iallgatherv(mine, &counts)
-    }
-}
-
-impl CommView<'_> {
-    /// Start the collective `plan` describes over the caller's `data`.
-    fn start_plan<T: Element>(
-        &mut self,
-        what: &'static str,
-        plan: Plan,
-        data: Vec<T>,
-        reduction: Option<Reduction<T>>,
-    ) -> Result<Request<T>> {
-        match plan.work(data) {
-            Ok(work) => self.start_run(what, plan.sched, work, reduction, plan.shape),
-            Err(m) => Err(self.refuse(what, m)),
-        }
     }
 }

@@ -25,10 +25,9 @@
 //! dropped, as a request does.
 
 use super::collectives::ops::{Element, Reduction};
-use super::collectives::request::{check_root, Shape};
-use super::collectives::schedule::Schedule;
+use super::collectives::plan::Plan;
 use super::collectives::scope::Scope;
-use super::collectives::{allreduce, barrier, bcast};
+use super::collectives::{plans, scan};
 use super::comm::CommView;
 use super::request::{Of, Request};
 use super::state::World;
@@ -39,17 +38,16 @@ use crate::error::{Error, Result};
 #[derive(Debug)]
 pub struct Persistent<T: Element> {
     what: &'static str,
-    /// The schedule, in world ranks.
-    sched: Schedule,
+    /// The schedule (in world ranks), the working array and the result.
+    plan: Plan,
     reduction: Option<Reduction<T>>,
-    shape: Shape,
     scope: Scope,
     /// Elements every start passes.
     len: usize,
 }
 
 impl<T: Element> Persistent<T> {
-    /// `"allreduce"`, `"broadcast"`, `"barrier"`.
+    /// `"allreduce"`, `"broadcast"`, `"barrier"`, ...
     pub fn operation(&self) -> &'static str {
         self.what
     }
@@ -65,6 +63,10 @@ impl<T: Element> Persistent<T> {
     }
 }
 
+/// Each `…_init` plans what the non-blocking call of the same name would
+/// start, with the same arguments except that the data is a length; a
+/// bad argument is an [`Error::Usage`] on this rank (no other rank is
+/// waiting yet).
 impl CommView<'_> {
     /// Plan an allreduce of `len` elements with `op` (see
     /// [`CommView::iallreduce`]).
@@ -73,50 +75,124 @@ impl CommView<'_> {
         len: usize,
         op: impl Into<Reduction<T>>,
     ) -> Result<Persistent<T>> {
-        let reduction = op.into();
-        reduction
-            .check()
-            .map_err(|m| Error::Usage(format!("allreduce_init: {m}")))?;
-        let (rank, size) = (self.rank(), self.size());
-        let algo = allreduce::choose(len * T::SIZE, len, size);
-        let sched = allreduce::schedule(rank, size, len, algo);
-        Ok(self.plan("allreduce", sched, Some(reduction), Shape::Whole, len))
+        let op = op.into();
+        let p = plans::allreduce(self.rank(), self.size(), len, &op);
+        self.plan("allreduce", p, Some(op), len)
+    }
+
+    /// Plan a reduce of `len` elements to `root` with `op` (see
+    /// [`CommView::ireduce`]).
+    pub fn reduce_init<T: Element>(
+        &mut self,
+        root: u32,
+        len: usize,
+        op: impl Into<Reduction<T>>,
+    ) -> Result<Persistent<T>> {
+        let op = op.into();
+        let p = plans::reduce(self.rank(), self.size(), root, len, &op);
+        self.plan("reduce", p, Some(op), len)
     }
 
     /// Plan a broadcast of `len` elements from `root` (see
     /// [`CommView::ibroadcast`]).
     pub fn broadcast_init<T: Element>(&mut self, root: u32, len: usize) -> Result<Persistent<T>> {
-        let (rank, size) = (self.rank(), self.size());
-        check_root(root, size).map_err(|m| Error::Usage(format!("broadcast_init: {m}")))?;
-        let algo = bcast::choose(len * T::SIZE, len, size);
-        let sched = bcast::schedule(rank, size, root, len, algo);
-        Ok(self.plan("broadcast", sched, None, Shape::Whole, len))
+        let p = plans::broadcast::<T>(self.rank(), self.size(), root, len);
+        self.plan("broadcast", p, None, len)
     }
 
     /// Plan a barrier (see [`CommView::ibarrier`]).
     pub fn barrier_init(&mut self) -> Result<Persistent<u8>> {
-        let size = self.size();
-        let sched = barrier::schedule(self.rank(), size, barrier::choose(size));
-        Ok(self.plan("barrier", sched, None, Shape::Whole, 0))
+        let p = plans::barrier(self.rank(), self.size());
+        self.plan("barrier", Ok(p), None, 0)
+    }
+
+    /// Plan an allgather of `len` elements from every rank (see
+    /// [`CommView::iallgather`]).
+    pub fn allgather_init<T: Element>(&mut self, len: usize) -> Result<Persistent<T>> {
+        let counts = vec![len; self.size() as usize];
+        let p = plans::allgatherv::<T>(self.rank(), self.size(), len, &counts);
+        self.plan("allgather", p, None, len)
+    }
+
+    /// Plan a gather of `len` elements from every rank on `root` (see
+    /// [`CommView::igather`]).
+    pub fn gather_init<T: Element>(&mut self, root: u32, len: usize) -> Result<Persistent<T>> {
+        let counts = vec![len; self.size() as usize];
+        let p = plans::gatherv::<T>(self.rank(), self.size(), root, len, &counts);
+        self.plan("gather", p, None, len)
+    }
+
+    /// Plan a scatter of `n` elements to every rank from `root` (see
+    /// [`CommView::iscatter`]): each start passes `size × n` elements on
+    /// the root and none elsewhere.
+    pub fn scatter_init<T: Element>(&mut self, root: u32, n: usize) -> Result<Persistent<T>> {
+        let (rank, size) = (self.rank(), self.size());
+        let counts = vec![n; size as usize];
+        let len = if rank == root { n * size as usize } else { 0 };
+        let p = plans::scatterv::<T>(rank, size, root, len, &counts);
+        self.plan("scatter", p, None, len)
+    }
+
+    /// Plan an alltoall of `len` elements, `size` equal blocks (see
+    /// [`CommView::ialltoall`]).
+    pub fn alltoall_init<T: Element>(&mut self, len: usize) -> Result<Persistent<T>> {
+        let p = plans::alltoall(self.rank(), self.size(), len);
+        self.plan("alltoall", p, None, len)
+    }
+
+    /// Plan an inclusive scan of `len` elements with `op` (see
+    /// [`CommView::iscan`]).
+    pub fn scan_init<T: Element>(
+        &mut self,
+        len: usize,
+        op: impl Into<Reduction<T>>,
+    ) -> Result<Persistent<T>> {
+        let op = op.into();
+        let p = plans::scan(self.rank(), self.size(), len, scan::Kind::Inclusive, &op);
+        self.plan("scan", p, Some(op), len)
+    }
+
+    /// Plan an exclusive scan of `len` elements with `op` (see
+    /// [`CommView::iexscan`]; rank 0's result is empty).
+    pub fn exscan_init<T: Element>(
+        &mut self,
+        len: usize,
+        op: impl Into<Reduction<T>>,
+    ) -> Result<Persistent<T>> {
+        let op = op.into();
+        let p = plans::scan(self.rank(), self.size(), len, scan::Kind::Exclusive, &op);
+        self.plan("exscan", p, Some(op), len)
+    }
+
+    /// Plan a reduce-scatter of `len` elements into `size` equal blocks
+    /// (see [`CommView::ireduce_scatter_block`]).
+    pub fn reduce_scatter_block_init<T: Element>(
+        &mut self,
+        len: usize,
+        op: impl Into<Reduction<T>>,
+    ) -> Result<Persistent<T>> {
+        let op = op.into();
+        let p = plans::reduce_scatter_block(self.rank(), self.size(), len, &op);
+        self.plan("reduce_scatter", p, Some(op), len)
     }
 
     fn plan<T: Element>(
         &mut self,
         what: &'static str,
-        sched: Schedule,
+        plan: std::result::Result<Plan, String>,
         reduction: Option<Reduction<T>>,
-        shape: Shape,
         len: usize,
-    ) -> Persistent<T> {
+    ) -> Result<Persistent<T>> {
+        let mut plan = plan.map_err(|m| Error::Usage(format!("{what}_init: {m}")))?;
         let scope = self.scope();
-        Persistent {
+        plan.sched = scope.to_world(plan.sched);
+        Ok(Persistent {
             what,
-            sched: scope.to_world(sched),
+            plan,
             reduction,
-            shape,
             scope,
             len,
-        }
+        })
     }
 }
 
@@ -128,20 +204,25 @@ impl World {
     pub fn start<T: Element>(&mut self, p: &Persistent<T>, data: Vec<T>) -> Result<Request<T>> {
         let _call = self.live.call();
         let (engine, mut io) = self.engine_io();
-        if data.len() != p.len {
-            let m = format!(
+        let work = if data.len() != p.len {
+            Err(format!(
                 "started with {} elements, planned for {}: every start passes the planned length",
                 data.len(),
                 p.len
-            );
-            return Err(engine.refuse(&mut io, &p.scope, p.what, m));
-        }
+            ))
+        } else {
+            p.plan.work(data)
+        };
+        let work = match work {
+            Ok(w) => w,
+            Err(m) => return Err(engine.refuse(&mut io, &p.scope, p.what, m)),
+        };
         let (id, seq, outcome) = engine.start(
             &mut io,
             &p.scope,
             p.what,
-            p.sched.clone(),
-            data,
+            p.plan.sched.clone(),
+            work,
             p.reduction.clone(),
         );
         Ok(Request {
@@ -150,7 +231,7 @@ impl World {
                 id,
                 seq,
                 outcome,
-                shape: p.shape.clone(),
+                shape: p.plan.shape.clone(),
             },
         })
     }

@@ -12,15 +12,16 @@ use crate::error::Result;
 use bytemuck::Pod;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use std::fmt::Debug;
 
 /// For each method, a World method of the same signature that calls it on
 /// the whole World's view.
 macro_rules! on_the_whole_world {
-    ($( fn $name:ident $(<$g:ident: $b:ident>)? (&mut self $(, $arg:ident: $t:ty)* ) -> $ret:ty; )*) => {
+    ($( fn $name:ident $(<$g:ident: $b:ident $(+ $more:ident)*>)? (&mut self $(, $arg:ident: $t:ty)* ) -> $ret:ty; )*) => {
         impl World {
             $(
                 #[doc = concat!("[`CommView::", stringify!($name), "`](super::comm::CommView::", stringify!($name), ") on the whole World.")]
-                pub fn $name $(<$g: $b>)? (&mut self $(, $arg: $t)*) -> $ret {
+                pub fn $name $(<$g: $b $(+ $more)*>)? (&mut self $(, $arg: $t)*) -> $ret {
                     self.whole().$name($($arg),*)
                 }
             )*
@@ -67,11 +68,21 @@ on_the_whole_world! {
     fn irecv<T: Element>(&mut self, from: Option<u32>, tag: Option<u32>, buf: Vec<T>) -> Result<Request<T>>;
     fn send_value<V: Serialize>(&mut self, to: u32, tag: u32, value: &V) -> Result<()>;
     fn recv_value<V: DeserializeOwned>(&mut self, from: Option<u32>, tag: Option<u32>) -> Result<(V, Status)>;
-    fn allreduce_with<S: Pod>(&mut self, data: &mut [S], f: impl Fn(&mut S, &S) + Send + Sync + 'static) -> Result<()>;
-    fn reduce_with<S: Pod>(&mut self, root: u32, data: &mut [S], f: impl Fn(&mut S, &S) + Send + Sync + 'static) -> Result<()>;
+    fn allreduce_with<S: Pod + Debug + PartialEq + Send + Sync>(&mut self, data: &mut [S], f: impl Fn(&mut S, &S) + Send + Sync + 'static) -> Result<()>;
+    fn reduce_with<S: Pod + Debug + PartialEq + Send + Sync>(&mut self, root: u32, data: &mut [S], f: impl Fn(&mut S, &S) + Send + Sync + 'static) -> Result<()>;
+    fn scan_with<S: Pod + Debug + PartialEq + Send + Sync>(&mut self, data: &mut [S], f: impl Fn(&mut S, &S) + Send + Sync + 'static) -> Result<()>;
+    fn exscan_with<S: Pod + Debug + PartialEq + Send + Sync>(&mut self, data: &[S], f: impl Fn(&mut S, &S) + Send + Sync + 'static) -> Result<Option<Vec<S>>>;
     fn allreduce_init<T: Element>(&mut self, len: usize, op: impl Into<Reduction<T>>) -> Result<Persistent<T>>;
     fn broadcast_init<T: Element>(&mut self, root: u32, len: usize) -> Result<Persistent<T>>;
     fn barrier_init(&mut self) -> Result<Persistent<u8>>;
+    fn reduce_init<T: Element>(&mut self, root: u32, len: usize, op: impl Into<Reduction<T>>) -> Result<Persistent<T>>;
+    fn allgather_init<T: Element>(&mut self, len: usize) -> Result<Persistent<T>>;
+    fn gather_init<T: Element>(&mut self, root: u32, len: usize) -> Result<Persistent<T>>;
+    fn scatter_init<T: Element>(&mut self, root: u32, n: usize) -> Result<Persistent<T>>;
+    fn alltoall_init<T: Element>(&mut self, len: usize) -> Result<Persistent<T>>;
+    fn scan_init<T: Element>(&mut self, len: usize, op: impl Into<Reduction<T>>) -> Result<Persistent<T>>;
+    fn exscan_init<T: Element>(&mut self, len: usize, op: impl Into<Reduction<T>>) -> Result<Persistent<T>>;
+    fn reduce_scatter_block_init<T: Element>(&mut self, len: usize, op: impl Into<Reduction<T>>) -> Result<Persistent<T>>;
     fn iprobe(&mut self, from: Option<u32>, tag: Option<u32>) -> Result<Option<Envelope>>;
     fn probe(&mut self, from: Option<u32>, tag: Option<u32>) -> Result<Envelope>;
     fn improbe(&mut self, from: Option<u32>, tag: Option<u32>) -> Result<Option<Matched>>;
