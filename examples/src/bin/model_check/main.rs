@@ -1,6 +1,7 @@
 //! The SPMD programming model, checked between real processes on any
 //! number of ranks: communicators (split by parity, by node, dup),
-//! collectives on each against a sequential reference, typed and serde
+//! collectives on each against a sequential reference (and their
+//! persistent forms, and reductions of the application's structs), typed and serde
 //! point-to-point messages with requests, probe and matched probe,
 //! `wait_any` over a mixed set, a receive too small for its message, and
 //! the limit on live communicators. Every value is checked; each rank prints its count.
@@ -9,6 +10,8 @@
 //! mpirun -np 5 model_check
 //! srun --mpi=pmix -n 3 model_check
 //! ```
+
+mod plans_and_records;
 
 use fabric_msg::{Access, Atomic, Comm, Error, Op, World};
 use serde::{Deserialize, Serialize};
@@ -24,7 +27,7 @@ struct Report {
 }
 
 /// A struct of the application's, reduced by its own function.
-#[derive(Debug, Clone, Copy, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
+#[derive(Debug, Clone, Copy, PartialEq, Default, bytemuck::Pod, bytemuck::Zeroable)]
 #[repr(C)]
 struct MinLoc {
     value: f64,
@@ -329,6 +332,10 @@ fn run(world: &mut World, t: &mut Tally) -> fabric_msg::Result<()> {
     ] {
         trace(rank, name);
         collectives(world, comm, name, t)?;
+        trace(rank, "persistent");
+        plans_and_records::persistent(world, comm, name, t)?;
+        trace(rank, "records");
+        plans_and_records::records(world, comm, name, t)?;
         trace(rank, "ring");
         ring(world, comm, name, t)?;
         trace(rank, "any");
