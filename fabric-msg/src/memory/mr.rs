@@ -78,6 +78,9 @@ pub(crate) struct RegionInner {
     /// Under `FI_MR_ENDPOINT`, keeps the bound endpoint from being closed first.
     _bound: Option<Arc<()>>,
     _domain: Arc<DomainInner>,
+    /// What owns borrowed memory that must outlive the registration (a
+    /// shared mapping); dropped after it, as fields drop after `Drop`.
+    _keep: Option<Arc<dyn std::any::Any + Send + Sync>>,
 }
 
 // SAFETY: the memory is reached only through raw copies (`read_at`,
@@ -115,6 +118,12 @@ pub(crate) enum AtomicRefusal {
 }
 
 impl RegionInner {
+    /// Hold `owner` (of this region's memory) until the registration is
+    /// closed.
+    pub(crate) fn keep(&mut self, owner: Arc<dyn std::any::Any + Send + Sync>) {
+        self._keep = Some(owner);
+    }
+
     /// The key peers present (a plain 64-bit key; 0 under `FI_MR_RAW`).
     pub(crate) fn key(&self) -> u64 {
         self.key
@@ -244,6 +253,7 @@ pub(crate) unsafe fn register(
         exposed,
         _bound: None,
         _domain: domain.clone(),
+        _keep: None,
     };
     if !matches!(p.threading, Threading::Safe | Threading::Fid) {
         return Err(Error::Unsupported {

@@ -28,7 +28,6 @@ use crate::discovery::atomic::AtomicKind;
 use crate::ffi;
 use crate::memory::buffer::HEADROOM;
 use crate::memory::mr::{AtomicRefusal, RegionInner};
-use std::sync::atomic::Ordering;
 use std::sync::Weak;
 
 /// Longest endpoint name a request carries (the origin's, for the reply).
@@ -218,19 +217,7 @@ pub(super) fn apply(regions: &[Weak<RegionInner>], r: &Request) -> Result<u64, S
         .find(|g| g.exposed() && g.key() == r.key)
         .ok_or(Status::NoRegion)?;
     let w = region.atomic_word(r.addr, needs(r.op))?;
-    // SeqCst: one total order for every operation on the word, whoever
-    // (which peer, or this side through `atomic_word`) applies it.
-    let o = Ordering::SeqCst;
-    Ok(match r.op {
-        AtomicKind::Add | AtomicKind::FetchAdd => w.fetch_add(r.operand, o),
-        AtomicKind::Swap => w.swap(r.operand, o),
-        AtomicKind::CompareSwap => match w.compare_exchange(r.compare, r.operand, o, o) {
-            Ok(v) | Err(v) => v,
-        },
-        AtomicKind::FetchMin => w.fetch_min(r.operand, o),
-        AtomicKind::FetchMax => w.fetch_max(r.operand, o),
-        AtomicKind::Read => w.load(o),
-    })
+    Ok(super::cpu_atomics::apply_word(w, r.op, r.operand, r.compare))
 }
 
 /// The access an operation needs at the target (as for native atomics).

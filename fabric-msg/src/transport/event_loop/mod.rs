@@ -60,6 +60,7 @@ mod calls;
 mod cancel;
 pub(crate) mod cm;
 mod completions;
+pub(crate) mod cpu_atomics;
 mod cq_errors;
 mod deadlines;
 mod endpoint;

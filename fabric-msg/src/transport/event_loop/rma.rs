@@ -69,7 +69,7 @@ impl Atomic {
     }
 
     /// (operand, compare value).
-    fn operands(self) -> (u64, u64) {
+    pub(crate) fn operands(self) -> (u64, u64) {
         match self {
             Atomic::Add(v)
             | Atomic::FetchAdd(v)
@@ -81,7 +81,15 @@ impl Atomic {
         }
     }
 
-    fn needs(self) -> Access {
+    /// Apply the operation to `w` with this CPU (`cpu_atomics.rs`); the
+    /// word's value before.
+    pub(crate) fn apply_to(self, w: &std::sync::atomic::AtomicU64) -> u64 {
+        let (operand, compare) = self.operands();
+        super::cpu_atomics::apply_word(w, self.kind(), operand, compare)
+    }
+
+    /// The access the target's memory must grant (as for native atomics).
+    pub(crate) fn needs(self) -> Access {
         match self {
             Atomic::Add(_) => Access::Write,
             Atomic::Read => Access::Read,
@@ -105,6 +113,27 @@ impl EventLoop {
     /// side of one-sided operations): no peer gets a key to them.
     pub(crate) fn register_local(&mut self, len: usize) -> Result<MemoryRegion> {
         self.register_owned(len, Access::ReadWrite, false)
+    }
+
+    /// Register `len` bytes at `ptr`, memory that `keep` owns (a shared
+    /// mapping: `world/node_symmetric.rs`), exposed to peers as `access`
+    /// says; the region holds `keep` until the registration is closed.
+    ///
+    /// # Safety
+    /// `ptr..ptr + len` is live, writable memory for as long as `keep` is.
+    pub(crate) unsafe fn register_kept(
+        &mut self,
+        ptr: NonNull<u8>,
+        len: usize,
+        access: Access,
+        keep: Arc<dyn std::any::Any + Send + Sync>,
+    ) -> Result<MemoryRegion> {
+        let bind = self.bind_target();
+        // SAFETY: the caller's promise; `keep` goes into the region, which
+        // drops it only after deregistering.
+        let mut inner = unsafe { mr::register(&self.domain, ptr, len, None, access, true, bind)? };
+        inner.keep(keep);
+        Ok(self.expose(MemoryRegion::new(inner), true))
     }
 
     fn register_owned(&mut self, len: usize, access: Access, exposed: bool) -> Result<MemoryRegion> {
