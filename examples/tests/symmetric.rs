@@ -3,27 +3,51 @@
 //! compare-swap counters on every rank, every byte checked on the rank
 //! that owns it) under `mpirun` at 1, 2, 3 and 5 ranks on shm and
 //! tcp;ofi_rxm, with native atomics on shm and emulated ones over TCP, through the
-//! rendezvous; and ranks that ask for different lengths.
+//! rendezvous; and ranks that ask for different lengths. Where the World
+//! maps same-node parts (the node transport, `world/node_symmetric.rs`),
+//! every rank says how many it mapped, and the count is checked: all of a
+//! node's ranks on the node transport, none on libfabric's shm or off
+//! shared memory; with two pretend nodes on TCP, a counter takes CPU
+//! atomics from its node and emulated ones from the other at once.
 //! Every process has a deadline, so a hang fails the test.
 
 mod support;
 
+use std::process::Command;
 use std::time::{Duration, Instant};
-use support::{best_tcp, mpirun, rendezvous, wait_all, Exit};
+use support::{best_tcp, clean, mpirun, rendezvous, shm_on, wait_all, Exit};
 
 const CHECK: &str = env!("CARGO_BIN_EXE_symmetric_check");
 /// Longest any one launch may take (5 ranks on 2 cores under load).
 const DEADLINE: Duration = Duration::from_secs(180);
 
 /// The checks one rank of `n` makes: a slot written by every rank, a slot read
-/// from every rank, the refused out-of-bounds write, and with atomics the
-/// two counters plus the fetched values of every target.
+/// from every rank, a slot read through the token interface, the refused
+/// out-of-bounds write, and with atomics the two counters plus the fetched
+/// values of every target, and the counter of the token interface's.
 fn expected_checks(n: u32, atomics: bool) -> usize {
     let n = n as usize;
-    2 * n + 1 + if atomics { 2 + n } else { 0 }
+    2 * n + 2 + if atomics { 3 + n } else { 0 }
 }
 
-fn assert_all_checked(out: &str, err: &str, n: u32, provider: &str, launcher: &str, atomics: bool) {
+/// Parts each rank of `n` on one node maps: all, on the node transport.
+fn mapped_on_one_node(n: u32, shm: bool) -> u32 {
+    if shm && shm_on() == "1" && n > 1 {
+        n
+    } else {
+        0
+    }
+}
+
+fn assert_all_checked(
+    out: &str,
+    err: &str,
+    n: u32,
+    provider: &str,
+    launcher: &str,
+    atomics: bool,
+    mapped: u32,
+) {
     let want = expected_checks(n, atomics);
     for r in 0..n {
         let line = format!("rank {r}/{n}: {want} checks passed");
@@ -31,7 +55,10 @@ fn assert_all_checked(out: &str, err: &str, n: u32, provider: &str, launcher: &s
             .lines()
             .find(|l| l.starts_with(&line))
             .unwrap_or_else(|| panic!("rank {r}: no `{line}`:\n{out}\n{err}"));
-        assert!(line.ends_with(&format!("({provider} via {launcher})")), "{line}");
+        assert!(
+            line.ends_with(&format!("({provider} via {launcher}; {mapped} parts mapped)")),
+            "{line}"
+        );
     }
     assert!(!out.contains("FAILED"), "{out}");
     assert_eq!(err.contains("ATOMICS SKIPPED"), !atomics, "{err}");
@@ -42,7 +69,8 @@ fn mpirun_checks(shm: bool, args: &[&str], provider: &str, atomics: bool) {
         let started = Instant::now();
         let e = wait_all(vec![mpirun(CHECK, n, shm, args)], started, DEADLINE).remove(0);
         assert!(e.status.success(), "{n} ranks on {provider}: {e:?}");
-        assert_all_checked(&e.stdout, &e.stderr, n, provider, "pmix", atomics);
+        let mapped = mapped_on_one_node(n, shm);
+        assert_all_checked(&e.stdout, &e.stderr, n, provider, "pmix", atomics, mapped);
     }
 }
 
@@ -71,7 +99,39 @@ fn mpirun_symmetric_without_atomics() {
     )
     .remove(0);
     assert!(e.status.success(), "{e:?}");
-    assert_all_checked(&e.stdout, &e.stderr, 3, best_tcp(), "pmix", false);
+    assert_all_checked(&e.stdout, &e.stderr, 3, best_tcp(), "pmix", false, 0);
+}
+
+/// Two pretend nodes of two ranks on TCP, with the node transport: each
+/// rank maps its node's two parts, and every counter takes CPU atomics
+/// from its own node (requests and direct `NodePart` ones) and fabric-msg's
+/// emulated atomics from the other, applied by the same CPU instructions:
+/// the counts come out exact.
+#[test]
+fn mpirun_symmetric_across_pretend_nodes_mixes_cpu_and_emulated_atomics() {
+    if shm_on() != "1" {
+        eprintln!(
+            "SKIPPED: the node transport is off (FABRIC_MSG_TEST_SHM={})",
+            shm_on()
+        );
+        return;
+    }
+    let mut cmd = Command::new("mpirun");
+    clean(&mut cmd).args([
+        "--allow-run-as-root",
+        "--oversubscribe",
+        "-x",
+        "FABRIC_MSG_SHM=1",
+        "-np",
+        "4",
+        "sh",
+        "-c",
+        &format!("FABRIC_MSG_NODE=node$((OMPI_COMM_WORLD_RANK / 2)) exec {CHECK} --atomics 40"),
+    ]);
+    let child = cmd.spawn().expect("mpirun (ci/setup.sh installs openmpi-bin)");
+    let e = wait_all(vec![child], Instant::now(), DEADLINE).remove(0);
+    assert!(e.status.success(), "{e:?}");
+    assert_all_checked(&e.stdout, &e.stderr, 4, best_tcp(), "pmix", true, 2);
 }
 
 #[test]
@@ -83,7 +143,15 @@ fn rendezvous_symmetric_memory() {
     for (r, e) in exits.iter().enumerate() {
         assert!(e.status.success(), "rank {r}: {e:?}");
     }
-    assert_all_checked(&out, &err, 3, "shm", "rendezvous", true);
+    assert_all_checked(
+        &out,
+        &err,
+        3,
+        "shm",
+        "rendezvous",
+        true,
+        mapped_on_one_node(3, true),
+    );
 }
 
 /// The last rank asks for 8 bytes more: every rank fails, naming it, and

@@ -17,7 +17,7 @@
 //!        is then skipped, loudly)
 //!        symmetric_check --mismatch      the last rank asks for 8 bytes more
 
-use fabric_msg::{Access, Atomic, AtomicKind, Capability, Symmetric, World, WorldConfig};
+use fabric_msg::{Access, Atomic, AtomicKind, Capability, OpKind, Symmetric, Token, World, WorldConfig};
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -64,12 +64,18 @@ fn pattern(from: u32, to: u32, i: usize) -> u8 {
     (from as usize * 131 + to as usize * 29 + i * 7 + (i >> 8)) as u8
 }
 
-fn check(world: &mut World, o: &Opts) -> Result<(usize, Vec<String>), String> {
+/// Checks made, what failed, and how many ranks' parts this rank reaches
+/// through its own mapping (the same-node ones where the World maps
+/// symmetric memory).
+type Outcome = (usize, Vec<String>, usize);
+
+fn check(world: &mut World, o: &Opts) -> Result<Outcome, String> {
     let (me, size) = (world.rank(), world.size());
     let counters = size as usize * o.slot;
-    let len = counters + 16;
+    let len = counters + 24;
     let e = |e: fabric_msg::Error| e.to_string();
     let mem = world.alloc_symmetric(len, Access::ReadWrite).map_err(e)?;
+    let mapped = (0..size).filter(|&r| mem.on_node(r).is_some()).count();
     let mut checks = 0;
     let mut failures = Vec::new();
 
@@ -117,6 +123,24 @@ fn check(world: &mut World, o: &Opts) -> Result<(usize, Vec<String>), String> {
         }
     }
 
+    // The token interface: read the slot this rank put on its right-hand
+    // neighbour into registered memory; the completion comes from poll.
+    let right = (me + 1) % size;
+    let local = world.event_loop().register(o.slot, Access::Read).map_err(e)?;
+    let at = (me as usize * o.slot) as u64;
+    world.read(right, local.all(), &mem, at, Token(7)).map_err(e)?;
+    let c = poll_for(world, Token(7))?;
+    local.read_at(0, &mut got).map_err(e)?;
+    checks += 1;
+    let bad = (0..o.slot).filter(|&i| got[i] != pattern(me, right, i)).count();
+    if c.kind != OpKind::Read || bad > 0 {
+        failures.push(format!(
+            "token read from rank {right}: {:?}, {bad} bytes differ",
+            c.kind
+        ));
+    }
+    local.close().map_err(|(_, err)| err.to_string())?;
+
     // Out of bounds: refused here, before anything reaches the fabric.
     checks += 1;
     if world
@@ -127,14 +151,18 @@ fn check(world: &mut World, o: &Opts) -> Result<(usize, Vec<String>), String> {
     }
 
     checks += atomics(world, &mem, o, counters as u64, &mut failures)?;
+    checks += token_atomics(world, &mem, counters as u64 + 16, &mut failures)?;
     world.barrier().map_err(e)?;
     world.free_symmetric(mem).map_err(|(_, err)| err.to_string())?;
-    Ok((checks, failures))
+    Ok((checks, failures, mapped))
 }
 
 /// Every rank fetch-adds 1 to counter A and compare-swap-increments counter
 /// B of every rank `o.atomics` times; each rank's counters must then be
 /// exactly size × o.atomics, and the fetched values of one target distinct.
+/// Odd ranks add to the parts they have mapped directly (`NodePart`),
+/// beside the others' requests and the other nodes' fabric atomics, so
+/// one counter takes atomics of every mechanism at once.
 fn atomics(
     world: &mut World,
     mem: &Symmetric,
@@ -162,10 +190,19 @@ fn atomics(
     let mut fetched: Vec<Vec<u64>> = vec![Vec::new(); size as usize];
     for chunk in targets.chunks(WINDOW) {
         let mut adds = Vec::new();
+        let mut sent = Vec::new();
         for &t in chunk {
-            adds.push(world.fetch_atomic(t, Atomic::FetchAdd(1), mem, at).map_err(e)?);
+            match mem.on_node(t).filter(|_| me % 2 == 1) {
+                Some(part) => {
+                    fetched[t as usize].push(part.atomic(Atomic::FetchAdd(1), at as usize).map_err(e)?)
+                }
+                None => {
+                    adds.push(world.fetch_atomic(t, Atomic::FetchAdd(1), mem, at).map_err(e)?);
+                    sent.push(t);
+                }
+            }
         }
-        for (&t, old) in chunk.iter().zip(world.wait_all(adds).map_err(e)?) {
+        for (&t, old) in sent.iter().zip(world.wait_all(adds).map_err(e)?) {
             fetched[t as usize].push(old[0]);
         }
     }
@@ -215,6 +252,62 @@ fn atomics(
     Ok(checks)
 }
 
+/// Every rank fetch-adds 1 to rank 0's third counter through the token
+/// interface (`World::atomic`, completion from `World::poll` with the old
+/// value); after a barrier, every rank reads it: exactly `size`.
+fn token_atomics(
+    world: &mut World,
+    mem: &Symmetric,
+    at: u64,
+    failures: &mut Vec<String>,
+) -> Result<usize, String> {
+    if world.profile().atomic_carrier(AtomicKind::FetchAdd).is_none() {
+        return Ok(0);
+    }
+    let e = |e: fabric_msg::Error| e.to_string();
+    let size = u64::from(world.size());
+    world
+        .atomic(0, Atomic::FetchAdd(1), mem, at, Token(8))
+        .map_err(e)?;
+    let c = poll_for(world, Token(8))?;
+    if c.kind != OpKind::Atomic || !c.value.is_some_and(|v| v < size) {
+        failures.push(format!(
+            "token fetch-add on rank 0: {:?} fetched {:?}",
+            c.kind, c.value
+        ));
+    }
+    world.barrier().map_err(e)?;
+    let req = world.get::<u64>(0, mem, at, 1).map_err(e)?;
+    let total = world.wait(req).map_err(e)?[0];
+    if total != size {
+        failures.push(format!(
+            "token fetch-adds left rank 0's counter at {total}, not {size}"
+        ));
+    }
+    Ok(1)
+}
+
+/// Poll the World until the completion of `token` comes (checked: it
+/// succeeded).
+fn poll_for(world: &mut World, token: Token) -> Result<fabric_msg::Completion, String> {
+    let mut out = Vec::new();
+    let until = Instant::now() + std::time::Duration::from_secs(60);
+    while Instant::now() < until {
+        world
+            .poll(&mut out, Some(std::time::Duration::from_millis(100)))
+            .map_err(|e| e.to_string())?;
+        if let Some(i) = out.iter().position(|c| c.token == token) {
+            let c = out.swap_remove(i);
+            return c
+                .result
+                .clone()
+                .map(|()| c)
+                .map_err(|err| format!("{token:?} failed: {err}"));
+        }
+    }
+    Err(format!("no completion of {token:?} in 60 s"))
+}
+
 /// One line in one write, so that ranks sharing `mpirun`'s stderr do not
 /// interleave.
 fn say_err(line: &str) {
@@ -249,7 +342,7 @@ fn main() -> ExitCode {
         let extra = if rank == size - 1 { 8 } else { 0 };
         world
             .alloc_symmetric(4096 + extra, Access::ReadWrite)
-            .map(|_| (0, vec!["a mismatched length was accepted".to_string()]))
+            .map(|_| (0, vec!["a mismatched length was accepted".to_string()], 0))
             .map_err(|e| e.to_string())
     } else {
         check(&mut world, &o)
@@ -258,8 +351,10 @@ fn main() -> ExitCode {
     let launcher = world.launcher();
     let secs = started.elapsed().as_secs_f64();
     match outcome {
-        Ok((checks, failures)) if failures.is_empty() => {
-            println!("rank {rank}/{size}: {checks} checks passed in {secs:.2} s ({provider} via {launcher})");
+        Ok((checks, failures, mapped)) if failures.is_empty() => {
+            println!(
+                "rank {rank}/{size}: {checks} checks passed in {secs:.2} s ({provider} via {launcher}; {mapped} parts mapped)"
+            );
             match world.finish() {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
@@ -268,7 +363,7 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Ok((_, failures)) => {
+        Ok((_, failures, _)) => {
             for f in failures {
                 println!("rank {rank}/{size}: FAILED {f}");
             }

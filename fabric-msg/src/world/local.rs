@@ -148,6 +148,12 @@ impl Local {
         self.side.carries(rank)
     }
 
+    /// Whether same-node ranks talk over fabric-msg's node transport (not
+    /// libfabric's shm).
+    pub(crate) fn is_node(&self) -> bool {
+        matches!(self.side, Side::Node(_))
+    }
+
     /// Whether every rank, this one included, is reached over the
     /// same-node loop (the main loop then carries no messages).
     pub(crate) fn carries_all(&self) -> bool {

@@ -54,6 +54,7 @@ mod local;
 mod local_wiring;
 mod messages;
 mod more_collectives;
+mod node_symmetric;
 mod one_sided;
 mod persistent;
 mod placement;
@@ -76,6 +77,7 @@ mod whole_world;
 
 pub use comm::{Comm, CommView};
 pub use config::WorldConfig;
+pub use node_symmetric::NodePart;
 pub use persistent::Persistent;
 pub use probe::{Envelope, Matched};
 pub use record::Record;

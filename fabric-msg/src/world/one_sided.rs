@@ -46,6 +46,7 @@
 
 use super::collectives::ops::{bytes_of, bytes_of_mut, Element};
 use super::messages::Ticket;
+use super::node_symmetric::near;
 use super::request::{Of, Request, Status};
 use super::symmetric::Symmetric;
 use super::World;
@@ -76,6 +77,10 @@ impl World {
         offset: u64,
         data: &[T],
     ) -> Result<Request<T>> {
+        if let Some(part) = mem.on_node(rank) {
+            part.store_bytes(near(offset)?, bytes_of(data))?;
+            return Ok(ready("put", Vec::new(), rank));
+        }
         let scratch = self.scratch(std::mem::size_of_val(data))?;
         scratch.write_at(0, bytes_of(data))?;
         let ticket = self.msgs.open(false);
@@ -96,6 +101,11 @@ impl World {
         offset: u64,
         count: usize,
     ) -> Result<Request<T>> {
+        if let Some(part) = mem.on_node(rank) {
+            let mut v = vec![T::ZERO; count];
+            part.load(near(offset)?, &mut v)?;
+            return Ok(ready("get", v, rank));
+        }
         let bytes = count
             .checked_mul(T::SIZE)
             .ok_or_else(|| Error::Usage(format!("get: {count} elements")))?;
@@ -118,6 +128,10 @@ impl World {
         mem: &Symmetric,
         offset: u64,
     ) -> Result<Request<u64>> {
+        if let Some(part) = mem.on_node(rank) {
+            let old = part.atomic(op, near(offset)?)?;
+            return Ok(ready("fetch_atomic", vec![old], rank));
+        }
         let ticket = self.msgs.open(false);
         let token = ticket.token();
         let posted = self.one_sided(mem, rank, |ev, peer, remote| {
@@ -226,6 +240,23 @@ impl World {
             self.one_sided.keep(s);
         }
         out
+    }
+}
+
+/// The request of a same-node operation done on mapped memory
+/// (`node_symmetric.rs`): finished, with its result.
+fn ready<T: Element>(what: &'static str, out: Vec<T>, rank: u32) -> Request<T> {
+    let count = out.len();
+    Request {
+        what,
+        of: Of::Ready {
+            out,
+            status: Status {
+                source: rank,
+                tag: 0,
+                count,
+            },
+        },
     }
 }
 

@@ -79,6 +79,9 @@ pub(crate) enum Of<T: Element> {
         rank: u32,
         abandoned: Abandoned,
     },
+    /// Finished as it started: a same-node one-sided operation on mapped
+    /// symmetric memory (`node_symmetric.rs`), with its result.
+    Ready { out: Vec<T>, status: Status },
     /// Waited for already.
     Finished,
 }
@@ -235,7 +238,7 @@ impl World {
         match &req.of {
             Of::Run { id, outcome, .. } => outcome.lock().is_some() || !self.coll.running(*id),
             Of::Message { ticket, .. } | Of::OneSided { ticket, .. } => self.msgs.is_done(*ticket),
-            Of::Finished => true,
+            Of::Ready { .. } | Of::Finished => true,
         }
     }
 
@@ -293,6 +296,10 @@ impl World {
                 };
                 Some(self.one_sided_result(req.what, c, scratch, count, rank))
             }
+            Of::Ready { .. } => match std::mem::replace(&mut req.of, Of::Finished) {
+                Of::Ready { out, status } => Some(Ok((out, status))),
+                _ => None,
+            },
             Of::Finished => Some(Err(Error::Usage(format!(
                 "{}: this request was waited for already",
                 req.what

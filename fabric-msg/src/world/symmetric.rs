@@ -27,18 +27,24 @@
 //! descriptors, each checked and imported (`EventLoop::import`) as one from
 //! any peer would be.
 
+use super::node_symmetric::{self, near, Mapping, NodePart, NAME_WORDS};
 use super::World;
 use crate::error::{Error, Result};
 use crate::memory::access::Access;
 use crate::memory::mr::{Local, MemoryRegion};
 use crate::memory::remote::{RemoteMemory, MAX_REMOTE_MEMORY};
 use crate::transport::event_loop::rma::Atomic;
-use crate::transport::event_loop::{EventLoop, Peer, Token};
+use crate::transport::event_loop::{Completion, EventLoop, OpKind, Peer, Token};
+use crate::transport::node::segment::{Segment, HEADER};
+use std::sync::Arc;
 
 /// The allgather of what each rank registered: length, access, status,
-/// descriptor length.
-const SUMMARY: usize = 4;
+/// descriptor length, and its part's segment name (`node_symmetric.rs`).
+const SUMMARY: usize = 4 + NAME_WORDS;
 const OK: u64 = 0;
+/// Bytes a same-node write or read of the token interface copies at a time
+/// (through the stack: no allocation per operation).
+const COPY_CHUNK: usize = 4096;
 const FAILED: u64 = 1;
 
 /// Memory registered by every rank of a [`World`] with the same length,
@@ -48,6 +54,8 @@ pub struct Symmetric {
     region: MemoryRegion,
     /// Every rank's part, by rank (this rank's own too).
     parts: Vec<RemoteMemory>,
+    /// The same-node parts mapped here, if every rank agreed to use them.
+    mapping: Mapping,
 }
 
 impl Symmetric {
@@ -70,6 +78,28 @@ impl Symmetric {
     /// `rank`'s part as its peers name it (`None` past the world's size).
     pub fn remote(&self, rank: u32) -> Option<&RemoteMemory> {
         self.parts.get(rank as usize)
+    }
+
+    /// `rank`'s part mapped into this process, if `rank` shares this node
+    /// and the World maps symmetric memory (the node transport is on, and
+    /// atomics can be made coherent; see `docs/onnode.md`). `None`
+    /// otherwise: then reach it with [`World::get`](crate::World::get) and
+    /// the other one-sided operations, which work everywhere.
+    ///
+    /// ```no_run
+    /// use fabric_msg::{Access, Atomic, World};
+    /// let mut world = World::init()?;
+    /// let mem = world.alloc_symmetric(4096, Access::ReadWrite)?;
+    /// if let Some(peer) = mem.on_node(0) {
+    ///     let ticket = peer.atomic(Atomic::FetchAdd(1), 0)?; // a CPU atomic on rank 0's part
+    ///     let mut row = [0.0f64; 4];
+    ///     peer.load(64, &mut row)?;
+    ///     # let _ = ticket;
+    /// }
+    /// # Ok::<(), fabric_msg::Error>(())
+    /// ```
+    pub fn on_node(&self, rank: u32) -> Option<NodePart<'_>> {
+        Some(NodePart::new(self.mapping.get(rank)?, self.remote(rank)?, rank))
     }
 }
 
@@ -94,7 +124,16 @@ impl World {
     /// fail with the reason.
     pub fn alloc_symmetric(&mut self, len: usize, access: Access) -> Result<Symmetric> {
         let size = self.size();
-        let mut registered = self.ev.register(len, access);
+        let own = self.own_part(len);
+        let mut registered = match &own {
+            // SAFETY: the part's bytes lie inside the segment's mapping,
+            // which lives as long as the `Arc` the region keeps.
+            Some(seg) => unsafe {
+                self.ev
+                    .register_kept(seg.at(HEADER, len), len, access, seg.clone())
+            },
+            None => self.ev.register(len, access),
+        };
         let encoded = match &registered {
             Ok(region) => region.remote().encode(),
             Err(_) => Vec::new(),
@@ -106,8 +145,9 @@ impl World {
             )));
         }
         let status = if registered.is_ok() { OK } else { FAILED };
-        let mine = [len as u64, access_code(access), status, encoded.len() as u64];
-        let req = self.iallgatherv(mine.to_vec(), &vec![SUMMARY; size as usize])?;
+        let mut mine = vec![len as u64, access_code(access), status, encoded.len() as u64];
+        mine.extend(node_symmetric::name_words(own.as_deref()));
+        let req = self.iallgatherv(mine, &vec![SUMMARY; size as usize])?;
         let seq = req.number().unwrap_or_default();
         let summary = self.wait(req)?;
         let me = self.rank();
@@ -157,7 +197,69 @@ impl World {
             }
             parts.push(part);
         }
-        Ok(Symmetric { region, parts })
+        let mapping = self.map_parts(&summary, own, len)?;
+        Ok(Symmetric {
+            region,
+            parts,
+            mapping,
+        })
+    }
+
+    /// This rank's part in a segment of its own, where same-node parts are
+    /// to be mapped (`node_symmetric.rs`: the node transport is on and
+    /// atomics can be kept coherent); `None` for a registered heap part.
+    fn own_part(&self, len: usize) -> Option<Arc<Segment>> {
+        let local = self.local.as_ref().filter(|l| l.is_node())?;
+        if len == 0 || !node_symmetric::coherent(self.profile(), local.carries_all()) {
+            return None;
+        }
+        node_symmetric::create_part(len)
+            .inspect_err(|e| log::warn!("symmetric memory: no shared segment for this rank's part ({e}); same-node operations go through the provider"))
+            .ok()
+    }
+
+    /// Map the parts of the ranks the node transport carries (those that
+    /// share this node) from their names in `summary`, then
+    /// agree: the mapping is used only if every rank has mapped every part
+    /// of its node, so that no atomic goes through the CPU on one rank and
+    /// the provider on another.
+    fn map_parts(&mut self, summary: &[u64], own: Option<Arc<Segment>>, len: usize) -> Result<Mapping> {
+        let (me, size) = (self.rank(), self.size() as usize);
+        let mut parts: Vec<Option<Arc<Segment>>> = vec![None; size];
+        let mut mapped = own.is_some();
+        let node = self.local.as_ref().map_or(Vec::new(), |l| l.ranks());
+        for r in node.into_iter().chain([me]) {
+            if !mapped {
+                break;
+            }
+            if r == me {
+                parts[r as usize] = own.clone();
+                continue;
+            }
+            let words = &summary[r as usize * SUMMARY + 4..(r as usize + 1) * SUMMARY];
+            let attached = match node_symmetric::name_of(words) {
+                None => Err("it has no shared segment".to_string()),
+                Some(n) if n.len != (HEADER + len.max(1)) as u64 => Err(format!(
+                    "its segment is {} bytes, not {}",
+                    n.len,
+                    HEADER + len.max(1)
+                )),
+                Some(n) => Segment::attach(&n).map_err(|e| e.to_string()),
+            };
+            match attached {
+                Ok(seg) => parts[r as usize] = Some(Arc::new(seg)),
+                Err(why) => {
+                    log::warn!("symmetric memory: rank {r}'s part is not mapped here ({why}); the provider carries it");
+                    mapped = false;
+                }
+            }
+        }
+        let all = self.allgather(&[u8::from(mapped)])?;
+        Ok(if all.iter().all(|&m| m == 1) {
+            Mapping::agreed(parts)
+        } else {
+            Mapping::default()
+        })
     }
 
     /// Free symmetric memory on every rank. Collective: it returns once
@@ -197,10 +299,19 @@ impl World {
             };
             return Err((mem, e));
         }
-        let Symmetric { region, parts } = mem;
-        region
-            .close()
-            .map_err(|(region, e)| (Symmetric { region, parts }, e))
+        let Symmetric {
+            region,
+            parts,
+            mapping,
+        } = mem;
+        region.close().map_err(|(region, e)| {
+            let mem = Symmetric {
+                region,
+                parts,
+                mapping,
+            };
+            (mem, e)
+        })
     }
 
     /// Write `local` into `rank`'s part of `mem` at `offset`; its completion
@@ -217,6 +328,18 @@ impl World {
         token: Token,
     ) -> Result<()> {
         super::point_to_point::check_token(token)?;
+        if let Some(part) = mem.on_node(rank) {
+            let at = near(offset)?;
+            part.check(at, local.len, Access::Write, "write")?;
+            let mut chunk = [0u8; COPY_CHUNK];
+            for start in (0..local.len).step_by(COPY_CHUNK) {
+                let n = COPY_CHUNK.min(local.len - start);
+                local.region.read_at(local.offset + start, &mut chunk[..n])?;
+                part.store_bytes(at + start, &chunk[..n])?;
+            }
+            self.done_near(token, OpKind::Write, None);
+            return Ok(());
+        }
         self.one_sided(mem, rank, |ev, peer, remote| {
             ev.write(peer, local, remote, offset, token)
         })
@@ -233,6 +356,18 @@ impl World {
         token: Token,
     ) -> Result<()> {
         super::point_to_point::check_token(token)?;
+        if let Some(part) = mem.on_node(rank) {
+            let at = near(offset)?;
+            part.check(at, local.len, Access::Read, "read")?;
+            let mut chunk = [0u8; COPY_CHUNK];
+            for start in (0..local.len).step_by(COPY_CHUNK) {
+                let n = COPY_CHUNK.min(local.len - start);
+                part.load_bytes(at + start, &mut chunk[..n])?;
+                local.region.write_at(local.offset + start, &chunk[..n])?;
+            }
+            self.done_near(token, OpKind::Read, None);
+            return Ok(());
+        }
         self.one_sided(mem, rank, |ev, peer, remote| {
             ev.read(peer, local, remote, offset, token)
         })
@@ -249,6 +384,11 @@ impl World {
         token: Token,
     ) -> Result<()> {
         super::point_to_point::check_token(token)?;
+        if let Some(part) = mem.on_node(rank) {
+            let old = part.atomic(op, near(offset)?)?;
+            self.done_near(token, OpKind::Atomic, op.kind().fetches().then_some(old));
+            return Ok(());
+        }
         self.one_sided(mem, rank, |ev, peer, remote| {
             ev.atomic(peer, op, remote, offset, token)
         })
@@ -267,6 +407,14 @@ impl World {
         let remote = self.part(mem, rank)?;
         let r = post(&mut self.ev, &self.peers[rank as usize], remote);
         r.map_err(|e| self.live.first_lost().map_or(e, |r| self.lost(r)))
+    }
+
+    /// The completion of a same-node operation done on mapped memory,
+    /// handed out by the next [`World::poll`] as the provider's would be.
+    fn done_near(&mut self, token: Token, kind: OpKind, value: Option<u64>) {
+        let mut c = Completion::outcome(token, self.ep.0, kind, Ok(()));
+        c.value = value;
+        self.coll.kept_mut().push(c);
     }
 
     fn part<'m>(&self, mem: &'m Symmetric, rank: u32) -> Result<&'m RemoteMemory> {
