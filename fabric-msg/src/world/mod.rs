@@ -42,6 +42,8 @@
 
 mod admission;
 mod agree;
+#[cfg(feature = "tokio")]
+pub mod awaiting;
 mod collective_calls;
 pub mod collectives;
 mod comm;

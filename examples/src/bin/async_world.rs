@@ -1,0 +1,159 @@
+//! The World's requests awaited in a tokio program (feature `tokio`,
+//! `fabric_msg::world::awaiting`), on any number of ranks: a ring of typed
+//! messages awaited while one rank computes and a ticker task keeps
+//! running beside the waiting ones; a `tokio::time::timeout` around a
+//! receive that never comes (its request dropped, the receive cancelled,
+//! and a later message with the same tag still arrives intact);
+//! `wait_any_async` over a receive and a collective; atomics on symmetric
+//! memory; a persistent allreduce started and awaited. Every value is
+//! checked; each rank prints its count.
+//!
+//! ```text
+//! mpirun -np 3 async_world
+//! ```
+
+use fabric_msg::{Access, Atomic, Op, World};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The checks passed, and what failed.
+#[derive(Default)]
+struct Tally {
+    passed: usize,
+    failed: Vec<String>,
+}
+
+impl Tally {
+    fn expect<T: PartialEq + std::fmt::Debug>(&mut self, what: &str, got: T, want: T) {
+        if got == want {
+            self.passed += 1;
+        } else {
+            self.failed.push(format!("{what}: got {got:?}, want {want:?}"));
+        }
+    }
+}
+
+async fn run(world: &mut World, t: &mut Tally) -> fabric_msg::Result<()> {
+    let (rank, size) = (world.rank(), world.size());
+    let (left, right) = ((rank + size - 1) % size, (rank + 1) % size);
+
+    // A ring while rank 0 computes 300 ms first: the others await, and a
+    // ticker task on the same runtime keeps ticking meanwhile.
+    let ticks = Arc::new(AtomicU64::new(0));
+    let ticker = {
+        let ticks = ticks.clone();
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(Duration::from_millis(10));
+            loop {
+                every.tick().await;
+                ticks.fetch_add(1, Ordering::Relaxed);
+            }
+        })
+    };
+    if rank == 0 {
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let started = Instant::now();
+    let from_left = world.irecv(Some(left), Some(1), vec![0u64; 100])?;
+    let to_right = world.isend(right, 1, &[u64::from(rank) * 7; 100])?;
+    let done = world.wait_all_async(vec![from_left, to_right]).await?;
+    t.expect("ring", &done[0], &vec![u64::from(left) * 7; 100]);
+    let waited = started.elapsed();
+    if rank != 0 && waited > Duration::from_millis(150) {
+        // The ticker ran while this rank awaited rank 0.
+        let n = ticks.load(Ordering::Relaxed);
+        t.expect("the runtime ran other tasks during the wait", n >= 5, true);
+    }
+    ticker.abort();
+
+    // A receive that never comes, under a timeout: its request is dropped
+    // (the receive cancelled), and the next message with that tag is
+    // taken whole by a new receive.
+    let never = world.irecv(Some(left), Some(2), vec![0u32; 4])?;
+    let timed = tokio::time::timeout(Duration::from_millis(200), world.wait_async(never)).await;
+    t.expect("a receive that never comes times out", timed.is_err(), true);
+    world.barrier()?;
+    world.send(right, 2, &[rank; 4])?;
+    let mut got = [0u32; 4];
+    world.recv(Some(left), Some(2), &mut got)?;
+    t.expect("after the timeout, the message with its tag", got, [left; 4]);
+
+    // wait_any over a message and a collective.
+    let mut set = vec![
+        Some(world.irecv(Some(left), Some(3), vec![0u64; 1])?),
+        Some(world.iallreduce(vec![u64::from(rank)], Op::Sum)?),
+    ];
+    world.isend(right, 3, &[u64::from(rank) + 1000]).map(drop)?;
+    let mut seen = [false; 2];
+    while let Some((i, v, _)) = world.wait_any_async(&mut set).await? {
+        seen[i] = true;
+        let want = if i == 0 {
+            u64::from(left) + 1000
+        } else {
+            u64::from(size * (size - 1) / 2)
+        };
+        t.expect(&format!("wait_any_async #{i}"), v[0], want);
+    }
+    t.expect("wait_any_async took both", seen, [true, true]);
+
+    // Atomics on symmetric memory, and a persistent allreduce.
+    let mem = world.alloc_symmetric(64, Access::ReadWrite)?;
+    let adds: Vec<_> = (0..size)
+        .map(|r| world.fetch_atomic(r, Atomic::FetchAdd(1), &mem, 0))
+        .collect::<fabric_msg::Result<_>>()?;
+    world.wait_all_async(adds).await?;
+    let plan = world.allreduce_init::<u64>(1, Op::Max)?;
+    world.barrier()?;
+    let counter = world.get::<u64>(rank, &mem, 0, 1)?;
+    t.expect(
+        "every rank's fetch-add",
+        world.wait_async(counter).await?,
+        vec![u64::from(size)],
+    );
+    for k in 0..3u64 {
+        let req = world.start(&plan, vec![u64::from(rank) + k])?;
+        t.expect(
+            &format!("persistent allreduce #{k}"),
+            world.wait_async(req).await?,
+            vec![u64::from(size - 1) + k],
+        );
+    }
+    world.barrier()?;
+    world.free_symmetric(mem).map_err(|(_, e)| e)?;
+    Ok(())
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> ExitCode {
+    let mut world = match World::init() {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!("async_world: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let (rank, size) = (world.rank(), world.size());
+    let mut tally = Tally::default();
+    let outcome = run(&mut world, &mut tally).await;
+    let finished = world.finish();
+    match (outcome, finished) {
+        (Ok(()), Ok(())) if tally.failed.is_empty() => {
+            println!("rank {rank}/{size}: {} checks passed", tally.passed);
+            ExitCode::SUCCESS
+        }
+        (outcome, finished) => {
+            for f in &tally.failed {
+                println!("rank {rank}/{size}: FAILED {f}");
+            }
+            if let Err(e) = outcome {
+                eprintln!("async_world: rank {rank}: {e}");
+            }
+            if let Err(e) = finished {
+                eprintln!("async_world: rank {rank}: leaving: {e}");
+            }
+            ExitCode::FAILURE
+        }
+    }
+}

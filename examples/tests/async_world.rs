@@ -1,0 +1,55 @@
+//! The World's requests awaited in a tokio program (`async_world`, the
+//! `tokio` feature's `fabric_msg::world::awaiting`) between real
+//! processes: under `mpirun` on the node transport and over TCP, and
+//! through the rendezvous. Every rank must report all its checks passed.
+
+mod support;
+
+use std::time::{Duration, Instant};
+use support::{mpirun, rendezvous, wait_all, Exit};
+
+const TOOL: &str = env!("CARGO_BIN_EXE_async_world");
+const DEADLINE: Duration = Duration::from_secs(120);
+
+fn assert_passed(exits: &[Exit], n: u32) {
+    let text: String = exits
+        .iter()
+        .map(|e| format!("{}{}", e.stdout, e.stderr))
+        .collect();
+    for e in exits {
+        assert!(e.status.success(), "async_world failed: {text}");
+    }
+    for r in 0..n {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(&format!("rank {r}/{n}: ")))
+            .unwrap_or_else(|| panic!("rank {r} printed nothing:\n{text}"));
+        // ring, timeout, the message after it, wait_any's two and both
+        // taken, the counter, three persistent starts: at least 9.
+        let passed: usize = line
+            .split_whitespace()
+            .nth(2)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or_else(|| panic!("no count in {line:?}"));
+        assert!(passed >= 9 && line.ends_with("checks passed"), "{line}");
+    }
+    assert!(!text.contains("FAILED"), "{text}");
+}
+
+#[test]
+fn async_world_under_mpirun_on_the_node_transport() {
+    let e = wait_all(vec![mpirun(TOOL, 3, true, &[])], Instant::now(), DEADLINE);
+    assert_passed(&e, 3);
+}
+
+#[test]
+fn async_world_under_mpirun_over_tcp() {
+    let e = wait_all(vec![mpirun(TOOL, 3, false, &[])], Instant::now(), DEADLINE);
+    assert_passed(&e, 3);
+}
+
+#[test]
+fn async_world_through_the_rendezvous() {
+    let e = wait_all(rendezvous(TOOL, 2, true, &[]), Instant::now(), DEADLINE);
+    assert_passed(&e, 2);
+}

@@ -1,0 +1,159 @@
+//! The World's requests as futures (feature `tokio`): every non-blocking
+//! operation of the programming model — typed and serde messages,
+//! one-sided operations and atomics, collectives and persistent starts,
+//! on the World or any communicator — returns a [`Request`], and
+//! [`World::wait_async`], [`World::wait_all_async`] and
+//! [`World::wait_any_async`] await it, so an SPMD program's rank can run
+//! beside its timers, its file I/O and its other tasks on one runtime.
+//!
+//! ```no_run
+//! # async fn f() -> fabric_msg::Result<()> {
+//! use fabric_msg::{Op, World};
+//! use std::time::Duration;
+//! let mut world = World::init()?;
+//! let (rank, size) = (world.rank(), world.size());
+//! let halo = world.irecv(Some((rank + size - 1) % size), Some(0), vec![0.0f64; 64])?;
+//! let sent = world.isend((rank + 1) % size, 0, &[rank as f64; 64])?;
+//! let got = world.wait_all_async(vec![halo, sent]).await?;
+//! let total = world.iallreduce(vec![got[0][0]], Op::Sum)?;
+//! match tokio::time::timeout(Duration::from_secs(5), world.wait_async(total)).await {
+//!     Ok(sum) => println!("sum {:?}", sum?),
+//!     Err(_) => eprintln!("the allreduce took more than 5 s"), // its request was dropped
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! # How it waits
+//!
+//! A future holds `&mut World`: the World is one task's, as it is one
+//! thread's (other tasks run while that task awaits; a program that wants
+//! several tasks to use one World puts it behind a `tokio::sync::Mutex`
+//! and holds the lock across the await, so they take turns; the futures
+//! are `Send`, so a rank's body may run on a multi-threaded runtime). Each poll of
+//! the future moves every operation of the World on, exactly as
+//! [`World::test`] does, and returns the result once the request has
+//! finished. Otherwise it asks to be polled again: at once (a
+//! `yield_now`: other tasks run between looks) for the first [`SPIN`] of
+//! the wait, then after [`NAP`] each time. The World has
+//! no single descriptor to sleep on (a completion queue's wait fd, where
+//! its provider has one, and the node transport's futex doorbell), so a
+//! quiet World costs one look per [`NAP`], and a message that arrives
+//! after a quiet spell waits up to that long. A request that finished as
+//! it started (a same-node one-sided operation) is ready at the first
+//! poll.
+//!
+//! # Dropping a future
+//!
+//! Dropping a future drops its request, with [`Request`]'s rule: memory
+//! the provider may still write is never freed (typed messages go through
+//! the World's pool, which takes the buffer back when the operation
+//! completes); a dropped receive is cancelled at the World's next wait or
+//! poll, a dropped send still goes, a dropped collective goes on with its
+//! result discarded. So a `tokio::time::timeout` around a receive that
+//! never comes leaves nothing behind.
+
+use super::collectives::ops::Element;
+use super::request::{Request, Status};
+use super::state::World;
+use crate::error::Result;
+use std::time::{Duration, Instant};
+
+/// How long a waiting future keeps looking at every poll (yielding to the
+/// runtime between looks) from the start of its wait, before it looks
+/// only every [`NAP`]: the event loop's own spin before it blocks.
+pub const SPIN: Duration = Duration::from_micros(50);
+
+/// How long a waiting future sleeps between looks once the World has been
+/// waited for [`SPIN`]: tokio's timer granularity.
+pub const NAP: Duration = Duration::from_millis(1);
+
+/// The pace of one wait: spin, then nap.
+struct Pace {
+    since: Instant,
+}
+
+impl Pace {
+    fn new() -> Pace {
+        Pace {
+            since: Instant::now(),
+        }
+    }
+
+    /// Let the runtime run other tasks before the next look.
+    async fn pause(&mut self) {
+        if self.since.elapsed() < SPIN {
+            tokio::task::yield_now().await;
+        } else {
+            tokio::time::sleep(NAP).await;
+        }
+    }
+}
+
+impl World {
+    /// Await `req`: its result, as [`World::wait`] gives it.
+    pub async fn wait_async<T: Element>(&mut self, req: Request<T>) -> Result<Vec<T>> {
+        self.wait_status_async(req).await.map(|(v, _)| v)
+    }
+
+    /// Await `req`: its result and status, as [`World::wait_status`] gives
+    /// them.
+    pub async fn wait_status_async<T: Element>(&mut self, req: Request<T>) -> Result<(Vec<T>, Status)> {
+        let mut pace = Pace::new();
+        while !self.test(&req)? {
+            pace.pause().await;
+        }
+        self.wait_status(req)
+    }
+
+    /// Await every request of `reqs`, and return their results in order,
+    /// as [`World::wait_all`] does; the first failure ends the wait.
+    pub async fn wait_all_async<T: Element>(&mut self, reqs: Vec<Request<T>>) -> Result<Vec<Vec<T>>> {
+        let mut pace = Pace::new();
+        while !self.test_all(&reqs)? {
+            pace.pause().await;
+        }
+        self.wait_all(reqs)
+    }
+
+    /// Await the first of `reqs` to finish, as [`World::wait_any`] does:
+    /// its place becomes `None`, and its index, result and status come
+    /// back; `Ok(None)` if every place is `None`.
+    pub async fn wait_any_async<T: Element>(
+        &mut self,
+        reqs: &mut [Option<Request<T>>],
+    ) -> Result<Option<(usize, Vec<T>, Status)>> {
+        let mut pace = Pace::new();
+        loop {
+            if reqs.iter().all(Option::is_none) {
+                return Ok(None);
+            }
+            for (i, slot) in reqs.iter_mut().enumerate() {
+                let done = match slot.as_ref() {
+                    Some(r) => self.test(r)?,
+                    None => false,
+                };
+                if let Some(r) = if done { slot.take() } else { None } {
+                    return self.wait_status(r).map(|(v, s)| Some((i, v, s)));
+                }
+            }
+            pace.pause().await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The futures can be spawned on a multi-threaded runtime.
+    #[test]
+    fn the_futures_are_send() {
+        fn send<F: std::future::Future + Send>(_: F) {}
+        fn all(world: &mut World, r: Request<f64>, rs: Vec<Request<u8>>, set: &mut [Option<Request<u32>>]) {
+            send(world.wait_async(r));
+            send(world.wait_all_async(rs));
+            send(world.wait_any_async(set));
+        }
+        let _ = all;
+    }
+}
