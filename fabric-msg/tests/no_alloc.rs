@@ -484,6 +484,95 @@ fn warmed_up_typed_world_messages_allocate_nothing() {
     world.finish().expect("finish");
 }
 
+/// Measured rounds of the two-rank World's ping-pongs.
+const PAIR_ROUNDS: usize = 1000;
+
+/// A rank of a two-rank World (a child role of
+/// `warmed_up_typed_messages_between_two_ranks_allocate_nothing`, which
+/// sets the rendezvous variables): typed ping-pongs of 8 B and 64 KiB with
+/// the partner, receive vectors reused; prints how many allocations the
+/// measured rounds made on this thread.
+#[test]
+#[ignore = "child role: run by warmed_up_typed_messages_between_two_ranks_allocate_nothing"]
+fn world_pair_role() {
+    let mut world = fabric_msg::World::init().expect("the two-rank world");
+    let (rank, other) = (world.rank(), 1 - world.rank());
+    let small = vec![2.5f64; 1];
+    let large = vec![0.5f64; 8192];
+    let mut rx = (Some(vec![0.0f64; 1]), Some(vec![0.0f64; 8192]));
+    let round = |world: &mut fabric_msg::World, rx: &mut (Option<Vec<f64>>, Option<Vec<f64>>)| {
+        for (slot, data, tag) in [(&mut rx.0, &small, 1), (&mut rx.1, &large, 2)] {
+            let r = world
+                .irecv(Some(other), Some(tag), slot.take().expect("the vector came back"))
+                .expect("irecv");
+            if rank == 0 {
+                world.send(other, tag, data).expect("send");
+                *slot = Some(world.wait(r).expect("wait"));
+            } else {
+                *slot = Some(world.wait(r).expect("wait"));
+                world.send(other, tag, data).expect("send");
+            }
+        }
+    };
+    for _ in 0..300 {
+        round(&mut world, &mut rx);
+    }
+    let (n, sizes) = counted_here(|| {
+        for _ in 0..PAIR_ROUNDS {
+            round(&mut world, &mut rx);
+        }
+    });
+    println!("allocations {n} sizes {sizes:?} ({})", world.shm_report());
+    world.finish().expect("finish");
+}
+
+/// Two processes form a World through the rendezvous (the node transport
+/// between them, and again libfabric's shm, and TCP) and exchange typed
+/// messages: once warm, neither allocates per message.
+#[test]
+fn warmed_up_typed_messages_between_two_ranks_allocate_nothing() {
+    for shm in ["node", "libfabric", "0"] {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let me = std::env::current_exe().expect("this test binary");
+        let children: Vec<_> = (0..2)
+            .map(|r| {
+                std::process::Command::new(&me)
+                    .args(["--exact", "world_pair_role", "--ignored", "--nocapture"])
+                    .env("FABRIC_MSG_RANK", r.to_string())
+                    .env("FABRIC_MSG_SIZE", "2")
+                    .env("FABRIC_MSG_ROOT", format!("127.0.0.1:{port}"))
+                    .env("FABRIC_MSG_SHM", shm)
+                    .env_remove("PMIX_RANK")
+                    .env_remove("PMIX_NAMESPACE")
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .expect("a rank")
+            })
+            .collect();
+        for (r, c) in children.into_iter().enumerate() {
+            let out = c.wait_with_output().expect("the rank's output");
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success(),
+                "FABRIC_MSG_SHM={shm}, rank {r}: {text}{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let line = text
+                .lines()
+                .find(|l| l.starts_with("allocations "))
+                .unwrap_or_else(|| panic!("FABRIC_MSG_SHM={shm}, rank {r} said nothing: {text}"));
+            assert!(
+                line.starts_with("allocations 0 "),
+                "FABRIC_MSG_SHM={shm}, rank {r}, {PAIR_ROUNDS} rounds of 8 B and 64 KiB typed ping-pong: {line}"
+            );
+        }
+    }
+}
+
 /// Poll both same-node loops once; put the buffers of what completed
 /// back in their slots (by token); how many completed.
 fn node_poll(

@@ -484,7 +484,11 @@ impl Local {
         timeout: Option<Duration>,
     ) -> Result<usize> {
         out.clear();
-        let deadline = timeout.map(|t| Instant::now() + t);
+        // The deadline is read from the clock only once a look has found
+        // nothing, and never for a zero timeout (the collectives' and
+        // requests' looks): a clock read per look was 8 % of a typed
+        // message's time.
+        let mut deadline: Option<Instant> = None;
         loop {
             out.append(&mut self.ready);
             // Where every rank's messages come over the node loop, the main
@@ -512,8 +516,15 @@ impl Local {
                 self.idle.busy();
                 return Ok(out.len());
             }
-            if deadline.is_some_and(|d| Instant::now() >= d) {
-                return Ok(0);
+            match timeout {
+                Some(t) if t.is_zero() => return Ok(0),
+                Some(t) => {
+                    let now = Instant::now();
+                    if now >= *deadline.get_or_insert(now + t) {
+                        return Ok(0);
+                    }
+                }
+                None => {}
             }
             match self.idle.next() {
                 Pause::Spin => std::hint::spin_loop(),

@@ -183,9 +183,16 @@ impl World {
     /// same order; the first failure ends the wait (the requests not yet
     /// waited for are dropped: see [`Request`]).
     pub fn wait_all<T: Element>(&mut self, reqs: Vec<Request<T>>) -> Result<Vec<Vec<T>>> {
+        let _call = self.live.call();
         let mut out = Vec::with_capacity(reqs.len());
-        for r in reqs {
-            out.push(self.wait(r)?);
+        for mut r in reqs {
+            loop {
+                if let Some(done) = self.conclude(&mut r) {
+                    out.push(done?.0);
+                    break;
+                }
+                self.turn(true)?;
+            }
         }
         Ok(out)
     }
