@@ -7,7 +7,10 @@
 #   ci/valgrind.sh
 #
 # Runs fabric-msg/tests/node_loop.rs (every ring, matching and single-copy
-# path, threads standing in for processes) with --error-exitcode, so any
+# path, threads standing in for processes), and the library's unit tests
+# of the node transport's lent memory (`transport::node::lent`: the
+# collectives' working arrays sent from and received into) and of mapped
+# symmetric memory's CPU atomics, with --error-exitcode, so any
 # memcheck error or definite leak fails. valgrind 3.19 does not know
 # pidfd_open (it warns and returns ENOSYS): the loops then watch no peer,
 # which these tests do not need. Installs valgrind if missing.
@@ -17,6 +20,12 @@ source ci/install.sh
 command -v valgrind >/dev/null || install_packages valgrind.sh valgrind
 bin=$(cargo test --locked -p fabric-msg --test node_loop --no-run 2>&1 | sed -n 's/.*Executable .*(\(.*\))$/\1/p' | tail -n 1)
 [ -x "$bin" ] || { echo "ci/valgrind.sh: the node_loop test binary was not built" >&2; exit 1; }
-timeout 600 valgrind --quiet --error-exitcode=9 --leak-check=full --show-leak-kinds=definite --errors-for-leak-kinds=definite \
-  "$bin" --test-threads 1 2> >(grep -v -e 'unhandled amd64-linux syscall: 434' -e 'You may be able to write' \
-    -e 'README_MISSING_SYSCALL' -e 'Nevertheless we consider' -e 'valgrind.org/support/bug_reports' >&2)
+lib=$(cargo test --locked -p fabric-msg --lib --no-run 2>&1 | sed -n 's/.*Executable .*(\(.*\))$/\1/p' | tail -n 1)
+[ -x "$lib" ] || { echo "ci/valgrind.sh: the library's test binary was not built" >&2; exit 1; }
+memcheck() {
+  timeout 600 valgrind --quiet --error-exitcode=9 --leak-check=full --show-leak-kinds=definite --errors-for-leak-kinds=definite \
+    "$@" --test-threads 1 2> >(grep -v -e 'unhandled amd64-linux syscall: 434' -e 'You may be able to write' \
+      -e 'README_MISSING_SYSCALL' -e 'Nevertheless we consider' -e 'valgrind.org/support/bug_reports' >&2)
+}
+memcheck "$bin"
+memcheck "$lib" transport::node::lent transport::event_loop::cpu_atomics

@@ -16,6 +16,7 @@ use crate::transport::event_loop::{
     Completion, CompletionError, EndpointId, EventLoop, LoopStats, OpKind, Peer, PeerStats, PostError,
     RecvOpts, SendOpts, Token, Traffic,
 };
+use crate::transport::node::node_loop::LentDone;
 use crate::transport::node::{NodeCompletion, NodeLoop};
 use std::time::Duration;
 
@@ -55,6 +56,8 @@ pub(crate) struct NodeSide {
     world: Vec<u32>,
     /// The node loop's finished operations, converted in `poll_now`.
     done: Vec<NodeCompletion>,
+    /// The same, of operations on lent memory (the collectives' zero copy).
+    lent: Vec<LentDone>,
     /// Receives taken back by `cancel`: their completions come with the
     /// next look, as a libfabric loop's would.
     cancelled: Vec<Completion>,
@@ -77,6 +80,7 @@ impl NodeSide {
             index,
             world: node_ranks.to_vec(),
             done: Vec::new(),
+            lent: Vec::new(),
             cancelled: Vec::new(),
             idle_looks: 0,
             traffic: vec![Default::default(); node_ranks.len()],
@@ -103,6 +107,26 @@ impl NodeSide {
             c.source = self.world.get(n.peer).map(|&r| u64::from(r));
         }
         c.buffer = Some(n.buffer);
+        c
+    }
+
+    /// An operation on lent memory: no buffer; a receive's length where a
+    /// libfabric loop's borrowed receive puts it (`multi`, at offset 0).
+    fn lent_completion(&mut self, d: LentDone) -> Completion {
+        if let (Some((sent, received)), Ok(())) = (self.traffic.get_mut(d.peer), &d.result) {
+            let t = if d.kind == OpKind::Send { sent } else { received };
+            t.messages += 1;
+            t.bytes += d.len as u64;
+        }
+        if matches!(d.result, Err(CompletionError::Truncated { .. })) {
+            self.truncations += 1;
+        }
+        let mut c = Completion::outcome(d.token, NODE_ENDPOINT, d.kind, d.result);
+        c.tag = d.tag;
+        if d.kind == OpKind::Recv {
+            c.source = self.world.get(d.peer).map(|&r| u64::from(r));
+            c.multi = Some((0, d.len));
+        }
         c
     }
 
@@ -194,11 +218,11 @@ impl Side {
 
     /// Whether messages are framed, so nothing is sent from or received
     /// into borrowed memory (the collectives' zero copy). The node loop
-    /// takes owned buffers only.
+    /// sends from and receives into lent memory (`transport/node/lent.rs`).
     pub(crate) fn framed(&self) -> bool {
         match self {
             Side::Shm { ev, .. } => ev.framed(),
-            Side::Node(_) => true,
+            Side::Node(_) => false,
         }
     }
 
@@ -277,6 +301,13 @@ impl Side {
                     out.push(c);
                 }
                 n.done = done;
+                let mut lent = std::mem::take(&mut n.lent);
+                n.nl.take_lent(&mut lent);
+                for d in lent.drain(..) {
+                    let c = n.lent_completion(d);
+                    out.push(c);
+                }
+                n.lent = lent;
                 Ok(out.len())
             }
         }

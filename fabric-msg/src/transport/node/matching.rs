@@ -12,7 +12,7 @@
 //! case in a loop that posts first) takes the bytes straight from the
 //! ring.
 
-use crate::memory::buffer::Buffer;
+use super::lent::Mem;
 use crate::transport::event_loop::Token;
 use std::collections::VecDeque;
 
@@ -26,7 +26,7 @@ pub struct Posted {
     /// `(tag, ignore)`: bits set in `ignore` are not compared.
     pub tag: (u64, u64),
     /// Where the message goes; its length is set on completion.
-    pub buf: Buffer,
+    pub(crate) buf: Mem,
 }
 
 impl Posted {
@@ -147,8 +147,13 @@ impl Matcher {
     }
 
     /// Take back a posted receive by its token (cancel).
+    /// Take back the receive posted with `token` (not a lent one: the
+    /// collectives that lend memory never take a receive back).
     pub fn cancel(&mut self, token: Token) -> Option<Posted> {
-        let i = self.posted.iter().position(|p| p.token == token)?;
+        let i = self
+            .posted
+            .iter()
+            .position(|p| p.token == token && !p.buf.is_lent())?;
         self.posted.remove(i)
     }
 

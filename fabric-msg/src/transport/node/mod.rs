@@ -20,6 +20,7 @@
 //! `docs/onnode.md`.
 
 mod doorbell;
+pub(crate) mod lent;
 pub(crate) mod matching;
 pub mod node_loop;
 mod peer_loss;

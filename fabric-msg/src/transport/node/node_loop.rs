@@ -16,6 +16,7 @@
 //! returns. Waiting (spin, yield, sleep) is the caller's.
 
 use super::doorbell::Doorbell;
+use super::lent::{Lent, Mem};
 use super::matching::{Matcher, Posted};
 use super::pidfd::Watch;
 use super::ring::{ring_bytes, Consumer, Producer, ACK, FIRST, LAST, RNDV};
@@ -25,6 +26,7 @@ use crate::error::{Error, Result};
 use crate::memory::buffer::Buffer;
 use crate::transport::event_loop::{CompletionError, OpKind, Token};
 use std::collections::VecDeque;
+use std::ptr::NonNull;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -84,12 +86,26 @@ pub struct NodeCompletion {
     pub result: std::result::Result<(), CompletionError>,
 }
 
+/// A finished operation on lent memory (`NodeLoop::send_lent`,
+/// `NodeLoop::recv_lent`): no buffer to give back, the length that
+/// arrived instead.
+#[derive(Debug)]
+pub(crate) struct LentDone {
+    pub(crate) token: Token,
+    pub(crate) kind: OpKind,
+    /// A send's length; a receive's bytes delivered.
+    pub(crate) len: usize,
+    pub(crate) peer: usize,
+    pub(crate) tag: u64,
+    pub(crate) result: std::result::Result<(), CompletionError>,
+}
+
 /// A send waiting for room in its ring, or part-written.
 #[derive(Debug)]
 pub(super) struct Outgoing {
     pub(super) token: Token,
     pub(super) tag: u64,
-    pub(super) buf: Buffer,
+    pub(super) buf: Mem,
     /// Bytes written to the ring so far.
     pub(super) sent: usize,
     /// Read by the receiver from this buffer (`single_copy`).
@@ -139,6 +155,8 @@ pub struct NodeLoop {
     pub(super) acks: Vec<VecDeque<[u8; ACK_LEN]>>,
     pub(super) matcher: Matcher,
     pub(super) done: Vec<NodeCompletion>,
+    /// Finished operations on lent memory, for `take_lent`.
+    pub(super) done_lent: Vec<LentDone>,
 }
 
 impl NodeLoop {
@@ -179,6 +197,7 @@ impl NodeLoop {
             acks: (0..ranks).map(|_| VecDeque::new()).collect(),
             matcher: Matcher::default(),
             done: Vec::new(),
+            done_lent: Vec::new(),
         })
     }
 
@@ -264,6 +283,31 @@ impl NodeLoop {
     /// Send `buf` (its length) to `peer` with `tag`; the buffer comes back
     /// in a completion with `token` once the whole message is in the ring.
     pub fn send(&mut self, peer: usize, tag: u64, buf: Buffer, token: Token) -> Result<()> {
+        self.queue(peer, tag, Mem::Owned(buf), token)
+    }
+
+    /// Send the `len` bytes at `data` to `peer` with `tag`, without copying
+    /// them into a buffer first: read by the receiver straight from there
+    /// where it may (single copy), else copied into the ring. Its
+    /// completion comes from [`NodeLoop::take_lent`].
+    ///
+    /// # Safety
+    /// `data..data + len` stays valid and unwritten until that completion
+    /// is taken.
+    pub(crate) unsafe fn send_lent(
+        &mut self,
+        peer: usize,
+        tag: u64,
+        data: NonNull<u8>,
+        len: usize,
+        token: Token,
+    ) -> Result<()> {
+        // SAFETY: the caller's promise, passed on.
+        let lent = unsafe { Lent::new(data, len, len) };
+        self.queue(peer, tag, Mem::Lent(lent), token)
+    }
+
+    fn queue(&mut self, peer: usize, tag: u64, buf: Mem, token: Token) -> Result<()> {
         self.check_peer(peer)?;
         let single_copy = buf.len() >= self.cfg.single_copy_from
             && self.outbox[peer].as_ref().is_some_and(Producer::reader_can_copy);
@@ -310,12 +354,38 @@ impl NodeLoop {
         mut buf: Buffer,
         token: Token,
     ) -> Result<()> {
+        buf.set_len(buf.capacity());
+        self.post(from, tag, ignore, Mem::Owned(buf), token)
+    }
+
+    /// Receive into the `cap` bytes at `into` (no buffer of the loop's in
+    /// between), as [`NodeLoop::recv`] does; its completion, with the
+    /// length delivered, comes from [`NodeLoop::take_lent`]. A lent receive
+    /// cannot be cancelled.
+    ///
+    /// # Safety
+    /// `into..into + cap` stays valid, and nothing else reads or writes it,
+    /// until that completion is taken.
+    pub(crate) unsafe fn recv_lent(
+        &mut self,
+        from: Option<usize>,
+        tag: u64,
+        ignore: u64,
+        into: NonNull<u8>,
+        cap: usize,
+        token: Token,
+    ) -> Result<()> {
+        // SAFETY: the caller's promise, passed on.
+        let lent = unsafe { Lent::new(into, cap, cap) };
+        self.post(from, tag, ignore, Mem::Lent(lent), token)
+    }
+
+    fn post(&mut self, from: Option<usize>, tag: u64, ignore: u64, buf: Mem, token: Token) -> Result<()> {
         if let Some(f) = from {
             if f >= self.ranks() {
                 return Err(self.no_rank(f));
             }
         }
-        buf.set_len(buf.capacity());
         let p = Posted {
             token,
             from,
@@ -333,6 +403,11 @@ impl NodeLoop {
         Ok(())
     }
 
+    /// Move the finished operations on lent memory to `out`.
+    pub(crate) fn take_lent(&mut self, out: &mut Vec<LentDone>) {
+        out.append(&mut self.done_lent);
+    }
+
     /// The tag and length of the oldest message that arrived before its
     /// receive and that a receive for `tag` outside `ignore` would take
     /// (MPI's probe); `None` if none has. A message still streaming in
@@ -344,7 +419,7 @@ impl NodeLoop {
     /// Take back a receive no message has matched yet; `None` if it has
     /// (its completion will come) or there is none with `token`.
     pub fn cancel_recv(&mut self, token: Token) -> Option<Buffer> {
-        self.matcher.cancel(token).map(|p| p.buf)
+        self.matcher.cancel(token).and_then(|p| p.buf.into_buffer())
     }
 
     /// Sleep until a peer writes to this rank, for at most `timeout`
@@ -453,15 +528,16 @@ impl NodeLoop {
             }
             let o = self.sends[peer].pop_front().expect("front");
             // Not `finish_send`: `p` still borrows the outbox.
-            let (token, tag) = (o.token, o.tag);
-            self.done.push(NodeCompletion {
-                token,
-                kind: OpKind::Send,
-                buffer: o.buf,
+            Self::finished(
+                &mut self.done,
+                &mut self.done_lent,
+                o.token,
+                OpKind::Send,
+                o.buf,
                 peer,
-                tag,
-                result: Ok(()),
-            });
+                o.tag,
+                Ok(()),
+            );
         }
     }
 }

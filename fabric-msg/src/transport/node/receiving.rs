@@ -4,11 +4,12 @@
 //! complete such sends, and the failures: a corrupt ring, a failed read,
 //! a lost rank's operations.
 
+use super::lent::Mem;
 use super::matching::{Arrived, Posted};
-use super::node_loop::{Assembly, Into, NodeCompletion, NodeLoop, Outgoing};
+use super::node_loop::{Assembly, Into, LentDone, NodeCompletion, NodeLoop, Outgoing};
 use super::ring::{Frame, ACK, FIRST, LAST, RNDV};
 use super::single_copy::{self, ACK_LEN, REQUEST_LEN};
-use crate::transport::event_loop::{CompletionError, OpKind};
+use crate::transport::event_loop::{CompletionError, OpKind, Token};
 
 /// Frames read from one ring per poll at most, so that one busy sender
 /// does not starve the others or the sends.
@@ -201,27 +202,31 @@ impl NodeLoop {
         o: Outgoing,
         result: std::result::Result<(), CompletionError>,
     ) {
-        self.done.push(NodeCompletion {
-            token: o.token,
-            kind: OpKind::Send,
-            buffer: o.buf,
+        Self::finished(
+            &mut self.done,
+            &mut self.done_lent,
+            o.token,
+            OpKind::Send,
+            o.buf,
             peer,
-            tag: o.tag,
+            o.tag,
             result,
-        });
+        );
     }
 
     /// A receive failed: nothing of the message (tag `tag`) is delivered.
     pub(super) fn fail_recv(&mut self, mut p: Posted, peer: usize, tag: u64, e: CompletionError) {
         p.buf.set_len(0);
-        self.done.push(NodeCompletion {
-            token: p.token,
-            kind: OpKind::Recv,
-            buffer: p.buf,
+        Self::finished(
+            &mut self.done,
+            &mut self.done_lent,
+            p.token,
+            OpKind::Recv,
+            p.buf,
             peer,
             tag,
-            result: Err(e),
-        });
+            Err(e),
+        );
     }
 
     /// Read every frame `s` has written (its process is gone: nothing
@@ -254,14 +259,49 @@ impl NodeLoop {
             Ok(())
         };
         p.buf.set_len((total as usize).min(cap));
-        self.done.push(NodeCompletion {
-            token: p.token,
-            kind: OpKind::Recv,
-            buffer: p.buf,
-            peer: from,
+        Self::finished(
+            &mut self.done,
+            &mut self.done_lent,
+            p.token,
+            OpKind::Recv,
+            p.buf,
+            from,
             tag,
             result,
-        });
+        );
+    }
+
+    /// A finished operation, to the completions of its kind of memory.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn finished(
+        done: &mut Vec<NodeCompletion>,
+        done_lent: &mut Vec<LentDone>,
+        token: Token,
+        kind: OpKind,
+        mem: Mem,
+        peer: usize,
+        tag: u64,
+        result: std::result::Result<(), CompletionError>,
+    ) {
+        let len = mem.len();
+        match mem {
+            Mem::Owned(buffer) => done.push(NodeCompletion {
+                token,
+                kind,
+                buffer,
+                peer,
+                tag,
+                result,
+            }),
+            Mem::Lent(_) => done_lent.push(LentDone {
+                token,
+                kind,
+                len,
+                peer,
+                tag,
+                result,
+            }),
+        }
     }
 
     /// Stop reading `s`'s ring; fail the receive it was filling.

@@ -243,23 +243,25 @@ impl<T: Element> Run<T> {
             let t = token(Kind::Recv, self.id, self.next_post as u32);
             let posted = if direct {
                 let region = &mut self.work[x.at..x.at + x.len];
-                let Lane::Fabric { ev, ep, .. } = io.lane(x.peer) else {
-                    return Err(Failure::seen(
-                        "a receive into the working array on the node loop, which takes owned buffers only"
-                            .into(),
-                    ));
-                };
-                // SAFETY: the block lies in the working array, which is never
-                // reallocated and outlives the operation: the run ends only
-                // once this receive completed (its round must arrive), or is
-                // kept by the engine while busy until the World's event loops
-                // (the main one and the same-node one) are closed. No send
-                // reads the block meanwhile: none in flight does (checked
-                // just above), and a round never sends a block it receives
-                // into. Any bit pattern is a valid element.
-                let r = unsafe {
-                    ev.as_world()
-                        .recv_borrowed(ep, region.as_mut_ptr().cast(), x.len * T::SIZE, opts, t)
+                let (into, bytes) = (region.as_mut_ptr().cast::<u8>(), x.len * T::SIZE);
+                // SAFETY (both arms): the block lies in the working array,
+                // which is never reallocated and outlives the operation: the
+                // run ends only once this receive completed (its round must
+                // arrive), or is kept by the engine while busy until the
+                // World's event loops (the main one and the same-node one)
+                // are closed. No send reads the block meanwhile: none in
+                // flight does (checked just above), and a round never sends a
+                // block it receives into. Any bit pattern is a valid element.
+                let r = match io.lane(x.peer) {
+                    // SAFETY: above.
+                    Lane::Fabric { ev, ep, .. } => unsafe {
+                        ev.as_world().recv_borrowed(ep, into, bytes, opts, t)
+                    },
+                    Lane::Node { nl, .. } => match std::ptr::NonNull::new(into) {
+                        // SAFETY: above.
+                        Some(into) => unsafe { nl.recv_lent(None, want.0, want.1, into, bytes, t) },
+                        None => Err(Error::Usage("a receive into a null working array".into())),
+                    },
                 };
                 match r {
                     Ok(()) => {
@@ -350,26 +352,25 @@ impl<T: Element> Run<T> {
                         .iter()
                         .position(Option::is_none)
                         .unwrap_or(self.sending.len());
-                    let Lane::Fabric { ev, peer: to, .. } = io.lane(peer) else {
-                        return Err(Failure::seen(
-                            "a send from the working array on the node loop, which takes owned buffers only"
-                                .into(),
-                        ));
-                    };
-                    // SAFETY: the block lies in the working array, which is
-                    // never reallocated and outlives the send: nothing writes
-                    // a block a send in flight reads (`read_by_sends` holds
-                    // back applies and direct receives), and a run that ends
-                    // with one in flight is kept by the engine until the
-                    // World's event loops are closed.
-                    let r = unsafe {
-                        ev.as_world().send_borrowed(
-                            to,
-                            block.as_ptr().cast(),
-                            len * T::SIZE,
-                            opts,
-                            token(Kind::BorrowedSend, self.id, slot as u32),
-                        )
+                    let (data, bytes) = (block.as_ptr().cast::<u8>(), len * T::SIZE);
+                    let t = token(Kind::BorrowedSend, self.id, slot as u32);
+                    // SAFETY (both arms): the block lies in the working array,
+                    // which is never reallocated and outlives the send:
+                    // nothing writes a block a send in flight reads
+                    // (`read_by_sends` holds back applies and direct
+                    // receives), and a run that ends with one in flight is
+                    // kept by the engine until the World's event loops are
+                    // closed.
+                    let r = match io.lane(peer) {
+                        // SAFETY: above.
+                        Lane::Fabric { ev, peer: to, .. } => unsafe {
+                            ev.as_world().send_borrowed(to, data, bytes, opts, t)
+                        },
+                        Lane::Node { nl, peer: to } => match std::ptr::NonNull::new(data.cast_mut()) {
+                            // SAFETY: above.
+                            Some(data) => unsafe { nl.send_lent(to, tag, data, bytes, t) },
+                            None => Err(Error::Usage("a send from a null working array".into())),
+                        },
                     };
                     match r {
                         Ok(()) => {
