@@ -2,7 +2,7 @@
 //! `bandwidth` have in common, their output (fabtests' columns or JSON
 //! Lines), the byte pattern `--verify` checks, and the session around each
 //! tool's measuring loop, and the per-iteration times behind the
-//! percentiles every tool prints.
+//! percentiles every tool prints; and the tally of the checking tools.
 #![deny(missing_docs)]
 
 pub mod control;
@@ -11,6 +11,7 @@ pub mod output;
 pub mod pattern;
 pub mod session;
 pub mod stats;
+pub mod tally;
 
 /// `println!` for the tools' results: when stdout is gone (`| head`), end
 /// the process quietly instead of panicking on the broken pipe.

@@ -13,27 +13,11 @@
 //! ```
 
 use fabric_msg::{Access, Atomic, Op, World};
+use fabric_msg_examples::tally::Tally;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// The checks passed, and what failed.
-#[derive(Default)]
-struct Tally {
-    passed: usize,
-    failed: Vec<String>,
-}
-
-impl Tally {
-    fn expect<T: PartialEq + std::fmt::Debug>(&mut self, what: &str, got: T, want: T) {
-        if got == want {
-            self.passed += 1;
-        } else {
-            self.failed.push(format!("{what}: got {got:?}, want {want:?}"));
-        }
-    }
-}
 
 async fn run(world: &mut World, t: &mut Tally) -> fabric_msg::Result<()> {
     let (rank, size) = (world.rank(), world.size());
@@ -138,22 +122,5 @@ async fn main() -> ExitCode {
     let mut tally = Tally::default();
     let outcome = run(&mut world, &mut tally).await;
     let finished = world.finish();
-    match (outcome, finished) {
-        (Ok(()), Ok(())) if tally.failed.is_empty() => {
-            println!("rank {rank}/{size}: {} checks passed", tally.passed);
-            ExitCode::SUCCESS
-        }
-        (outcome, finished) => {
-            for f in &tally.failed {
-                println!("rank {rank}/{size}: FAILED {f}");
-            }
-            if let Err(e) = outcome {
-                eprintln!("async_world: rank {rank}: {e}");
-            }
-            if let Err(e) = finished {
-                eprintln!("async_world: rank {rank}: leaving: {e}");
-            }
-            ExitCode::FAILURE
-        }
-    }
+    tally.report("async_world", (rank, size), outcome, finished)
 }

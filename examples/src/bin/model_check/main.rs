@@ -14,6 +14,7 @@
 mod plans_and_records;
 
 use fabric_msg::{Access, Atomic, Comm, Error, Op, World};
+use fabric_msg_examples::tally::Tally;
 use serde::{Deserialize, Serialize};
 use std::process::ExitCode;
 
@@ -49,23 +50,6 @@ impl MinLoc {
 /// Rank `w`'s `i`th input element.
 fn input(w: u32, i: usize) -> i64 {
     (w as i64 + 1) * 1000 + i as i64 * 7 - 3
-}
-
-/// The checks passed, and what failed.
-#[derive(Default)]
-struct Tally {
-    passed: usize,
-    failed: Vec<String>,
-}
-
-impl Tally {
-    fn expect<T: PartialEq + std::fmt::Debug>(&mut self, what: &str, got: T, want: T) {
-        if got == want {
-            self.passed += 1;
-        } else {
-            self.failed.push(format!("{what}: got {got:?}, want {want:?}"));
-        }
-    }
 }
 
 /// Every collective on `comm` against a reference computed from the
@@ -612,22 +596,5 @@ fn main() -> ExitCode {
     let mut tally = Tally::default();
     let outcome = run(&mut world, &mut tally);
     let finished = world.finish();
-    match (outcome, finished) {
-        (Ok(()), Ok(())) if tally.failed.is_empty() => {
-            println!("rank {rank}/{size}: {} checks passed", tally.passed);
-            ExitCode::SUCCESS
-        }
-        (outcome, finished) => {
-            for f in &tally.failed {
-                println!("rank {rank}/{size}: FAILED {f}");
-            }
-            if let Err(e) = outcome {
-                eprintln!("model_check: rank {rank}: {e}");
-            }
-            if let Err(e) = finished {
-                eprintln!("model_check: rank {rank}: leaving: {e}");
-            }
-            ExitCode::FAILURE
-        }
-    }
+    tally.report("model_check", (rank, size), outcome, finished)
 }

@@ -2,8 +2,9 @@
 //! application's structs as elements: non-blocking reductions and scans
 //! of `Record`s, and records as typed messages.
 
-use super::{input, MinLoc, Tally};
+use super::{input, MinLoc};
 use fabric_msg::{Comm, Op, Persistent, Record, Reduction, World};
+use fabric_msg_examples::tally::Tally;
 
 /// One start of `plan` with `data`, waited for.
 fn once(world: &mut World, plan: &Persistent<i64>, data: Vec<i64>) -> fabric_msg::Result<Vec<i64>> {
