@@ -10,7 +10,13 @@
 //!
 //! ```text
 //! mpirun -np 3 async_world
+//! mpirun -np 2 async_world --pingpong 20000   # 8 B ping-pong: awaited against blocking waits
 //! ```
+//!
+//! `--pingpong N` measures instead: N round trips of 8 B typed messages
+//! between ranks 0 and 1, each receive awaited (`wait_async`), then the
+//! same with the blocking `wait`, by turns three times; rank 0 prints µs
+//! per one-way message for each.
 
 use fabric_msg::{Access, Atomic, Op, World};
 use fabric_msg_examples::tally::Tally;
@@ -109,8 +115,69 @@ async fn run(world: &mut World, t: &mut Tally) -> fabric_msg::Result<()> {
     Ok(())
 }
 
+/// One-way µs of `n` 8 B ping-pongs with rank `1 - rank`, each receive
+/// awaited or waited for.
+async fn pingpong(world: &mut World, n: usize, awaited: bool) -> fabric_msg::Result<f64> {
+    let (rank, other) = (world.rank(), 1 - world.rank());
+    let mut buf = vec![0u64; 1];
+    world.barrier()?;
+    let started = Instant::now();
+    for i in 0..n as u64 {
+        if rank == 0 {
+            world.send(other, 4, &[i])?;
+        }
+        let r = world.irecv(Some(other), Some(4), buf)?;
+        buf = if awaited {
+            world.wait_async(r).await?
+        } else {
+            world.wait(r)?
+        };
+        if rank == 1 {
+            world.send(other, 4, &buf)?;
+        }
+    }
+    Ok(started.elapsed().as_secs_f64() * 1e6 / (2 * n) as f64)
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(n) = args
+        .iter()
+        .position(|a| a == "--pingpong")
+        .and_then(|i| args.get(i + 1))
+    {
+        let n: usize = n.parse().unwrap_or(20_000);
+        let mut world = match World::init() {
+            Ok(w) => w,
+            Err(e) => {
+                eprintln!("async_world: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        for round in 0..3 {
+            for awaited in [true, false] {
+                match pingpong(&mut world, n, awaited).await {
+                    Ok(us) if world.rank() == 0 => println!(
+                        "round {round}: {} {us:.3} us one-way (8 B, {n} round trips)",
+                        if awaited { "wait_async" } else { "wait      " }
+                    ),
+                    Ok(_) => {}
+                    Err(e) => {
+                        eprintln!("async_world: {e}");
+                        return ExitCode::FAILURE;
+                    }
+                }
+            }
+        }
+        return match world.finish() {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("async_world: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let mut world = match World::init() {
         Ok(w) => w,
         Err(e) => {

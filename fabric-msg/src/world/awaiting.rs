@@ -59,9 +59,13 @@ use crate::error::Result;
 use std::time::{Duration, Instant};
 
 /// How long a waiting future keeps looking at every poll (yielding to the
-/// runtime between looks) from the start of its wait, before it looks
-/// only every [`NAP`]: the event loop's own spin before it blocks.
-pub const SPIN: Duration = Duration::from_micros(50);
+/// runtime between looks, so other tasks run) from the start of its wait,
+/// before it looks only every [`NAP`]: as long as the `EventLoop`'s async
+/// driver looks at a loop with no wait fd (`async_loop::POLL_BEFORE_SLEEP`).
+/// With 50 µs here, a peer that was descheduled for a moment (a helper
+/// thread on its core) sent this rank into its 1 ms naps and a ping-pong
+/// averaged 16-64 µs one way on the node transport against 1 µs blocking.
+pub const SPIN: Duration = Duration::from_millis(2);
 
 /// How long a waiting future sleeps between looks once the World has been
 /// waited for [`SPIN`]: tokio's timer granularity.

@@ -413,7 +413,7 @@ impl World {
         }
         self.cancel_dropped();
         let (engine, mut io) = self.engine_io();
-        let any = engine.poll_once(&mut io)?;
+        let any = engine.poll_once(&mut io, idle)?;
         self.msgs.absorb(self.coll.kept_mut());
         if !any && idle {
             self.coll.idle();

@@ -183,7 +183,7 @@ impl World {
         let mut drained = Ok(());
         while self.coll.in_flight() > 0 && Instant::now() < until {
             let (engine, mut io) = self.engine_io();
-            match engine.poll_once(&mut io) {
+            match engine.poll_once(&mut io, true) {
                 Ok(true) => {}
                 Ok(false) => engine.idle(),
                 Err(e) => {

@@ -526,12 +526,14 @@ impl Engine {
         self.progress(io);
     }
 
-    /// One look at the completion queue (or one wait, once idling has
-    /// gone on long enough to sleep and no refused post waits to be posted
-    /// again); the application's completions are kept for its next poll.
-    /// `Ok(true)` if anything completed.
-    pub(crate) fn poll_once(&mut self, io: &mut Io<'_>) -> Result<bool> {
-        let timeout = if self.idle.sleeping() && !self.pending_work(io) {
+    /// One look at the completion queue (or, with `may_sleep`, one wait,
+    /// once idling has gone on long enough to sleep and no refused post
+    /// waits to be posted again); the application's completions are kept
+    /// for its next poll. `Ok(true)` if anything completed. A test (of a
+    /// request, or by a future) never sleeps: it passes `may_sleep` false,
+    /// whatever state an earlier wait left the idling in.
+    pub(crate) fn poll_once(&mut self, io: &mut Io<'_>, may_sleep: bool) -> Result<bool> {
+        let timeout = if may_sleep && self.idle.sleeping() && !self.pending_work(io) {
             Duration::from_millis(20)
         } else {
             Duration::ZERO
