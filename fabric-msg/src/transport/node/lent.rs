@@ -17,7 +17,7 @@ pub(crate) enum Mem {
 }
 
 /// Memory lent by the caller: `cap` bytes at `ptr`, of which `len` are
-/// the message (a send's all; a receive's what arrived).
+/// the message (a send's all; a receive's what arrived, all until then).
 #[derive(Debug)]
 pub(crate) struct Lent {
     ptr: NonNull<u8>,
@@ -33,12 +33,20 @@ pub(crate) struct Lent {
 unsafe impl Send for Lent {}
 
 impl Lent {
+    /// `cap` bytes at `ptr`, all of them the message until a receive
+    /// sets what arrived.
+    ///
     /// # Safety
     /// `ptr..ptr + cap` stays valid for reads (and, for a receive, writes),
     /// and nothing else writes it (for a receive, reads or writes it), until
     /// the operation that holds this `Lent` has completed.
-    pub(crate) unsafe fn new(ptr: NonNull<u8>, len: usize, cap: usize) -> Lent {
-        Lent { ptr, len, cap }
+    pub(crate) unsafe fn new(ptr: NonNull<u8>, cap: usize) -> Lent {
+        Lent { ptr, len: cap, cap }
+    }
+
+    /// The message's bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.len
     }
 }
 
@@ -47,7 +55,7 @@ impl Mem {
     pub(crate) fn len(&self) -> usize {
         match self {
             Mem::Owned(b) => b.len(),
-            Mem::Lent(l) => l.len,
+            Mem::Lent(l) => l.len(),
         }
     }
 

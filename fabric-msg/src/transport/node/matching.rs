@@ -146,7 +146,6 @@ impl Matcher {
         }
     }
 
-    /// Take back a posted receive by its token (cancel).
     /// Take back the receive posted with `token` (not a lent one: the
     /// collectives that lend memory never take a receive back).
     pub fn cancel(&mut self, token: Token) -> Option<Posted> {

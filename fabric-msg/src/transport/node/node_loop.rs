@@ -154,9 +154,45 @@ pub struct NodeLoop {
     /// By sender: acks for it that found no room in its ring yet.
     pub(super) acks: Vec<VecDeque<[u8; ACK_LEN]>>,
     pub(super) matcher: Matcher,
-    pub(super) done: Vec<NodeCompletion>,
-    /// Finished operations on lent memory, for `take_lent`.
-    pub(super) done_lent: Vec<LentDone>,
+    pub(super) done: Done,
+}
+
+/// Finished operations, by kind of memory: for `poll` (owned buffers,
+/// given back) and for `take_lent`.
+#[derive(Debug, Default)]
+pub(super) struct Done {
+    pub(super) owned: Vec<NodeCompletion>,
+    pub(super) lent: Vec<LentDone>,
+}
+
+impl Done {
+    /// A finished operation on `mem`, to the completions of its kind.
+    pub(super) fn push(
+        &mut self,
+        (token, kind): (Token, OpKind),
+        mem: Mem,
+        (peer, tag): (usize, u64),
+        result: std::result::Result<(), CompletionError>,
+    ) {
+        match mem {
+            Mem::Owned(buffer) => self.owned.push(NodeCompletion {
+                token,
+                kind,
+                buffer,
+                peer,
+                tag,
+                result,
+            }),
+            Mem::Lent(l) => self.lent.push(LentDone {
+                token,
+                kind,
+                len: l.len(),
+                peer,
+                tag,
+                result,
+            }),
+        }
+    }
 }
 
 impl NodeLoop {
@@ -196,8 +232,7 @@ impl NodeLoop {
             waiting: Waiting::default(),
             acks: (0..ranks).map(|_| VecDeque::new()).collect(),
             matcher: Matcher::default(),
-            done: Vec::new(),
-            done_lent: Vec::new(),
+            done: Done::default(),
         })
     }
 
@@ -303,7 +338,7 @@ impl NodeLoop {
         token: Token,
     ) -> Result<()> {
         // SAFETY: the caller's promise, passed on.
-        let lent = unsafe { Lent::new(data, len, len) };
+        let lent = unsafe { Lent::new(data, len) };
         self.queue(peer, tag, Mem::Lent(lent), token)
     }
 
@@ -376,7 +411,7 @@ impl NodeLoop {
         token: Token,
     ) -> Result<()> {
         // SAFETY: the caller's promise, passed on.
-        let lent = unsafe { Lent::new(into, cap, cap) };
+        let lent = unsafe { Lent::new(into, cap) };
         self.post(from, tag, ignore, Mem::Lent(lent), token)
     }
 
@@ -405,7 +440,7 @@ impl NodeLoop {
 
     /// Move the finished operations on lent memory to `out`.
     pub(crate) fn take_lent(&mut self, out: &mut Vec<LentDone>) {
-        out.append(&mut self.done_lent);
+        out.append(&mut self.done.lent);
     }
 
     /// The tag and length of the oldest message that arrived before its
@@ -462,13 +497,13 @@ impl NodeLoop {
                 self.drain(s);
             }
         }
-        let n = self.done.len();
+        let n = self.done.owned.len();
         if out.is_empty() {
             // The usual case: hand over the whole vector (the caller's
             // empty one, with its capacity, becomes ours).
-            std::mem::swap(out, &mut self.done);
+            std::mem::swap(out, &mut self.done.owned);
         } else {
-            out.append(&mut self.done);
+            out.append(&mut self.done.owned);
         }
         n
     }
@@ -528,16 +563,8 @@ impl NodeLoop {
             }
             let o = self.sends[peer].pop_front().expect("front");
             // Not `finish_send`: `p` still borrows the outbox.
-            Self::finished(
-                &mut self.done,
-                &mut self.done_lent,
-                o.token,
-                OpKind::Send,
-                o.buf,
-                peer,
-                o.tag,
-                Ok(()),
-            );
+            self.done
+                .push((o.token, OpKind::Send), o.buf, (peer, o.tag), Ok(()));
         }
     }
 }

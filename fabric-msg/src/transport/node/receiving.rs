@@ -4,12 +4,11 @@
 //! complete such sends, and the failures: a corrupt ring, a failed read,
 //! a lost rank's operations.
 
-use super::lent::Mem;
 use super::matching::{Arrived, Posted};
-use super::node_loop::{Assembly, Into, LentDone, NodeCompletion, NodeLoop, Outgoing};
+use super::node_loop::{Assembly, Into, NodeLoop, Outgoing};
 use super::ring::{Frame, ACK, FIRST, LAST, RNDV};
 use super::single_copy::{self, ACK_LEN, REQUEST_LEN};
-use crate::transport::event_loop::{CompletionError, OpKind, Token};
+use crate::transport::event_loop::{CompletionError, OpKind};
 
 /// Frames read from one ring per poll at most, so that one busy sender
 /// does not starve the others or the sends.
@@ -202,31 +201,15 @@ impl NodeLoop {
         o: Outgoing,
         result: std::result::Result<(), CompletionError>,
     ) {
-        Self::finished(
-            &mut self.done,
-            &mut self.done_lent,
-            o.token,
-            OpKind::Send,
-            o.buf,
-            peer,
-            o.tag,
-            result,
-        );
+        self.done
+            .push((o.token, OpKind::Send), o.buf, (peer, o.tag), result);
     }
 
     /// A receive failed: nothing of the message (tag `tag`) is delivered.
     pub(super) fn fail_recv(&mut self, mut p: Posted, peer: usize, tag: u64, e: CompletionError) {
         p.buf.set_len(0);
-        Self::finished(
-            &mut self.done,
-            &mut self.done_lent,
-            p.token,
-            OpKind::Recv,
-            p.buf,
-            peer,
-            tag,
-            Err(e),
-        );
+        self.done
+            .push((p.token, OpKind::Recv), p.buf, (peer, tag), Err(e));
     }
 
     /// Read every frame `s` has written (its process is gone: nothing
@@ -259,49 +242,8 @@ impl NodeLoop {
             Ok(())
         };
         p.buf.set_len((total as usize).min(cap));
-        Self::finished(
-            &mut self.done,
-            &mut self.done_lent,
-            p.token,
-            OpKind::Recv,
-            p.buf,
-            from,
-            tag,
-            result,
-        );
-    }
-
-    /// A finished operation, to the completions of its kind of memory.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn finished(
-        done: &mut Vec<NodeCompletion>,
-        done_lent: &mut Vec<LentDone>,
-        token: Token,
-        kind: OpKind,
-        mem: Mem,
-        peer: usize,
-        tag: u64,
-        result: std::result::Result<(), CompletionError>,
-    ) {
-        let len = mem.len();
-        match mem {
-            Mem::Owned(buffer) => done.push(NodeCompletion {
-                token,
-                kind,
-                buffer,
-                peer,
-                tag,
-                result,
-            }),
-            Mem::Lent(_) => done_lent.push(LentDone {
-                token,
-                kind,
-                len,
-                peer,
-                tag,
-                result,
-            }),
-        }
+        self.done
+            .push((p.token, OpKind::Recv), p.buf, (from, tag), result);
     }
 
     /// Stop reading `s`'s ring; fail the receive it was filling.
