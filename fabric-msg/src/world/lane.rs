@@ -89,23 +89,8 @@ impl NodeSide {
     }
 
     fn completion(&mut self, n: NodeCompletion) -> Completion {
-        let count = |t: &mut Traffic, bytes: usize| {
-            t.messages += 1;
-            t.bytes += bytes as u64;
-        };
-        if let Some((sent, received)) = self.traffic.get_mut(n.peer) {
-            match (&n.result, n.kind) {
-                (Ok(()), OpKind::Send) => count(sent, n.buffer.len()),
-                (Ok(()), _) => count(received, n.buffer.len()),
-                (Err(CompletionError::Truncated { .. }), _) => self.truncations += 1,
-                _ => {}
-            }
-        }
-        let mut c = Completion::outcome(n.token, NODE_ENDPOINT, n.kind, n.result);
-        c.tag = n.tag;
-        if n.kind == OpKind::Recv {
-            c.source = self.world.get(n.peer).map(|&r| u64::from(r));
-        }
+        let len = n.buffer.len();
+        let mut c = self.finished(n.token, n.kind, (n.peer, n.tag), n.result, len);
         c.buffer = Some(n.buffer);
         c
     }
@@ -113,19 +98,39 @@ impl NodeSide {
     /// An operation on lent memory: no buffer; a receive's length where a
     /// libfabric loop's borrowed receive puts it (`multi`, at offset 0).
     fn lent_completion(&mut self, d: LentDone) -> Completion {
-        if let (Some((sent, received)), Ok(())) = (self.traffic.get_mut(d.peer), &d.result) {
-            let t = if d.kind == OpKind::Send { sent } else { received };
-            t.messages += 1;
-            t.bytes += d.len as u64;
-        }
-        if matches!(d.result, Err(CompletionError::Truncated { .. })) {
-            self.truncations += 1;
-        }
-        let mut c = Completion::outcome(d.token, NODE_ENDPOINT, d.kind, d.result);
-        c.tag = d.tag;
+        let mut c = self.finished(d.token, d.kind, (d.peer, d.tag), d.result, d.len);
         if d.kind == OpKind::Recv {
-            c.source = self.world.get(d.peer).map(|&r| u64::from(r));
             c.multi = Some((0, d.len));
+        }
+        c
+    }
+
+    /// A finished node-loop operation of `len` bytes with node index
+    /// `peer`, counted in the traffic, as the World's completion.
+    fn finished(
+        &mut self,
+        token: Token,
+        kind: OpKind,
+        (peer, tag): (usize, u64),
+        result: std::result::Result<(), CompletionError>,
+        len: usize,
+    ) -> Completion {
+        let count = |t: &mut Traffic, bytes: usize| {
+            t.messages += 1;
+            t.bytes += bytes as u64;
+        };
+        if let Some((sent, received)) = self.traffic.get_mut(peer) {
+            match (&result, kind) {
+                (Ok(()), OpKind::Send) => count(sent, len),
+                (Ok(()), _) => count(received, len),
+                (Err(CompletionError::Truncated { .. }), _) => self.truncations += 1,
+                _ => {}
+            }
+        }
+        let mut c = Completion::outcome(token, NODE_ENDPOINT, kind, result);
+        c.tag = tag;
+        if kind == OpKind::Recv {
+            c.source = self.world.get(peer).map(|&r| u64::from(r));
         }
         c
     }
