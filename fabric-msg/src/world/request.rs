@@ -171,8 +171,14 @@ impl World {
             }
         }
         let _call = self.live.call();
+        self.wait_in_call(&mut req)
+    }
+
+    /// Move everything on until `req` has finished, and give its result
+    /// (inside a liveness call the caller holds).
+    fn wait_in_call<T: Element>(&mut self, req: &mut Request<T>) -> Result<(Vec<T>, Status)> {
         loop {
-            if let Some(done) = self.conclude(&mut req) {
+            if let Some(done) = self.conclude(req) {
                 return done;
             }
             self.turn(true)?;
@@ -186,13 +192,7 @@ impl World {
         let _call = self.live.call();
         let mut out = Vec::with_capacity(reqs.len());
         for mut r in reqs {
-            loop {
-                if let Some(done) = self.conclude(&mut r) {
-                    out.push(done?.0);
-                    break;
-                }
-                self.turn(true)?;
-            }
+            out.push(self.wait_in_call(&mut r)?.0);
         }
         Ok(out)
     }
