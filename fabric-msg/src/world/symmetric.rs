@@ -42,10 +42,10 @@ use std::sync::Arc;
 /// descriptor length, and its part's segment name (`node_symmetric.rs`).
 const SUMMARY: usize = 4 + NAME_WORDS;
 const OK: u64 = 0;
+const FAILED: u64 = 1;
 /// Bytes a same-node write or read of the token interface copies at a time
 /// (through the stack: no allocation per operation).
 const COPY_CHUNK: usize = 4096;
-const FAILED: u64 = 1;
 
 /// Memory registered by every rank of a [`World`] with the same length,
 /// with each rank's descriptor ([`World::alloc_symmetric`]).
@@ -227,14 +227,11 @@ impl World {
         let (me, size) = (self.rank(), self.size() as usize);
         let mut parts: Vec<Option<Arc<Segment>>> = vec![None; size];
         let mut mapped = own.is_some();
+        parts[me as usize] = own;
         let node = self.local.as_ref().map_or(Vec::new(), |l| l.ranks());
-        for r in node.into_iter().chain([me]) {
+        for r in node {
             if !mapped {
                 break;
-            }
-            if r == me {
-                parts[r as usize] = own.clone();
-                continue;
             }
             let words = &summary[r as usize * SUMMARY + 4..(r as usize + 1) * SUMMARY];
             let attached = match node_symmetric::name_of(words) {
