@@ -13,6 +13,8 @@
 //!   through a pidfd;
 //! - `receiving`: frames read from the rings into receives, acks,
 //!   failures;
+//! - `slots`: a rank's collective slots at the end of its segment, read
+//!   in place by the node's other ranks (`world/collectives/on_node.rs`);
 //! - `node_loop`: the [`NodeLoop`] that sends, receives and polls over
 //!   them.
 //!
@@ -29,6 +31,7 @@ mod receiving;
 pub mod ring;
 pub mod segment;
 pub(crate) mod single_copy;
+pub(crate) mod slots;
 
 pub use node_loop::{NodeCompletion, NodeConfig, NodeLoop};
 pub use segment::{Segment, SegmentName};

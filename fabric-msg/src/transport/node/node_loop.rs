@@ -22,6 +22,7 @@ use super::pidfd::Watch;
 use super::ring::{ring_bytes, Consumer, Producer, ACK, FIRST, LAST, RNDV};
 use super::segment::{Segment, SegmentName, HEADER};
 use super::single_copy::{self, Waiting, ACK_LEN, REQUEST_LEN};
+use super::slots::{self, Slots};
 use crate::error::{Error, Result};
 use crate::memory::buffer::Buffer;
 use crate::transport::event_loop::{CompletionError, OpKind, Token};
@@ -60,8 +61,14 @@ impl Default for NodeConfig {
 }
 
 impl NodeConfig {
-    /// The length of a segment for `ranks` ranks.
+    /// The length of a segment for `ranks` ranks: the header, a ring
+    /// from each rank, then the collective slots (`slots.rs`).
     pub fn segment_len(&self, ranks: usize) -> usize {
+        self.slots_at(ranks) + slots::AREA
+    }
+
+    /// Where the collective slots start in a segment for `ranks` ranks.
+    fn slots_at(&self, ranks: usize) -> usize {
         HEADER + ranks * ring_bytes(self.cells)
     }
 }
@@ -155,6 +162,8 @@ pub struct NodeLoop {
     pub(super) acks: Vec<VecDeque<[u8; ACK_LEN]>>,
     pub(super) matcher: Matcher,
     pub(super) done: Done,
+    /// By rank: its segment's collective slots, once connected.
+    slots: Vec<Option<Slots>>,
 }
 
 /// Finished operations, by kind of memory: for `poll` (owned buffers,
@@ -233,6 +242,7 @@ impl NodeLoop {
             acks: (0..ranks).map(|_| VecDeque::new()).collect(),
             matcher: Matcher::default(),
             done: Done::default(),
+            slots: vec![None; ranks],
         })
     }
 
@@ -285,8 +295,15 @@ impl NodeLoop {
         self.inbox[peer].set_can_copy(readable);
         self.pids[peer] = name.pid;
         let at = HEADER + self.me * ring_bytes(self.cfg.cells);
+        self.slots[peer] = Some(Slots::new(seg.clone(), self.cfg.slots_at(ranks)));
         self.outbox[peer] = Some(Producer::new(seg, at, self.cfg.cells, self.cfg.max_frame));
         Ok(())
+    }
+
+    /// `peer`'s collective slots (this rank's own for `peer == me`), once
+    /// connected.
+    pub(crate) fn slots(&self, peer: usize) -> Option<&Slots> {
+        self.slots.get(peer)?.as_ref()
     }
 
     fn no_rank(&self, r: usize) -> Error {

@@ -1,0 +1,171 @@
+//! A rank's collective slots: the end of its segment, where it posts its
+//! part of a small collective for the other ranks of its node to read in
+//! place (Open MPI's `coll/sm`, MPICH's shared-memory collectives). The
+//! protocol that uses them, and who reads what, is in
+//! `world/collectives/on_node.rs`; this file is the memory and its order.
+//!
+//! ```text
+//!  offset 0           one cache line: `done`, the number of the first
+//!                     collective whose slots this rank may still read
+//!  then SLOTS slots   each one cache line of header, then SLOT_DATA bytes:
+//!                     word 0   stamp: the collective's number + 1, stored
+//!                              last, with Release
+//!                     words 1-4  what the collective is (kind, its number
+//!                              among the World's collectives, bytes, root
+//!                              and op), see `on_node.rs`
+//!                     data     the rank's contribution, if any
+//! ```
+//!
+//! Collective `k` uses slot `k % SLOTS`. Its owner writes the header words
+//! and the data with relaxed atomic stores (`memory/copy.rs`), then the
+//! stamp with Release; a reader loads the stamp with Acquire, and once it
+//! is `k + 1` reads the rest. The owner writes slot `k % SLOTS` again (for
+//! `k + SLOTS`) only once every reader's `done` has passed `k`, loaded
+//! with Acquire; a reader stores `done` with Release after its last read.
+//! So a slot is never written while anyone may read it, and a reader never
+//! sees a stamp newer than the collective it waits for. The owner's
+//! doorbell (`doorbell.rs`) is rung after a stamp, so a rank asleep in its
+//! wait wakes for a collective as it does for a message.
+
+use super::doorbell::Doorbell;
+use super::segment::Segment;
+use crate::memory::copy::{copy_in, copy_out};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Slots per rank: collectives one rank may run ahead of the slowest
+/// reader.
+pub const SLOTS: usize = 4;
+
+/// Bytes of data a slot holds: the largest contribution carried in place.
+pub const SLOT_DATA: usize = 8 << 10;
+
+/// Words of a slot's header after the stamp.
+pub const HEAD_WORDS: usize = 4;
+
+const LINE: usize = 64;
+const SLOT_BYTES: usize = LINE + SLOT_DATA;
+
+/// Bytes the slots take at the end of a segment.
+pub const AREA: usize = LINE + SLOTS * SLOT_BYTES;
+
+/// One rank's slots, in its segment (mapped here: this rank's own, or a
+/// peer's).
+#[derive(Debug, Clone)]
+pub(crate) struct Slots {
+    seg: Arc<Segment>,
+    /// Where the area starts in the segment.
+    at: usize,
+    bell: Doorbell,
+}
+
+impl Slots {
+    /// The area at byte `at` of `seg` (`seg.at` checks it lies inside).
+    pub(crate) fn new(seg: Arc<Segment>, at: usize) -> Slots {
+        let _ = seg.at(at, AREA);
+        let bell = Doorbell::of(&seg);
+        Slots { seg, at, bell }
+    }
+
+    fn word(&self, offset: usize) -> &AtomicU64 {
+        let p = self.seg.at(self.at + offset, 8);
+        // SAFETY: the word lies inside the mapping (`at` checks), which
+        // lives as long as `self.seg`; it is 8-byte aligned (the area
+        // starts on a cache line and every offset used is a multiple of
+        // 8); every process touches it only through atomics.
+        unsafe { AtomicU64::from_ptr(p.as_ptr().cast::<u64>()) }
+    }
+
+    fn slot(k: u64) -> usize {
+        LINE + (k % SLOTS as u64) as usize * SLOT_BYTES
+    }
+
+    /// The first collective whose slots the owner may still read.
+    pub(crate) fn done(&self) -> u64 {
+        self.word(0).load(Ordering::Acquire)
+    }
+
+    /// Say that the owner reads no slot of collectives below `k` any more.
+    pub(crate) fn set_done(&self, k: u64) {
+        self.word(0).store(k, Ordering::Release);
+    }
+
+    /// Post collective `k`: its header words and `data` (at most
+    /// `SLOT_DATA` bytes), then the stamp. The caller has checked that
+    /// every reader is done with `k - SLOTS`.
+    pub(crate) fn post(&self, k: u64, head: [u64; HEAD_WORDS], data: &[u8]) {
+        assert!(data.len() <= SLOT_DATA, "slot data of {} bytes", data.len());
+        let s = Slots::slot(k);
+        for (i, w) in head.iter().enumerate() {
+            self.word(s + 8 + i * 8).store(*w, Ordering::Relaxed);
+        }
+        if !data.is_empty() {
+            let p = self.seg.at(self.at + s + LINE, data.len());
+            // SAFETY: inside the mapping (checked by `at`); no reader
+            // reads this slot until the stamp below says so.
+            unsafe { copy_in(p.as_ptr(), data) };
+        }
+        self.word(s).store(k + 1, Ordering::Release);
+    }
+
+    /// Wake the owner if it sleeps in its wait.
+    pub(crate) fn ring(&self) {
+        self.bell.ring();
+    }
+
+    /// The stamp of the slot collective `k` uses: `k + 1` once `k` is
+    /// posted; anything else from a rank that keeps the protocol is the
+    /// stamp of an earlier collective.
+    pub(crate) fn stamp(&self, k: u64) -> u64 {
+        self.word(Slots::slot(k)).load(Ordering::Acquire)
+    }
+
+    /// The header words of collective `k` (after its stamp was seen).
+    pub(crate) fn head(&self, k: u64) -> [u64; HEAD_WORDS] {
+        let s = Slots::slot(k);
+        std::array::from_fn(|i| self.word(s + 8 + i * 8).load(Ordering::Relaxed))
+    }
+
+    /// Copy `out.len()` (at most `SLOT_DATA`) bytes of collective `k`'s
+    /// data (after its stamp was seen).
+    pub(crate) fn read(&self, k: u64, out: &mut [u8]) {
+        assert!(out.len() <= SLOT_DATA, "slot data of {} bytes", out.len());
+        let p = self.seg.at(self.at + Slots::slot(k) + LINE, out.len());
+        // SAFETY: inside the mapping (checked by `at`); `out` is this
+        // process's own memory.
+        unsafe { copy_out(p.as_ptr(), out) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Slots, AREA, SLOTS, SLOT_DATA};
+    use crate::transport::node::segment::{Segment, HEADER};
+    use std::sync::Arc;
+
+    #[test]
+    fn a_posted_slot_is_read_back_whole_and_stamped_with_its_number() {
+        let seg = Arc::new(Segment::create(HEADER + AREA).expect("segment"));
+        let owner = Slots::new(seg.clone(), HEADER);
+        let reader = Slots::new(seg, HEADER);
+        for k in 0..(3 * SLOTS as u64) {
+            assert_ne!(reader.stamp(k), k + 1, "collective {k} not posted yet");
+            let data: Vec<u8> = (0..SLOT_DATA).map(|i| (i as u64 * 7 + k) as u8).collect();
+            owner.post(k, [k, 2, 3, 4], &data[..SLOT_DATA - k as usize]);
+            assert_eq!(reader.stamp(k), k + 1);
+            assert_eq!(reader.head(k), [k, 2, 3, 4]);
+            let mut out = vec![0u8; SLOT_DATA - k as usize];
+            reader.read(k, &mut out);
+            assert_eq!(out, data[..SLOT_DATA - k as usize]);
+            reader.set_done(k + 1);
+            assert_eq!(owner.done(), k + 1);
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "slot data")]
+    fn data_larger_than_a_slot_is_refused() {
+        let seg = Arc::new(Segment::create(HEADER + AREA).expect("segment"));
+        Slots::new(seg, HEADER).post(0, [0; 4], &vec![0u8; SLOT_DATA + 1]);
+    }
+}
