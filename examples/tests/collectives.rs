@@ -10,8 +10,8 @@ mod support;
 
 use std::time::{Duration, Instant};
 use support::{
-    best_tcp, children_of, environ_has, mpirun, remove_shm_regions, rendezvous, sigkill, wait_all, Exit,
-    Watch,
+    best_tcp, children_of, environ_has, mpirun, remove_shm_regions, rendezvous, shm_on, sigkill, wait_all,
+    Exit, Watch,
 };
 
 const CHECK: &str = env!("CARGO_BIN_EXE_collectives_check");
@@ -48,12 +48,48 @@ fn assert_all_checked(out: &str, n: u32, provider: &str, launcher: &str) {
     assert!(!out.contains("FAILED"), "{out}");
 }
 
+/// How many blocking collectives each rank says went through the node's
+/// shared-memory slots.
+fn in_slots(out: &str, n: u32) -> Vec<u64> {
+    (0..n)
+        .map(|r| {
+            let prefix = format!("rank {r}/{n}: ");
+            out.lines()
+                .find(|l| l.starts_with(&prefix) && l.ends_with("collectives in the node's slots"))
+                .and_then(|l| l[prefix.len()..].split_whitespace().next()?.parse().ok())
+                .unwrap_or_else(|| panic!("rank {r} did not count its slot collectives:\n{out}"))
+        })
+        .collect()
+}
+
 fn mpirun_checks(shm: bool, provider: &str) {
     for n in [1, 2, 3, 5, 8] {
         let started = Instant::now();
         let e = wait_all(vec![mpirun(CHECK, n, shm, &[])], started, DEADLINE).remove(0);
         assert!(e.status.success(), "{n} ranks on {provider}: {e:?}");
         assert_all_checked(&e.stdout, n, provider, "pmix");
+        // A World all on one node over the node transport runs its
+        // blocking collectives in the slots, every rank alike; libfabric's
+        // shm and TCP never do.
+        let slots = in_slots(&e.stdout, n);
+        let node = shm && n > 1 && shm_on() != "libfabric";
+        assert!(
+            slots.iter().all(|&s| s == slots[0] && (s > 0) == node),
+            "{n} ranks on {provider}: {slots:?}"
+        );
+    }
+}
+
+/// With the slots turned off the same checks pass as messages alone, so
+/// both ways of running a blocking collective on one node stay checked.
+#[test]
+fn mpirun_checks_every_collective_on_shm_as_messages() {
+    for n in [2, 3] {
+        let started = Instant::now();
+        let e = wait_all(vec![mpirun(CHECK, n, true, &["--messages"])], started, DEADLINE).remove(0);
+        assert!(e.status.success(), "{n} ranks: {e:?}");
+        assert_all_checked(&e.stdout, n, "shm", "pmix");
+        assert_eq!(in_slots(&e.stdout, n), vec![0; n as usize]);
     }
 }
 
@@ -151,8 +187,20 @@ fn a_rank_killed_inside_a_collective_is_named_by_every_other() {
 /// mpirun ends the job.
 #[test]
 fn mpirun_rank_killed_inside_a_collective_is_named() {
+    rank_killed_in_a_loop_of_allreduces(false, "1048576");
+}
+
+/// The same on one node, where the allreduces go through the node's
+/// shared-memory slots: the survivors wait on a slot the dead rank will
+/// never stamp, and must still name it within the bound.
+#[test]
+fn mpirun_rank_killed_inside_a_slot_collective_is_named() {
+    rank_killed_in_a_loop_of_allreduces(true, "64");
+}
+
+fn rank_killed_in_a_loop_of_allreduces(shm: bool, bytes: &str) {
     let started = Instant::now();
-    let mut child = mpirun(CHECK, 4, false, &["--loop", "1048576"]);
+    let mut child = mpirun(CHECK, 4, shm, &["--loop", bytes]);
     let pid = child.id();
     let out = Watch::stdout(&mut child);
     if !out.wait_for("looping", 4, START) {

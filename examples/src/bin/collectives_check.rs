@@ -11,7 +11,9 @@
 //!     FABRIC_MSG_ROOT=127.0.0.1:9300 target/release/collectives_check & done; wait
 //! ```
 //!
-//! usage: collectives_check [--seed N] [--quick]
+//! usage: collectives_check [--messages] [--seed N] [--quick]
+//!                                            --messages: no collective through the node's
+//!                                            shared-memory slots (node_collectives off)
 //!        collectives_check --loop BYTES      allreduce f64 of BYTES until an error (failure tests)
 //!        collectives_check --mismatch        the last rank passes one element more to an allreduce
 //!        collectives_check --mismatch --lengths FIRST,OTHERS
@@ -21,13 +23,15 @@
 //!        collectives_check --alltoallv-mismatch
 //!                                            rank 1 expects one element more from rank 0 than it sends
 
-use fabric_msg::{Buffer, Element, Op, OpKind, Reduction, Token, World};
+use fabric_msg::{Buffer, Element, Op, OpKind, Reduction, Token, World, WorldConfig};
 use std::fmt::Debug;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 #[path = "collectives_check/more.rs"]
 mod more;
+#[path = "collectives_check/slots.rs"]
+mod slots;
 
 /// A small deterministic generator (splitmix64): every rank draws the same
 /// numbers from the same seed.
@@ -369,11 +373,13 @@ enum Mode {
     AlltoallvMismatch,
 }
 
-fn parse() -> Result<Mode, String> {
+/// The mode, and whether `--messages` was given.
+fn parse() -> Result<(Mode, bool), String> {
     let mut mode = Mode::Check {
         seed: 1,
         quick: false,
     };
+    let mut messages = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut num = |what: &str| -> Result<u64, String> {
@@ -402,30 +408,35 @@ fn parse() -> Result<Mode, String> {
                     .ok_or(format!("--lengths {v}: not two whole numbers FIRST,OTHERS"))?;
                 mode = Mode::Mismatch(Some(pair));
             }
+            "--messages" => messages = true,
             "--bad-op" => mode = Mode::BadOp,
             "--bad-scatterv" => mode = Mode::BadScatterv,
             "--alltoallv-mismatch" => mode = Mode::AlltoallvMismatch,
             "-h" | "--help" => {
                 return Err(
-                    "usage: collectives_check [--seed N] [--quick] | --loop BYTES | --mismatch [--lengths FIRST,OTHERS] | --bad-op | --bad-scatterv | --alltoallv-mismatch"
+                    "usage: collectives_check [--messages] [--seed N] [--quick] | --loop BYTES | --mismatch [--lengths FIRST,OTHERS] | --bad-op | --bad-scatterv | --alltoallv-mismatch"
                         .into(),
                 )
             }
             other => return Err(format!("unknown option {other}; try --help")),
         }
     }
-    Ok(mode)
+    Ok((mode, messages))
 }
 
 fn main() -> ExitCode {
-    let mode = match parse() {
+    let (mode, messages) = match parse() {
         Ok(m) => m,
         Err(e) => {
             say_err(&format!("collectives_check: {e}"));
             return ExitCode::from(2);
         }
     };
-    let mut world = match World::init() {
+    let cfg = WorldConfig::from_env().map(|c| WorldConfig {
+        node_collectives: c.node_collectives && !messages,
+        ..c
+    });
+    let mut world = match cfg.and_then(World::init_with) {
         Ok(w) => w,
         Err(e) => {
             say_err(&format!("collectives_check: {e}"));
@@ -473,6 +484,8 @@ fn main() -> ExitCode {
     match outcome {
         Ok(Ok(checks)) => {
             println!("rank {rank}/{size}: {checks} checks passed in {secs:.2} s ({provider} via {launcher})");
+            let slots = world.stats().node_collectives;
+            println!("rank {rank}/{size}: {slots} collectives in the node's slots");
             match world.finish() {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
@@ -530,6 +543,7 @@ fn check(world: &mut World, seed: u64, quick: bool) -> fabric_msg::Result<Result
     ctx.run::<f32>()?;
     ctx.run::<f64>()?;
     ctx.overlapped()?;
+    ctx.slots()?;
     if quick {
         // One long broadcast, past the switch to scatter + allgather where
         // the world is large enough for it.

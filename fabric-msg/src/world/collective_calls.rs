@@ -7,12 +7,14 @@
 //! folder never names the [`World`] that holds its engine: schedules and
 //! engine are plain parts the World drives.
 
+use super::collectives::on_node::{Call, Kind};
 use super::collectives::ops::{Element, Reduction};
 use super::collectives::plan::Plan;
 use super::collectives::plans;
-use super::collectives::request::{copy_result, Shape};
+use super::collectives::request::{check_root, copy_result, Shape};
 use super::collectives::schedule::Schedule;
 use super::comm::CommView;
+use super::node_collectives::OnNode;
 use super::request::{Of, Request};
 use crate::error::{Error, Result};
 
@@ -67,6 +69,11 @@ impl CommView<'_> {
     /// # Ok::<(), fabric_msg::Error>(())
     /// ```
     pub fn allreduce<T: Element>(&mut self, data: &mut [T], op: impl Into<Reduction<T>>) -> Result<()> {
+        let op = op.into();
+        let call = Call::new::<T>(Kind::Allreduce, "allreduce", data.len(), 0).reducing(&op);
+        if let Some(OnNode::Done) = self.on_node(call, op.check(), data, Some(&op)).transpose()? {
+            return Ok(());
+        }
         let r = self.iallreduce(data.to_vec(), op)?;
         let out = self.wait(r)?;
         copy_result("allreduce", data, &out)
@@ -94,6 +101,10 @@ impl CommView<'_> {
     /// # Ok::<(), fabric_msg::Error>(())
     /// ```
     pub fn barrier(&mut self) -> Result<()> {
+        let call = Call::new::<u8>(Kind::Barrier, "barrier", 0, 0);
+        if let Some(OnNode::Done) = self.on_node::<u8>(call, Ok(()), &mut [], None).transpose()? {
+            return Ok(());
+        }
         let r = self.ibarrier()?;
         self.wait(r).map(drop)
     }
@@ -122,6 +133,11 @@ impl CommView<'_> {
     /// # Ok::<(), fabric_msg::Error>(())
     /// ```
     pub fn broadcast<T: Element>(&mut self, root: u32, data: &mut [T]) -> Result<()> {
+        let call = Call::new::<T>(Kind::Broadcast, "broadcast", data.len(), root);
+        let check = check_root(root, self.size());
+        if let Some(OnNode::Done) = self.on_node(call, check, data, None).transpose()? {
+            return Ok(());
+        }
         let r = self.ibroadcast(root, data.to_vec())?;
         let out = self.wait(r)?;
         copy_result("broadcast", data, &out)
@@ -191,6 +207,12 @@ impl CommView<'_> {
         data: &mut [T],
         op: impl Into<Reduction<T>>,
     ) -> Result<()> {
+        let op = op.into();
+        let call = Call::new::<T>(Kind::Reduce, "reduce", data.len(), root).reducing(&op);
+        let check = check_root(root, self.size()).and_then(|()| op.check());
+        if let Some(OnNode::Done) = self.on_node(call, check, data, Some(&op)).transpose()? {
+            return Ok(());
+        }
         let r = self.ireduce(root, data.to_vec(), op)?;
         let out = self.wait(r)?;
         if self.rank() == root {

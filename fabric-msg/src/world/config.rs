@@ -17,6 +17,7 @@ use std::time::Duration;
 /// | `domain` | `None`: on IP fabrics, the interface that reaches rank 0 | `FABRIC_MSG_DOMAIN` |
 /// | `shared_memory` | `true`: `shm` when every rank is on one host (for one-sided operations), and shared memory between the ranks of one node for messages | `FABRIC_MSG_SHM=0` turns both off |
 /// | `node_transport` | `true`: ranks of one node exchange messages over fabric-msg's own rings (`transport/node`, docs/onnode.md); `false`: over libfabric's `shm` where the world's fabric is another, over the world's `shm` where it is `shm` | `FABRIC_MSG_SHM=libfabric` sets `false`, `FABRIC_MSG_SHM=node` (or 1) `true` |
+/// | `node_collectives` | `true`: where every rank is on one node and the node transport carries them, the blocking barrier, allreduce, broadcast and reduce on the World go through shared-memory slots (`world/collectives/on_node.rs`); `false`: as messages | `FABRIC_MSG_NODE_COLLECTIVES=0` sets `false` |
 /// | `node` | `None`: the host name says which ranks share a node | `FABRIC_MSG_NODE` (for testing layouts: one machine standing in for several nodes) |
 /// | `start_timeout` | 30 s: for all ranks to arrive and agree | `FABRIC_MSG_START_TIMEOUT` (seconds) |
 /// | `finish_timeout` | 10 s: for all ranks to finish | `FABRIC_MSG_FINISH_TIMEOUT` (seconds) |
@@ -37,6 +38,9 @@ pub struct WorldConfig {
     /// Messages between ranks of one node over fabric-msg's own
     /// transport; `false`: over libfabric's `shm`.
     pub node_transport: bool,
+    /// The World's small blocking collectives through shared memory where
+    /// every rank is on one node (over the node transport).
+    pub node_collectives: bool,
     /// This rank's node, in place of its host name, to lay ranks out on
     /// pretend nodes in tests. Set, the launcher's word that every rank is
     /// on this host no longer makes the world choose `shm`.
@@ -69,6 +73,7 @@ impl Default for WorldConfig {
             domain: None,
             shared_memory: true,
             node_transport: true,
+            node_collectives: true,
             node: None,
             start_timeout: Duration::from_secs(30),
             finish_timeout: Duration::from_secs(10),
@@ -104,6 +109,15 @@ impl WorldConfig {
                 return Err(Error::Usage(format!(
                     "FABRIC_MSG_SHM={other:?}: say 0 (no shared memory), libfabric (libfabric's shm between the \
                      ranks of a node) or node (fabric-msg's own transport, the default)"
+                )));
+            }
+        }
+        match std::env::var("FABRIC_MSG_NODE_COLLECTIVES").as_deref() {
+            Ok("0") | Ok("off") | Ok("no") | Ok("false") => c.node_collectives = false,
+            Ok("1") | Ok("on") | Ok("yes") | Ok("true") | Ok("") | Err(_) => {}
+            Ok(other) => {
+                return Err(Error::Usage(format!(
+                    "FABRIC_MSG_NODE_COLLECTIVES={other:?}: say 0 (collectives as messages) or 1 (the default)"
                 )));
             }
         }

@@ -17,6 +17,7 @@ use crate::transport::event_loop::{
     RecvOpts, SendOpts, Token, Traffic,
 };
 use crate::transport::node::node_loop::LentDone;
+use crate::transport::node::slots::Slots;
 use crate::transport::node::{NodeCompletion, NodeLoop};
 use std::time::Duration;
 
@@ -188,6 +189,22 @@ impl Side {
             .iter()
             .find(|p| p.addr == addr && (p.endpoint == endpoint || by_addr))
             .map(|p| (p.sent, p.received))
+    }
+
+    /// Every rank's collective slots, by world rank, if this loop carries
+    /// every rank of a world of `size` (`collectives/on_node.rs`); none
+    /// on libfabric's shm.
+    pub(crate) fn slots_of_all(&self, size: u32) -> Option<Vec<Slots>> {
+        let Side::Node(n) = self else { return None };
+        (0..size as usize)
+            .map(|w| {
+                n.index
+                    .get(w)
+                    .copied()
+                    .flatten()
+                    .and_then(|i| n.nl.slots(i).cloned())
+            })
+            .collect()
     }
 
     /// Whether this loop carries `rank`'s messages.

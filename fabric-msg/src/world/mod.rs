@@ -56,6 +56,7 @@ mod local;
 mod local_wiring;
 mod messages;
 mod more_collectives;
+mod node_collectives;
 mod node_symmetric;
 mod one_sided;
 mod persistent;

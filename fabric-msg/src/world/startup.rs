@@ -8,6 +8,7 @@ use crate::discovery::negotiate::{negotiate, EndpointChoice, Requirements};
 
 use super::agree::{decide, Choice, ChosenRung};
 use super::collectives::engine::Engine;
+use super::collectives::on_node::NodeColl;
 use super::collectives::scope::ContextPool;
 use super::lane::Side;
 use super::launch::Launcher;
@@ -197,6 +198,11 @@ impl World {
             }
             (Err(why), Err(_)) => (None, why),
         };
+        let node_coll = shm
+            .as_ref()
+            .filter(|_| cfg.node_collectives)
+            .and_then(|l| l.side.slots_of_all(placement.size))
+            .map(|slots| NodeColl::new(slots, placement.rank, !oversubscribed(placement.size as usize)));
         let live = Arc::new(Liveness::new(placement.rank, local.provider.clone()));
         // A send stuck on a queue full of messages for a rank that died
         // fails with that rank's loss at once, not after post_timeout.
@@ -220,6 +226,7 @@ impl World {
             contexts: Arc::new(ContextPool::new()),
             msgs: Default::default(),
             one_sided: Default::default(),
+            node_coll,
         };
         let (engine, mut io) = world.engine_io();
         engine.listen(&mut io)?;

@@ -6,6 +6,7 @@
 
 use super::collectives::engine::Engine;
 use super::collectives::io::Io;
+use super::collectives::on_node::NodeColl;
 use super::collectives::scope::ContextPool;
 use super::launch::{Launcher, Placement};
 use super::liveness::Liveness;
@@ -48,6 +49,9 @@ pub struct World {
     pub(super) msgs: Messages,
     /// One-sided operations' scratch memory and what is in flight (`one_sided.rs`).
     pub(super) one_sided: super::scratch::OneSided,
+    /// Where every rank is on this node: the small collectives' shared
+    /// memory (`collectives/on_node.rs`), out of the World while one runs.
+    pub(super) node_coll: Option<NodeColl>,
 }
 
 impl World {

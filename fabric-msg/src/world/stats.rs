@@ -2,6 +2,7 @@
 //! the traffic with each rank over the fabric and the node's shared memory
 //! together.
 
+use super::collectives::on_node::NodeColl;
 use super::state::World;
 use crate::ffi;
 use crate::transport::event_loop::{LoopStats, Peer, Traffic};
@@ -29,6 +30,10 @@ pub struct WorldStats {
     pub fabric: LoopStats,
     /// The shared-memory loop for ranks on this node, if there is one.
     pub local: Option<LoopStats>,
+    /// Blocking collectives that went through the node's shared-memory
+    /// slots (a World all on one node: `collectives/on_node.rs`), their
+    /// data too where it fit a slot.
+    pub node_collectives: u64,
 }
 
 impl World {
@@ -74,6 +79,11 @@ impl World {
                 }
             })
             .collect();
-        WorldStats { ranks, fabric, local }
+        WorldStats {
+            ranks,
+            fabric,
+            local,
+            node_collectives: self.node_coll.as_ref().map_or(0, NodeColl::begun),
+        }
     }
 }

@@ -192,7 +192,7 @@ impl Engine {
     }
 
     /// The next collective's number in `scope`'s context.
-    fn number(&mut self, scope: &Scope) -> u32 {
+    pub(crate) fn number(&mut self, scope: &Scope) -> u32 {
         let next = &mut self.next_seq[usize::from(scope.ctx)];
         let seq = *next;
         *next = next.wrapping_add(1);
@@ -568,6 +568,11 @@ impl Engine {
             Pause::Yield => std::thread::yield_now(),
             Pause::Block => {}
         }
+    }
+
+    /// Something moved outside the loops (a collective slot): idling starts over.
+    pub(crate) fn busy(&mut self) {
+        self.idle.busy();
     }
 
     /// Whether run `id` is still in flight.

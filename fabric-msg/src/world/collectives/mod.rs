@@ -45,6 +45,7 @@ pub(crate) mod engine;
 pub(crate) mod gather;
 pub(crate) mod io;
 pub(crate) mod notice;
+pub(crate) mod on_node;
 pub(crate) mod ops;
 pub(crate) mod plan;
 pub(crate) mod plans;

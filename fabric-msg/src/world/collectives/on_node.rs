@@ -1,0 +1,392 @@
+//! The small collectives of a World whose ranks all share one node, in
+//! shared memory: each rank posts its header and its contribution in its
+//! own slots (`transport/node/slots.rs`), and reads the others' in place —
+//! no message, no matching, no event loop in between (Open MPI's
+//! `coll/sm`; the flat form of MPICH's shared-memory collectives).
+//!
+//! - **Which calls.** The blocking `barrier`, `allreduce`, `broadcast` and
+//!   `reduce` on the World itself, where every rank is on this node and
+//!   fabric-msg's node transport carries it (`world/node_collectives.rs`).
+//!   The choice depends on nothing a rank could pass differently: every
+//!   such call posts its header, whatever its length. One whose data fit a
+//!   slot (`SLOT_DATA`) is done in the slots; a larger one goes on, once
+//!   every rank's header agreed, as a message schedule (`engine.rs`).
+//! - **One round.** Collective `k` (numbered by this file, alike on every
+//!   rank) waits until every rank is done reading `k - SLOTS`, posts its
+//!   slot, rings the others' doorbells, then waits for every rank's stamp
+//!   of `k`. An allreduce then folds every rank's data in rank order, so
+//!   every rank computes the same expression and gets the same bits; a
+//!   reduce does so on the root only; a broadcast copies the root's. A
+//!   barrier is the wait itself. The rank then says it is done with `k`.
+//! - **Checks.** Every header is checked against this rank's call before
+//!   any data is read: the kind, the collective's number among the World's
+//!   collectives, the bytes and element type, the root and the op. A
+//!   difference fails the call on every rank with a message that names
+//!   the rank that differs, as the message schedules do. A rank whose
+//!   arguments are refused posts the refusal and its reason in its slot,
+//!   so the others fail at once with that reason. A stamp outside the
+//!   protocol (memory a peer corrupted) fails the call too; nothing a peer
+//!   wrote is used before its length is checked.
+//! - **Waiting and failure.** The wait for stamps turns the World
+//!   (`World::turn`): other requests move on meanwhile, the World's
+//!   waiting rule applies (spin, yield, then sleep on the doorbell, which
+//!   every post rings), and a lost rank ends the wait with
+//!   `Error::RankLost`.
+//!
+//! A non-blocking or persistent form of these collectives runs as a
+//! message schedule, as every collective on a communicator does: a rank
+//! must not pass a blocking collective where another passes the
+//! non-blocking one (MPI's rule too).
+
+use super::ops::{Element, Op, Reduction};
+use crate::transport::node::slots::{Slots, HEAD_WORDS, SLOTS, SLOT_DATA};
+
+/// What a collective is, in its header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Barrier = 1,
+    Allreduce = 2,
+    Broadcast = 3,
+    Reduce = 4,
+    /// The rank refused its call; the reason is its data, the call's own
+    /// kind the header's second byte.
+    Refused = 5,
+}
+
+impl Kind {
+    fn name(code: u64) -> &'static str {
+        match code {
+            1 => "barrier",
+            2 => "allreduce",
+            3 => "broadcast",
+            4 => "reduce",
+            5 => "refused call",
+            _ => "unknown collective",
+        }
+    }
+}
+
+/// One rank's call: what every rank must agree on.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Call {
+    pub kind: Kind,
+    pub what: &'static str,
+    /// Its number among the World's collectives (the engine's).
+    pub seq: u32,
+    /// Elements of its data, their size and type name.
+    pub n: usize,
+    pub size: usize,
+    pub type_name: &'static str,
+    pub root: u32,
+    /// The reduction: an `Op`'s number + 1, `u32::MAX` for a function
+    /// (functions cannot be compared), 0 for none.
+    pub op: u32,
+}
+
+impl Call {
+    pub(crate) fn new<T: Element>(kind: Kind, what: &'static str, n: usize, root: u32) -> Call {
+        Call {
+            kind,
+            what,
+            seq: 0,
+            n,
+            size: T::SIZE,
+            type_name: T::NAME,
+            root,
+            op: 0,
+        }
+    }
+
+    /// The same call with its reduction.
+    pub(crate) fn reducing<T: Element>(mut self, r: &Reduction<T>) -> Call {
+        self.op = match r {
+            Reduction::Op(op) => Op::ALL
+                .iter()
+                .position(|o| o == op)
+                .map_or(u32::MAX - 1, |i| i as u32 + 1),
+            Reduction::Custom(_) => u32::MAX,
+        };
+        self
+    }
+
+    pub(crate) fn bytes(&self) -> usize {
+        self.n * self.size
+    }
+
+    /// Whether its data travels in the slots.
+    pub(crate) fn in_place(&self) -> bool {
+        self.bytes() <= SLOT_DATA
+    }
+
+    fn words(&self, bytes: usize) -> [u64; HEAD_WORDS] {
+        [
+            self.kind as u64 | u64::from(self.seq) << 32,
+            bytes as u64,
+            u64::from(self.root) | u64::from(self.op) << 32,
+            self.size as u64 | u64::from(name_hash(self.type_name)) << 32,
+        ]
+    }
+}
+
+/// A type name's hash (FNV-1a, folded to 32 bits), so ranks compare types.
+fn name_hash(name: &str) -> u32 {
+    let h = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    });
+    (h ^ h >> 32) as u32
+}
+
+/// Why a collective failed here, and the rank that made it fail.
+#[derive(Debug)]
+pub(crate) struct Differs {
+    pub rank: u32,
+    pub message: String,
+}
+
+/// The slots of every rank of a one-node World, and where this rank is in
+/// their protocol.
+#[derive(Debug)]
+pub(crate) struct NodeColl {
+    /// By world rank.
+    slots: Vec<Slots>,
+    me: usize,
+    /// The next collective's number.
+    next: u64,
+    /// By world rank: its header of the current collective checked.
+    seen: Vec<bool>,
+    /// By world rank: its `done` when last loaded. It only grows, so a
+    /// post that an old value allows needs no load (which would take the
+    /// line back from a rank that writes it every collective).
+    known_done: Vec<u64>,
+    /// A peer's data, copied out of its slot.
+    stage: Vec<u8>,
+    /// Whether a wait may spin between turns of the World (a core per
+    /// rank on the node).
+    pub(crate) spin: bool,
+}
+
+impl NodeColl {
+    /// `slots` by world rank; this rank is `me`; `spin` as the field.
+    pub(crate) fn new(slots: Vec<Slots>, me: u32, spin: bool) -> NodeColl {
+        let n = slots.len();
+        NodeColl {
+            slots,
+            me: me as usize,
+            next: 0,
+            seen: vec![false; n],
+            known_done: vec![0; n],
+            stage: vec![0; SLOT_DATA],
+            spin,
+        }
+    }
+
+    /// Number the next collective.
+    pub(crate) fn begin(&mut self) -> u64 {
+        let k = self.next;
+        self.next += 1;
+        self.seen.fill(false);
+        self.seen[self.me] = true;
+        k
+    }
+
+    /// Whether every other rank is done reading the collective that used
+    /// `k`'s slot before.
+    pub(crate) fn may_post(&mut self, k: u64) -> bool {
+        let Some(before) = k.checked_sub(SLOTS as u64) else {
+            return true;
+        };
+        for (r, s) in self.slots.iter().enumerate() {
+            if r != self.me && self.known_done[r] <= before {
+                self.known_done[r] = s.done();
+                if self.known_done[r] <= before {
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    fn others(&self) -> impl Iterator<Item = (usize, &Slots)> {
+        let me = self.me;
+        self.slots.iter().enumerate().filter(move |(r, _)| *r != me)
+    }
+
+    /// Post this rank's part of collective `k` and wake the others: its
+    /// header (which gives the call's length whether or not this rank's
+    /// data travels) and `data`.
+    pub(crate) fn post(&self, k: u64, call: &Call, data: &[u8]) {
+        self.post_words(k, call.words(call.bytes()), data);
+    }
+
+    fn post_words(&self, k: u64, words: [u64; HEAD_WORDS], data: &[u8]) {
+        self.slots[self.me].post(k, words, data);
+        for (_, s) in self.others() {
+            s.ring();
+        }
+    }
+
+    /// Post a refusal of collective `k` with its reason: the kind says
+    /// "refused", with the call's own kind in its second byte.
+    pub(crate) fn refuse(&self, k: u64, call: &Call, reason: &str) {
+        let mut cut = reason.len().min(SLOT_DATA);
+        while !reason.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        let mut words = call.words(cut);
+        words[0] = Kind::Refused as u64 | (call.kind as u64) << 8 | u64::from(call.seq) << 32;
+        self.post_words(k, words, &reason.as_bytes()[..cut]);
+    }
+
+    /// Check the headers of `k` that came since the last look: `Ok(true)`
+    /// once every rank's is in and agrees with `call`, `Ok(false)` while
+    /// some are missing (`progress` says whether any new one came).
+    pub(crate) fn gather(&mut self, k: u64, call: &Call, progress: &mut bool) -> Result<bool, Differs> {
+        let mut all = true;
+        for r in 0..self.slots.len() {
+            if self.seen[r] {
+                continue;
+            }
+            let stamp = self.slots[r].stamp(k);
+            if stamp != k + 1 {
+                let earlier = stamp == 0 || (stamp <= k && (k + 1 - stamp) % SLOTS as u64 == 0);
+                if !earlier {
+                    return Err(self.corrupt(r, k, stamp));
+                }
+                all = false;
+                continue;
+            }
+            *progress = true;
+            self.check(r, k, call)?;
+            self.seen[r] = true;
+        }
+        Ok(all)
+    }
+
+    fn corrupt(&self, r: usize, k: u64, stamp: u64) -> Differs {
+        Differs {
+            rank: r as u32,
+            message: format!(
+                "rank {r}'s collective slot holds stamp {stamp} where collective {k} (stamp {}) or an \
+                 earlier one of its slot belongs: its shared memory was overwritten, or it runs another \
+                 fabric-msg",
+                k + 1
+            ),
+        }
+    }
+
+    /// Check rank `r`'s header of `k` against `call`.
+    fn check(&mut self, r: usize, k: u64, call: &Call) -> Result<(), Differs> {
+        let [w0, bytes, w2, w3] = self.slots[r].head(k);
+        let (kind, refused, seq) = (w0 & 0xff, w0 >> 8 & 0xff, (w0 >> 32) as u32);
+        let (root, op) = ((w2 & 0xffff_ffff) as u32, (w2 >> 32) as u32);
+        let differs = |message: String| Differs {
+            rank: r as u32,
+            message,
+        };
+        if kind == Kind::Refused as u64 {
+            let len = (bytes as usize).min(SLOT_DATA);
+            self.slots[r].read(k, &mut self.stage[..len]);
+            let reason = String::from_utf8_lossy(&self.stage[..len]);
+            return Err(differs(format!(
+                "rank {r} refused its {}: {reason}",
+                Kind::name(refused)
+            )));
+        }
+        let what = call.what;
+        if kind != call.kind as u64 || seq != call.seq {
+            return Err(differs(format!(
+                "rank {r} is in a {} (collective #{seq}) where this rank is in a {what} (collective #{}): \
+                 every rank must call the same collectives in the same order",
+                Kind::name(kind),
+                call.seq
+            )));
+        }
+        let mine = call.words(call.bytes());
+        if bytes != mine[1] || w3 != mine[3] {
+            let size = (w3 & 0xffff_ffff).max(1);
+            let same_type = w3 == mine[3];
+            let theirs = if same_type {
+                format!("{} × {}", bytes / size, call.type_name)
+            } else {
+                format!("{size}-byte elements of another type than {}", call.type_name)
+            };
+            return Err(differs(format!(
+                "rank {r} sent {bytes} bytes ({theirs}) to the {what}, where this rank expected {} ({} × {}): \
+                 every rank must pass matching lengths (and the same root)",
+                call.bytes(),
+                call.n,
+                call.type_name
+            )));
+        }
+        if root != call.root {
+            return Err(differs(format!(
+                "rank {r} named root {root} for the {what}, this rank root {}: every rank must pass the same root",
+                call.root
+            )));
+        }
+        if op != call.op {
+            return Err(differs(format!(
+                "rank {r} passed another reduction to the {what} than this rank: every rank must pass the same \
+                 reduction"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Rank `r`'s data of collective `k` (`len` bytes, which the headers
+    /// agreed on and `in_place` bounded).
+    pub(crate) fn data(&mut self, k: u64, r: u32, len: usize) -> &[u8] {
+        let out = &mut self.stage[..len];
+        self.slots[r as usize].read(k, out);
+        out
+    }
+
+    /// This rank reads nothing more of collective `k`.
+    pub(crate) fn finish(&self, k: u64) {
+        self.slots[self.me].set_done(k + 1);
+    }
+
+    /// Collectives begun here so far.
+    pub(crate) fn begun(&self) -> u64 {
+        self.next
+    }
+
+    pub(crate) fn size(&self) -> u32 {
+        self.slots.len() as u32
+    }
+
+    pub(crate) fn me(&self) -> u32 {
+        self.me as u32
+    }
+}
+
+/// Fold every rank's data into `acc` in rank order: `acc` starts as rank
+/// 0's, then each next rank's is combined in, this rank's `mine` at its
+/// place. Every rank computes the same expression, so every rank gets the
+/// same bits.
+pub(crate) fn fold_in_rank_order<T: Element>(
+    nc: &mut NodeColl,
+    k: u64,
+    mine: &[T],
+    reduction: &Reduction<T>,
+    acc: &mut Vec<T>,
+    scratch: &mut Vec<T>,
+) {
+    let len = std::mem::size_of_val(mine);
+    let me = nc.me();
+    acc.clear();
+    acc.resize(mine.len(), T::ZERO);
+    if me == 0 {
+        acc.copy_from_slice(mine);
+    } else {
+        T::read(nc.data(k, 0, len), acc);
+    }
+    for r in 1..nc.size() {
+        if r == me {
+            reduction.combine_bytes(acc, super::ops::bytes_of(mine), false, scratch);
+        } else {
+            let other = nc.data(k, r, len);
+            reduction.combine_bytes(acc, other, false, scratch);
+        }
+    }
+}
