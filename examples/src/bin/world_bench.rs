@@ -56,6 +56,8 @@ the FABRIC_MSG_RANK/SIZE/ROOT rendezvous, or alone).
                   slowest rank's mean), mb_per_sec for bw; a header first
   --stats         rank 0's counters at the end (World::stats: its loops,
                   and messages and bytes with each rank)
+  --by-value      bcast and allreduce: the non-blocking forms and wait (the
+                  vector moves in and out), not the blocking slice forms
   -h, --help      this text
 
 Columns (as OSU's): Size, Avg Latency(us), Min Latency(us), Max Latency(us),
@@ -117,6 +119,7 @@ struct Opts {
     window: usize,
     json: bool,
     stats: bool,
+    by_value: bool,
 }
 
 fn number(name: &str, v: &str) -> Result<usize, String> {
@@ -155,6 +158,7 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Opts>, String>
         window: 64,
         json: false,
         stats: false,
+        by_value: false,
     };
     while let Some(a) = it.next() {
         let mut val = |n: &str| it.next().ok_or_else(|| format!("{n} needs a value"));
@@ -189,6 +193,7 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Opts>, String>
             }
             "--json" => o.json = true,
             "--stats" => o.stats = true,
+            "--by-value" => o.by_value = true,
             "-h" | "--help" => return Ok(None),
             other => return Err(format!("unknown option `{other}`; try --help")),
         }
@@ -288,7 +293,7 @@ fn run(world: &mut World, o: &Opts) -> fabric_msg::Result<()> {
         let row = match o.bench {
             Bench::Latency => latency(world, bytes, warmup, iters, tick)?,
             Bench::Bw => bandwidth(world, bytes, warmup, iters, o.window, tick)?,
-            _ => collective(world, o.bench, bytes, warmup, iters, tick)?,
+            _ => collective(world, (o.bench, o.by_value), bytes, warmup, iters, tick)?,
         };
         if let (0, Some(row)) = (rank, row) {
             report(o, &row);
@@ -596,16 +601,17 @@ fn bandwidth(
 /// a scan: every rank times every call.
 fn collective(
     world: &mut World,
-    bench: Bench,
+    (bench, by_value): (Bench, bool),
     bytes: usize,
     warmup: usize,
     iters: usize,
     tick: impl Fn(usize),
 ) -> fabric_msg::Result<Option<Row>> {
-    // The by-value forms (`i…` then `wait`): the vector moves into the
-    // collective and back, where the slice forms copy it in and out.
-    // Scatter, alltoall and scan take the slice forms (the root's data
-    // stays the caller's), copies included.
+    // The blocking slice forms, as OSU's benchmarks call MPI's: what a
+    // program writes (`world.allreduce(&mut grad, Op::Sum)`). On a World
+    // all on one node, the small ones go through the node's collective
+    // slots (`collectives/on_node.rs`); `--by-value` times the `i…` forms
+    // and `wait` instead, which always go as messages.
     let mut bcast = vec![0u8; bytes];
     let mut floats = vec![0f32; bytes / 4];
     let size = world.size() as usize;
@@ -627,17 +633,19 @@ fn collective(
         let t = Instant::now();
         match bench {
             Bench::Barrier => world.barrier()?,
-            Bench::Bcast => {
+            Bench::Bcast if by_value => {
                 let r = world.ibroadcast(0, std::mem::take(&mut bcast))?;
                 bcast = world.wait(r)?;
             }
+            Bench::Bcast => world.broadcast(0, &mut bcast)?,
             Bench::Scatter => drop(world.scatter(0, &blocks, bytes)?),
             Bench::Alltoall => drop(world.alltoall(&blocks)?),
             Bench::Scan => world.scan(&mut floats, fabric_msg::Op::Sum)?,
-            _ => {
+            _ if by_value => {
                 let r = world.iallreduce(std::mem::take(&mut floats), fabric_msg::Op::Sum)?;
                 floats = world.wait(r)?;
             }
+            _ => world.allreduce(&mut floats, fabric_msg::Op::Sum)?,
         }
         let took = t.elapsed();
         total += took;
