@@ -341,9 +341,15 @@ impl Side {
     /// yield where the same-node loop is libfabric's (no one fd serves
     /// both loops).
     pub(crate) fn sleep(&self, slice: Duration) {
+        self.sleep_unless(slice, || false);
+    }
+
+    /// [`Side::sleep`], waking at once also if `came` says so once the
+    /// doorbell is armed (`NodeLoop::sleep_unless`).
+    pub(crate) fn sleep_unless(&self, slice: Duration, came: impl FnOnce() -> bool) {
         match self {
             Side::Shm { .. } => std::thread::yield_now(),
-            Side::Node(n) if n.cancelled.is_empty() => n.nl.sleep(slice),
+            Side::Node(n) if n.cancelled.is_empty() => n.nl.sleep_unless(slice, came),
             Side::Node(_) => {}
         }
     }

@@ -12,10 +12,16 @@ use super::comm::CommView;
 use super::state::World;
 use super::tags;
 use crate::error::{Error, Result};
+use crate::transport::event_loop::idle::Pause;
+use std::time::Duration;
 
 /// Looks at the slots spun between two turns of the World, where ranks do
 /// not outnumber cores.
 const SPIN_LOOKS: u32 = 64;
+
+/// Longest sleep on the doorbell at a time, as the World's other waits
+/// (a completion on the main loop rings no doorbell).
+const SLEEP_SLICE: Duration = Duration::from_millis(1);
 
 /// How a call went in the slots.
 #[derive(Debug, PartialEq, Eq)]
@@ -60,7 +66,7 @@ impl World {
         let _call = self.live.call();
         call.seq = self.coll.number(&Scope::default()) & tags::SEQ_MASK;
         let k = nc.begin();
-        let room = self.wait_on_node(nc, &call, |nc, _| Ok(nc.may_post(k)));
+        let room = self.wait_on_node(nc, &call, |nc, _| Ok(nc.may_post(k)), |nc| nc.room_came(k));
         let out = room.and_then(|()| {
             if let Err(reason) = check {
                 nc.refuse(k, &call, &reason);
@@ -83,7 +89,19 @@ impl World {
                 &[]
             };
             nc.post(k, &call, mine);
-            self.wait_on_node(nc, &call, |nc, progress| nc.gather(k, &call, progress))?;
+            // In place, a broadcast's root and a reduce's other ranks post
+            // and go, and a broadcast's other ranks read the root alone. A
+            // call on to messages waits for every header, so that no rank
+            // sends to one that failed the check.
+            match call.kind {
+                _ if !call.in_place() => {}
+                Kind::Broadcast if me != call.root => nc.only(Some(call.root)),
+                Kind::Broadcast => nc.only(None),
+                Kind::Reduce if me != call.root => nc.only(None),
+                _ => {}
+            }
+            let gather = |nc: &mut NodeColl, progress: &mut bool| nc.gather(k, &call, progress);
+            self.wait_on_node(nc, &call, gather, |nc| nc.header_came(k))?;
             if !call.in_place() {
                 return Ok(OnNode::Messages);
             }
@@ -100,15 +118,20 @@ impl World {
     }
 
     /// Look at the slots until `ready` says so, turning the World between
-    /// looks: other requests move on meanwhile, the World's waiting rule
-    /// applies, and a lost rank ends the wait. Where the node has a core
-    /// per rank, a few looks are spun between turns: a turn costs more
-    /// than the whole collective when the others are already there.
+    /// looks: other requests move on meanwhile and a lost rank ends the
+    /// wait. Where the node has a core per rank, a few looks are spun
+    /// between turns (a turn costs more than the whole collective when
+    /// the others are already there). Between turns the World's waiting
+    /// rule applies (`nc.idle`): spin, yield, and at last sleep on the
+    /// doorbell, which every post and every `done` rings; `came` is what
+    /// the sleeper checks once its doorbell is armed, so a post is never
+    /// slept through.
     fn wait_on_node(
         &mut self,
         nc: &mut NodeColl,
         call: &Call,
         mut ready: impl FnMut(&mut NodeColl, &mut bool) -> std::result::Result<bool, Differs>,
+        came: impl Fn(&NodeColl) -> bool,
     ) -> Result<()> {
         let spins = if nc.spin { SPIN_LOOKS } else { 1 };
         loop {
@@ -123,7 +146,10 @@ impl World {
                 std::hint::spin_loop();
             };
             match now {
-                Ok(true) => return Ok(()),
+                Ok(true) => {
+                    nc.idle.busy();
+                    return Ok(());
+                }
                 Ok(false) => {}
                 Err(d) => {
                     return Err(Error::Collective {
@@ -134,10 +160,18 @@ impl World {
                     })
                 }
             }
-            if progress {
-                self.coll.busy();
+            if self.turn(false)? || progress {
+                nc.idle.busy();
+                continue;
             }
-            self.turn(true)?;
+            match nc.idle.next() {
+                Pause::Spin => std::hint::spin_loop(),
+                Pause::Yield => std::thread::yield_now(),
+                Pause::Block => match self.local.as_ref() {
+                    Some(l) => l.side.sleep_unless(SLEEP_SLICE, || came(nc)),
+                    None => std::thread::yield_now(),
+                },
+            }
         }
     }
 }

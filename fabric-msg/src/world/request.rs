@@ -407,7 +407,7 @@ impl World {
     /// queues (the collectives take theirs, the typed messages theirs, the
     /// application's are kept for its next poll); with `idle`, pass the
     /// time as waits do when nothing came.
-    pub(crate) fn turn(&mut self, idle: bool) -> Result<()> {
+    pub(crate) fn turn(&mut self, idle: bool) -> Result<bool> {
         if let Some(r) = self.live.first_lost() {
             return Err(self.lost(r));
         }
@@ -418,7 +418,7 @@ impl World {
         if !any && idle {
             self.coll.idle();
         }
-        Ok(())
+        Ok(any)
     }
 }
 

@@ -202,7 +202,10 @@ impl World {
             .as_ref()
             .filter(|_| cfg.node_collectives)
             .and_then(|l| l.side.slots_of_all(placement.size))
-            .map(|slots| NodeColl::new(slots, placement.rank, !oversubscribed(placement.size as usize)));
+            .map(|slots| {
+                let spin = !oversubscribed(placement.size as usize);
+                NodeColl::new(slots, placement.rank, spin, Idler::new(&loop_config))
+            });
         let live = Arc::new(Liveness::new(placement.rank, local.provider.clone()));
         // A send stuck on a queue full of messages for a rank that died
         // fails with that rank's loss at once, not after post_timeout.

@@ -480,6 +480,14 @@ impl NodeLoop {
     /// peer's ring is not a reason to wake: keep `timeout` short while
     /// sends wait ([`NodeLoop::pending`]).
     pub fn sleep(&self, timeout: Duration) {
+        self.sleep_unless(timeout, || false);
+    }
+
+    /// [`NodeLoop::sleep`], but at once also if `came` says something
+    /// else a peer writes has come (a collective slot: its writer rings
+    /// the doorbell too). `came` is asked after the doorbell is armed, so
+    /// a write it would see is never slept through.
+    pub(crate) fn sleep_unless(&self, timeout: Duration, came: impl FnOnce() -> bool) {
         let inbox = &self.inbox;
         let broken = &self.broken;
         let lost = &self.lost;
@@ -488,6 +496,7 @@ impl NodeLoop {
                 .iter()
                 .enumerate()
                 .any(|(s, c)| broken[s].is_none() && !lost[s] && c.has_frame())
+                && !came()
         });
     }
 

@@ -570,11 +570,6 @@ impl Engine {
         }
     }
 
-    /// Something moved outside the loops (a collective slot): idling starts over.
-    pub(crate) fn busy(&mut self) {
-        self.idle.busy();
-    }
-
     /// Whether run `id` is still in flight.
     pub(crate) fn running(&self, id: u32) -> bool {
         self.runs.iter().any(|r| r.id() == id)

@@ -39,6 +39,7 @@
 //! non-blocking one (MPI's rule too).
 
 use super::ops::{Element, Op, Reduction};
+use crate::transport::event_loop::idle::Idler;
 use crate::transport::node::slots::{Slots, HEAD_WORDS, SLOTS, SLOT_DATA};
 
 /// What a collective is, in its header.
@@ -163,11 +164,15 @@ pub(crate) struct NodeColl {
     /// Whether a wait may spin between turns of the World (a core per
     /// rank on the node).
     pub(crate) spin: bool,
+    /// How a wait for the slots passes the time: the World's rule, with
+    /// the sleep on the doorbell (`World::wait_on_node`).
+    pub(crate) idle: Idler,
 }
 
 impl NodeColl {
-    /// `slots` by world rank; this rank is `me`; `spin` as the field.
-    pub(crate) fn new(slots: Vec<Slots>, me: u32, spin: bool) -> NodeColl {
+    /// `slots` by world rank; this rank is `me`; `spin` and `idle` as the
+    /// fields.
+    pub(crate) fn new(slots: Vec<Slots>, me: u32, spin: bool, idle: Idler) -> NodeColl {
         let n = slots.len();
         NodeColl {
             slots,
@@ -177,6 +182,7 @@ impl NodeColl {
             known_done: vec![0; n],
             stage: vec![0; SLOT_DATA],
             spin,
+            idle,
         }
     }
 
@@ -187,6 +193,16 @@ impl NodeColl {
         self.seen.fill(false);
         self.seen[self.me] = true;
         k
+    }
+
+    /// Read only `rank`'s header (and data) of the current collective, or,
+    /// with `None`, no other rank's: a broadcast's other ranks need the
+    /// root's alone, and its root and a reduce's other ranks nobody's (they
+    /// post and go, as MPI's do).
+    pub(crate) fn only(&mut self, rank: Option<u32>) {
+        for (r, seen) in self.seen.iter_mut().enumerate() {
+            *seen = Some(r as u32) != rank;
+        }
     }
 
     /// Whether every other rank is done reading the collective that used
@@ -204,6 +220,24 @@ impl NodeColl {
             }
         }
         true
+    }
+
+    /// Whether a wait for room for `k` may be over: what a sleeper asks
+    /// once its doorbell is armed.
+    pub(crate) fn room_came(&self, k: u64) -> bool {
+        let Some(before) = k.checked_sub(SLOTS as u64) else {
+            return true;
+        };
+        self.others().all(|(_, s)| s.done() > before)
+    }
+
+    /// Whether a header of `k` not yet checked has come: the same for a
+    /// wait for headers.
+    pub(crate) fn header_came(&self, k: u64) -> bool {
+        self.slots
+            .iter()
+            .zip(&self.seen)
+            .any(|(s, &seen)| !seen && s.stamp(k) == k + 1)
     }
 
     fn others(&self) -> impl Iterator<Item = (usize, &Slots)> {
@@ -341,9 +375,13 @@ impl NodeColl {
         out
     }
 
-    /// This rank reads nothing more of collective `k`.
+    /// This rank reads nothing more of collective `k`; a rank asleep
+    /// waiting for room is woken.
     pub(crate) fn finish(&self, k: u64) {
         self.slots[self.me].set_done(k + 1);
+        for (_, s) in self.others() {
+            s.ring();
+        }
     }
 
     /// Collectives begun here so far.
