@@ -9,8 +9,10 @@
 # Runs fabric-msg/tests/node_loop.rs (every ring, matching and single-copy
 # path, threads standing in for processes), and the library's unit tests
 # of the node transport's lent memory (`transport::node::lent`: the
-# collectives' working arrays sent from and received into) and of mapped
-# symmetric memory's CPU atomics, with --error-exitcode, so any
+# collectives' working arrays sent from and received into), of the
+# collective slots (`transport::node::slots`, and the protocol over them
+# with threads standing in for ranks: `world::collectives::tests_on_node`) and of
+# mapped symmetric memory's CPU atomics, with --error-exitcode, so any
 # memcheck error or definite leak fails. valgrind 3.19 does not know
 # pidfd_open (it warns and returns ENOSYS): the loops then watch no peer,
 # which these tests do not need. Installs valgrind if missing.
@@ -28,4 +30,4 @@ memcheck() {
       -e 'README_MISSING_SYSCALL' -e 'Nevertheless we consider' -e 'valgrind.org/support/bug_reports' >&2)
 }
 memcheck "$bin"
-memcheck "$lib" transport::node::lent transport::event_loop::cpu_atomics
+memcheck "$lib" transport::node::lent transport::node::slots world::collectives::tests_on_node transport::event_loop::cpu_atomics

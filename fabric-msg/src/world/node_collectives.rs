@@ -179,7 +179,6 @@ impl World {
 /// `data` becomes every rank's data of collective `k` combined in rank
 /// order.
 fn combine<T: Element>(nc: &mut NodeColl, k: u64, data: &mut [T], r: &Reduction<T>) {
-    let (mut acc, mut scratch) = (Vec::with_capacity(data.len()), Vec::new());
-    fold_in_rank_order(nc, k, data, r, &mut acc, &mut scratch);
-    data.copy_from_slice(&acc);
+    let mut scratch = Vec::new();
+    fold_in_rank_order(nc, k, data, r, &mut scratch);
 }

@@ -58,6 +58,8 @@ pub(crate) mod scatter;
 pub(crate) mod schedule;
 pub(crate) mod scope;
 #[cfg(test)]
+mod tests_on_node;
+#[cfg(test)]
 mod tests_sim;
 #[cfg(test)]
 mod tests_sim_more;

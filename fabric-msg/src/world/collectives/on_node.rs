@@ -393,38 +393,29 @@ impl NodeColl {
         self.slots.len() as u32
     }
 
+    #[cfg(test)]
     pub(crate) fn me(&self) -> u32 {
         self.me as u32
     }
 }
 
-/// Fold every rank's data into `acc` in rank order: `acc` starts as rank
-/// 0's, then each next rank's is combined in, this rank's `mine` at its
-/// place. Every rank computes the same expression, so every rank gets the
-/// same bits.
+/// Fold every rank's data of collective `k` into `data` in rank order:
+/// `data` becomes rank 0's, then each next rank's is combined in. This
+/// rank's own contribution is read back from its own slot, where it was
+/// posted, like any other rank's. Every rank computes the same expression,
+/// so every rank gets the same bits; nothing is allocated (`scratch` is
+/// used only by a function reduction).
 pub(crate) fn fold_in_rank_order<T: Element>(
     nc: &mut NodeColl,
     k: u64,
-    mine: &[T],
+    data: &mut [T],
     reduction: &Reduction<T>,
-    acc: &mut Vec<T>,
     scratch: &mut Vec<T>,
 ) {
-    let len = std::mem::size_of_val(mine);
-    let me = nc.me();
-    acc.clear();
-    acc.resize(mine.len(), T::ZERO);
-    if me == 0 {
-        acc.copy_from_slice(mine);
-    } else {
-        T::read(nc.data(k, 0, len), acc);
-    }
+    let len = std::mem::size_of_val(data);
+    T::read(nc.data(k, 0, len), data);
     for r in 1..nc.size() {
-        if r == me {
-            reduction.combine_bytes(acc, super::ops::bytes_of(mine), false, scratch);
-        } else {
-            let other = nc.data(k, r, len);
-            reduction.combine_bytes(acc, other, false, scratch);
-        }
+        let other = nc.data(k, r, len);
+        reduction.combine_bytes(data, other, false, scratch);
     }
 }
