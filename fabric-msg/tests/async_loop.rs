@@ -2,12 +2,14 @@
 //! (`fabric_msg::async_loop`), on tcp;ofi_rxm and shm: many tasks with
 //! operations in flight, futures dropped with their operation in flight,
 //! a timeout around a receive that never comes, and (on tcp;ofi_rxm) a
-//! peer that goes while a task awaits a send to it.
+//! peer that goes while a task awaits a send to it. On tcp's connected
+//! (MSG) endpoints, which have no tags: many operations in flight, a
+//! dropped receive future, and a peer that goes.
 #![cfg(feature = "tokio")]
 
 mod common;
 
-use common::{pair, profile};
+use common::{msg_profile, pair, profile};
 use fabric_msg::async_loop::{AsyncLoop, LoopHandle};
 use fabric_msg::{Buffer, CompletionError, EndpointId, LoopConfig, Peer, RecvOpts, SendOpts, WaitMode};
 use std::time::{Duration, Instant};
@@ -202,4 +204,134 @@ async fn operations_after_close_fail_and_give_the_buffer_back() {
         "{e}"
     );
     assert_eq!(e.buffer.map(|b| b.capacity()), Some(64));
+}
+
+/// Two loops connected over tcp's MSG endpoints (a connection is its own
+/// endpoint, untagged), each behind an AsyncLoop: (handle, peer) a side.
+fn msg_connected() -> ((LoopHandle, Peer), (LoopHandle, Peer)) {
+    let p = msg_profile();
+    let cfg = LoopConfig {
+        wait: WaitMode::Block,
+        ..LoopConfig::default()
+    };
+    let (me, server) = pair(p.clone(), p, cfg, |s| s);
+    let them = server.join().unwrap();
+    (
+        (AsyncLoop::start(me.ev), me.peer),
+        (AsyncLoop::start(them.ev), them.peer),
+    )
+}
+
+/// On MSG endpoints: 32 echoes in flight at once from 32 tasks (untagged,
+/// so each reply may reach any task's receive: the set of replies must
+/// be the set sent); then a receive future dropped by a timeout stays
+/// posted and takes the next message; then the peer goes while a 4 MiB
+/// send to it is awaited, which fails with the loss.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operations_in_flight_a_dropped_future_and_a_lost_peer_on_tcp_msg() {
+    let ((a, a_peer), (b, b_peer)) = msg_connected();
+    let echo = {
+        let b = b.clone();
+        tokio::spawn(async move {
+            for _ in 0..32 {
+                let c = b
+                    .recv(b_peer.endpoint(), Buffer::new(64), RecvOpts::default())
+                    .await
+                    .unwrap();
+                c.result.unwrap();
+                b.send(b_peer, c.buffer.unwrap(), SendOpts::default())
+                    .await
+                    .unwrap()
+                    .result
+                    .unwrap();
+            }
+        })
+    };
+    let tasks: Vec<_> = (0..32u32)
+        .map(|i| {
+            let a = a.clone();
+            tokio::spawn(async move {
+                let back = a.recv(a_peer.endpoint(), Buffer::new(64), RecvOpts::default());
+                let sent = a.send(a_peer, Buffer::from_slice(&i.to_le_bytes()), SendOpts::default());
+                let (back, sent) = tokio::join!(back, sent);
+                sent.unwrap().result.unwrap();
+                let c = back.unwrap();
+                c.result.unwrap();
+                u32::from_le_bytes(c.buffer.unwrap().as_slice().try_into().unwrap())
+            })
+        })
+        .collect();
+    let mut got = Vec::new();
+    for t in tasks {
+        got.push(t.await.unwrap());
+    }
+    echo.await.unwrap();
+    got.sort_unstable();
+    assert_eq!(
+        got,
+        (0..32).collect::<Vec<u32>>(),
+        "tcp msg: the replies are not the messages sent"
+    );
+
+    // A dropped receive future leaves its receive posted.
+    let r = tokio::time::timeout(
+        Duration::from_millis(100),
+        a.recv(a_peer.endpoint(), Buffer::new(64), RecvOpts::default()),
+    )
+    .await;
+    assert!(
+        r.is_err(),
+        "tcp msg: a receive with nothing sent completed: {r:?}"
+    );
+    for m in [&b"first"[..], b"second"] {
+        b.send(b_peer, Buffer::from_slice(m), SendOpts::default())
+            .await
+            .unwrap()
+            .result
+            .unwrap();
+    }
+    let c = a
+        .recv(a_peer.endpoint(), Buffer::new(64), RecvOpts::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        c.buffer.unwrap().as_slice(),
+        b"second",
+        "tcp msg: the dropped receive was not left posted"
+    );
+
+    // The peer goes while a large send to it is awaited.
+    let waiting = tokio::spawn({
+        let a = a.clone();
+        async move {
+            a.send(
+                a_peer,
+                Buffer::from_slice(&vec![7u8; 4 << 20]),
+                SendOpts::default(),
+            )
+            .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let gone = Instant::now();
+    b.close().await;
+    let c = tokio::time::timeout(Duration::from_secs(20), waiting)
+        .await
+        .expect("tcp msg: the send to a departed peer never completed")
+        .unwrap()
+        .expect("the post");
+    assert!(
+        matches!(c.result, Err(CompletionError::PeerLost { .. })),
+        "tcp msg: a 4 MiB send to a departed peer completed with {:?}",
+        c.result
+    );
+    eprintln!(
+        "tcp msg: the send failed {:?} after the peer closed",
+        gone.elapsed()
+    );
+    assert!(
+        gone.elapsed() < Duration::from_secs(5),
+        "tcp msg: {:?}",
+        gone.elapsed()
+    );
 }

@@ -8,7 +8,7 @@ use super::frame::decode_header;
 use super::slab;
 use super::slab::NO_GROUP;
 use super::state::EventLoop;
-use super::types::{Completion, CompletionError};
+use super::types::{Completion, CompletionError, OpKind};
 use crate::error::{strerror, Error, ErrorCode, Result};
 use crate::ffi;
 use crate::libfabric::CqError;
@@ -110,7 +110,7 @@ impl EventLoop {
                 message_len,
                 buffer_len: posted.saturating_sub(overhead),
             })
-        } else if lost {
+        } else if lost || self.connection_closed(index, code) {
             Err(self.lost_failure(index))
         } else {
             Err(self.cq_failure(&full, code))
@@ -126,11 +126,22 @@ impl EventLoop {
     /// The error of a failed operation: `PeerLost` if its peer is lost,
     /// else the provider's.
     fn failure_of(&self, index: u32, err: &CqError, code: u32) -> CompletionError {
-        if self.slab.slots[index as usize].lost {
+        if self.slab.slots[index as usize].lost || self.connection_closed(index, code) {
             self.lost_failure(index)
         } else {
             self.cq_failure(err, code)
         }
+    }
+
+    /// Whether the provider cancelled a send on a connected (MSG)
+    /// endpoint: the application cannot cancel a send, so its connection
+    /// closed under it (tcp cancels what is in flight when the peer goes,
+    /// before any lifeline can tell). That is the peer's loss, not a
+    /// cancellation.
+    fn connection_closed(&self, index: u32, code: u32) -> bool {
+        code == ffi::FI_ECANCELED
+            && self.objects.eq.is_some()
+            && self.slab.slots[index as usize].kind == OpKind::Send
     }
 
     /// A completion error other than truncation, with the provider's text.
