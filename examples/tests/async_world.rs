@@ -53,3 +53,42 @@ fn async_world_through_the_rendezvous() {
     let e = wait_all(rendezvous(TOOL, 2, true, &[]), Instant::now(), DEADLINE);
     assert_passed(&e, 2);
 }
+
+/// The last of three ranks is killed (`SIGKILL`) while the others await
+/// requests one after the other: every one of them — a receive from the
+/// dead rank, a receive from a living rank that never sends, a large send
+/// to the dead rank, an allreduce — completes with the loss, on the node
+/// transport and over TCP, well within the World's bound.
+#[test]
+fn every_awaited_request_completes_with_the_loss_of_a_killed_rank() {
+    for shm in [true, false] {
+        let exits = wait_all(
+            rendezvous(TOOL, 3, shm, &["--lose-last"]),
+            Instant::now(),
+            DEADLINE,
+        );
+        let text: String = exits
+            .iter()
+            .map(|e| format!("{}{}", e.stdout, e.stderr))
+            .collect();
+        assert!(
+            !exits[2].status.success(),
+            "shm {shm}: rank 2 was not killed: {text}"
+        );
+        for (r, e) in exits.iter().enumerate().take(2) {
+            assert!(e.status.success(), "shm {shm}, rank {r}: {text}");
+            let line = e
+                .stdout
+                .lines()
+                .find(|l| l.contains("completed with the loss of rank 2"))
+                .unwrap_or_else(|| panic!("shm {shm}, rank {r} said nothing:\n{text}"));
+            let secs: f64 = line
+                .split(" rank 2 ")
+                .nth(1)
+                .and_then(|t| t.split_whitespace().next())
+                .and_then(|t| t.parse().ok())
+                .unwrap_or_else(|| panic!("no time in {line:?}"));
+            assert!(secs < 12.0, "shm {shm}, rank {r}: {line}");
+        }
+    }
+}

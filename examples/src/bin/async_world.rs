@@ -11,7 +11,15 @@
 //! ```text
 //! mpirun -np 3 async_world
 //! mpirun -np 2 async_world --pingpong 20000   # 8 B ping-pong: awaited against blocking waits
+//! mpirun -np 3 async_world --lose-last        # rank 2 dies while the others await
 //! ```
+//!
+//! `--lose-last` checks a loss instead: the last rank kills itself
+//! (`SIGKILL`) while every other rank awaits, one after the other, a
+//! receive from it, a receive from a living rank that never sends, a
+//! 4 MiB send to it and an allreduce. Every one of those futures must
+//! complete with `Error::RankLost` naming it; each survivor prints how long
+//! that took.
 //!
 //! `--pingpong N` measures instead: N round trips of 8 B typed messages
 //! between ranks 0 and 1, each receive awaited (`wait_async`), then the
@@ -139,9 +147,73 @@ async fn pingpong(world: &mut World, n: usize, awaited: bool) -> fabric_msg::Res
     Ok(started.elapsed().as_secs_f64() * 1e6 / (2 * n) as f64)
 }
 
+/// `--lose-last` (see the top): on a survivor, the line it prints.
+async fn lose_last(world: &mut World) -> Result<String, String> {
+    let (rank, size) = (world.rank(), world.size());
+    let last = size - 1;
+    world.barrier().map_err(|e| format!("the first barrier: {e}"))?;
+    if rank == last {
+        std::thread::sleep(Duration::from_millis(300));
+        // SAFETY: a plain system call on this process; nothing after it runs.
+        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        return Err("still alive after SIGKILL".into());
+    }
+    let living = (rank + 1) % last;
+    let reqs = [
+        (
+            "a receive from the dying rank",
+            world.irecv(Some(last), Some(9), vec![0u64; 4]),
+        ),
+        (
+            "a receive that no living rank sends",
+            world.irecv(Some(living), Some(10), vec![0u64; 4]),
+        ),
+        (
+            "a 4 MiB send to the dying rank",
+            world.isend(last, 11, &vec![1u64; 1 << 19]),
+        ),
+        ("an allreduce", world.iallreduce(vec![1u64], Op::Sum)),
+    ];
+    let started = Instant::now();
+    for (what, req) in reqs {
+        let req = req.map_err(|e| format!("starting {what}: {e}"))?;
+        match world.wait_async(req).await {
+            Err(fabric_msg::Error::RankLost { rank: lost, .. }) if lost == last => {}
+            other => {
+                return Err(format!(
+                    "{what} ended with {other:?}, not the loss of rank {last}"
+                ))
+            }
+        }
+    }
+    Ok(format!(
+        "rank {rank}/{size}: 4 awaited requests completed with the loss of rank {last} {:.2} s after they began",
+        started.elapsed().as_secs_f64()
+    ))
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
+    if args.iter().any(|a| a == "--lose-last") {
+        let mut world = match World::init() {
+            Ok(w) => w,
+            Err(e) => {
+                eprintln!("async_world: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        return match lose_last(&mut world).await {
+            Ok(line) => {
+                println!("{line}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("async_world: rank {}: {e}", world.rank());
+                ExitCode::FAILURE
+            }
+        };
+    }
     if let Some(n) = args
         .iter()
         .position(|a| a == "--pingpong")
