@@ -9,9 +9,9 @@
 //! └────────────┴──┴──────────────────────┴────────────────────────────────┘
 //! ```
 //!
-//! The top byte is the class: the communicator's context id (7 bits; 0 is
-//! the World itself, so at most [`MAX_CONTEXTS`]` - 1` sub-communicators
-//! are alive at once on a rank) and the kind `k`, which keeps the
+//! The top byte is the class: the communicator's context id (7 bits, of
+//! which ids below 64 are used; 0 is the World itself, so at most
+//! [`MAX_CONTEXTS`]` - 1` sub-communicators are alive at once on a rank) and the kind `k`, which keeps the
 //! application's messages (0) apart from the collectives' (1): an
 //! application cannot name another class, and messages of two
 //! communicators never match each other. The source is always the sender's
@@ -40,9 +40,13 @@ pub(crate) const CLASS_USER: u64 = 0;
 /// notices.
 pub(crate) const CLASS_WORLD: u64 = 1;
 
-/// How many contexts the class byte can name: the World's (0) and this
-/// many less one sub-communicators alive at once.
-pub const MAX_CONTEXTS: u32 = 1 << 7;
+/// How many contexts the class byte names: the World's (0) and this many
+/// less one sub-communicators alive at once. The context has 7 bits, but
+/// ids from 64 up would set bit 63 of the tag, which the event loop keeps
+/// for its own messages (`transport/event_loop/tag_space.rs`): every
+/// collective on such a communicator was refused (found 2026-11-28, once
+/// each new communicator ran collectives at its creation).
+pub const MAX_CONTEXTS: u32 = 1 << 6;
 
 /// The class of the application's messages in context `ctx`.
 pub(crate) fn user_class(ctx: u8) -> u64 {
@@ -197,6 +201,18 @@ mod tests {
             }
         }
         assert!(!matches(encode(CLASS_USER, 9, NOTICE_STEP), notice_matcher()));
+    }
+
+    /// Bit 63 is the event loop's: it refuses any other message with it
+    /// set, so no context's tag may reach it.
+    #[test]
+    fn no_context_sets_the_event_loops_bit() {
+        for ctx in 0..MAX_CONTEXTS as u8 {
+            for class in [user_class(ctx), world_class(ctx)] {
+                let t = encode(class, MAX_RANKS - 1, u32::MAX);
+                assert_eq!(t >> 63, 0, "context {ctx}: {t:#x}");
+            }
+        }
     }
 
     #[test]

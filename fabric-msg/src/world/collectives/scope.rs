@@ -23,13 +23,14 @@ pub(crate) struct ContextPool {
 
 impl ContextPool {
     pub(crate) fn new() -> ContextPool {
-        debug_assert_eq!(MAX_CONTEXTS, 128);
+        debug_assert_eq!(MAX_CONTEXTS, 64);
         ContextPool {
-            free: [AtomicU64::new(!1), AtomicU64::new(!0)],
+            free: [AtomicU64::new(!1), AtomicU64::new(0)],
         }
     }
 
-    /// The free ids now, as two words (ids 0-63, 64-127).
+    /// The free ids now, as two words (ids 0-63, and 64-127 which are
+    /// never free: `tags::MAX_CONTEXTS`).
     pub(crate) fn snapshot(&self) -> [u64; 2] {
         [
             self.free[0].load(Ordering::Relaxed),
@@ -193,7 +194,7 @@ mod tests {
     fn context_ids_are_leased_until_the_last_holder_goes() {
         let pool = Arc::new(ContextPool::new());
         assert!(!pool.take(0), "the World's is never free");
-        let first = lowest_common([pool.snapshot()].into_iter()).expect("127 free");
+        let first = lowest_common([pool.snapshot()].into_iter()).expect("63 free");
         assert_eq!(first, 1);
         assert!(pool.take(first));
         assert!(!pool.take(first), "taken once");
@@ -214,13 +215,16 @@ mod tests {
         // Another rank holds 1 and 2: the common choice skips them.
         let other = [!0b111u64, !0];
         assert_eq!(lowest_common([pool.snapshot(), other].into_iter()), Some(3));
-        for c in 1..128u8 {
+        for c in 1..64u8 {
             assert!(pool.take(c));
+        }
+        for c in 64..128u8 {
+            assert!(!pool.take(c), "{c} would set the event loop's tag bit");
         }
         assert_eq!(
             lowest_common([pool.snapshot()].into_iter()),
             None,
-            "all 127 taken"
+            "all 63 taken"
         );
     }
 }
