@@ -8,7 +8,10 @@
 //! under `srun`. On an all-shm World on libfabric before 1.19 it skips its
 //! any-source receives and its probes, saying so (docs/world.md, "Known
 //! gap"); the two-node run has the any-source receives on 1.17, the run
-//! off shm the probes.
+//! off shm the probes. On the node transport every rank runs blocking
+//! collectives in shared-memory slots: the World's and its communicators'
+//! on one node; on two pretend nodes only those of a communicator of one
+//! pretend node; off shm none.
 
 mod support;
 
@@ -32,7 +35,7 @@ pub fn assert_passed(exits: &[Exit], n: u32) {
     for r in 0..n {
         let line = text
             .lines()
-            .find(|l| l.starts_with(&format!("rank {r}/{n}: ")))
+            .find(|l| l.starts_with(&format!("rank {r}/{n}: ")) && !l.ends_with("in the node's slots"))
             .unwrap_or_else(|| panic!("rank {r} said nothing: {text}"));
         let passed: usize = line
             .split_whitespace()
@@ -45,10 +48,29 @@ pub fn assert_passed(exits: &[Exit], n: u32) {
     assert!(!text.contains("FAILED"), "{text}");
 }
 
+/// How many blocking collectives rank `r` of `n` ran in the node's slots.
+fn in_slots(exits: &[Exit], r: u32, n: u32) -> u64 {
+    let text: String = exits.iter().map(|e| e.stdout.clone()).collect();
+    let prefix = format!("rank {r}/{n}: ");
+    text.lines()
+        .find(|l| l.starts_with(&prefix) && l.ends_with("collectives in the node's slots"))
+        .and_then(|l| l[prefix.len()..].split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("rank {r} did not count its slot collectives:\n{text}"))
+}
+
+/// Whether the runs use fabric-msg's node transport (not libfabric's shm),
+/// under which communicators all on one node get slots.
+fn node_transport() -> bool {
+    support::shm_on() != "libfabric"
+}
+
 #[test]
 fn model_check_under_mpirun_on_one_node() {
     let e = wait_all(vec![mpirun(CHECK, 5, true, &[])], Instant::now(), DEADLINE);
     assert_passed(&e, 5);
+    for r in 0..5 {
+        assert_eq!(in_slots(&e, r, 5) > 0, node_transport(), "rank {r}");
+    }
 }
 
 #[test]
@@ -68,6 +90,13 @@ fn model_check_under_mpirun_on_two_pretend_nodes() {
     let child = cmd.spawn().expect("mpirun (ci/setup.sh installs openmpi-bin)");
     let e = wait_all(vec![child], Instant::now(), DEADLINE);
     assert_passed(&e, 4);
+    // The World spans the two pretend nodes, so its own collectives are
+    // messages; model_check's communicator of each pretend node has
+    // slots, and runs two collectives in them (checked there too).
+    for r in 0..4 {
+        let want = if node_transport() { 2 } else { 0 };
+        assert_eq!(in_slots(&e, r, 4), want, "rank {r}");
+    }
 }
 
 /// Off shm (`FABRIC_MSG_SHM=0`: tcp;ofi_rxm between the ranks), where
@@ -76,6 +105,9 @@ fn model_check_under_mpirun_on_two_pretend_nodes() {
 fn model_check_with_probes_off_shm() {
     let e = wait_all(vec![mpirun(CHECK, 4, false, &[])], Instant::now(), DEADLINE);
     assert_passed(&e, 4);
+    for r in 0..4 {
+        assert_eq!(in_slots(&e, r, 4), 0, "rank {r}: slots off shm");
+    }
     for x in &e {
         assert!(!x.stderr.contains("SKIPPED probes"), "{}", x.stderr);
     }

@@ -25,11 +25,12 @@
 //! the application keeps all 32 bits of its tags. A split picks the lowest
 //! id free on every rank of the parent (one allgather that also carries
 //! colours and keys); the new communicators of one split share it, since
-//! their members are disjoint. At most 127 sub-communicators can be alive
+//! their members are disjoint. At most 63 sub-communicators can be alive
 //! on a rank at once; an id is free again once the [`Comm`] and every
 //! request started on it are dropped (there is no separate `free`: drop
 //! the handle, as MPI's `MPI_Comm_free`, after its operations).
 
+use super::collectives::on_node::NodeColl;
 use super::collectives::scope::{lowest_common, Members, Scope};
 use super::state::World;
 use crate::error::{Error, Result};
@@ -45,6 +46,10 @@ use std::sync::Arc;
 pub struct Comm {
     pub(crate) scope: Scope,
     rank: u32,
+    /// Its collective slots, where every member shares this node
+    /// (`comm_slots.rs`); shared by the handle's clones, which are the
+    /// same communicator.
+    pub(crate) node: Option<Arc<parking_lot::Mutex<NodeColl>>>,
 }
 
 impl Comm {
@@ -82,7 +87,7 @@ impl Comm {
         }
     }
 
-    /// Its context id (1-127): what its messages' tags carry.
+    /// Its context id (1-63): what its messages' tags carry.
     pub fn context(&self) -> u8 {
         self.scope.ctx
     }
@@ -220,13 +225,16 @@ impl CommView<'_> {
             )));
         }
         let members = Arc::new(Members::new(ctx, ranks, pool));
-        Ok(Some(Comm {
+        let mut comm = Comm {
             scope: Scope {
                 ctx,
                 members: Some(members),
             },
             rank,
-        }))
+            node: None,
+        };
+        self.give_slots(&mut comm)?;
+        Ok(Some(comm))
     }
 
     /// [`World::split_shared`] on this communicator: its ranks on this

@@ -47,6 +47,7 @@ pub mod awaiting;
 mod collective_calls;
 pub mod collectives;
 mod comm;
+mod comm_slots;
 mod config;
 mod lane;
 mod launch;

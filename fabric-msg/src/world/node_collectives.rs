@@ -2,8 +2,9 @@
 //! every rank is on one node: through the node's collective slots
 //! (`collectives/on_node.rs`, which has the protocol) instead of as
 //! messages. The calls in `collective_calls.rs` try this first; it
-//! declines (`None`) on a communicator, on a World that spans nodes, on
-//! libfabric's shm and with `FABRIC_MSG_NODE_COLLECTIVES=0`.
+//! declines (`None`) on a World that spans nodes, on a communicator whose
+//! members do (`comm_slots.rs`), on libfabric's shm and with
+//! `FABRIC_MSG_NODE_COLLECTIVES=0`.
 
 use super::collectives::on_node::{fold_in_rank_order, Call, Differs, Kind, NodeColl};
 use super::collectives::ops::{bytes_of, Element, Reduction};
@@ -35,7 +36,8 @@ pub(crate) enum OnNode {
 
 impl CommView<'_> {
     /// Run `call` over `data` in the node's slots, if this is a World all
-    /// on one node; `check` is the argument check, whose failure is
+    /// on one node or a communicator with slots of its own
+    /// (`comm_slots.rs`); `check` is the argument check, whose failure is
     /// posted so that every rank fails with it. `None`: not here.
     pub(crate) fn on_node<T: Element>(
         &mut self,
@@ -44,12 +46,23 @@ impl CommView<'_> {
         data: &mut [T],
         reduction: Option<&Reduction<T>>,
     ) -> Option<Result<OnNode>> {
-        if self.comm.is_some() {
-            return None;
-        }
-        let mut nc = self.world.node_coll.take()?;
-        let out = self.world.run_on_node(&mut nc, call, check, data, reduction);
-        self.world.node_coll = Some(nc);
+        let scope = self.scope();
+        let out = match self.comm {
+            Some(c) => {
+                let mut nc = c.node.as_ref()?.lock();
+                self.world
+                    .run_on_node(&mut nc, &scope, call, check, data, reduction)
+            }
+            None => {
+                let mut nc = self.world.node_coll.take()?;
+                let out = self
+                    .world
+                    .run_on_node(&mut nc, &scope, call, check, data, reduction);
+                self.world.node_coll = Some(nc);
+                out
+            }
+        };
+        self.world.slot_calls += 1;
         Some(out)
     }
 }
@@ -58,13 +71,14 @@ impl World {
     fn run_on_node<T: Element>(
         &mut self,
         nc: &mut NodeColl,
+        scope: &Scope,
         mut call: Call,
         check: std::result::Result<(), String>,
         data: &mut [T],
         reduction: Option<&Reduction<T>>,
     ) -> Result<OnNode> {
         let _call = self.live.call();
-        call.seq = self.coll.number(&Scope::default()) & tags::SEQ_MASK;
+        call.seq = self.coll.number(scope) & tags::SEQ_MASK;
         let k = nc.begin();
         let room = self.wait_on_node(nc, &call, |nc, _| Ok(nc.may_post(k)), |nc| nc.room_came(k));
         let out = room.and_then(|()| {
@@ -77,7 +91,7 @@ impl World {
                     self.rank()
                 )));
             }
-            let me = self.rank();
+            let me = nc.me();
             let carries = match call.kind {
                 Kind::Allreduce | Kind::Reduce => true,
                 Kind::Broadcast => me == call.root,

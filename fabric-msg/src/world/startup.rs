@@ -230,6 +230,8 @@ impl World {
             msgs: Default::default(),
             one_sided: Default::default(),
             node_coll,
+            node_collectives: cfg.node_collectives,
+            slot_calls: 0,
         };
         let (engine, mut io) = world.engine_io();
         engine.listen(&mut io)?;

@@ -52,6 +52,10 @@ pub struct World {
     /// Where every rank is on this node: the small collectives' shared
     /// memory (`collectives/on_node.rs`), out of the World while one runs.
     pub(super) node_coll: Option<NodeColl>,
+    /// Whether collectives may use slots at all (`WorldConfig::node_collectives`).
+    pub(super) node_collectives: bool,
+    /// Blocking collectives run in slots so far (`WorldStats::node_collectives`).
+    pub(super) slot_calls: u64,
 }
 
 impl World {

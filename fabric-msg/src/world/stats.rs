@@ -2,7 +2,6 @@
 //! the traffic with each rank over the fabric and the node's shared memory
 //! together.
 
-use super::collectives::on_node::NodeColl;
 use super::state::World;
 use crate::ffi;
 use crate::transport::event_loop::{LoopStats, Peer, Traffic};
@@ -31,8 +30,8 @@ pub struct WorldStats {
     /// The shared-memory loop for ranks on this node, if there is one.
     pub local: Option<LoopStats>,
     /// Blocking collectives that went through the node's shared-memory
-    /// slots (a World all on one node: `collectives/on_node.rs`), their
-    /// data too where it fit a slot.
+    /// slots (on a World all on one node, or a communicator all on this
+    /// node: `collectives/on_node.rs`), their data too where it fit a slot.
     pub node_collectives: u64,
 }
 
@@ -83,7 +82,7 @@ impl World {
             ranks,
             fabric,
             local,
-            node_collectives: self.node_coll.as_ref().map_or(0, NodeColl::begun),
+            node_collectives: self.slot_calls,
         }
     }
 }

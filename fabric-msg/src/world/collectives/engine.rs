@@ -570,6 +570,11 @@ impl Engine {
         }
     }
 
+    /// The World's waiting rule, for a wait of its own.
+    pub(crate) fn idler(&self) -> Idler {
+        self.idle
+    }
+
     /// Whether run `id` is still in flight.
     pub(crate) fn running(&self, id: u32) -> bool {
         self.runs.iter().any(|r| r.id() == id)

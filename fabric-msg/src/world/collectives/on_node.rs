@@ -385,6 +385,7 @@ impl NodeColl {
     }
 
     /// Collectives begun here so far.
+    #[cfg(test)]
     pub(crate) fn begun(&self) -> u64 {
         self.next
     }
@@ -393,7 +394,7 @@ impl NodeColl {
         self.slots.len() as u32
     }
 
-    #[cfg(test)]
+    /// This rank's rank in the slots' communicator.
     pub(crate) fn me(&self) -> u32 {
         self.me as u32
     }
