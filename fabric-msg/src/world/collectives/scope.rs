@@ -221,10 +221,6 @@ mod tests {
         for c in 64..128u8 {
             assert!(!pool.take(c), "{c} would set the event loop's tag bit");
         }
-        assert_eq!(
-            lowest_common([pool.snapshot()].into_iter()),
-            None,
-            "all 63 taken"
-        );
+        assert_eq!(lowest_common([pool.snapshot()].into_iter()), None, "all 63 taken");
     }
 }
