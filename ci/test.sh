@@ -28,6 +28,9 @@ finish() {
   if [ "$slurm_was_up" = 0 ] && [ -d "$slurm_dir" ]; then
     bash ci/slurm.sh stop >&2 || echo "ci/test.sh: could not stop the tests' Slurm (ci/slurm.sh stop)" >&2
   fi
+  # The tests' mpiruns' session directories (examples/tests/support):
+  # Open MPI empties them; the directories themselves stay.
+  rmdir /tmp/fm-ompi-* 2>/dev/null || true
 }
 trap finish EXIT
 

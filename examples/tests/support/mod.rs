@@ -43,7 +43,25 @@ pub fn shm_on() -> &'static str {
 }
 
 /// No launcher or provider variables from the test's own environment.
+/// A session directory of its own for one `mpirun` (Open MPI's
+/// `orte_tmpdir_base`). Open MPI 4.1 keeps every job's session under
+/// `/tmp/ompi.<host>.<uid>`, and a job that ends removes that directory
+/// when it is empty: one starting at that moment failed with "A call to
+/// mkdir was unable to create the desired directory" (CI, 2026-11-28,
+/// with the tests' mpiruns running side by side). Short, for the sockets
+/// PMIx makes inside it.
+fn session_base() -> String {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = format!("/tmp/fm-ompi-{}-{n}", std::process::id());
+    std::fs::create_dir_all(&dir).expect("a session directory for mpirun");
+    dir
+}
+
 pub fn clean(cmd: &mut Command) -> &mut Command {
+    if cmd.get_program() == "mpirun" {
+        cmd.env("OMPI_MCA_orte_tmpdir_base", session_base());
+    }
     for v in [
         "FI_PROVIDER",
         "FABRIC_MSG_PROVIDERS",
