@@ -58,7 +58,9 @@ fn async_world_through_the_rendezvous() {
 /// requests one after the other: every one of them — a receive from the
 /// dead rank, a receive from a living rank that never sends, a large send
 /// to the dead rank, an allreduce — completes with the loss, on the node
-/// transport and over TCP, well within the World's bound.
+/// transport and over TCP, well within the World's bound. The send alone
+/// may complete instead, where the provider took it all in before the
+/// death (libfabric 2.1's tcp;ofi_rxm); the others may not.
 #[test]
 fn every_awaited_request_completes_with_the_loss_of_a_killed_rank() {
     for shm in [true, false] {
@@ -81,6 +83,7 @@ fn every_awaited_request_completes_with_the_loss_of_a_killed_rank() {
                 .stdout
                 .lines()
                 .find(|l| l.contains("completed with the loss of rank 2"))
+                .filter(|l| l.contains(": 4 awaited") || l.contains(": 3 awaited"))
                 .unwrap_or_else(|| panic!("shm {shm}, rank {r} said nothing:\n{text}"));
             let secs: f64 = line
                 .split(" rank 2 ")

@@ -18,8 +18,9 @@
 //! (`SIGKILL`) while every other rank awaits, one after the other, a
 //! receive from it, a receive from a living rank that never sends, a
 //! 4 MiB send to it and an allreduce. Every one of those futures must
-//! complete with `Error::RankLost` naming it; each survivor prints how long
-//! that took.
+//! complete with `Error::RankLost` naming it (the send may have completed
+//! first, where the provider took it all in before the death); each
+//! survivor prints how long that took.
 //!
 //! `--pingpong N` measures instead: N round trips of 8 B typed messages
 //! between ranks 0 and 1, each receive awaited (`wait_async`), then the
@@ -175,10 +176,14 @@ async fn lose_last(world: &mut World) -> Result<String, String> {
         ("an allreduce", world.iallreduce(vec![1u64], Op::Sum)),
     ];
     let started = Instant::now();
+    let mut delivered = 0;
     for (what, req) in reqs {
         let req = req.map_err(|e| format!("starting {what}: {e}"))?;
         match world.wait_async(req).await {
             Err(fabric_msg::Error::RankLost { rank: lost, .. }) if lost == last => {}
+            // A provider may take the whole send in before the rank dies
+            // (libfabric 2.1's tcp;ofi_rxm does): then it completed.
+            Ok(_) if what.ends_with("send to the dying rank") => delivered += 1,
             other => {
                 return Err(format!(
                     "{what} ended with {other:?}, not the loss of rank {last}"
@@ -187,7 +192,9 @@ async fn lose_last(world: &mut World) -> Result<String, String> {
         }
     }
     Ok(format!(
-        "rank {rank}/{size}: 4 awaited requests completed with the loss of rank {last} {:.2} s after they began",
+        "rank {rank}/{size}: {} awaited requests completed with the loss of rank {last} {:.2} s after they began \
+         ({delivered} send delivered before)",
+        4 - delivered,
         started.elapsed().as_secs_f64()
     ))
 }
