@@ -96,6 +96,75 @@ async fn many_tasks_with_operations_in_flight_on_shm() {
     many_tasks("shm").await;
 }
 
+/// A long wait beside a busy task: task A awaits a receive whose message
+/// comes 300 ms later, long past its spin, while task B makes round trips
+/// on the same loops for the first 150 ms (its waits look at the loop
+/// themselves, so the driver rests while they run). When B stops, the
+/// driver must look for A: A's message is received whole, and soon after
+/// it was sent (a wait left to nobody would end only at the driver's
+/// 100 ms guard, or never).
+async fn long_wait_beside_a_busy_task(provider: &str) {
+    let ((a, a_ep, a_peer), (b, b_ep, b_peer)) = connected(provider);
+    let (late_send, late_recv) = tagged(20);
+    let (send, recv) = tagged(21);
+    let waiting = tokio::spawn({
+        let a = a.clone();
+        async move {
+            let c = a.recv(a_ep, Buffer::new(64), late_recv).await.unwrap();
+            (Instant::now(), c)
+        }
+    });
+    let busy = tokio::spawn({
+        let (a, b) = (a.clone(), b.clone());
+        async move {
+            let start = Instant::now();
+            let mut rounds = 0u32;
+            while start.elapsed() < Duration::from_millis(150) {
+                let (got, sent) = tokio::join!(
+                    b.recv(b_ep, Buffer::new(64), recv),
+                    a.send(a_peer, Buffer::from_slice(&rounds.to_le_bytes()), send)
+                );
+                sent.unwrap().result.unwrap();
+                let got = got.unwrap();
+                assert_eq!(got.buffer.unwrap().as_slice(), &rounds.to_le_bytes());
+                rounds += 1;
+            }
+            rounds
+        }
+    });
+    let rounds = busy.await.unwrap();
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let sent_at = Instant::now();
+    b.send(b_peer, Buffer::from_slice(b"late"), late_send)
+        .await
+        .unwrap()
+        .result
+        .unwrap();
+    let (got_at, c) = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .unwrap_or_else(|_| panic!("{provider}: the long wait never ended"))
+        .unwrap();
+    c.result.unwrap();
+    assert_eq!(c.buffer.unwrap().as_slice(), b"late", "{provider}");
+    let late = got_at.saturating_duration_since(sent_at);
+    eprintln!("{provider}: {rounds} busy round trips; the long wait ended {late:?} after the send");
+    assert!(rounds > 0, "{provider}: the busy task made no round trip");
+    assert!(
+        late < Duration::from_secs(1),
+        "{provider}: the long wait ended {late:?} after its message was sent"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_wait_beside_a_busy_task_is_woken_on_tcp_rxm() {
+    long_wait_beside_a_busy_task("tcp;ofi_rxm").await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_long_wait_beside_a_busy_task_is_woken_on_shm() {
+    long_wait_beside_a_busy_task("shm").await;
+}
+
 /// A receive whose future is dropped (a timeout) stays posted: the next
 /// message goes to it and is dropped with its buffer; the one after
 /// reaches a new receive. Then every handle goes with a receive still

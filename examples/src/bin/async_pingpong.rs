@@ -5,13 +5,14 @@
 //! `async_pingpong --loopback [pingpong's options]`: the same options and
 //! output columns as `pingpong`; `usec/xfer` is one-way. `-c fd` opens the
 //! loops to sleep (the driver waits on the CQ's wait fd through tokio),
-//! `-c spin` without a wait fd (the driver polls, yielding to other
-//! tasks). Client and server in one process only: for two hosts, use
-//! `pingpong`.
+//! `-c spin` without a wait fd (each awaiting task looks at its loop,
+//! yielding to other tasks between looks, for 2 ms of its wait, then the
+//! driver looks every millisecond). Client and server in one process
+//! only, each a spawned task: for two hosts, use `pingpong`.
 //!
 //! As `pingpong` does, each side has its next receive posted before the
-//! peer can send (`tokio::join!` polls the receive first, so its command
-//! reaches the driver first) and buffers go round: each completion gives
+//! peer can send (`tokio::join!` polls the receive first, so it is posted
+//! first) and buffers go round: each completion gives
 //! its buffer back for the next operation.
 
 use fabric_msg::async_loop::{AsyncLoop, LoopHandle};
@@ -58,6 +59,7 @@ fn main() -> ExitCode {
 }
 
 /// One side: its handle, endpoint and peer.
+#[derive(Clone)]
 struct Side {
     h: LoopHandle,
     ep: EndpointId,
@@ -108,7 +110,15 @@ fn run(o: &Opts) -> AnyResult<()> {
         for &size in &o.sizes {
             let n = o.warmup + o.iters;
             let echo = tokio::spawn(serve(server.h.clone(), server.ep, server.peer, size, n));
-            let row = ping(o, &client, size).await?;
+            // The client is a task too, as in a tokio program whose main
+            // spawns its work: on the runtime's workers, not on the thread
+            // that blocks on the runtime.
+            let row = tokio::spawn({
+                let (o, client) = (o.clone(), client.clone());
+                async move { ping(&o, &client, size).await }
+            })
+            .await
+            .map_err(|e| format!("the client task: {e}"))??;
             echo.await.map_err(|e| format!("the server task: {e}"))??;
             output::report(o, &row);
         }

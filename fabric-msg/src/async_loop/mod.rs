@@ -16,45 +16,57 @@
 //!
 //! # How it works
 //!
-//! [`AsyncLoop::start`] moves the loop into a driver task
-//! (`async_loop/driver.rs`); [`LoopHandle`]s (`Clone + Send + Sync`, from
-//! any task) send it each operation over a channel with a one-shot reply.
-//! The driver posts it under a token of its own, polls the loop, and
-//! answers each completion's waiter. When nothing is ready it keeps
-//! looking for [`SPIN_BEFORE_SLEEP`] (yielding between looks, so other
-//! tasks run), then sleeps by the `fi_trywait` rule
-//! (`transport/event_loop/wait_fd.rs`): on the completion queue's wait fd
-//! through tokio's `AsyncFd`, and on the channel, never while
-//! `prepare_sleep` says a completion may be pending. A loop with no wait
-//! fd (libfabric's shm, or one opened with [`WaitMode::Spin`]) keeps
-//! looking for [`POLL_BEFORE_SLEEP`], then sleeps [`IDLE_PERIOD`] between
-//! looks, which bounds what a quiet shm loop costs and adds at most that
-//! to a message that arrives after a quiet spell. Open the loop with
-//! [`WaitMode::Block`] so it has a wait fd where the provider gives one.
+//! [`AsyncLoop::start`] puts the loop behind a lock shared by every
+//! [`LoopHandle`] (`Clone + Send + Sync`, from any task), every future and
+//! a driver task (`async_loop/driver.rs`). A handle posts an operation at
+//! once, under the token of a slot of its own (`async_loop/shared.rs`);
+//! its future (`async_loop/op.rs`) takes the result from the slot. While
+//! its wait is young ([`SPIN_BEFORE_SLEEP`] on a loop with a wait fd,
+//! [`POLL_BEFORE_SLEEP`] on one without) the future looks at the loop
+//! itself at every poll, hands each completion it finds to its slot
+//! (waking that slot's future), and asks to be polled again once the
+//! runtime has run what else is ready. So the task that waits is the one
+//! that sees its completion: no hop between tasks or threads, as on the
+//! blocking loop. Past its spin a future leaves the looking to the
+//! driver, which sleeps by the `fi_trywait` rule
+//! (`transport/event_loop/wait_fd.rs`) on the completion queue's wait fd
+//! through tokio's `AsyncFd`, never while `prepare_sleep` says a
+//! completion may be pending, and wakes the future whose completion it
+//! finds. A loop with no wait fd (libfabric's shm, or one opened with
+//! [`WaitMode::Spin`]) is looked at every [`IDLE_PERIOD`] by the driver
+//! once no future looks, which bounds what a quiet shm loop costs and adds
+//! at most that to a message that arrives after a quiet spell. Open the
+//! loop with [`WaitMode::Block`] so it has a wait fd where the provider
+//! gives one. While any future looks, the driver sleeps until the last
+//! one stops (or 100 ms), so it does not contend for the lock.
 //!
 //! # What it costs
 //!
-//! Per operation, beyond the loop's own work: one message on an unbounded
-//! channel to the driver (tokio allocates its blocks 32 messages at a time,
-//! and reuses them) and one `oneshot` (one allocation: its shared cell).
-//! The driver's table of waiters is reused. An operation therefore makes
-//! one allocation on the async path; the blocking path is untouched.
+//! Per operation, beyond the loop's own work: the lock, taken once to
+//! post and once per look; a slot, reused from a free list; and a clone
+//! of the task's waker when the future first waits (tokio's wakers are
+//! reference counts). No allocation once the table of slots has grown to
+//! the most operations in flight (`tests/async_alloc.rs`). The blocking
+//! path is untouched. With many tasks each looking, each look is one
+//! `fi_cq_read` under the lock: the tasks take turns at it.
 //!
 //! # Dropping a future
 //!
 //! A future dropped before its operation completes does not cancel it:
-//! the operation and its buffer stay with the driver's loop, which owns
-//! them until the provider completes it; the buffer is then dropped (the
-//! reply finds no one). So memory the NIC may still write is never freed
-//! early. A receive that will never match stays posted until the loop
-//! closes (its token is the driver's, not yours, so it cannot be cancelled
-//! by token): a receive left behind takes the next matching message.
+//! its slot is marked abandoned, and the operation and its buffer stay
+//! with the loop until the provider completes it; the completion and the
+//! buffer are then dropped. So memory the NIC may still write is never
+//! freed early. A receive that will never match stays posted until the
+//! loop closes (its token is the handle's, not yours, so it cannot be
+//! cancelled by token): a receive left behind takes the next matching
+//! message.
 //!
 //! # Closing
 //!
 //! When the last handle is dropped the driver closes the loop (every
 //! endpoint; operations still in flight yield no completion, their buffers
-//! freed by the loop once the provider has let go) and awaiting futures
+//! freed by the loop once the provider has let go), and so does the
+//! driver's end with its runtime; awaiting futures
 //! fail with [`Error::Closed`](crate::Error::Closed). [`LoopHandle::close`] does it
 //! at once, whoever else holds a handle.
 //!
@@ -71,6 +83,8 @@
 
 mod driver;
 mod handle;
+mod op;
+mod shared;
 
 pub use driver::{IDLE_PERIOD, POLL_BEFORE_SLEEP, SPIN_BEFORE_SLEEP};
 pub use handle::{AsyncLoop, LoopHandle};

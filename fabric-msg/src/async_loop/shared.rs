@@ -1,0 +1,417 @@
+//! What the handles, the futures and the driver share: the loop itself
+//! behind a lock, and a slot per operation in flight that its future
+//! waits on.
+
+use crate::error::Error;
+use crate::memory::buffer::Buffer;
+use crate::transport::event_loop::{Completion, EventLoop, OpKind, PostError, Token};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::Waker;
+use std::time::{Duration, Instant};
+use tokio::sync::{oneshot, Notify};
+
+/// What became of one operation.
+// A result is held in place: boxing it would allocate per operation.
+#[allow(clippy::large_enum_variant)]
+pub(super) enum Slot {
+    /// No operation: on the free list.
+    Free,
+    /// Posted, not completed. `spinning`: its future looks at the loop at
+    /// every poll (see [`super::op`]), so the driver need not.
+    Waiting { waker: Option<Waker>, spinning: bool },
+    /// Completed (or failed with the loop's close); its future takes it.
+    Done(Result<Completion, PostError>),
+    /// Its future was dropped: the completion, and its buffer, are dropped
+    /// when it comes.
+    Abandoned,
+}
+
+/// The state behind the lock.
+pub(super) struct State {
+    /// `None` once closed.
+    pub(super) ev: Option<EventLoop>,
+    slots: Vec<Slot>,
+    free: Vec<u64>,
+    out: Vec<Completion>,
+    /// Operations whose futures look at the loop themselves.
+    pub(super) spinners: usize,
+    /// Operations nobody looks for but the driver: waiting futures past
+    /// their spin, and abandoned operations.
+    sleepers: usize,
+    /// Wakes the driver: close, or the looking passed from the futures
+    /// to it (the last spinner stopped while others wait).
+    driver: Arc<Notify>,
+    /// How many looks at the loop were made, by anyone: a future that
+    /// finds another looked since its last poll does not look again.
+    pub(super) looks: u64,
+    /// When the loop last did something (a post, a completion): the
+    /// driver keeps looking for a spin after it even when no future
+    /// waits, as a provider may need progress to finish what it started
+    /// (a rendezvous' last steps after both its operations completed).
+    pub(super) busy: Instant,
+    /// Asked to close (by `close`, the last handle, or a failed look).
+    pub(super) closing: bool,
+    /// How long a future keeps looking itself before it leaves the loop
+    /// to the driver: [`super::SPIN_BEFORE_SLEEP`] on a loop with a wait
+    /// fd, [`super::POLL_BEFORE_SLEEP`] on one without.
+    pub(super) spin: Duration,
+    /// Who waits in `close` for the loop to be gone.
+    pub(super) closers: Vec<oneshot::Sender<()>>,
+}
+
+/// The loop and its slots, shared by every handle, future and the driver.
+pub(super) struct Shared {
+    state: Mutex<State>,
+    /// The driver's alarm (see [`State`]).
+    pub(super) driver: Arc<Notify>,
+}
+
+pub(super) fn closed() -> PostError {
+    PostError {
+        error: Error::Closed {
+            what: "the async event loop (every LoopHandle dropped, close called, or its driver ended)".into(),
+        },
+        buffer: None,
+    }
+}
+
+impl Shared {
+    pub(super) fn new(ev: EventLoop, spin: Duration) -> Shared {
+        let driver = Arc::new(Notify::new());
+        Shared {
+            state: Mutex::new(State {
+                ev: Some(ev),
+                slots: Vec::new(),
+                free: Vec::new(),
+                out: Vec::new(),
+                spinners: 0,
+                sleepers: 0,
+                looks: 0,
+                busy: Instant::now(),
+                driver: driver.clone(),
+                closing: false,
+                spin,
+                closers: Vec::new(),
+            }),
+            driver,
+        }
+    }
+
+    /// The state. No code under the lock panics on purpose; should a
+    /// provider call panic in one task, the state it left is still the
+    /// loop's (each slot changes in one step), so the others go on.
+    pub(super) fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Ask the driver to close the loop.
+    pub(super) fn close_soon(&self) {
+        self.lock().closing = true;
+        self.driver.notify_one();
+    }
+}
+
+impl State {
+    /// A spinner stopped looking (it completed, stopped spinning or was
+    /// dropped). The last one wakes the driver if others wait, since
+    /// nobody else looks at the loop for them now.
+    fn unspin(&mut self) {
+        self.spinners -= 1;
+        if self.spinners == 0 && self.sleepers > 0 {
+            self.driver.notify_one();
+        }
+    }
+
+    /// A slot for an operation about to be posted; its token.
+    fn open(&mut self) -> Token {
+        let waiting = Slot::Waiting {
+            waker: None,
+            spinning: true,
+        };
+        self.spinners += 1;
+        match self.free.pop() {
+            Some(t) => {
+                self.slots[t as usize] = waiting;
+                Token(t)
+            }
+            None => {
+                self.slots.push(waiting);
+                Token(self.slots.len() as u64 - 1)
+            }
+        }
+    }
+
+    /// Empty slot `t`, counting it out of the spinners or sleepers; what
+    /// it held. The caller fills it again or frees it.
+    fn empty(&mut self, t: usize) -> Slot {
+        let slot = std::mem::replace(&mut self.slots[t], Slot::Free);
+        match slot {
+            Slot::Waiting { spinning: true, .. } => self.unspin(),
+            Slot::Waiting { spinning: false, .. } | Slot::Abandoned => self.sleepers -= 1,
+            Slot::Done(_) | Slot::Free => {}
+        }
+        slot
+    }
+
+    /// Empty slot `t` and put it on the free list.
+    fn free_slot(&mut self, t: usize) -> Slot {
+        let slot = self.empty(t);
+        if !matches!(slot, Slot::Free) {
+            self.free.push(t as u64);
+        }
+        slot
+    }
+
+    /// Post an operation with `post` under a new slot's token; a refusal
+    /// (or a closed loop) gives the buffer back with the error.
+    pub(super) fn post(
+        &mut self,
+        buf: Buffer,
+        post: impl FnOnce(&mut EventLoop, Buffer, Token) -> Result<(), PostError>,
+    ) -> Result<Token, PostError> {
+        let closed = |buf| PostError {
+            buffer: Some(buf),
+            ..closed()
+        };
+        if self.closing {
+            return Err(closed(buf));
+        }
+        let t = self.open();
+        self.busy = Instant::now();
+        let posted = match self.ev.as_mut() {
+            Some(ev) => post(ev, buf, t),
+            None => Err(closed(buf)),
+        };
+        if posted.is_err() {
+            // The slot goes; the error (and buffer) go back to the caller.
+            self.free_slot(t.0 as usize);
+        }
+        posted.map(|()| t)
+    }
+
+    /// `t`'s result, if it has one (the slot is then free).
+    pub(super) fn take(&mut self, t: Token) -> Option<Result<Completion, PostError>> {
+        if !matches!(self.slots[t.0 as usize], Slot::Done(_)) {
+            return None;
+        }
+        match self.free_slot(t.0 as usize) {
+            Slot::Done(r) => Some(r),
+            _ => None,
+        }
+    }
+
+    /// `t`'s future waits: remember its waker, and whether it goes on
+    /// looking itself.
+    pub(super) fn wait(&mut self, t: Token, waker: &Waker, spinning: bool) {
+        let Slot::Waiting {
+            waker: w,
+            spinning: s,
+        } = &mut self.slots[t.0 as usize]
+        else {
+            return;
+        };
+        match w {
+            Some(w) if w.will_wake(waker) => {}
+            _ => *w = Some(waker.clone()),
+        }
+        if *s && !spinning {
+            *s = false;
+            self.sleepers += 1;
+            self.unspin();
+        }
+    }
+
+    /// `t`'s future was dropped before it took its result.
+    pub(super) fn abandon(&mut self, t: Token) {
+        let i = t.0 as usize;
+        match self.slots[i] {
+            Slot::Done(_) => {
+                self.free_slot(i);
+            }
+            Slot::Waiting { spinning, .. } => {
+                self.slots[i] = Slot::Abandoned;
+                self.sleepers += 1;
+                if spinning {
+                    self.unspin();
+                } else {
+                    self.sleepers -= 1;
+                }
+            }
+            Slot::Free | Slot::Abandoned => {}
+        }
+    }
+
+    /// The waiting operation in slot `t` ended with `r`: its future is
+    /// woken to take it.
+    fn finish(&mut self, t: usize, r: Result<Completion, PostError>) {
+        let waiting = self.empty(t);
+        self.slots[t] = Slot::Done(r);
+        if let Slot::Waiting { waker: Some(w), .. } = waiting {
+            w.wake();
+        }
+    }
+
+    /// One look at the loop: each completion to its slot, its future
+    /// woken. How many completions came.
+    pub(super) fn look(&mut self) -> crate::error::Result<usize> {
+        let Some(ev) = self.ev.as_mut() else { return Ok(0) };
+        self.looks += 1;
+        let n = ev.poll(&mut self.out, Some(Duration::ZERO))?;
+        if n > 0 {
+            self.busy = Instant::now();
+        }
+        // Moved out while the slots are written; `out` keeps its capacity.
+        let mut out = std::mem::take(&mut self.out);
+        for c in out.drain(..) {
+            if c.kind == OpKind::PeerLost {
+                continue; // the loss alarm tells; each operation fails on its own
+            }
+            let t = c.token.0 as usize;
+            match self.slots.get(t) {
+                Some(Slot::Waiting { .. }) => self.finish(t, Ok(c)),
+                // A dropped future: the completion, and its buffer, go.
+                Some(Slot::Abandoned) => {
+                    self.free_slot(t);
+                }
+                _ => log::warn!(
+                    "async loop: a {:?} completion with token {} nobody waits for (posted through with_loop?) dropped",
+                    c.kind,
+                    c.token.0
+                ),
+            }
+        }
+        self.out = out;
+        Ok(n)
+    }
+
+    /// Close the loop: the futures still waiting fail with `Closed`. The
+    /// loop is given back to be dropped outside the lock (closing its
+    /// endpoints waits for the provider to let go of their buffers).
+    pub(super) fn close(&mut self) -> Option<EventLoop> {
+        self.closing = true;
+        let ev = self.ev.take();
+        for t in 0..self.slots.len() {
+            match self.empty(t) {
+                Slot::Waiting { waker, .. } => {
+                    self.slots[t] = Slot::Done(Err(closed()));
+                    if let Some(w) = waker {
+                        w.wake();
+                    }
+                }
+                // A result not yet taken stays for its future.
+                done @ Slot::Done(_) => self.slots[t] = done,
+                Slot::Abandoned => self.free.push(t as u64),
+                Slot::Free => {}
+            }
+        }
+        ev
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A shared state with no loop: enough for the slots' counts.
+    fn no_loop() -> State {
+        State {
+            ev: None,
+            slots: Vec::new(),
+            free: Vec::new(),
+            out: Vec::new(),
+            spinners: 0,
+            sleepers: 0,
+            looks: 0,
+            busy: Instant::now(),
+            driver: Arc::new(Notify::new()),
+            closing: false,
+            spin: Duration::from_micros(50),
+            closers: Vec::new(),
+        }
+    }
+
+    async fn told(st: &State) -> bool {
+        tokio::time::timeout(Duration::from_millis(20), st.driver.notified())
+            .await
+            .is_ok()
+    }
+
+    fn waker() -> Waker {
+        struct Nothing;
+        impl std::task::Wake for Nothing {
+            fn wake(self: Arc<Self>) {}
+        }
+        Waker::from(Arc::new(Nothing))
+    }
+
+    /// The driver is told when the last spinning wait stops while another
+    /// wait sleeps, and only then.
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_driver_is_told_when_the_last_spinner_leaves_a_sleeper() {
+        let mut st = no_loop();
+        let w = waker();
+        let (a, b) = (st.open(), st.open());
+        assert_eq!((st.spinners, st.sleepers), (2, 0));
+        st.wait(a, &w, false);
+        assert_eq!((st.spinners, st.sleepers), (1, 1));
+        assert!(!told(&st).await, "told while a wait still looks");
+        st.abandon(b);
+        assert_eq!((st.spinners, st.sleepers), (0, 2));
+        assert!(told(&st).await, "not told when nobody looks for a sleeping wait");
+    }
+
+    /// Spinning waits that end with no sleeper behind them leave the
+    /// driver alone (a ping-pong does not wake it at every message), and
+    /// their slots are reused.
+    #[tokio::test(flavor = "current_thread")]
+    async fn spinners_alone_do_not_wake_the_driver() {
+        let mut st = no_loop();
+        let w = waker();
+        for _ in 0..3 {
+            let (a, b) = (st.open(), st.open());
+            st.wait(a, &w, true);
+            st.finish(a.0 as usize, Err(closed()));
+            st.finish(b.0 as usize, Err(closed()));
+            assert!(st.take(a).is_some() && st.take(b).is_some());
+        }
+        assert_eq!(st.slots.len(), 2, "the slots are reused");
+        assert_eq!((st.spinners, st.sleepers), (0, 0));
+        assert!(!told(&st).await);
+    }
+
+    /// A wait that ends while another sleeps tells the driver nothing
+    /// new; the last spinner to end does.
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_last_spinner_to_end_beside_a_sleeper_tells() {
+        let mut st = no_loop();
+        let w = waker();
+        let (a, b) = (st.open(), st.open());
+        st.wait(a, &w, false);
+        assert!(!told(&st).await);
+        st.finish(b.0 as usize, Err(closed()));
+        assert!(told(&st).await, "not told when the last spinner ended");
+    }
+
+    /// Closing answers every waiting slot with `Closed`, keeps results not
+    /// yet taken, and frees abandoned slots.
+    #[tokio::test(flavor = "current_thread")]
+    async fn closing_answers_every_wait() {
+        let mut st = no_loop();
+        let w = waker();
+        let (a, b) = (st.open(), st.open());
+        st.wait(a, &w, false);
+        st.abandon(b);
+        assert!(st.close().is_none());
+        assert_eq!((st.spinners, st.sleepers), (0, 0));
+        assert!(matches!(
+            st.take(a),
+            Some(Err(PostError {
+                error: Error::Closed { .. },
+                ..
+            }))
+        ));
+        assert_eq!(st.free.len(), 2, "both slots free again");
+        let posted = st.post(Buffer::new(8), |_, _, _| Ok(()));
+        assert_eq!(posted.unwrap_err().buffer.map(|b| b.capacity()), Some(8));
+    }
+}
