@@ -60,8 +60,8 @@ use std::time::{Duration, Instant};
 
 /// How long a waiting future keeps looking at every poll (yielding to the
 /// runtime between looks, so other tasks run) from the start of its wait,
-/// before it looks only every [`NAP`]: as long as the `EventLoop`'s async
-/// driver looks at a loop with no wait fd (`async_loop::POLL_BEFORE_SLEEP`).
+/// before it looks only every [`NAP`]: as long as an `EventLoop`'s future
+/// spins on a loop with no wait fd (`async_loop::POLL_BEFORE_SLEEP`).
 /// With 50 µs here, a peer that was descheduled for a moment (a helper
 /// thread on its core) sent this rank into its 1 ms naps and a ping-pong
 /// averaged 16-64 µs one way on the node transport against 1 µs blocking.
