@@ -8,7 +8,9 @@
 # its ratio to the blocking tool's `-c fd` and `-c spin`. The async tool
 # runs on two tokio workers (as a multi-threaded tokio program would) and
 # on one (FABRIC_MSG_ASYNC_RUNTIME=current: both sides, drivers and tasks
-# on one thread).
+# on one thread), and on a current-thread runtime per side, each on a
+# thread of its own (FABRIC_MSG_ASYNC_RUNTIME=per-side, as the blocking
+# tool gives each side a thread).
 #
 #   ci/bench/async.sh              # 3 rounds
 #   ROUNDS=5 ci/bench/async.sh
@@ -23,12 +25,13 @@ for r in $(seq 1 "$ROUNDS"); do
   for provider in "tcp;ofi_rxm" shm; do
     domain=lo; [ "$provider" = shm ] && domain=shm
     for wait in fd spin; do
-      for tool in pingpong async_pingpong async_current; do
+      for tool in pingpong async_pingpong async_current async_perside; do
         for size in 8 1048576; do
           iters=20000; [ "$size" = 1048576 ] && iters=300
           f="$OUT/${tool}_${provider//;/_}_${wait}_${size}_$r.json"
           bin=$tool rt=multi
           [ "$tool" = async_current ] && bin=async_pingpong rt=current
+          [ "$tool" = async_perside ] && bin=async_pingpong rt=per-side
           FABRIC_MSG_ASYNC_RUNTIME=$rt "$TARGET/release/$bin" --loopback -p "$provider" -d "$domain" -c "$wait" -S "$size" -I "$iters" --json >"$f"
         done
       done
@@ -42,7 +45,8 @@ runs = {}
 for f in glob.glob(os.path.join(out, "*.json")):
     name = os.path.basename(f)[:-5]
     parts = name.split("_")
-    tool = "current" if name.startswith("async_current") else "async" if name.startswith("async_") else "blocking"
+    tool = ("current" if name.startswith("async_current") else "perside" if name.startswith("async_perside")
+            else "async" if name.startswith("async_") else "blocking")
     r, size, wait = int(parts[-1]), int(parts[-2]), parts[-3]
     provider = "shm" if "_shm_" in name else "tcp;ofi_rxm"
     for line in open(f):
@@ -51,8 +55,8 @@ for f in glob.glob(os.path.join(out, "*.json")):
             key = (provider, size, tool, wait)
             runs.setdefault(key, []).append(v["usec_per_xfer"] if size == 8 else v["mb_per_sec"])
 print(f"# {out}: median of {len(next(iter(runs.values())))} runs")
-print("| provider | measure | wait | blocking | async (2 workers) | async (current thread) | async / blocking -c fd | async / blocking -c spin | current / blocking -c fd |")
-print("|---|---|---|---|---|---|---|---|---|")
+print("| provider | measure | wait | blocking | async (2 workers) | async (current thread) | async (a runtime per side) | async / blocking -c fd | async / blocking -c spin | current / blocking -c fd | per side / blocking -c fd |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
 for provider in ["tcp;ofi_rxm", "shm"]:
     for size, what in [(8, "8 B latency, µs"), (1048576, "1 MiB MB/s")]:
         fd = statistics.median(runs[(provider, size, "blocking", "fd")])
@@ -61,5 +65,6 @@ for provider in ["tcp;ofi_rxm", "shm"]:
             b = statistics.median(runs[(provider, size, "blocking", wait)])
             a = statistics.median(runs[(provider, size, "async", wait)])
             c = statistics.median(runs[(provider, size, "current", wait)])
-            print(f"| {provider} | {what} | {wait} | {b:.2f} | {a:.2f} | {c:.2f} | {a/fd:.2f} | {a/spin:.2f} | {c/fd:.2f} |")
+            p = statistics.median(runs[(provider, size, "perside", wait)])
+            print(f"| {provider} | {what} | {wait} | {b:.2f} | {a:.2f} | {c:.2f} | {p:.2f} | {a/fd:.2f} | {a/spin:.2f} | {c/fd:.2f} | {p/fd:.2f} |")
 PY

@@ -4,6 +4,7 @@
 use super::driver::{self, POLL_BEFORE_SLEEP, SPIN_BEFORE_SLEEP};
 use super::op;
 use super::shared::{closed, Shared};
+use crate::error::Error;
 use crate::memory::buffer::Buffer;
 use crate::transport::event_loop::{
     Completion, EndpointId, EventLoop, Peer, PostError, RecvOpts, SendOpts, Token,
@@ -74,8 +75,42 @@ impl LoopHandle {
 
     /// Receive into `buf` on endpoint `ep`; the completion with the
     /// buffer holding the message.
+    ///
+    /// Where the provider has no room for another receive (libfabric
+    /// 1.17's shm, while its receive entries are all taken), the blocking
+    /// loop retries in place, progressing, until there is. Here that would
+    /// hold the loop and the runtime's worker while the task that would
+    /// make the room (the peer's, in the same runtime) waits behind it: the
+    /// receive is posted with the loop's fail-fast rule instead, and a
+    /// refusal for room is retried after a look and the runtime's turn.
     pub async fn recv(&self, ep: EndpointId, buf: Buffer, opts: RecvOpts) -> Result<Completion, PostError> {
-        let t = self.post(buf, |ev, buf, t| ev.recv(ep, buf, opts, t))?;
+        let mut buf = buf;
+        let t = loop {
+            let posted = self.post(buf, |ev, buf, t| {
+                let was = ev.set_fail_fast(true);
+                let r = ev.recv(ep, buf, opts, t);
+                ev.set_fail_fast(was);
+                r
+            });
+            match posted {
+                Ok(t) => break t,
+                Err(PostError {
+                    error: Error::QueueFull { .. },
+                    buffer: Some(b),
+                }) => {
+                    buf = b;
+                    let looked = self.shared().lock().look();
+                    if let Err(error) = looked {
+                        return Err(PostError {
+                            error,
+                            buffer: Some(buf),
+                        });
+                    }
+                    tokio::task::yield_now().await;
+                }
+                Err(e) => return Err(e),
+            }
+        };
         op::wait(self.shared().clone(), t).await
     }
 
