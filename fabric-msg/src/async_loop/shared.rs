@@ -79,20 +79,7 @@ impl Shared {
     pub(super) fn new(ev: EventLoop, spin: Duration) -> Shared {
         let driver = Arc::new(Notify::new());
         Shared {
-            state: Mutex::new(State {
-                ev: Some(ev),
-                slots: Vec::new(),
-                free: Vec::new(),
-                out: Vec::new(),
-                spinners: 0,
-                sleepers: 0,
-                looks: 0,
-                busy: Instant::now(),
-                driver: driver.clone(),
-                closing: false,
-                spin,
-                closers: Vec::new(),
-            }),
+            state: Mutex::new(State::new(Some(ev), spin, driver.clone())),
             driver,
         }
     }
@@ -112,6 +99,23 @@ impl Shared {
 }
 
 impl State {
+    fn new(ev: Option<EventLoop>, spin: Duration, driver: Arc<Notify>) -> State {
+        State {
+            ev,
+            slots: Vec::new(),
+            free: Vec::new(),
+            out: Vec::new(),
+            spinners: 0,
+            sleepers: 0,
+            looks: 0,
+            busy: Instant::now(),
+            driver,
+            closing: false,
+            spin,
+            closers: Vec::new(),
+        }
+    }
+
     /// A spinner stopped looking (it completed, stopped spinning or was
     /// dropped). The last one wakes the driver if others wait, since
     /// nobody else looks at the loop for them now.
@@ -314,20 +318,7 @@ mod tests {
 
     /// A shared state with no loop: enough for the slots' counts.
     fn no_loop() -> State {
-        State {
-            ev: None,
-            slots: Vec::new(),
-            free: Vec::new(),
-            out: Vec::new(),
-            spinners: 0,
-            sleepers: 0,
-            looks: 0,
-            busy: Instant::now(),
-            driver: Arc::new(Notify::new()),
-            closing: false,
-            spin: Duration::from_micros(50),
-            closers: Vec::new(),
-        }
+        State::new(None, Duration::from_micros(50), Arc::new(Notify::new()))
     }
 
     async fn told(st: &State) -> bool {
