@@ -103,9 +103,8 @@ pub(super) async fn drive(shared: Arc<Shared>) {
                 break;
             }
             let others_looked = st.looks != seen;
-            if let Err(e) = st.look() {
-                log::error!(error:% = e; "async loop: polling the event loop failed, closing it: {e}");
-                break;
+            if st.look().is_err() {
+                break; // `look` logged it; the loop closes below
             }
             seen = st.looks;
             if st.spinners > 0 && others_looked {

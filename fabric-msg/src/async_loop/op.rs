@@ -133,12 +133,9 @@ fn look_for(shared: &Shared, t: Token, since: Instant, seen: &mut Option<u64>, c
     // would most likely find nothing. One look per round of the runtime
     // is enough.
     if seen.map_or(true, |s| s == st.looks) {
-        if let Err(e) = st.look() {
-            log::error!(error:% = e; "async loop: polling the event loop failed, closing it: {e}");
-            st.closing = true;
+        if st.look().is_err() {
+            // The driver closes the loop, and answers this slot then.
             st.wait(t, cx.waker(), false);
-            drop(st);
-            shared.driver.notify_one();
             return Step::Sleep;
         }
         if let Some(r) = st.take(t) {

@@ -173,18 +173,18 @@ impl State {
         buf: Buffer,
         post: impl FnOnce(&mut EventLoop, Buffer, Token) -> Result<(), PostError>,
     ) -> Result<Token, PostError> {
-        let closed = |buf| PostError {
+        let refused = |buf| PostError {
             buffer: Some(buf),
             ..closed()
         };
         if self.closing {
-            return Err(closed(buf));
+            return Err(refused(buf));
         }
         let t = self.open();
         self.busy = Instant::now();
         let posted = match self.ev.as_mut() {
             Some(ev) => post(ev, buf, t),
-            None => Err(closed(buf)),
+            None => Err(refused(buf)),
         };
         if posted.is_err() {
             // The slot goes; the error (and buffer) go back to the caller.
@@ -234,11 +234,11 @@ impl State {
             }
             Slot::Waiting { spinning, .. } => {
                 self.slots[i] = Slot::Abandoned;
-                self.sleepers += 1;
+                // A spinner becomes a sleeper: only the driver looks for
+                // it now (counted before `unspin`, which tells the driver).
                 if spinning {
+                    self.sleepers += 1;
                     self.unspin();
-                } else {
-                    self.sleepers -= 1;
                 }
             }
             Slot::Free | Slot::Abandoned => {}
@@ -256,11 +256,20 @@ impl State {
     }
 
     /// One look at the loop: each completion to its slot, its future
-    /// woken. How many completions came.
+    /// woken. How many completions came. A failed look asks the driver to
+    /// close the loop (whoever looked), which answers every wait.
     pub(super) fn look(&mut self) -> crate::error::Result<usize> {
         let Some(ev) = self.ev.as_mut() else { return Ok(0) };
         self.looks += 1;
-        let n = ev.poll(&mut self.out, Some(Duration::ZERO))?;
+        let n = match ev.poll(&mut self.out, Some(Duration::ZERO)) {
+            Ok(n) => n,
+            Err(e) => {
+                log::error!(error:% = e; "async loop: polling the event loop failed, closing it: {e}");
+                self.closing = true;
+                self.driver.notify_one();
+                return Err(e);
+            }
+        };
         if n > 0 {
             self.busy = Instant::now();
         }
