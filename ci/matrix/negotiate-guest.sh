@@ -11,78 +11,81 @@ failures=0
 libfabric=$(fi_info --version | sed -n 's/^libfabric: //p')
 echo "negotiate-guest: libfabric $libfabric, binaries from $tdir/debug"
 
+# fabric_info with the same arguments prints the same report: each distinct
+# command line runs once (3 to 5 s each under TCG) and its report serves
+# every check that reads it.
+cache=$(mktemp -d)
+trap 'rm -rf "$cache"' EXIT
+fabric_info() {
+  local key
+  key=$(printf '%s\n' "$@" | md5sum | cut -c1-16)
+  [ -f "$cache/$key" ] || "$bin" "$@" >"$cache/$key" 2>&1
+  cat "$cache/$key"
+}
+
+# Each verdict says how long its check took (TCG: where the matrix's
+# minutes go).
+took() { # start (EPOCHREALTIME): seconds since, one decimal
+  awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f s", b - a }'
+}
 check() { # name, expected text, command...
   local name=$1 want=$2; shift 2
-  local out
+  local out start=$EPOCHREALTIME
   out=$("$@" 2>&1)
   if grep -qF -- "$want" <<<"$out"; then
-    echo "PASS $name"
+    echo "PASS $name ($(took "$start"))"
   else
-    echo "FAIL $name: expected '$want' in:"; sed 's/^/    /' <<<"$out"; failures=$((failures + 1))
+    echo "FAIL $name ($(took "$start")): expected '$want' in:"; sed 's/^/    /' <<<"$out"; failures=$((failures + 1))
   fi
 }
 
 # RDM through ofi_rxm on soft-RoCE opens: FI_UNIVERSE_SIZE sized to rxe0's max_cqe.
-check roce-rdm-chosen "chosen  roce via verbs;ofi_rxm (rdm) on rxe0" $bin
-check universe-sized "FI_UNIVERSE_SIZE=64  (fabric-msg: min(max_peers 64, 127 so ofi_rxm's CQ fits rxe0's max_cqe 32767))" $bin
-check roce-classified "RoCE (sysfs rxe0 node_type 1: CA, port 1 link_layer Ethernet)" $bin
+check roce-rdm-chosen "chosen  roce via verbs;ofi_rxm (rdm) on rxe0" fabric_info
+check universe-sized "FI_UNIVERSE_SIZE=64  (fabric-msg: min(max_peers 64, 127 so ofi_rxm's CQ fits rxe0's max_cqe 32767))" fabric_info
+check roce-classified "RoCE (sysfs rxe0 node_type 1: CA, port 1 link_layer Ethernet)" fabric_info
 # With libfabric's default universe forced by the user, rxe0 fails to open and the ladder moves on.
 check user-universe-fails "roce via verbs;ofi_rxm (rdm) on rxe0: failed to open: fi_enable failed" env FI_UNIVERSE_SIZE=256 $bin
 # (siw0's max_cqe is large: its rxm rung comes next.)
 check user-universe-next "chosen  iwarp via verbs;ofi_rxm (rdm) on siw0" env FI_UNIVERSE_SIZE=256 $bin
 # iWARP: RDM through rxm, on 1.17 as on 2.1 (issue 14): the ladder chooses
 # it for tagged messages on siw0, and its data path checks every byte.
-check iwarp-rdm-chosen "chosen  iwarp via verbs;ofi_rxm (rdm) on siw0" $bin -d siw0
-check iwarp-tagged-chosen "chosen  iwarp via verbs;ofi_rxm (rdm) on siw0" $bin -c tagged -d siw0
+check iwarp-rdm-chosen "chosen  iwarp via verbs;ofi_rxm (rdm) on siw0" fabric_info -d siw0
+check iwarp-tagged-chosen "chosen  iwarp via verbs;ofi_rxm (rdm) on siw0" fabric_info -c tagged -d siw0
 # rxm registers about 33 MiB for its buffers at the first message, and siw
 # counts that against RLIMIT_MEMLOCK even for root: below it the rung is
 # passed over, saying what to do (the first failure on 1.17 was this).
 check iwarp-rdm-memlock "siw0 counts registered memory against the locked-memory limit even for root (soft-iWARP ignores CAP_IPC_LOCK), which is 8192 KiB" \
   bash -c "ulimit -l 8192; $bin -d siw0"
 # iWARP through plain verbs MSG endpoints when connected endpoints are asked for.
-check iwarp-msg "chosen  iwarp via verbs (msg) on siw0" $bin -e msg -c msg,rma -d siw0
-check iwarp-no-cq-data "cq_data_size       0" $bin -e msg -c msg,rma -d siw0
-check roce-msg "chosen  roce via verbs (msg) on rxe0" $bin -e msg -c msg,rma -d rxe0
-check roce-cq-data "cq_data_size       4" $bin -e msg -c msg,rma -d rxe0
+check iwarp-msg "chosen  iwarp via verbs (msg) on siw0" fabric_info -e msg -c msg,rma -d siw0
+check iwarp-no-cq-data "cq_data_size       0" fabric_info -e msg -c msg,rma -d siw0
+check roce-msg "chosen  roce via verbs (msg) on rxe0" fabric_info -e msg -c msg,rma -d rxe0
+check roce-cq-data "cq_data_size       4" fabric_info -e msg -c msg,rma -d rxe0
 # Atomics no longer decide the fabric (docs/atomics.md): with atomics asked
 # for, RoCE stays chosen, and verbs;ofi_rxm, which validates none, carries
 # them emulated by fabric-msg.
-check verbs-atomics-keep-roce "chosen  roce via verbs;ofi_rxm (rdm) on rxe0" $bin -c tagged,atomic
-check verbs-atomics-carried "fetch_add=" $bin -c tagged,atomic
+check verbs-atomics-keep-roce "chosen  roce via verbs;ofi_rxm (rdm) on rxe0" fabric_info -c tagged,atomic
+check verbs-atomics-carried "fetch_add=" fabric_info -c tagged,atomic
 # verbs' connected endpoints validate u64 fetch-add and compare-swap on
 # rxe0, but libfabric before 2.2 passes the operand's address as its value
 # (ofiwg/libfabric#10923): providers.toml refuses them with that reason.
 # siw0 does no atomics at all (atomic_cap NONE), whatever libfabric says.
-check roce-msg-atomics-refused "passes the operand's address as its value" $bin -e msg -c msg,atomic -d rxe0
-check iwarp-msg-atomics-none "siw0 does no remote atomics" $bin -e msg -c msg,atomic -d siw0
+check roce-msg-atomics-refused "passes the operand's address as its value" fabric_info -e msg -c msg,atomic -d rxe0
+check iwarp-msg-atomics-none "siw0 does no remote atomics" fabric_info -e msg -c msg,atomic -d siw0
 # Emulated atomics over RoCE's RDM endpoints: three clients, the exact total.
 check roce-rdm-atomics-total "counter 600, expected 600" $tdir/debug/atomics --loopback -I 200 -p "verbs;ofi_rxm" -d rxe0
 # Four fetch-adds in flight per client (issue 14): with FI_ATOMIC among the
 # domain's capabilities rxm refused the second of two registrations the
 # verbs cache gave one key (FI_ENOKEY); emulated atomics now open the
-# domain without it. In this process and between two processes.
+# domain without it. Between two processes on two hosts, the same check
+# runs in ci/matrix/two-host-guest.sh (roce-rdm-atomics-window).
 check roce-rdm-atomics-window "counter 600, expected 600" $tdir/debug/atomics --loopback -I 200 -w 4 -p "verbs;ofi_rxm" -d rxe0
-atomics_pair() { # server and one client in two processes, -w 4
-  local out rc
-  timeout 150 $tdir/debug/atomics -I 200 -w 4 -p "verbs;ofi_rxm" -d rxe0 -B 9229 >/tmp/atomics-server.out 2>&1 &
-  local server=$!
-  for _ in $(seq 1 30); do
-    out=$(timeout 150 $tdir/debug/atomics -I 200 -w 4 -p "verbs;ofi_rxm" -d rxe0 -P 9229 198.18.0.1 2>&1)
-    rc=$?
-    [ $rc != 0 ] && grep -q 'Connection refused' <<<"$out" || break
-    sleep 1
-  done
-  wait $server
-  echo "client (exit $rc): $out"
-  cat /tmp/atomics-server.out
-}
-check roce-rdm-atomics-window-2proc "counter 200, expected 200 (1 clients x 200 increments): ok" atomics_pair
 
 # libfabric's default memory monitor (memhooks) patches libc's mmap/munmap
 # code as verbs domains open and close: a thread in munmap then crashed
 # (issue 14's note). fabric-msg picks userfaultfd where an RDMA device is
 # present; loops opened and closed beside a thread that maps and unmaps.
-check mr-monitor-chosen "FI_MR_CACHE_MONITOR=userfaultfd  (fabric-msg: libfabric's default memory monitor (memhooks)" $bin
+check mr-monitor-chosen "FI_MR_CACHE_MONITOR=userfaultfd  (fabric-msg: libfabric's default memory monitor (memhooks)" fabric_info
 check mr-monitor-race "monitor_race: 200 loops opened and closed on verbs;ofi_rxm domain rxe0" \
   $tdir/debug/monitor_race -p "verbs;ofi_rxm" -d rxe0 -n 200
 # rxm over verbs without a shared receive context sends receive credits
@@ -93,39 +96,21 @@ check mr-monitor-race "monitor_race: 200 loops opened and closed on verbs;ofi_rx
 check roce-rdm-close-race "close_race: 10 rounds of 1024 messages on verbs;ofi_rxm domain rxe0" \
   $tdir/debug/close_race -p "verbs;ofi_rxm" -d rxe0 -n 10 -m 1024
 
-# The data path on real RDMA devices, every byte checked.
+# The data path on real RDMA devices, every byte checked, runs between two
+# hosts in ci/matrix/two-host-guest.sh: tagged and untagged messages, RMA
+# writes with data and RMA reads, of 1 B to 1 MiB, on RoCE RDM, RoCE MSG,
+# iWARP MSG and iWARP RDM (the ladder's own choice on siw0 included). Here,
+# in one host, only what that matrix does not cover: borrowed buffers, a
+# 4 MiB message, a registration per operation, the locked-memory limit.
 pp="$tdir/debug/pingpong --loopback --verify"
-check roce-rdm-1B "1              20       20" $pp -p "verbs;ofi_rxm" -d rxe0 -I 20 -W 2 -S 1
-check roce-rdm-64K "65536          10       10" $pp -p "verbs;ofi_rxm" -d rxe0 -I 10 -W 1 -S 65536
-check roce-msg-1B "1              20       20" $pp -e msg -p verbs -d rxe0 -I 20 -W 2 -S 1
-check iwarp-msg-1B "1              20       20" $pp -e msg -p verbs -d siw0 -I 20 -W 2 -S 1
 check roce-borrowed-4K "4096           10       10" $pp --borrowed -p "verbs;ofi_rxm" -d rxe0 -I 10 -W 1 -S 4096
-check iwarp-msg-64K "65536          10       10" $pp -e msg -p verbs -d siw0 -I 10 -W 1 -S 65536
-
 check iwarp-msg-4M "4194304         2        2" $pp -e msg -p verbs -d siw0 -I 2 -W 0 -S 4194304
-# Through the ladder's own choice on siw0: verbs;ofi_rxm, tagged (pingpong's default).
-check iwarp-rdm-1B "1              20       20" $pp -d siw0 -I 20 -W 2 -S 1
-check iwarp-rdm-tagged-over-iwarp "# verbs;ofi_rxm (iWARP) domain siw0 endpoint rdm, tagged" $pp -d siw0 -I 5 -W 1 -S 64
-check iwarp-rdm-64K "65536          10       10" $pp -d siw0 -I 10 -W 1 -S 65536
-check iwarp-rdm-untagged-4K "4096           10       10" $pp --msg -d siw0 -I 10 -W 1 -S 4096
 # Pinned memory counts against RLIMIT_MEMLOCK: a low limit is a clear error.
 check memlock-error "locked-memory limit, which is 1024 KiB" \
   bash -c "ulimit -l 1024; $pp -e msg -p verbs -d siw0 -I 1 -W 0 -S 4194304"
-
-# One-sided operations on real RDMA devices: RMA writes with immediate data
-# (natively on rxe0; on siw0, which has no remote CQ data, through
-# fabric-msg's follow-up message), every byte checked.
+# RMA writes with data, a registration for each (rma_pingpong --mr each).
 rp="$tdir/debug/rma_pingpong --loopback --verify"
-check roce-rdm-rma-4K "4096           20       20" $rp -p "verbs;ofi_rxm" -d rxe0 -I 20 -W 2 -S 4096
-check roce-msg-rma-64K "65536          10       10" $rp -e msg -p verbs -d rxe0 -I 10 -W 1 -S 65536
-check iwarp-msg-rma-64K "65536          10       10" $rp -e msg -p verbs -d siw0 -I 10 -W 1 -S 65536
 check roce-rdm-rma-regeach "1048576         5        5" $rp --mr each -p "verbs;ofi_rxm" -d rxe0 -I 5 -W 1 -S 1048576
-check iwarp-rdm-rma-4K "4096           20       20" $rp -d siw0 -I 20 -W 2 -S 4096
-# RMA reads of the peer's memory (rma_pingpong -o read), every byte checked.
-check roce-rdm-read-64K "65536          10       10" $rp -o read -p "verbs;ofi_rxm" -d rxe0 -I 10 -W 1 -S 65536
-check roce-msg-read-64K "65536          10       10" $rp -o read -e msg -p verbs -d rxe0 -I 10 -W 1 -S 65536
-check iwarp-msg-read-64K "65536          10       10" $rp -o read -e msg -p verbs -d siw0 -I 10 -W 1 -S 65536
-check iwarp-rdm-read-4K "4096           10       10" $rp -o read -d siw0 -I 10 -W 1 -S 4096
 
 # The soak (fabric-msg/tests/soak.rs, in this process) on real RDMA
 # devices: one pair exchanges sequenced, checksummed tagged messages on four
