@@ -578,13 +578,14 @@ fn fails(tool: &str, args: &[&str], code: i32, says: &[&str]) {
 
 #[test]
 fn bad_arguments_fail_fast_and_clearly() {
-    // A port nobody listens on: bound, then let go.
-    let free = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-        .to_string();
+    // A port nobody listens on, held for the whole test: the local end of
+    // a connection. A connect to it is refused, and no other test's server
+    // can take it meanwhile. (A port bound and let go was taken by a
+    // server of a test running beside this one: the tool then met that
+    // server's handshake instead of a refusal.)
+    let holder = TcpListener::bind("127.0.0.1:0").unwrap();
+    let held = TcpStream::connect(holder.local_addr().unwrap()).unwrap();
+    let free = held.local_addr().unwrap().port().to_string();
     for tool in TOOLS {
         let n = name(tool);
         // A provider libfabric does not have: no waiting for a peer.
