@@ -20,9 +20,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source ci/install.sh
 command -v valgrind >/dev/null || install_packages valgrind.sh valgrind
-bin=$(cargo test --locked -p fabric-msg --test node_loop --no-run 2>&1 | sed -n 's/.*Executable .*(\(.*\))$/\1/p' | tail -n 1)
+# --workspace: the features the workspace's `cargo test` built fabric-msg
+# with (the examples turn `tokio` on), so ci/test.sh's build serves here
+# instead of a second one.
+bin=$(cargo test --locked --workspace --test node_loop --no-run 2>&1 | sed -n 's/.*Executable .*(\(.*\))$/\1/p' | tail -n 1)
 [ -x "$bin" ] || { echo "ci/valgrind.sh: the node_loop test binary was not built" >&2; exit 1; }
-lib=$(cargo test --locked -p fabric-msg --lib --no-run 2>&1 | sed -n 's/.*Executable .*(\(.*\))$/\1/p' | tail -n 1)
+lib=$(cargo test --locked --workspace --lib --no-run 2>&1 | sed -n 's/.*Executable .*(\(.*\/fabric_msg-[0-9a-f]*\))$/\1/p' | tail -n 1)
 [ -x "$lib" ] || { echo "ci/valgrind.sh: the library's test binary was not built" >&2; exit 1; }
 memcheck() {
   timeout 600 valgrind --quiet --error-exitcode=9 --leak-check=full --show-leak-kinds=definite --errors-for-leak-kinds=definite \
