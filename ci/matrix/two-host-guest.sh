@@ -28,19 +28,23 @@ iwarp_peer=198.18.3.1
 serve_timeout=150 # a server waits this long for its client and the run
 refused_for=120   # a client retries this long while the server is not up
 
+# Each verdict says how long its check took, from check_start (TCG: where
+# the matrix's minutes go).
+check_start=$EPOCHREALTIME
+took() { awk -v a="$check_start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f s", b - a }'; }
 verdict() { # name, fabric, feature, status, output, wanted ERE...
   local name=$1 fabric=$2 feature=$3 rc=$4 out=$5 w missing=()
   shift 5
   checks=$((checks + 1))
   for w in "$@"; do grep -qE -- "$w" <<<"$out" || missing+=("$w"); done
   if [ "$rc" = 0 ] && [ ${#missing[@]} = 0 ]; then
-    echo "PASS $name ($fabric, $feature; vm$node $role)"
+    echo "PASS $name ($fabric, $feature; vm$node $role; $(took))"
   elif [ -n "${refused:-}" ] && [ "$rc" != 0 ] && grep -qE -- "$refused" <<<"$out"; then
     # A known gap, refused with its reason: say so, do not hide it.
     echo "PASS $name ($fabric, $feature; vm$node $role): refused, as documented: $(grep -oE -- "$refused" <<<"$out" | head -n1)"
   else
     failures=$((failures + 1))
-    echo "FAIL $name ($fabric, $feature; vm$node $role): exit $rc${missing:+, missing:$(printf " '%s'" "${missing[@]}")}"
+    echo "FAIL $name ($fabric, $feature; vm$node $role; $(took)): exit $rc${missing:+, missing:$(printf " '%s'" "${missing[@]}")}"
     sed 's/^/    /' <<<"$out"
     [ -n "${peer:-}" ] && link_check "$peer" "$name"
   fi
@@ -89,6 +93,7 @@ wanted() { # adds $1 to want if it concerns this guest's role
 }
 pair() { # name fabric feature peer-address [s:|c:]ERE... -- tool args...
   local name=$1 fabric=$2 feature=$3 peer=$4 want=() out rc start
+  check_start=$EPOCHREALTIME
   shift 4
   while [ "$1" != -- ]; do wanted "$1"; shift; done
   shift
@@ -115,6 +120,7 @@ pair() { # name fabric feature peer-address [s:|c:]ERE... -- tool args...
 # root), rank 1 in guest 2 (it retries until rank 0 listens).
 ring() { # name fabric feature root-address ERE... -- spmd args...
   local name=$1 fabric=$2 feature=$3 peer=$4 want=() out rc
+  check_start=$EPOCHREALTIME
   shift 4
   while [ "$1" != -- ]; do wanted "$1"; shift; done
   shift
@@ -129,6 +135,7 @@ ring() { # name fabric feature root-address ERE... -- spmd args...
 
 local_check() { # name fabric feature ERE -- command...
   local name=$1 fabric=$2 feature=$3 w=$4 out rc
+  check_start=$EPOCHREALTIME
   shift 5
   out=$("$@" 2>&1)
   rc=$?
