@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Build and test the whole workspace against libfabric 2.x: Debian trixie's
+# Build the whole workspace against libfabric 2.x, and run what reaches
+# libfabric (below, "cargo test"): Debian trixie's
 # libfabric 2.1, in a trixie root made with debootstrap, run with chroot.
 #
 #   ci/libfabric2.sh                 # build, clippy, test (tests and tools), fabric_info
