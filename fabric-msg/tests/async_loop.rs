@@ -404,3 +404,54 @@ async fn operations_in_flight_a_dropped_future_and_a_lost_peer_on_tcp_msg() {
         gone.elapsed()
     );
 }
+
+/// More receives than the provider has room for, with a `post_timeout`:
+/// the one too many is retried (a look and the runtime's turn between
+/// tries) for the timeout, as the blocking loop's would be, then fails
+/// with `QueueFull`, saying how long it waited, and its buffer back.
+/// shm 1.17 refuses the receive itself (`FI_ENOMEM`); 2.1's takes
+/// receives until the loop's own bound stops them (`fi_cq_read`).
+#[tokio::test(flavor = "current_thread")]
+async fn a_receive_without_room_fails_after_post_timeout_on_shm() {
+    const DEPTH: usize = 64;
+    const TIMEOUT: Duration = Duration::from_millis(300);
+    let cfg = LoopConfig {
+        post_timeout: Some(TIMEOUT),
+        ..LoopConfig::default()
+    };
+    let mut ev = fabric_msg::EventLoop::new(&common::profile_with("shm", DEPTH), cfg).expect("loop");
+    let ep = ev.open_endpoint().expect("endpoint");
+    let h = AsyncLoop::start(ev);
+    let (_, any) = tagged(9);
+    let (tx, mut refused) = tokio::sync::mpsc::unbounded_channel();
+    for _ in 0..8 * DEPTH {
+        let (h, tx) = (h.clone(), tx.clone());
+        tokio::spawn(async move {
+            let posted = Instant::now();
+            if let Err(e) = h.recv(ep, Buffer::new(64), any).await {
+                let _ = tx.send((e, posted.elapsed()));
+            }
+        });
+    }
+    let (e, took) = tokio::time::timeout(Duration::from_secs(20), refused.recv())
+        .await
+        .expect("shm: every receive was posted, or the one too many waited past its post_timeout")
+        .expect("a refusal");
+    eprintln!("shm: the receive without room failed after {took:?}: {e}");
+    match e.error {
+        fabric_msg::Error::QueueFull { call, waited, .. } => {
+            assert!(
+                call == "fi_trecv" || (fabric_msg::ffi::runtime_version() >= (2, 0) && call == "fi_cq_read"),
+                "{e}"
+            );
+            assert!(waited >= TIMEOUT, "waited {waited:?}: {e}");
+        }
+        _ => panic!("shm: a receive without room failed with {e}"),
+    }
+    assert!(
+        took >= TIMEOUT && took < TIMEOUT + Duration::from_secs(10),
+        "{took:?}"
+    );
+    assert_eq!(e.buffer.map(|b| b.capacity()), Some(64));
+    h.close().await;
+}

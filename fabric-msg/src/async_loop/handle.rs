@@ -11,6 +11,7 @@ use crate::transport::event_loop::{
 };
 use crate::transport::liveness::LossAlarm;
 use std::sync::Arc;
+use std::time::Instant;
 use tokio::sync::oneshot;
 
 /// Where an [`EventLoop`] goes to serve futures.
@@ -82,9 +83,14 @@ impl LoopHandle {
     /// hold the loop and the runtime's worker while the task that would
     /// make the room (the peer's, in the same runtime) waits behind it: the
     /// receive is posted with the loop's fail-fast rule instead, and a
-    /// refusal for room is retried after a look and the runtime's turn.
+    /// refusal for room is retried after a look and the runtime's turn,
+    /// for as long as the blocking loop would wait: its `post_timeout`
+    /// (none by default: as long as it takes), or until a peer of the loop
+    /// is newly lost. Then the receive fails with `QueueFull`, saying how
+    /// long it waited, and its buffer back.
     pub async fn recv(&self, ep: EndpointId, buf: Buffer, opts: RecvOpts) -> Result<Completion, PostError> {
         let mut buf = buf;
+        let mut since: Option<Instant> = None;
         let t = loop {
             let posted = self.post(buf, |ev, buf, t| {
                 let was = ev.set_fail_fast(true);
@@ -95,11 +101,31 @@ impl LoopHandle {
             match posted {
                 Ok(t) => break t,
                 Err(PostError {
-                    error: Error::QueueFull { .. },
+                    error:
+                        Error::QueueFull {
+                            call,
+                            in_flight,
+                            code,
+                            ..
+                        },
                     buffer: Some(b),
                 }) => {
                     buf = b;
-                    let looked = self.shared().lock().look();
+                    let started = *since.get_or_insert_with(Instant::now);
+                    let looked = {
+                        let mut st = self.shared().lock();
+                        // The loop's own rule, asked before the look reads
+                        // (and so marks seen) a new loss.
+                        match st.ev.as_ref() {
+                            Some(ev) if !ev.patient(started) => Err(Error::QueueFull {
+                                call,
+                                waited: started.elapsed(),
+                                in_flight,
+                                code,
+                            }),
+                            _ => st.look().map(drop),
+                        }
+                    };
                     if let Err(error) = looked {
                         return Err(PostError {
                             error,

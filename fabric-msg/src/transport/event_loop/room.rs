@@ -94,7 +94,7 @@ impl EventLoop {
     /// post fails; the next `poll` reports the loss), and not past the
     /// application's `post_timeout` if it set one. Otherwise it waits as
     /// long as it takes: a peer that computes is not a failure.
-    pub(super) fn patient(&self, since: Instant) -> bool {
+    pub(crate) fn patient(&self, since: Instant) -> bool {
         !(self.fail_fast()
             || self.giving_up()
             || self.lost.changed()
