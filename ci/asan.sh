@@ -50,6 +50,10 @@ target=$(rustc +nightly -vV | sed -n 's/^host: //p')
 # proc-macros (which would need an ASan runtime of their own). std comes
 # prebuilt, uninstrumented; its allocations are still seen (malloc is).
 export CARGO_TARGET_DIR=$repo/target/asan
+# Unoptimised, whatever ci/test.sh's build is: at opt-level 1 the
+# instrumented build took 296 s and the tests 194 s; at 0 (with full debug
+# info) 168 s and 303 s (2026-11-28; docs/decisions.md, "CI's time").
+export CARGO_PROFILE_DEV_OPT_LEVEL=0
 export RUSTFLAGS="-Zsanitizer=address -Cforce-frame-pointers=yes"
 unset RUSTDOCFLAGS
 # Leak stacks: the fast unwinder follows frame pointers, which libfabric

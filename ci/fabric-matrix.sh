@@ -15,8 +15,10 @@ if [ "${FABRIC_MSG_SKIP_VM:-0}" = 1 ]; then
 fi
 bins=(-p fabric-msg-examples --bin fabric_info --bin pingpong --bin rma_pingpong --bin atomics --bin monitor_race --bin close_race)
 # The soak (fabric-msg/tests/soak.rs) is a test binary: cargo names it
-# soak-<hash>; its path comes from cargo's JSON messages.
-soak=(test --locked --no-run -q -p fabric-msg --test soak --message-format=json)
+# soak-<hash>; its path comes from cargo's JSON messages. --workspace: the
+# features ci/test.sh's `cargo test --workspace` built it with, so that
+# build serves (-p fabric-msg alone built fabric-msg again without tokio).
+soak=(test --locked --no-run -q --workspace --test soak --message-format=json)
 soak_exe() {
   python3 -c '
 import json, os, sys
