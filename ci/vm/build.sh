@@ -20,7 +20,8 @@
 # Environment:
 #   FABRIC_MSG_VM_CACHE           cache directory (see above)
 #   FABRIC_MSG_VM_KERNEL_VERSION  Debian version of linux-image-amd64 to use
-#                                 (default: apt's candidate, e.g. 6.1.192-2)
+#                                 (default: the newest whose pieces are all
+#                                 available, e.g. 6.1.192-2)
 #   FABRIC_MSG_VM_USERLAND        bookworm (default) or trixie: where the
 #                                 guest's packages come from
 set -euo pipefail
@@ -143,17 +144,64 @@ mkdir -p "$cache/debs/partial" "$cache/apt/cache"
 exec 9>"$cache/build.lock"
 flock 9
 
-kver_deb=${FABRIC_MSG_VM_KERNEL_VERSION:-$(candidate_version linux-image-amd64)}
-if [ -z "$kver_deb" ]; then
-    apt_update
-    kver_deb=$(candidate_version linux-image-amd64)
+# The kernel: the newest linux-image-amd64 whose pieces apt can all give:
+# image, headers and headers-common at exactly its version (they carry the
+# module ABI), kbuild and source at the same upstream version (6.1.192-*).
+# A mirror is sometimes caught mid-update: on 2026-11-28 the security
+# archive had linux-image-amd64 6.1.192-2 but linux-kbuild-6.1 only at
+# 6.1.192-3 (kbuild's tools and the source do not change with the Debian
+# revision of one upstream release); a version whose ABI pieces are
+# missing is passed over for the next older one, saying so.
+versions_of() {  # package -> every version apt knows, newest first
+    apt-cache madison "$1" 2>/dev/null | awk -F'|' '{gsub(/ /, "", $2); print $2}' |
+        awk '!seen[$0]++'
+}
+available() {  # package version -> 0 when apt can give it
+    [ -n "$(apt-cache show "$1=$2" 2>/dev/null | sed -n 's/^Architecture: //p' | head -n1)" ]
+}
+kernel_set() {  # linux-image-amd64 version -> "package=version ..." or failure
+    local meta=$1 img k ser up p v pieces=()
+    img=$(apt-cache show "linux-image-amd64=$meta" 2>/dev/null |
+        sed -n 's/^Depends:.*\(linux-image-[0-9][^ ,]*-amd64\).*/\1/p' | head -n1)
+    [ -n "$img" ] || return 1
+    k=${img#linux-image-}; ser=${k%%.0-*}; up=${meta%-*}
+    for p in "$img" "linux-headers-$k" "linux-headers-${k%-amd64}-common"; do
+        available "$p" "$meta" || { log "kernel $meta: $p=$meta is not available"; return 1; }
+        pieces+=("$p=$meta")
+    done
+    for p in "linux-kbuild-$ser" "linux-source-$ser"; do
+        if available "$p" "$meta"; then
+            v=$meta
+        else
+            v=$(versions_of "$p" | grep -m1 -F "$up-" || true)
+            [ -n "$v" ] || { log "kernel $meta: no $p of upstream $up"; return 1; }
+            log "kernel $meta: $p=$meta is not available; using $v (same upstream $up)"
+        fi
+        pieces+=("$p=$v")
+    done
+    echo "${pieces[*]}"
+}
+if [ -n "${FABRIC_MSG_VM_KERNEL_VERSION:-}" ]; then
+    metas=("$FABRIC_MSG_VM_KERNEL_VERSION")
+else
+    mapfile -t metas < <(versions_of linux-image-amd64)
+    if [ ${#metas[@]} -eq 0 ]; then
+        apt_update
+        mapfile -t metas < <(versions_of linux-image-amd64)
+    fi
 fi
-[ -n "$kver_deb" ] || die "apt knows no linux-image-amd64 (is the Debian mirror configured?)"
-
-# linux-image-amd64 (= V) depends on linux-image-6.1.0-NN-amd64 (= V).
-image_pkg=$(apt-cache show "linux-image-amd64=$kver_deb" 2>/dev/null |
-    sed -n 's/^Depends:.*\(linux-image-[0-9][^ ,]*-amd64\).*/\1/p' | head -n1)
-[ -n "$image_pkg" ] || die "cannot resolve linux-image-amd64=$kver_deb"
+[ ${#metas[@]} -gt 0 ] || die "apt knows no linux-image-amd64 (is the Debian mirror configured?)"
+kver_deb= kernel_pkgs=()
+for m in "${metas[@]}"; do
+    if set_line=$(kernel_set "$m"); then
+        kver_deb=$m
+        read -ra kernel_pkgs <<<"$set_line"
+        break
+    fi
+done
+[ -n "$kver_deb" ] ||
+    die "no linux-image-amd64 version (${metas[*]}) has its image, headers, kbuild and source all available from apt"
+image_pkg=${kernel_pkgs[0]%%=*}
 kver=${image_pkg#linux-image-}          # e.g. 6.1.0-56-amd64
 kabi=${kver%-amd64}                     # e.g. 6.1.0-56
 kseries=${kver%%.0-*}                   # e.g. 6.1
@@ -162,7 +210,7 @@ guest_sources
 stamp=$(
     {
         echo "userland $userland ${guest_apt[*]}"
-        echo "kernel $kver $kver_deb"
+        echo "kernel $kver ${kernel_pkgs[*]}"
         echo "packages ${guest_packages[*]}"
         echo "modules ${guest_modules[*]}"
         cat "$here/build.sh" "$here/init.sh"
@@ -179,21 +227,21 @@ work=$cache/work
 rm -rf "$work" "$image.new"
 mkdir -p "$work" "$image.new"
 
-# 1. Kernel pieces: image, headers, kbuild and source, all of the same version.
-kernel_pkgs=("$image_pkg" "linux-headers-$kver" "linux-headers-$kabi-common"
-    "linux-kbuild-$kseries" "linux-source-$kseries")
+# 1. Kernel pieces: image, headers, kbuild and source (above).
 need=()
-for p in "${kernel_pkgs[@]}"; do
-    arch=$(apt-cache show "$p=$kver_deb" 2>/dev/null | sed -n 's/^Architecture: //p' | head -n1)
-    [ -n "$arch" ] || die "package $p=$kver_deb is not available from apt"
-    [ -f "$(deb_file "$p" "$kver_deb" "$arch")" ] || need+=("$p=$kver_deb")
+declare -A kernel_version=()
+for pv in "${kernel_pkgs[@]}"; do
+    p=${pv%%=*} v=${pv#*=}
+    kernel_version[$p]=$v
+    arch=$(apt-cache show "$p=$v" 2>/dev/null | sed -n 's/^Architecture: //p' | head -n1)
+    [ -f "$(deb_file "$p" "$v" "$arch")" ] || need+=("$p=$v")
 done
 if [ ${#need[@]} -gt 0 ]; then
     log "downloading ${need[*]}"
     (cd "$cache/debs" && apt_private download "${need[@]}") >"$work/apt-download.log" 2>&1 ||
         { cat "$work/apt-download.log" >&2; die "download failed"; }
 fi
-kdeb() { ls "$cache/debs/$1_${kver_deb//:/%3a}_"*.deb; }
+kdeb() { local v=${kernel_version[$1]}; ls "$cache/debs/$1_${v//:/%3a}_"*.deb; }
 
 # 2. Guest packages: resolve the closure (simulate), then download it.
 apt_private "${guest_apt[@]}" -s install "${guest_packages[@]}" >"$work/closure.txt" ||
@@ -319,7 +367,7 @@ install -m 0755 "$here/init.sh" "$root/init"
 cp "$ktree/boot/vmlinuz-$kver" "$image.new/vmlinuz"
 {
     echo "kernel: $kver (Debian linux-image-amd64 $kver_deb)"
-    echo "siw.ko: built out of tree from linux-source-$kseries $kver_deb"
+    echo "siw.ko: built out of tree from linux-source-$kseries ${kernel_version[linux-source-$kseries]}"
     echo "guest packages ($userland):"
     sed 's/^/  /' "$work/closure.list"
 } >"$image.new/info.txt"
