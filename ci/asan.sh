@@ -3,6 +3,8 @@
 # `-Zsanitizer=address`): no invalid access, no leak that is fabric-msg's.
 #
 #   ci/asan.sh            # build (target/asan/) and run; 4 to 9 minutes here
+#   ci/asan.sh --build    # only build what the run needs (ci/test.sh builds
+#                         # it ahead, in the background, while other tests run)
 #
 # What runs: fabric-msg's unit and integration tests (tests/*.rs, the soak
 # included, each provider in its child process), libfabric-sys' live test,
@@ -29,6 +31,13 @@ cd "$(dirname "$0")/.."
 repo=$(pwd)
 
 die() { echo "ci/asan.sh: $*" >&2; exit 1; }
+
+build_only=0
+case ${1:-} in
+"") ;;
+--build) build_only=1 ;;
+*) die "unknown argument $1 (--build, or nothing)" ;;
+esac
 
 if [ "${FABRIC_MSG_SKIP_ASAN:-0}" = 1 ]; then
   echo "ci/asan.sh: SKIPPED (FABRIC_MSG_SKIP_ASAN=1): nothing checked under AddressSanitizer" >&2
@@ -136,6 +145,10 @@ echo "ci/asan.sh: building under AddressSanitizer in target/asan" >&2
 cargo +nightly test --locked --target "$target" --no-run -q -p fabric-msg -p libfabric-sys --features fabric-msg/tokio --lib --tests
 cargo +nightly test --locked --target "$target" --no-run -q "${tools[@]}"
 built=$SECONDS
+if [ "$build_only" = 1 ]; then
+  echo "ci/asan.sh: built in $((built - start)) s" >&2
+  exit 0
+fi
 
 run "unit tests" slow "$supp" "${lib[@]}"
 run "integration tests but net's" fast "$supp" "${integration[@]}" -- "${skips[@]}" "${slow[@]}"

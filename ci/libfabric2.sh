@@ -4,6 +4,8 @@
 # libfabric 2.1, in a trixie root made with debootstrap, run with chroot.
 #
 #   ci/libfabric2.sh                 # build, clippy, test (tests and tools), fabric_info
+#   ci/libfabric2.sh --build         # only clippy and the tests' build (ci/test.sh runs
+#                                    # it ahead, in the background, while other tests run)
 #   ci/libfabric2.sh -- CMD [ARG...] # any command in the trixie root, from the repository
 #   ci/libfabric2.sh --shell         # an interactive shell there
 #
@@ -47,6 +49,7 @@ cmd=()
 case ${1:-} in
 "") ;;
 --shell) mode=shell ;;
+--build) mode=build ;;
 --) shift; mode=cmd; cmd=("$@"); [ ${#cmd[@]} -gt 0 ] || die "nothing after --" ;;
 -h | --help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
 *) die "unknown argument $1 (see --help)" ;;
@@ -153,7 +156,8 @@ trap 'rm -f "$inner"' EXIT
     case $mode in
     shell) echo 'exec bash -i' ;;
     cmd) printf 'exec'; printf ' %q' "${cmd[@]}"; echo ;;
-    test)
+    test | build)
+        [ "$mode" = build ] && echo 'build_only=1' || echo 'build_only=0'
         cat <<'EOF'
 step() { printf '\n==> [trixie] %s\n' "$*" >&2; }
 step "libfabric in the root: $(fi_info --version | tr '\n' ' ')"
@@ -187,6 +191,10 @@ done
 tests=(--lib --bins)
 for f in libfabric-sys/tests/*.rs fabric-msg/tests/*.rs; do tests+=(--test "$(basename "$f" .rs)"); done
 for t in "${on_2x[@]}"; do tests+=(--test "$t"); done
+if [ "$build_only" = 1 ]; then
+    cargo test --workspace --locked --no-run "${tests[@]}"
+    exit 0
+fi
 timeout 1200 cargo test --workspace --locked "${tests[@]}"
 timeout 600 cargo test --workspace --locked --doc
 step "cargo doc (libfabric 2.x)"

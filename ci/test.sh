@@ -34,7 +34,12 @@ slurm_was_up=0
 if [ -s "$slurm_dir/slurmctld.pid" ] && kill -0 "$(cat "$slurm_dir/slurmctld.pid")" 2>/dev/null; then
   slurm_was_up=1
 fi
+ahead_pid=
 finish() {
+  # A stage failed before the background builds ended: they stop too.
+  if [ -n "$ahead_pid" ] && kill -0 "$ahead_pid" 2>/dev/null; then
+    kill -- -"$ahead_pid" 2>/dev/null || true
+  fi
   printf "    (%ss)\n\nci/test.sh: %ss in all\n" "$((SECONDS - last))" "$((SECONDS - started))" >&2
   if [ "$slurm_was_up" = 0 ] && [ -d "$slurm_dir" ]; then
     bash ci/slurm.sh stop >&2 || echo "ci/test.sh: could not stop the tests' Slurm (ci/slurm.sh stop)" >&2
@@ -55,7 +60,30 @@ step "cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
 step "cargo test"
-# Nothing may hang CI: the suite takes about a minute here.
+timeout 1200 cargo test --workspace --locked --no-run
+# The builds of the stages below (ASan's, and the 2.1 root's clippy and
+# build), made now, in the background, at idle priority (SCHED_IDLE): the
+# host's tests leave about a third of the 2 cores idle (131 % CPU over 307
+# s), and these builds take it without slowing the tests (the kernel runs
+# an idle-priority task only on a core nothing else wants). A stage that
+# comes before its build is done waits for it (cargo's lock on its target
+# directory, the trixie root's lock); a build that failed here fails again,
+# in the foreground, in its stage. Its log: target/ci-ahead.log.
+ahead_log=target/ci-ahead.log
+ahead() {
+  local t0=$SECONDS rc=0
+  echo "ci-ahead: ASan's build" >&2
+  bash ci/asan.sh --build || rc=$?
+  echo "ci-ahead: ASan's build ended with status $rc after $((SECONDS - t0)) s" >&2
+  if [ "${FABRIC_MSG_SKIP_LIBFABRIC2:-0}" != 1 ]; then
+    t0=$SECONDS rc=0
+    bash ci/libfabric2.sh --build || rc=$?
+    echo "ci-ahead: the 2.1 root's clippy and build ended with status $rc after $((SECONDS - t0)) s" >&2
+  fi
+}
+setsid chrt --idle 0 bash -c "$(declare -f ahead); ahead" >"$ahead_log" 2>&1 &
+ahead_pid=$!
+# Nothing may hang CI: the suite takes about five minutes here.
 timeout 1200 cargo test --workspace --locked
 
 step "valgrind memcheck: the same-node transport's rings"
@@ -72,6 +100,12 @@ step "libfabric 2.1: clippy, tests and tools in a Debian trixie root"
 if [ "${FABRIC_MSG_SKIP_LIBFABRIC2:-0}" = 1 ]; then
   echo "ci/test.sh: SKIPPED (FABRIC_MSG_SKIP_LIBFABRIC2=1): libfabric 2.x NOT tested" >&2
 else
+  # The background builds (above) end first: their log goes here.
+  if [ -n "$ahead_pid" ]; then
+    wait "$ahead_pid" || true
+    ahead_pid=
+    sed 's/^/    ahead| /' "$ahead_log" | grep -v '^    ahead|  *\(Compiling\|Checking\)' >&2 || true
+  fi
   bash ci/libfabric2.sh
 fi
 
