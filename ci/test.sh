@@ -61,8 +61,8 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 
 step "cargo test"
 timeout 1200 cargo test --workspace --locked --no-run
-# The builds of the stages below (ASan's, and the 2.1 root's clippy and
-# build), made now, in the background, at idle priority (SCHED_IDLE): the
+# The builds of the stages below (ASan's, the 2.1 root's clippy and
+# build, the guests' images), made now, in the background, at idle priority (SCHED_IDLE): the
 # host's tests leave about a third of the 2 cores idle (131 % CPU over 307
 # s), and these builds take it without slowing the tests (the kernel runs
 # an idle-priority task only on a core nothing else wants). A stage that
@@ -79,6 +79,14 @@ ahead() {
     t0=$SECONDS rc=0
     bash ci/libfabric2.sh --build || rc=$?
     echo "ci-ahead: the 2.1 root's clippy and build ended with status $rc after $((SECONDS - t0)) s" >&2
+  fi
+  # The guests' images (a no-op when they are up to date; 40 s each when
+  # the kernel or a package changed, downloads included).
+  if [ "${FABRIC_MSG_SKIP_VM:-0}" != 1 ]; then
+    t0=$SECONDS rc=0
+    bash ci/vm/build.sh || rc=$?
+    [ "${FABRIC_MSG_SKIP_LIBFABRIC2:-0}" = 1 ] || FABRIC_MSG_VM_USERLAND=trixie bash ci/vm/build.sh || rc=$?
+    echo "ci-ahead: the guests' images ended with status $rc after $((SECONDS - t0)) s" >&2
   fi
 }
 setsid chrt --idle 0 bash -c "$(declare -f ahead); ahead" >"$ahead_log" 2>&1 &
