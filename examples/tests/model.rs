@@ -11,7 +11,7 @@
 //! off shm the probes. On the node transport every rank runs blocking
 //! collectives in shared-memory slots: the World's and its communicators'
 //! on one node; on two pretend nodes only those of a communicator of one
-//! pretend node; off shm none.
+//! pretend node (`split_shared`'s among them); off shm none.
 
 mod support;
 
@@ -91,11 +91,16 @@ fn model_check_under_mpirun_on_two_pretend_nodes() {
     let e = wait_all(vec![child], Instant::now(), DEADLINE);
     assert_passed(&e, 4);
     // The World spans the two pretend nodes, so its own collectives are
-    // messages; model_check's communicator of each pretend node has
-    // slots, and runs two collectives in them (checked there too).
+    // messages; the communicator of each pretend node has slots: both
+    // `split_shared`'s (its collectives, checked in model_check) and the
+    // one model_check splits by the node's name (two more).
     for r in 0..4 {
-        let want = if node_transport() { 2 } else { 0 };
-        assert_eq!(in_slots(&e, r, 4), want, "rank {r}");
+        let ran = in_slots(&e, r, 4);
+        if node_transport() {
+            assert!(ran > 2, "rank {r}: {ran} collectives in slots");
+        } else {
+            assert_eq!(ran, 0, "rank {r}");
+        }
     }
 }
 

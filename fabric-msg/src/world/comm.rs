@@ -129,8 +129,9 @@ impl World {
     }
 
     /// The ranks of this rank's node, ordered by world rank (MPI's
-    /// `MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)`), from the placement
-    /// the World learned at start-up. Collective.
+    /// `MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)`): [`World::node_ranks`],
+    /// which follow `FABRIC_MSG_NODE` where it is set, as the node
+    /// transport does. Collective.
     pub fn split_shared(&mut self) -> Result<Comm> {
         self.whole().split_shared()
     }
@@ -242,7 +243,7 @@ impl CommView<'_> {
     pub fn split_shared(&mut self) -> Result<Comm> {
         let node = self
             .world
-            .local_ranks()
+            .node_ranks()
             .iter()
             .copied()
             .min()

@@ -220,6 +220,7 @@ impl World {
             local: shm,
             shm_report,
             placement,
+            node_ranks,
             launcher,
             live,
             report: decision.why,

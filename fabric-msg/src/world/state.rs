@@ -31,6 +31,9 @@ pub struct World {
     /// Which ranks `local` reaches, or why there is none.
     pub(super) shm_report: String,
     pub(super) placement: Placement,
+    /// The ranks on this rank's node as fabric-msg sees nodes
+    /// (`FABRIC_MSG_NODE` where set, otherwise the host name), ascending.
+    pub(super) node_ranks: Vec<u32>,
     pub(super) launcher: Launcher,
     pub(super) live: Arc<Liveness>,
     pub(super) report: Option<String>,
@@ -74,9 +77,21 @@ impl World {
         self.placement.local_rank
     }
 
-    /// The ranks on this node, this one included, ascending.
+    /// The ranks the launcher placed on this host, this one included,
+    /// ascending (as `OMPI_COMM_WORLD_LOCAL_*` or Slurm's local ids):
+    /// what shares this machine's cores.
     pub fn local_ranks(&self) -> &[u32] {
         &self.placement.local_ranks
+    }
+
+    /// The ranks on this rank's node as fabric-msg sees nodes, this one
+    /// included, ascending: those with the same `FABRIC_MSG_NODE` where it
+    /// is set (one machine standing in for several nodes), otherwise those
+    /// on the same host, as [`local_ranks`](Self::local_ranks). The node
+    /// transport, the collectives in shared memory and
+    /// [`split_shared`](Self::split_shared) follow it.
+    pub fn node_ranks(&self) -> &[u32] {
+        &self.node_ranks
     }
 
     /// How the world was launched: `"pmix"`, `"rendezvous"` or `"single"`.

@@ -295,9 +295,18 @@ fn run(world: &mut World, t: &mut Tally) -> fabric_msg::Result<()> {
     t.expect("parity members", half.members().to_vec(), parity);
     t.expect("parity rank", half.rank(), rank / 2);
     let node = world.split_shared()?;
-    let mut local = world.local_ranks().to_vec();
-    local.sort_unstable();
-    t.expect("node members", node.members().to_vec(), local);
+    t.expect(
+        "node members",
+        node.members().to_vec(),
+        world.node_ranks().to_vec(),
+    );
+    if std::env::var_os("FABRIC_MSG_NODE").is_none() {
+        t.expect(
+            "a node is the launcher's host",
+            world.node_ranks().to_vec(),
+            world.local_ranks().to_vec(),
+        );
+    }
     let reversed = world.split(Some(0), -i64::from(rank))?.expect("one colour");
     t.expect("split ordered by key", reversed.rank(), size - 1 - rank);
     t.expect(
@@ -316,7 +325,19 @@ fn run(world: &mut World, t: &mut Tally) -> fabric_msg::Result<()> {
         (&dup, "dup"),
     ] {
         trace(rank, name);
+        let before = world.stats().node_collectives;
         collectives(world, comm, name, t)?;
+        if name == "node" {
+            // The node's communicator (its pretend node's ranks, where
+            // FABRIC_MSG_NODE is set) runs its blocking collectives in
+            // the node transport's slots.
+            let node_transport = world.shm_report().contains("fabric-msg's node transport");
+            t.expect(
+                "the node communicator's collectives in its slots",
+                world.stats().node_collectives > before,
+                node_transport && comm.size() > 1,
+            );
+        }
         trace(rank, "persistent");
         plans_and_records::persistent(world, comm, name, t)?;
         trace(rank, "records");
@@ -449,6 +470,12 @@ fn pretend_node(world: &mut World, t: &mut Tally) -> fabric_msg::Result<()> {
     let mine = world
         .split(Some(color), i64::from(world.rank()))?
         .expect("a colour");
+    // split_shared follows the pretend node, not the launcher's host.
+    t.expect(
+        "a pretend node's ranks",
+        world.node_ranks().to_vec(),
+        mine.members().to_vec(),
+    );
     let before = world.stats().node_collectives;
     let mut sum = [u64::from(world.rank())];
     world.on(&mine).barrier()?;
