@@ -3,15 +3,18 @@
 //! on each rank, zero-length and uneven contributions included) under
 //! `mpirun` at 1, 2, 3, 5 and 8 ranks on shm and tcp;ofi_rxm; a rank killed
 //! inside a collective; ranks that pass different lengths, a bad op, bad
-//! scatterv counts or alltoallv counts that disagree.
+//! scatterv counts or alltoallv counts that disagree. On pretend nodes
+//! (`FABRIC_MSG_NODE`), the World's allreduce and barrier in two levels
+//! (`world/two_level.rs`): the same checks, misuse and a killed leader.
 //! Every process has a deadline, so a hang fails the test.
 
 mod support;
 
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 use support::{
-    best_tcp, children_of, environ_has, mpirun, remove_shm_regions, rendezvous, shm_on, sigkill, wait_all,
-    Exit, Watch,
+    best_tcp, children_of, clean, environ_has, mpirun, remove_shm_regions, rendezvous, shm_on, sigkill,
+    wait_all, Exit, Watch,
 };
 
 const CHECK: &str = env!("CARGO_BIN_EXE_collectives_check");
@@ -187,7 +190,7 @@ fn a_rank_killed_inside_a_collective_is_named_by_every_other() {
 /// mpirun ends the job.
 #[test]
 fn mpirun_rank_killed_inside_a_collective_is_named() {
-    rank_killed_in_a_loop_of_allreduces(false, "1048576");
+    rank_killed_in_a_loop_of_allreduces(mpirun(CHECK, 4, false, &["--loop", "1048576"]));
 }
 
 /// The same on one node, where the allreduces go through the node's
@@ -195,12 +198,11 @@ fn mpirun_rank_killed_inside_a_collective_is_named() {
 /// never stamp, and must still name it within the bound.
 #[test]
 fn mpirun_rank_killed_inside_a_slot_collective_is_named() {
-    rank_killed_in_a_loop_of_allreduces(true, "64");
+    rank_killed_in_a_loop_of_allreduces(mpirun(CHECK, 4, true, &["--loop", "64"]));
 }
 
-fn rank_killed_in_a_loop_of_allreduces(shm: bool, bytes: &str) {
+fn rank_killed_in_a_loop_of_allreduces(mut child: Child) {
     let started = Instant::now();
-    let mut child = mpirun(CHECK, 4, shm, &["--loop", bytes]);
     let pid = child.id();
     let out = Watch::stdout(&mut child);
     if !out.wait_for("looping", 4, START) {
@@ -372,4 +374,102 @@ fn alltoallv_counts_that_disagree_fail_every_rank_with_the_reason() {
         );
         assert!(e.at < DEADLINE, "took {:?}", e.at);
     }
+}
+
+/// `mpirun` of `n` ranks laid out on pretend nodes: rank r on node
+/// `node$((EXPR))`, EXPR over `OMPI_COMM_WORLD_RANK` (the node transport
+/// within a node, TCP between nodes).
+fn mpirun_on_nodes(n: u32, expr: &str, args: &[&str]) -> Child {
+    let mut cmd = Command::new("mpirun");
+    clean(&mut cmd).args([
+        "--allow-run-as-root",
+        "--oversubscribe",
+        "-x",
+        &format!("FABRIC_MSG_SHM={}", shm_on()),
+        "-np",
+        &n.to_string(),
+        "sh",
+        "-c",
+        &format!(
+            "FABRIC_MSG_NODE=node$(({})) exec {CHECK} {}",
+            expr.replace("r", "OMPI_COMM_WORLD_RANK"),
+            args.join(" ")
+        ),
+    ]);
+    cmd.spawn().expect("mpirun (ci/setup.sh installs openmpi-bin)")
+}
+
+/// Each rank's count of the World's collectives that ran in two levels.
+fn two_level(out: &str, n: u32) -> Vec<u64> {
+    (0..n)
+        .map(|r| {
+            let prefix = format!("rank {r}/{n}: ");
+            out.lines()
+                .find(|l| l.starts_with(&prefix) && l.ends_with("collectives in two levels"))
+                .and_then(|l| l[prefix.len()..].split_whitespace().next()?.parse().ok())
+                .unwrap_or_else(|| panic!("rank {r} did not count its two-level collectives:\n{out}"))
+        })
+        .collect()
+}
+
+/// Every collective against its reference on pretend nodes: two of two,
+/// odd and even ranks apart (a node's ranks not contiguous), and one rank
+/// alone beside a node of two. On the node transport the World's blocking
+/// allreduce and barrier run in two levels, every rank alike; on
+/// libfabric's shm (FABRIC_MSG_TEST_SHM=libfabric) as messages.
+#[test]
+fn mpirun_checks_every_collective_on_pretend_nodes() {
+    for (n, nodes) in [(4, "r / 2"), (5, "r % 2"), (3, "r > 0")] {
+        let started = Instant::now();
+        let e = wait_all(vec![mpirun_on_nodes(n, nodes, &[])], started, DEADLINE).remove(0);
+        assert!(e.status.success(), "{n} ranks on nodes {nodes}: {e:?}");
+        assert_all_checked(&e.stdout, n, best_tcp(), "pmix");
+        let two = two_level(&e.stdout, n);
+        let on = shm_on() != "libfabric";
+        assert!(
+            two.iter().all(|&c| c == two[0] && (c > 0) == on),
+            "{n} ranks on nodes {nodes}: {two:?}"
+        );
+    }
+}
+
+/// Misuse on pretend nodes fails every rank with the reason, whichever
+/// step of the two levels sees it: a length that differs within a node
+/// (its leader sees it in the slots), between nodes (the leaders see it),
+/// and a bad op on a node's other rank (refused in the slots).
+#[test]
+fn misuse_on_pretend_nodes_fails_every_rank_with_the_reason() {
+    let cases: [(u32, &str, &[&str], &str); 3] = [
+        (
+            4,
+            "r / 2",
+            &["--mismatch"],
+            "every rank must pass matching lengths",
+        ),
+        (
+            4,
+            "r > 0",
+            &["--mismatch", "--lengths", "600,601"],
+            "every rank must pass matching lengths",
+        ),
+        (
+            4,
+            "r / 2",
+            &["--bad-op"],
+            "BitXor is a bitwise op, for integers only; f64 is a float type",
+        ),
+    ];
+    for (n, nodes, args, reason) in cases {
+        let started = Instant::now();
+        let e = wait_all(vec![mpirun_on_nodes(n, nodes, args)], started, DEADLINE).remove(0);
+        assert_every_rank_fails(&e, n, reason);
+    }
+}
+
+/// A node's leader killed in a loop of two-level allreduces: the other
+/// rank of its node (waiting in the slots), the other leader (waiting on
+/// the fabric) and that leader's node (waiting for its leader) all name it.
+#[test]
+fn mpirun_leader_killed_inside_a_two_level_collective_is_named() {
+    rank_killed_in_a_loop_of_allreduces(mpirun_on_nodes(4, "r / 2", &["--loop", "64"]));
 }

@@ -70,6 +70,9 @@ impl CommView<'_> {
     /// ```
     pub fn allreduce<T: Element>(&mut self, data: &mut [T], op: impl Into<Reduction<T>>) -> Result<()> {
         let op = op.into();
+        if let Some(t) = self.comm.is_none().then(|| self.world.two_level()).flatten() {
+            return self.world.allreduce_two_level(&t, data, op);
+        }
         let call = Call::new::<T>(Kind::Allreduce, "allreduce", data.len(), 0).reducing(&op);
         if let Some(OnNode::Done) = self.on_node(call, op.check(), data, Some(&op)).transpose()? {
             return Ok(());
@@ -101,6 +104,9 @@ impl CommView<'_> {
     /// # Ok::<(), fabric_msg::Error>(())
     /// ```
     pub fn barrier(&mut self) -> Result<()> {
+        if let Some(t) = self.comm.is_none().then(|| self.world.two_level()).flatten() {
+            return self.world.barrier_two_level(&t);
+        }
         let call = Call::new::<u8>(Kind::Barrier, "barrier", 0, 0);
         if let Some(OnNode::Done) = self.on_node::<u8>(call, Ok(()), &mut [], None).transpose()? {
             return Ok(());

@@ -30,68 +30,11 @@
 //! request started on it are dropped (there is no separate `free`: drop
 //! the handle, as MPI's `MPI_Comm_free`, after its operations).
 
-use super::collectives::on_node::NodeColl;
 use super::collectives::scope::{lowest_common, Members, Scope};
+pub use super::comm_handle::Comm;
 use super::state::World;
 use crate::error::{Error, Result};
 use std::sync::Arc;
-
-/// A communicator: a group of the World's ranks, numbered from 0 in the
-/// order its split chose, with a message space of its own. Made by
-/// [`World::split`], [`World::split_shared`], [`World::dup`] (or the same
-/// on a [`CommView`], to split a communicator further); used through
-/// [`World::on`]. Dropping it frees its context id once the operations
-/// started on it are done.
-#[derive(Debug, Clone)]
-pub struct Comm {
-    pub(crate) scope: Scope,
-    rank: u32,
-    /// Its collective slots, where every member shares this node
-    /// (`comm_slots.rs`); shared by the handle's clones, which are the
-    /// same communicator.
-    pub(crate) node: Option<Arc<parking_lot::Mutex<NodeColl>>>,
-}
-
-impl Comm {
-    /// This rank's rank in the communicator.
-    pub fn rank(&self) -> u32 {
-        self.rank
-    }
-
-    /// How many ranks it has.
-    pub fn size(&self) -> u32 {
-        self.members().len() as u32
-    }
-
-    /// The world rank of its rank `r`, or `None` past its size.
-    pub fn world_rank(&self, r: u32) -> Option<u32> {
-        self.members().get(r as usize).copied()
-    }
-
-    /// Its rank of world rank `w`, or `None` if `w` is not a member.
-    pub fn rank_of(&self, w: u32) -> Option<u32> {
-        self.scope.rank_of(w)
-    }
-
-    /// Rank `r` of this communicator as a rank of `other` (MPI's
-    /// `MPI_Group_translate_ranks`), or `None` if it is not in `other`.
-    pub fn translate(&self, r: u32, other: &Comm) -> Option<u32> {
-        other.rank_of(self.world_rank(r)?)
-    }
-
-    /// Its members' world ranks, by rank.
-    pub fn members(&self) -> &[u32] {
-        match &self.scope.members {
-            Some(m) => &m.ranks,
-            None => &[],
-        }
-    }
-
-    /// Its context id (1-63): what its messages' tags carry.
-    pub fn context(&self) -> u8 {
-        self.scope.ctx
-    }
-}
 
 /// The World lent to one communicator: its point-to-point messages and
 /// collectives, in its ranks. From [`World::on`]; the World's own methods
@@ -197,8 +140,10 @@ impl CommView<'_> {
         let Some(ctx) = lowest_common(rows.iter().map(|r| [r[2] as u64, r[3] as u64])) else {
             return Err(Error::Usage(format!(
                 "no context id is free on every rank of this communicator: at most {} \
-                 sub-communicators can be alive on a rank at once; drop some first",
-                super::tags::MAX_CONTEXTS - 1
+                 sub-communicators can be alive on a rank at once ({} of them the World's own); \
+                 drop some first",
+                super::tags::MAX_CONTEXTS - 1,
+                self.world.own_communicators()
             )));
         };
         // Every rank of the split reached the same choice; each opens the

@@ -171,6 +171,17 @@ impl World {
             })
             .collect();
         let pairs = super::same_node::pairs_of(placement.rank, &nodes, &has);
+        // Collectives in two levels (`two_level.rs`) where the World spans
+        // nodes, some node has several ranks, and every rank not alone on
+        // its node has the node transport: alike on every rank.
+        let mut per_node = std::collections::HashMap::<&str, usize>::new();
+        for n in &nodes {
+            *per_node.entry(n.as_str()).or_default() += 1;
+        }
+        let alone = |r: usize| per_node[nodes[r].as_str()] == 1;
+        let two_level = per_node.len() > 1
+            && per_node.values().any(|&n| n > 1)
+            && table.iter().enumerate().all(|(r, p)| p.node.is_ok() || alone(r));
         let report = |wired: &Option<Local>, how: &str| match wired {
             Some(_) => super::same_node::report(placement.rank, &pairs, how, &decision.rung.label),
             None => format!("no other rank on this node uses {how}"),
@@ -233,6 +244,8 @@ impl World {
             node_coll,
             node_collectives: cfg.node_collectives,
             slot_calls: 0,
+            two_level: None,
+            two_level_calls: 0,
         };
         let (engine, mut io) = world.engine_io();
         engine.listen(&mut io)?;
@@ -250,6 +263,7 @@ impl World {
             .allgather("fabric-msg.wired", &[], cfg.start_timeout)?;
         phase("wired");
         world.launcher.watch(world.live.clone())?;
+        world.set_up_two_level(two_level)?;
         Ok(world)
     }
 }

@@ -436,8 +436,9 @@ fn run(world: &mut World, t: &mut Tally) -> fabric_msg::Result<()> {
         }
     };
     // Contexts the splits above took: parity, node, reversed, dup, and
-    // `none`'s wherever a rank took it (free only where every rank has it).
-    let alive = 4 + usize::from(size > 1);
+    // `none`'s wherever a rank took it (free only where every rank has it);
+    // and the World's own (its two levels, on pretend nodes).
+    let alive = 4 + usize::from(size > 1) + world.own_communicators() as usize;
     t.expect(
         "127 communicators at most",
         held.len() + alive,

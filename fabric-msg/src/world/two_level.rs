@@ -1,0 +1,227 @@
+//! The World's blocking `allreduce` and `barrier` where its ranks span
+//! nodes and fabric-msg's node transport joins the ranks of each node: in
+//! two levels, as Open MPI's `coll/han` and MPICH's node-aware algorithms
+//! do, so that one rank a node (its leader) crosses the fabric instead of
+//! every rank.
+//!
+//! 1. **To the leader**, in the node's shared-memory slots: every rank of
+//!    the node posts its data and goes on; the leader (the node's lowest
+//!    world rank) folds them (`allreduce`), or waits for every rank
+//!    (`barrier`).
+//! 2. **Between leaders**, on the fabric: the leaders' communicator runs
+//!    the same collective as messages.
+//! 3. **From the leader**, in the slots again: the leader posts the result
+//!    (or, for a barrier, nothing), which every rank of its node waits for.
+//!
+//! Data too large for a slot goes on in steps 1 and 3 as the node
+//! communicator's message schedules (over the node transport), once every
+//! rank's header agreed, as the slots always do.
+//!
+//! **When.** Chosen once, at start-up (`World::set_up_two_level`), from
+//! what every rank knows alike (the table of nodes, and whether every rank
+//! published a node-transport endpoint), then agreed: every rank made its
+//! node communicator with slots (or is alone on its node), and has
+//! `node_collectives` on. Every call of a World so set up goes through the
+//! two levels, whatever its length, so no rank can choose differently from
+//! another. `FABRIC_MSG_NODE_COLLECTIVES=0`, libfabric's shm
+//! (`FABRIC_MSG_SHM=libfabric`) or one node: messages, as before.
+//!
+//! **Failures reach every rank.** Each step runs on every rank whatever
+//! the step before gave it, so that every communicator numbers its
+//! collectives alike afterwards: a rank whose step failed refuses the
+//! next ones instead of running them. A leader refuses the leaders' step
+//! (the other leaders fail with its reason) and its node's last step (its
+//! node's ranks fail with it); a node's rank refuses the last step too.
+//! So a length, op or kind that differs anywhere, a bad argument on any
+//! rank, or a lost rank fails the call on every rank, with the first
+//! failure's text inside, as the flat schedules do.
+//!
+//! **Results.** The built-in ops and `Reduction::custom` are associative
+//! and commutative (`collectives/ops.rs`): the two levels fold in another
+//! order than the flat schedules, and every rank still gets the same bits
+//! (the leaders' allreduce gives its leaders the same bits, and each
+//! leader hands them on).
+//!
+//! The non-blocking and persistent forms, `reduce` and `broadcast` stay
+//! flat message schedules over the World (docs/onnode.md, "What is left").
+
+use super::collectives::on_node::{Call, Kind};
+use super::collectives::ops::{Element, Reduction};
+use super::collectives::request::copy_result;
+use super::comm_handle::Comm;
+use super::levels::TwoLevel;
+use super::node_collectives::OnNode;
+use super::state::World;
+use crate::error::{Error, Result};
+
+impl World {
+    /// Make the two levels where `wanted` (the same on every rank: the
+    /// World spans nodes and every rank has the node transport), and keep
+    /// them if every rank can use them. Collective.
+    pub(super) fn set_up_two_level(&mut self, wanted: bool) -> Result<()> {
+        if !wanted {
+            return Ok(());
+        }
+        let node = self.split_shared()?;
+        let leader = node.rank() == 0;
+        let leaders = self.split(leader.then_some(0), i64::from(self.rank()))?;
+        let ready = self.node_collectives && (node.size() == 1 || node.node.is_some());
+        let all = self.allgather(&[u8::from(ready)])?;
+        if all.iter().all(|&r| r == 1) {
+            self.two_level = Some(TwoLevel { node, leaders });
+        } else {
+            log::debug!("collectives stay flat: not every rank has its node's slots");
+        }
+        Ok(())
+    }
+
+    /// Sub-communicators the World keeps for itself: where it runs its
+    /// collectives in two levels (it spans nodes), its node's and its node
+    /// leaders', 2; otherwise 0. They count against the limit on live
+    /// communicators (`MAX_CONTEXTS - 1`) as the application's do.
+    pub fn own_communicators(&self) -> u32 {
+        if self.two_level.is_some() {
+            2
+        } else {
+            0
+        }
+    }
+
+    /// The two levels, if this World runs its `allreduce` and `barrier`
+    /// in them.
+    pub(super) fn two_level(&self) -> Option<TwoLevel> {
+        self.two_level.clone()
+    }
+
+    /// `allreduce` in two levels (see the file's comment).
+    pub(super) fn allreduce_two_level<T: Element>(
+        &mut self,
+        t: &TwoLevel,
+        data: &mut [T],
+        op: Reduction<T>,
+    ) -> Result<()> {
+        self.two_level_calls += 1;
+        const WHAT: &str = "allreduce";
+        let first = self.gather_to_leader(&t.node, WHAT, data, Some(&op));
+        let second = match (&t.leaders, &first) {
+            (None, _) => Ok(()),
+            (Some(l), Ok(())) => self.on(l).allreduce(data, op),
+            (Some(l), Err(e)) => Err(self.on(l).refuse(WHAT, e.to_string())),
+        };
+        let reason = first.as_ref().and(second.as_ref()).err().map(|e| e.to_string());
+        let third = self.hand_down_from_leader(&t.node, WHAT, data, reason);
+        self.settled(first.and(second).and(third))
+    }
+
+    /// `barrier` in two levels (see the file's comment).
+    pub(super) fn barrier_two_level(&mut self, t: &TwoLevel) -> Result<()> {
+        self.two_level_calls += 1;
+        const WHAT: &str = "barrier";
+        let first = self.gather_to_leader::<u8>(&t.node, WHAT, &mut [], None);
+        let second = match (&t.leaders, &first) {
+            (None, _) => Ok(()),
+            (Some(l), Ok(())) => self.on(l).barrier(),
+            (Some(l), Err(e)) => Err(self.on(l).refuse(WHAT, e.to_string())),
+        };
+        let reason = first.as_ref().and(second.as_ref()).err().map(|e| e.to_string());
+        let third = self.hand_down_from_leader::<u8>(&t.node, WHAT, &mut [], reason);
+        self.settled(first.and(second).and(third))
+    }
+
+    /// A call's outcome: where it failed and a rank is known lost by now,
+    /// that loss (as the flat schedules report it), whichever step saw it.
+    fn settled(&self, outcome: Result<()>) -> Result<()> {
+        match outcome {
+            Err(e) if !matches!(e, Error::RankLost { .. }) => match self.live.first_lost() {
+                Some(rank) => Err(Error::RankLost {
+                    rank,
+                    why: self.live.why(rank).unwrap_or_default(),
+                }),
+                None => Err(e),
+            },
+            other => other,
+        }
+    }
+
+    /// Step 1 on `node`: every rank's `data` folded on the leader with
+    /// `op`, or (no `op`) every rank there before the leader goes on.
+    fn gather_to_leader<T: Element>(
+        &mut self,
+        node: &Comm,
+        what: &'static str,
+        data: &mut [T],
+        op: Option<&Reduction<T>>,
+    ) -> Result<()> {
+        let (call, check) = match op {
+            Some(op) => (
+                Call::new::<T>(Kind::Reduce, what, data.len(), 0).reducing(op),
+                op.check(),
+            ),
+            None => (Call::new::<T>(Kind::Barrier, what, 0, 0), Ok(())),
+        };
+        match self.on(node).on_node(call, check.clone(), data, op) {
+            None => check.map_err(Error::Usage), // alone on its node
+            Some(Err(e)) => Err(in_world_ranks(e, node)),
+            Some(Ok(OnNode::Done)) => Ok(()),
+            Some(Ok(OnNode::Messages)) => {
+                // Only data larger than a slot goes on: a barrier has none.
+                let Some(op) = op.cloned() else {
+                    return Ok(());
+                };
+                let leader = node.rank() == 0;
+                let r = self.on(node).ireduce(0, data.to_vec(), op)?;
+                let out = self.on(node).wait(r)?;
+                if leader {
+                    copy_result(what, data, &out)?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Step 3 on `node`: the leader's `data` to every rank of its node, or
+    /// (with a `refusal`) the failure of an earlier step to all of them.
+    fn hand_down_from_leader<T: Element>(
+        &mut self,
+        node: &Comm,
+        what: &'static str,
+        data: &mut [T],
+        refusal: Option<String>,
+    ) -> Result<()> {
+        let call = Call::new::<T>(Kind::Broadcast, what, data.len(), 0);
+        let check = refusal.map_or(Ok(()), Err);
+        match self.on(node).on_node(call, check.clone(), data, None) {
+            None => check.map_err(Error::Usage), // alone on its node
+            Some(Err(e)) => Err(in_world_ranks(e, node)),
+            Some(Ok(OnNode::Done)) => Ok(()),
+            Some(Ok(OnNode::Messages)) => {
+                let r = self.on(node).ibroadcast(0, data.to_vec())?;
+                let out = self.on(node).wait(r)?;
+                copy_result(what, data, &out)
+            }
+        }
+    }
+}
+
+/// A failure in `node`'s slots names ranks of the node's communicator: the
+/// rank it blames becomes a world rank, and the text says how the two
+/// numberings meet, since the caller called a collective of the World.
+fn in_world_ranks(e: Error, node: &Comm) -> Error {
+    match e {
+        Error::Collective {
+            operation,
+            seq,
+            rank,
+            message,
+        } => Error::Collective {
+            operation,
+            seq,
+            rank: node.world_rank(rank).unwrap_or(rank),
+            message: format!(
+                "{message} [in this node's step, where ranks 0.. are world ranks {:?}]",
+                node.members()
+            ),
+        },
+        other => other,
+    }
+}
