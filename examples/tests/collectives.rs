@@ -54,13 +54,18 @@ fn assert_all_checked(out: &str, n: u32, provider: &str, launcher: &str) {
 /// How many blocking collectives each rank says went through the node's
 /// shared-memory slots.
 fn in_slots(out: &str, n: u32) -> Vec<u64> {
+    counts(out, n, "collectives in the node's slots")
+}
+
+/// Each rank's count on its line `rank r/n: COUNT <what>`.
+fn counts(out: &str, n: u32, what: &str) -> Vec<u64> {
     (0..n)
         .map(|r| {
             let prefix = format!("rank {r}/{n}: ");
             out.lines()
-                .find(|l| l.starts_with(&prefix) && l.ends_with("collectives in the node's slots"))
+                .find(|l| l.starts_with(&prefix) && l.ends_with(what))
                 .and_then(|l| l[prefix.len()..].split_whitespace().next()?.parse().ok())
-                .unwrap_or_else(|| panic!("rank {r} did not count its slot collectives:\n{out}"))
+                .unwrap_or_else(|| panic!("rank {r} did not count its {what}:\n{out}"))
         })
         .collect()
 }
@@ -399,19 +404,6 @@ fn mpirun_on_nodes(n: u32, expr: &str, args: &[&str]) -> Child {
     cmd.spawn().expect("mpirun (ci/setup.sh installs openmpi-bin)")
 }
 
-/// Each rank's count of the World's collectives that ran in two levels.
-fn two_level(out: &str, n: u32) -> Vec<u64> {
-    (0..n)
-        .map(|r| {
-            let prefix = format!("rank {r}/{n}: ");
-            out.lines()
-                .find(|l| l.starts_with(&prefix) && l.ends_with("collectives in two levels"))
-                .and_then(|l| l[prefix.len()..].split_whitespace().next()?.parse().ok())
-                .unwrap_or_else(|| panic!("rank {r} did not count its two-level collectives:\n{out}"))
-        })
-        .collect()
-}
-
 /// Every collective against its reference on pretend nodes: two of two,
 /// odd and even ranks apart (a node's ranks not contiguous), and one rank
 /// alone beside a node of two. On the node transport the World's blocking
@@ -424,7 +416,7 @@ fn mpirun_checks_every_collective_on_pretend_nodes() {
         let e = wait_all(vec![mpirun_on_nodes(n, nodes, &[])], started, DEADLINE).remove(0);
         assert!(e.status.success(), "{n} ranks on nodes {nodes}: {e:?}");
         assert_all_checked(&e.stdout, n, best_tcp(), "pmix");
-        let two = two_level(&e.stdout, n);
+        let two = counts(&e.stdout, n, "collectives in two levels");
         let on = shm_on() != "libfabric";
         assert!(
             two.iter().all(|&c| c == two[0] && (c > 0) == on),

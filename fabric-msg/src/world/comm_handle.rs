@@ -10,9 +10,11 @@ use std::sync::Arc;
 
 /// A communicator: a group of the World's ranks, numbered from 0 in the
 /// order its split chose, with a message space of its own. Made by
-/// [`World::split`], [`World::split_shared`], [`World::dup`] (or the same
-/// on a [`CommView`], to split a communicator further); used through
-/// [`World::on`]. Dropping it frees its context id once the operations
+/// [`World::split`](crate::World::split),
+/// [`World::split_shared`](crate::World::split_shared),
+/// [`World::dup`](crate::World::dup) (or the same on a
+/// [`CommView`](crate::world::CommView), to split a communicator further);
+/// used through [`World::on`](crate::World::on). Dropping it frees its context id once the operations
 /// started on it are done.
 #[derive(Debug, Clone)]
 pub struct Comm {
