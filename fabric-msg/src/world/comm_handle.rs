@@ -14,8 +14,8 @@ use std::sync::Arc;
 /// [`World::split_shared`](crate::World::split_shared),
 /// [`World::dup`](crate::World::dup) (or the same on a
 /// [`CommView`](crate::world::CommView), to split a communicator further);
-/// used through [`World::on`](crate::World::on). Dropping it frees its context id once the operations
-/// started on it are done.
+/// used through [`World::on`](crate::World::on). Dropping it frees its
+/// context id once the operations started on it are done.
 #[derive(Debug, Clone)]
 pub struct Comm {
     pub(crate) scope: Scope,

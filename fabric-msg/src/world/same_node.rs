@@ -65,6 +65,24 @@ pub(crate) fn pairs_of(rank: u32, nodes: &[String], has: &[bool]) -> Vec<u32> {
         .collect()
 }
 
+/// Whether the World runs its collectives in two levels
+/// (`two_level.rs`): it spans nodes, some node has several ranks, and every
+/// rank not alone on its node published a node-transport endpoint
+/// (`has_node[r]`). The same answer on every rank.
+pub(crate) fn two_levels(nodes: &[String], has_node: &[bool]) -> bool {
+    let mut per_node = std::collections::HashMap::<&str, usize>::new();
+    for n in nodes {
+        *per_node.entry(n.as_str()).or_default() += 1;
+    }
+    per_node.len() > 1
+        && per_node.values().any(|&n| n > 1)
+        && nodes.len() == has_node.len()
+        && nodes
+            .iter()
+            .zip(has_node)
+            .all(|(n, &has)| has || per_node[n.as_str()] == 1)
+}
+
 /// The words `World::fabric_report` adds for the same-node pairs; `how`:
 /// what carries them.
 pub(crate) fn report(rank: u32, ranks: &[u32], how: &str, world_label: &str) -> String {
@@ -78,7 +96,7 @@ pub(crate) fn report(rank: u32, ranks: &[u32], how: &str, world_label: &str) -> 
 
 #[cfg(test)]
 mod tests {
-    use super::{node_ranks, pairs_of, wanted};
+    use super::{node_ranks, pairs_of, two_levels, wanted};
 
     #[test]
     fn pairs_are_the_same_node_ranks_that_both_published_one() {
@@ -116,6 +134,23 @@ mod tests {
         // world's shm, so it is opened beside it.
         assert!(wanted(true, false, "shm", &nodes, 0).is_some());
         assert_eq!(wanted(true, true, "shm", &nodes, 0), None);
+    }
+
+    #[test]
+    fn two_levels_where_nodes_are_several_and_every_shared_one_has_the_transport() {
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        // Two nodes of two; one alone beside two (it needs no transport).
+        assert!(two_levels(&names(&["a", "a", "b", "b"]), &[true; 4]));
+        assert!(two_levels(&names(&["a", "b", "b"]), &[false, true, true]));
+        // One node; every rank alone; a shared node's rank without it.
+        assert!(!two_levels(&names(&["a", "a"]), &[true; 2]));
+        assert!(!two_levels(&names(&["a", "b", "c"]), &[false; 3]));
+        assert!(!two_levels(
+            &names(&["a", "a", "b", "b"]),
+            &[true, true, true, false]
+        ));
+        // Tables of different lengths: no.
+        assert!(!two_levels(&names(&["a", "a", "b"]), &[true; 2]));
     }
 
     #[test]

@@ -171,17 +171,8 @@ impl World {
             })
             .collect();
         let pairs = super::same_node::pairs_of(placement.rank, &nodes, &has);
-        // Collectives in two levels (`two_level.rs`) where the World spans
-        // nodes, some node has several ranks, and every rank not alone on
-        // its node has the node transport: alike on every rank.
-        let mut per_node = std::collections::HashMap::<&str, usize>::new();
-        for n in &nodes {
-            *per_node.entry(n.as_str()).or_default() += 1;
-        }
-        let alone = |r: usize| per_node[nodes[r].as_str()] == 1;
-        let two_level = per_node.len() > 1
-            && per_node.values().any(|&n| n > 1)
-            && table.iter().enumerate().all(|(r, p)| p.node.is_ok() || alone(r));
+        let node_published: Vec<bool> = table.iter().map(|p| p.node.is_ok()).collect();
+        let two_level = super::same_node::two_levels(&nodes, &node_published);
         let report = |wired: &Option<Local>, how: &str| match wired {
             Some(_) => super::same_node::report(placement.rank, &pairs, how, &decision.rung.label),
             None => format!("no other rank on this node uses {how}"),

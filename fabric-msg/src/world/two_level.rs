@@ -100,31 +100,36 @@ impl World {
         data: &mut [T],
         op: Reduction<T>,
     ) -> Result<()> {
-        self.two_level_calls += 1;
-        const WHAT: &str = "allreduce";
-        let first = self.gather_to_leader(&t.node, WHAT, data, Some(&op));
-        let second = match (&t.leaders, &first) {
-            (None, _) => Ok(()),
-            (Some(l), Ok(())) => self.on(l).allreduce(data, op),
-            (Some(l), Err(e)) => Err(self.on(l).refuse(WHAT, e.to_string())),
-        };
-        let reason = first.as_ref().and(second.as_ref()).err().map(|e| e.to_string());
-        let third = self.hand_down_from_leader(&t.node, WHAT, data, reason);
-        self.settled(first.and(second).and(third))
+        self.in_two_levels(t, "allreduce", data, Some(op))
     }
 
     /// `barrier` in two levels (see the file's comment).
     pub(super) fn barrier_two_level(&mut self, t: &TwoLevel) -> Result<()> {
+        self.in_two_levels::<u8>(t, "barrier", &mut [], None)
+    }
+
+    /// The three steps: with `op` an allreduce of `data`, without one a
+    /// barrier. Each runs whatever the one before gave (a failed rank
+    /// refuses the rest), so every communicator's numbering stays alike.
+    fn in_two_levels<T: Element>(
+        &mut self,
+        t: &TwoLevel,
+        what: &'static str,
+        data: &mut [T],
+        op: Option<Reduction<T>>,
+    ) -> Result<()> {
         self.two_level_calls += 1;
-        const WHAT: &str = "barrier";
-        let first = self.gather_to_leader::<u8>(&t.node, WHAT, &mut [], None);
+        let first = self.gather_to_leader(&t.node, what, data, op.as_ref());
         let second = match (&t.leaders, &first) {
             (None, _) => Ok(()),
-            (Some(l), Ok(())) => self.on(l).barrier(),
-            (Some(l), Err(e)) => Err(self.on(l).refuse(WHAT, e.to_string())),
+            (Some(l), Ok(())) => match op {
+                Some(op) => self.on(l).allreduce(data, op),
+                None => self.on(l).barrier(),
+            },
+            (Some(l), Err(e)) => Err(self.on(l).refuse(what, e.to_string())),
         };
         let reason = first.as_ref().and(second.as_ref()).err().map(|e| e.to_string());
-        let third = self.hand_down_from_leader::<u8>(&t.node, WHAT, &mut [], reason);
+        let third = self.hand_down_from_leader(&t.node, what, data, reason);
         self.settled(first.and(second).and(third))
     }
 
