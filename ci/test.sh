@@ -62,10 +62,12 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 step "cargo test"
 timeout 1200 cargo test --workspace --locked --no-run
 # The builds of the stages below (ASan's, the 2.1 root's clippy and
-# build, the guests' images), made now, in the background, at idle priority (SCHED_IDLE): the
-# host's tests leave about a third of the 2 cores idle (131 % CPU over 307
-# s), and these builds take it without slowing the tests (the kernel runs
-# an idle-priority task only on a core nothing else wants). A stage that
+# build, the guests' images), made now, in the background, at idle
+# priority (SCHED_IDLE: the kernel runs them only on a core nothing else
+# wants). The host's tests leave about a third of the 2 cores idle (131 %
+# CPU over 307 s); these builds take it, at a cost: the tests ran 25 %
+# longer beside them (385 s), likely as the two cores share one physical
+# core, against 3 to 4 minutes of builds saved. A stage that
 # comes before its build is done waits for it (cargo's lock on its target
 # directory, the trixie root's lock); a build that failed here fails again,
 # in the foreground, in its stage. Its log: target/ci-ahead.log.

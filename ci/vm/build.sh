@@ -156,8 +156,11 @@ versions_of() {  # package -> every version apt knows, newest first
     apt-cache madison "$1" 2>/dev/null | awk -F'|' '{gsub(/ /, "", $2); print $2}' |
         awk '!seen[$0]++'
 }
+arch_of() {  # package version -> its architecture, empty when apt cannot give it
+    apt-cache show "$1=$2" 2>/dev/null | sed -n 's/^Architecture: //p' | head -n1
+}
 available() {  # package version -> 0 when apt can give it
-    [ -n "$(apt-cache show "$1=$2" 2>/dev/null | sed -n 's/^Architecture: //p' | head -n1)" ]
+    [ -n "$(arch_of "$1" "$2")" ]
 }
 kernel_set() {  # linux-image-amd64 version -> "package=version ..." or failure
     local meta=$1 img k ser up p v pieces=()
@@ -233,8 +236,7 @@ declare -A kernel_version=()
 for pv in "${kernel_pkgs[@]}"; do
     p=${pv%%=*} v=${pv#*=}
     kernel_version[$p]=$v
-    arch=$(apt-cache show "$p=$v" 2>/dev/null | sed -n 's/^Architecture: //p' | head -n1)
-    [ -f "$(deb_file "$p" "$v" "$arch")" ] || need+=("$p=$v")
+    [ -f "$(deb_file "$p" "$v" "$(arch_of "$p" "$v")")" ] || need+=("$p=$v")
 done
 if [ ${#need[@]} -gt 0 ]; then
     log "downloading ${need[*]}"
