@@ -7,6 +7,7 @@
 //! mpirun -np 8 target/release/world_bench barrier       # osu_barrier
 //! mpirun -np 8 target/release/world_bench bcast         # osu_bcast
 //! mpirun -np 8 target/release/world_bench allreduce     # osu_allreduce
+//! mpirun -np 8 target/release/world_bench reduce        # osu_reduce (to rank 0)
 //! mpirun -np 8 target/release/world_bench scatter       # osu_scatter
 //! mpirun -np 8 target/release/world_bench alltoall      # osu_alltoall
 //! mpirun -np 8 target/release/world_bench scan          # f32 sum, as allreduce
@@ -15,7 +16,7 @@
 //! What is timed is what OSU times. `latency`: ranks 0 and 1 ping-pong,
 //! half the round trip. `bw`: rank 0 sends windows of 64 messages, rank 1
 //! answers each window with a small ack; bytes per second. `barrier`,
-//! `bcast` (from rank 0), `allreduce` and `scan` (f32 sum, OSU's
+//! `bcast` (from rank 0), `allreduce`, `reduce` (to rank 0) and `scan` (f32 sum, OSU's
 //! `MPI_FLOAT`), `scatter` (from rank 0, the size being each rank's block,
 //! as OSU's) and `alltoall` (the size being each pair's block): each
 //! rank times each call, with an untimed barrier between calls (none for
@@ -38,7 +39,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 const USAGE: &str = "\
-usage: world_bench latency|bw|barrier|bcast|allreduce|scatter|alltoall|scan [options]
+usage: world_bench latency|bw|barrier|bcast|allreduce|reduce|scatter|alltoall|scan [options]
 OSU-style measurements between the ranks of a World (mpirun, srun --mpi=pmix,
 the FABRIC_MSG_RANK/SIZE/ROOT rendezvous, or alone).
 
@@ -79,6 +80,7 @@ enum Bench {
     Barrier,
     Bcast,
     Allreduce,
+    Reduce,
     Scatter,
     Alltoall,
     Scan,
@@ -92,6 +94,7 @@ impl Bench {
             Bench::Barrier => "barrier",
             Bench::Bcast => "bcast",
             Bench::Allreduce => "allreduce",
+            Bench::Reduce => "reduce",
             Bench::Scatter => "scatter",
             Bench::Alltoall => "alltoall",
             Bench::Scan => "scan",
@@ -105,7 +108,7 @@ impl Bench {
             Bench::Bw => pow(0, 22),
             Bench::Barrier => vec![0],
             Bench::Bcast | Bench::Scatter | Bench::Alltoall => pow(0, 20),
-            Bench::Allreduce | Bench::Scan => pow(2, 20),
+            Bench::Allreduce | Bench::Reduce | Bench::Scan => pow(2, 20),
         }
     }
 }
@@ -135,6 +138,7 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Opts>, String>
         Some("barrier") => Bench::Barrier,
         Some("bcast") => Bench::Bcast,
         Some("allreduce") => Bench::Allreduce,
+        Some("reduce") => Bench::Reduce,
         Some("scatter") => Bench::Scatter,
         Some("alltoall") => Bench::Alltoall,
         Some("scan") => Bench::Scan,
@@ -173,8 +177,12 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Opts>, String>
                 if let Some(s) = o.sizes.iter().find(|&&s| s > MAX_SIZE) {
                     return Err(format!("-S {s}: at most {MAX_SIZE} bytes (64 MiB)"));
                 }
-                if matches!(bench, Bench::Allreduce | Bench::Scan) && o.sizes.iter().any(|s| s % 4 != 0) {
-                    return Err("-S: allreduce and scan sizes are whole f32s (multiples of 4 bytes)".into());
+                if matches!(bench, Bench::Allreduce | Bench::Reduce | Bench::Scan)
+                    && o.sizes.iter().any(|s| s % 4 != 0)
+                {
+                    return Err(
+                        "-S: allreduce, reduce and scan sizes are whole f32s (multiples of 4 bytes)".into(),
+                    );
                 }
             }
             "-I" => {
@@ -333,6 +341,7 @@ fn header(world: &World, o: &Opts) {
     let p = world.profile();
     let what = match o.bench {
         Bench::Allreduce | Bench::Scan => ", f32 sum",
+        Bench::Reduce => ", f32 sum, root 0",
         Bench::Bcast | Bench::Scatter => ", root 0",
         Bench::Alltoall => ", bytes per pair",
         Bench::Bw => ", window",
@@ -641,6 +650,16 @@ fn collective(
             Bench::Scatter => drop(world.scatter(0, &blocks, bytes)?),
             Bench::Alltoall => drop(world.alltoall(&blocks)?),
             Bench::Scan => world.scan(&mut floats, fabric_msg::Op::Sum)?,
+            Bench::Reduce if by_value => {
+                let r = world.ireduce(0, std::mem::take(&mut floats), fabric_msg::Op::Sum)?;
+                let out = world.wait(r)?;
+                floats = if out.is_empty() {
+                    vec![0f32; bytes / 4]
+                } else {
+                    out
+                };
+            }
+            Bench::Reduce => world.reduce(0, &mut floats, fabric_msg::Op::Sum)?,
             _ if by_value => {
                 let r = world.iallreduce(std::mem::take(&mut floats), fabric_msg::Op::Sum)?;
                 floats = world.wait(r)?;
