@@ -458,6 +458,60 @@ fn misuse_on_pretend_nodes_fails_every_rank_with_the_reason() {
     }
 }
 
+/// A reduce and a broadcast misused on pretend nodes, where they run in
+/// two levels: the ranks whose result the misuse reaches fail with the
+/// reason (for a reduce, the node that misused and, past it, the root's;
+/// for a broadcast, the rank that expects another length), the others
+/// finish or fail with it, and none waits for ever. A reduce's root is the
+/// last rank, a node's other rank in both layouts. On libfabric's shm
+/// (flat schedules) the misusing rank, the last, is the one sure to fail.
+#[test]
+fn reduce_and_broadcast_misuse_on_pretend_nodes_fails_where_it_reaches() {
+    let lengths = "every rank must pass matching lengths";
+    let bad_op = "BitXor is a bitwise op, for integers only; f64 is a float type";
+    // Ranks, layout, arguments, the ranks that must fail, the reason.
+    type Case<'a> = (u32, &'a str, &'a [&'a str], &'a [u32], &'a str);
+    let cases: [Case; 5] = [
+        (4, "r / 2", &["--mismatch", "--call", "reduce"], &[2, 3], lengths),
+        (4, "r / 2", &["--bad-op", "--call", "reduce"], &[2, 3], bad_op),
+        (
+            5,
+            "r % 2",
+            &["--mismatch", "--call", "reduce"],
+            &[0, 2, 4],
+            lengths,
+        ),
+        (4, "r / 2", &["--mismatch", "--call", "broadcast"], &[3], lengths),
+        (4, "r > 0", &["--mismatch", "--call", "broadcast"], &[3], lengths),
+    ];
+    for (n, nodes, args, failing, reason) in cases {
+        let last = [n - 1];
+        let failing = if shm_on() == "libfabric" {
+            &last[..]
+        } else {
+            failing
+        };
+        let started = Instant::now();
+        let e = wait_all(vec![mpirun_on_nodes(n, nodes, args)], started, DEADLINE).remove(0);
+        assert!(!e.status.success(), "{args:?} on nodes {nodes}: {e:?}");
+        for r in 0..n {
+            let said = e
+                .stderr
+                .lines()
+                .find(|l| l.starts_with(&format!("collectives_check: rank {r}: ")));
+            let finished = e.stdout.contains(&format!("rank {r}/{n}: 0 checks passed"));
+            match said {
+                Some(line) => assert!(line.contains(reason), "{args:?}, rank {r}: {line}"),
+                None => assert!(
+                    finished && !failing.contains(&r),
+                    "{args:?} on nodes {nodes}: rank {r} neither failed nor finished:\n{e:?}"
+                ),
+            }
+        }
+        assert!(e.at < MISUSE_BOUND, "took {:?}", e.at);
+    }
+}
+
 /// A node's leader killed in a loop of two-level allreduces: the other
 /// rank of its node (waiting in the slots), the other leader (waiting on
 /// the fabric) and that leader's node (waiting for its leader) all name it.

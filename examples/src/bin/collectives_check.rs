@@ -19,6 +19,9 @@
 //!        collectives_check --mismatch --lengths FIRST,OTHERS
 //!                                            rank 0 passes FIRST i32 to an allreduce, the others OTHERS
 //!        collectives_check --bad-op          the last rank asks for a bitwise allreduce of floats
+//!        ... --mismatch | --bad-op  --call reduce|broadcast
+//!                                            the same misuse in a reduce to the last rank, or
+//!                                            (--mismatch only) a broadcast from rank 0
 //!        collectives_check --bad-scatterv    the root passes one count too few to a scatterv
 //!        collectives_check --alltoallv-mismatch
 //!                                            rank 1 expects one element more from rank 0 than it sends
@@ -373,13 +376,35 @@ enum Mode {
     AlltoallvMismatch,
 }
 
-/// The mode, and whether `--messages` was given.
-fn parse() -> Result<(Mode, bool), String> {
+/// Which collective `--mismatch` and `--bad-op` misuse (`--call`).
+#[derive(Clone, Copy, PartialEq)]
+enum Misused {
+    Allreduce,
+    /// To the last rank.
+    Reduce,
+    /// From rank 0.
+    Broadcast,
+}
+
+impl Misused {
+    fn run<T: Element>(self, world: &mut World, data: &mut [T], op: Op) -> fabric_msg::Result<()> {
+        let last = world.size() - 1;
+        match self {
+            Misused::Allreduce => world.allreduce(data, op),
+            Misused::Reduce => world.reduce(last, data, op),
+            Misused::Broadcast => world.broadcast(0, data),
+        }
+    }
+}
+
+/// The mode, whether `--messages` was given, and the misused call.
+fn parse() -> Result<(Mode, bool, Misused), String> {
     let mut mode = Mode::Check {
         seed: 1,
         quick: false,
     };
     let mut messages = false;
+    let mut misused = Misused::Allreduce;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut num = |what: &str| -> Result<u64, String> {
@@ -409,23 +434,34 @@ fn parse() -> Result<(Mode, bool), String> {
                 mode = Mode::Mismatch(Some(pair));
             }
             "--messages" => messages = true,
+            "--call" => {
+                misused = match args.next().as_deref() {
+                    Some("allreduce") => Misused::Allreduce,
+                    Some("reduce") => Misused::Reduce,
+                    Some("broadcast") => Misused::Broadcast,
+                    other => return Err(format!("--call {other:?}: allreduce, reduce or broadcast")),
+                }
+            }
             "--bad-op" => mode = Mode::BadOp,
             "--bad-scatterv" => mode = Mode::BadScatterv,
             "--alltoallv-mismatch" => mode = Mode::AlltoallvMismatch,
             "-h" | "--help" => {
                 return Err(
-                    "usage: collectives_check [--messages] [--seed N] [--quick] | --loop BYTES | --mismatch [--lengths FIRST,OTHERS] | --bad-op | --bad-scatterv | --alltoallv-mismatch"
+                    "usage: collectives_check [--messages] [--seed N] [--quick] | --loop BYTES | --mismatch [--lengths FIRST,OTHERS] | --bad-op [--call reduce|broadcast] | --bad-scatterv | --alltoallv-mismatch"
                         .into(),
                 )
             }
             other => return Err(format!("unknown option {other}; try --help")),
         }
     }
-    Ok((mode, messages))
+    if matches!(mode, Mode::BadOp) && misused == Misused::Broadcast {
+        return Err("--bad-op --call broadcast: a broadcast takes no op".into());
+    }
+    Ok((mode, messages, misused))
 }
 
 fn main() -> ExitCode {
-    let (mode, messages) = match parse() {
+    let (mode, messages, misused) = match parse() {
         Ok(m) => m,
         Err(e) => {
             say_err(&format!("collectives_check: {e}"));
@@ -469,11 +505,11 @@ fn main() -> ExitCode {
                 None => 1000,
             };
             let mut v = vec![1i32; len];
-            world.allreduce(&mut v, Op::Sum).map(|()| Ok(0))
+            misused.run(&mut world, &mut v, Op::Sum).map(|()| Ok(0))
         }
         Mode::BadOp => {
             let op = if rank == size - 1 { Op::BitXor } else { Op::Sum };
-            world.allreduce(&mut [1.0f64; 16], op).map(|()| Ok(0))
+            misused.run(&mut world, &mut [1.0f64; 16], op).map(|()| Ok(0))
         }
         Mode::BadScatterv => more::bad_scatterv(&mut world),
         Mode::AlltoallvMismatch => more::alltoallv_mismatch(&mut world),

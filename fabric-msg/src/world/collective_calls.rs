@@ -139,6 +139,9 @@ impl CommView<'_> {
     /// # Ok::<(), fabric_msg::Error>(())
     /// ```
     pub fn broadcast<T: Element>(&mut self, root: u32, data: &mut [T]) -> Result<()> {
+        if let Some(t) = self.comm.is_none().then(|| self.world.two_level()).flatten() {
+            return self.world.broadcast_two_level(&t, root, data);
+        }
         let call = Call::new::<T>(Kind::Broadcast, "broadcast", data.len(), root);
         let check = check_root(root, self.size());
         if let Some(OnNode::Done) = self.on_node(call, check, data, None).transpose()? {
@@ -214,6 +217,9 @@ impl CommView<'_> {
         op: impl Into<Reduction<T>>,
     ) -> Result<()> {
         let op = op.into();
+        if let Some(t) = self.comm.is_none().then(|| self.world.two_level()).flatten() {
+            return self.world.reduce_two_level(&t, root, data, op);
+        }
         let call = Call::new::<T>(Kind::Reduce, "reduce", data.len(), root).reducing(&op);
         let check = check_root(root, self.size()).and_then(|()| op.check());
         if let Some(OnNode::Done) = self.on_node(call, check, data, Some(&op)).transpose()? {

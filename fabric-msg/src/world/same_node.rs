@@ -83,6 +83,21 @@ pub(crate) fn two_levels(nodes: &[String], has_node: &[bool]) -> bool {
             .all(|(n, &has)| has || per_node[n.as_str()] == 1)
 }
 
+/// For each rank, its node's place among the nodes ordered by their
+/// lowest rank: the rank of its node's leader (the node's lowest rank)
+/// in the leaders' communicator of the two levels, which orders its
+/// leaders by world rank (`two_level.rs`).
+pub(crate) fn leader_places(nodes: &[String]) -> Vec<u32> {
+    let mut places = std::collections::HashMap::<&str, u32>::new();
+    nodes
+        .iter()
+        .map(|n| {
+            let next = places.len() as u32;
+            *places.entry(n.as_str()).or_insert(next)
+        })
+        .collect()
+}
+
 /// The words `World::fabric_report` adds for the same-node pairs; `how`:
 /// what carries them.
 pub(crate) fn report(rank: u32, ranks: &[u32], how: &str, world_label: &str) -> String {
@@ -96,7 +111,7 @@ pub(crate) fn report(rank: u32, ranks: &[u32], how: &str, world_label: &str) -> 
 
 #[cfg(test)]
 mod tests {
-    use super::{node_ranks, pairs_of, two_levels, wanted};
+    use super::{leader_places, node_ranks, pairs_of, two_levels, wanted};
 
     #[test]
     fn pairs_are_the_same_node_ranks_that_both_published_one() {
@@ -151,6 +166,17 @@ mod tests {
         ));
         // Tables of different lengths: no.
         assert!(!two_levels(&names(&["a", "a", "b"]), &[true; 2]));
+    }
+
+    #[test]
+    fn a_ranks_leader_place_is_its_nodes_order_by_lowest_rank() {
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            leader_places(&names(&["b", "a", "b", "c", "a"])),
+            vec![0, 1, 0, 2, 1]
+        );
+        assert_eq!(leader_places(&names(&["a", "a"])), vec![0, 0]);
+        assert!(leader_places(&[]).is_empty());
     }
 
     #[test]

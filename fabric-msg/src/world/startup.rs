@@ -254,7 +254,7 @@ impl World {
             .allgather("fabric-msg.wired", &[], cfg.start_timeout)?;
         phase("wired");
         world.launcher.watch(world.live.clone())?;
-        world.set_up_two_level(two_level)?;
+        world.set_up_two_level(two_level, &nodes)?;
         Ok(world)
     }
 }

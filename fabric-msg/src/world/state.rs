@@ -60,7 +60,7 @@ pub struct World {
     /// Blocking collectives run in slots so far (`WorldStats::node_collectives`).
     pub(super) slot_calls: u64,
     /// Where the World spans nodes: its node and leaders' communicators,
-    /// for `allreduce` and `barrier` in two levels (`two_level.rs`).
+    /// for its blocking collectives in two levels (`two_level.rs`).
     pub(super) two_level: Option<super::levels::TwoLevel>,
     /// The World's collectives run in two levels so far
     /// (`WorldStats::two_level_collectives`).

@@ -33,9 +33,10 @@ pub struct WorldStats {
     /// slots (on a World all on one node, or a communicator all on this
     /// node: `collectives/on_node.rs`), their data too where it fit a slot.
     pub node_collectives: u64,
-    /// The World's blocking `allreduce` and `barrier` calls that ran in
-    /// two levels (each node's ranks to their leader in shared memory, the
-    /// leaders on the fabric, back in shared memory: `world/two_level.rs`),
+    /// The World's blocking `allreduce`, `barrier`, `reduce` and
+    /// `broadcast` calls that ran in two levels (each node's ranks to
+    /// their leader in shared memory, the leaders on the fabric, back in
+    /// shared memory: `world/two_level.rs`),
     /// where the World spans nodes. Their node steps count in
     /// `node_collectives` too.
     pub two_level_collectives: u64,

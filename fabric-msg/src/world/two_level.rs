@@ -1,4 +1,5 @@
-//! The World's blocking `allreduce` and `barrier` where its ranks span
+//! The World's blocking `allreduce`, `barrier`, `reduce` and `broadcast`
+//! where its ranks span
 //! nodes and fabric-msg's node transport joins the ranks of each node: in
 //! two levels, as Open MPI's `coll/han` and MPICH's node-aware algorithms
 //! do, so that one rank a node (its leader) crosses the fabric instead of
@@ -13,6 +14,16 @@
 //! 3. **From the leader**, in the slots again: the leader posts the result
 //!    (or, for a barrier, nothing), which every rank of its node waits for.
 //!
+//! `reduce` runs the same steps towards its root: the leaders reduce to
+//! the root's node leader, which hands the result down where the root is
+//! not itself (only the root keeps it); the other ranks go on once their
+//! part is given. `broadcast` has one node step a rank: on
+//! the root's node the root posts first and its leader then broadcasts
+//! to the others; elsewhere the leader receives, then hands down. Where
+//! the root is, on the leaders' level, is the place of its node by lowest
+//! rank (`same_node::leader_places`), which every rank computes alike from
+//! the table of nodes.
+//!
 //! Data too large for a slot goes on in steps 1 and 3 as the node
 //! communicator's message schedules (over the node transport), once every
 //! rank's header agreed, as the slots always do.
@@ -26,15 +37,16 @@
 //! another. `FABRIC_MSG_NODE_COLLECTIVES=0`, libfabric's shm
 //! (`FABRIC_MSG_SHM=libfabric`) or one node: messages, as before.
 //!
-//! **Failures reach every rank.** Each step runs on every rank whatever
-//! the step before gave it, so that every communicator numbers its
-//! collectives alike afterwards: a rank whose step failed refuses the
-//! next ones instead of running them. A leader refuses the leaders' step
-//! (the other leaders fail with its reason) and its node's last step (its
-//! node's ranks fail with it); a node's rank refuses the last step too.
-//! So a length, op or kind that differs anywhere, a bad argument on any
-//! rank, or a lost rank fails the call on every rank, with the first
-//! failure's text inside, as the flat schedules do.
+//! **Failures reach every rank** of an `allreduce` or a `barrier` (for
+//! the others, see below). Each step runs on every rank whatever the step
+//! before gave it, so that every communicator numbers its collectives
+//! alike afterwards: a rank whose step failed refuses the next ones
+//! instead of running them. A leader refuses the leaders' step (the other
+//! leaders fail with its reason) and its node's last step (its node's
+//! ranks fail with it); a node's rank refuses the last step too. So a
+//! length, op or kind that differs anywhere, a bad argument on any rank,
+//! or a lost rank fails the call on every rank, with the first failure's
+//! text inside, as the flat schedules do.
 //!
 //! **Results.** The built-in ops and `Reduction::custom` are associative
 //! and commutative (`collectives/ops.rs`): the two levels fold in another
@@ -42,33 +54,50 @@
 //! (the leaders' allreduce gives its leaders the same bits, and each
 //! leader hands them on).
 //!
-//! The non-blocking and persistent forms, `reduce` and `broadcast` stay
-//! flat message schedules over the World (docs/onnode.md, "What is left").
+//! `reduce` and `broadcast` fail where data is waited for: a broadcast's
+//! root node finishes before the leaders' step, and a leader whose
+//! reduce only sends towards the root goes on, as a root and a sender do
+//! in the flat schedules; the ranks downstream of a failure all fail.
+//!
+//! The non-blocking and persistent forms stay flat message schedules over
+//! the World (docs/onnode.md, "What is left").
 
 use super::collectives::on_node::{Call, Kind};
 use super::collectives::ops::{Element, Reduction};
-use super::collectives::request::copy_result;
+use super::collectives::request::{check_root, copy_result};
 use super::comm_handle::Comm;
 use super::levels::TwoLevel;
 use super::node_collectives::OnNode;
 use super::state::World;
 use crate::error::{Error, Result};
+use std::sync::Arc;
 
 impl World {
     /// Make the two levels where `wanted` (the same on every rank: the
     /// World spans nodes and every rank has the node transport), and keep
     /// them if every rank can use them. Collective.
-    pub(super) fn set_up_two_level(&mut self, wanted: bool) -> Result<()> {
+    pub(super) fn set_up_two_level(&mut self, wanted: bool, nodes: &[String]) -> Result<()> {
         if !wanted {
             return Ok(());
         }
         let node = self.split_shared()?;
         let leader = node.rank() == 0;
         let leaders = self.split(leader.then_some(0), i64::from(self.rank()))?;
-        let ready = self.node_collectives && (node.size() == 1 || node.node.is_some());
+        let places: Arc<[u32]> = super::same_node::leader_places(nodes).into();
+        // A leader's rank among the leaders is where the others look for
+        // its node's roots; checked, since the two were made apart.
+        let placed = match &leaders {
+            Some(l) => places.get(self.rank() as usize) == Some(&l.rank()),
+            None => places.len() == self.size() as usize,
+        };
+        let ready = self.node_collectives && placed && (node.size() == 1 || node.node.is_some());
         let all = self.allgather(&[u8::from(ready)])?;
         if all.iter().all(|&r| r == 1) {
-            self.two_level = Some(TwoLevel { node, leaders });
+            self.two_level = Some(TwoLevel {
+                node,
+                leaders,
+                places,
+            });
         } else {
             log::debug!("collectives stay flat: not every rank has its node's slots");
         }
@@ -87,7 +116,7 @@ impl World {
         }
     }
 
-    /// The two levels, if this World runs its `allreduce` and `barrier`
+    /// The two levels, if this World runs its blocking collectives
     /// in them.
     pub(super) fn two_level(&self) -> Option<TwoLevel> {
         self.two_level.clone()
@@ -108,6 +137,105 @@ impl World {
         self.in_two_levels::<u8>(t, "barrier", &mut [], None)
     }
 
+    /// `broadcast` in two levels: on the root's node, from the root in its
+    /// slots first, then its leader to the other leaders on the fabric;
+    /// on every other node, the leader receives that, then hands it down
+    /// in its slots. One node step on every rank, so the node
+    /// communicators stay numbered alike even where ranks name different
+    /// roots (which the slots' header check then reports).
+    pub(super) fn broadcast_two_level<T: Element>(
+        &mut self,
+        t: &TwoLevel,
+        root: u32,
+        data: &mut [T],
+    ) -> Result<()> {
+        const WHAT: &str = "broadcast";
+        self.two_level_calls += 1;
+        let check = check_root(root, self.size());
+        let place = check.as_ref().ok().and_then(|()| t.place_of(root));
+        let from_leaders = |w: &mut World, data: &mut [T], before: Result<()>| match (&t.leaders, place) {
+            (None, _) => before,
+            (Some(l), Some(p)) if before.is_ok() => w.on(l).broadcast(p, data),
+            (Some(l), _) => {
+                let why = before
+                    .err()
+                    .map_or_else(|| "no root".to_string(), |e| e.to_string());
+                Err(w.on(l).refuse(WHAT, why))
+            }
+        };
+        let outcome = match t.node.rank_of(root) {
+            Some(here) => {
+                let first = self.node_broadcast(&t.node, WHAT, here, data, None);
+                let before = first
+                    .as_ref()
+                    .map(|_| ())
+                    .map_err(|e| Error::Usage(e.to_string()));
+                let second = from_leaders(self, data, before);
+                first.and(second)
+            }
+            None => {
+                let first = from_leaders(self, data, check.map_err(Error::Usage));
+                let reason = first.as_ref().err().map(|e| e.to_string());
+                let second = self.hand_down_from_leader(&t.node, WHAT, data, reason);
+                first.and(second)
+            }
+        };
+        self.settled(outcome)
+    }
+
+    /// `reduce` in two levels: every node folds to its leader in its
+    /// slots, the leaders reduce to the root's leader on the fabric, and,
+    /// where the root is not its node's leader, that leader hands the
+    /// result down in its slots (only the root keeps it). Elsewhere a rank
+    /// goes on once its part is given, as a sender does in the flat
+    /// schedules, and does not learn of a failure past it. A leader that
+    /// is not the root folds into a copy: `data` stays as it was
+    /// everywhere but on the root. Ranks of a node that name different
+    /// roots number their node's collectives differently from then on:
+    /// the next one there fails on both sides with the difference.
+    pub(super) fn reduce_two_level<T: Element>(
+        &mut self,
+        t: &TwoLevel,
+        root: u32,
+        data: &mut [T],
+        op: Reduction<T>,
+    ) -> Result<()> {
+        const WHAT: &str = "reduce";
+        self.two_level_calls += 1;
+        let check = check_root(root, self.size());
+        let place = check.as_ref().ok().and_then(|()| t.place_of(root));
+        let here = t.node.rank_of(root);
+        let leader = t.node.rank() == 0;
+        let mut copy = Vec::new();
+        let work: &mut [T] = if leader && here != Some(0) {
+            copy.extend_from_slice(data);
+            &mut copy
+        } else {
+            &mut *data
+        };
+        let first = self.gather_to_leader(&t.node, WHAT, work, Some(&op), check);
+        let second = match (&t.leaders, &first, place) {
+            (None, _, _) => Ok(()),
+            (Some(l), Ok(()), Some(p)) => self.on(l).reduce(p, work, op),
+            (Some(l), Err(e), _) => Err(self.on(l).refuse(WHAT, e.to_string())),
+            (Some(l), Ok(()), None) => Err(self.on(l).refuse(WHAT, "no root".into())),
+        };
+        let reason = first.as_ref().and(second.as_ref()).err().map(|e| e.to_string());
+        // Only where the root is not its node's leader is there a third
+        // step: that node's leader hands the result down, and only the
+        // root keeps it.
+        let third = match here {
+            Some(0) | None => Ok(()),
+            Some(r) if t.node.rank() == r => self.hand_down_from_leader(&t.node, WHAT, data, reason),
+            Some(_) if leader => self.hand_down_from_leader(&t.node, WHAT, &mut copy, reason),
+            Some(_) => {
+                let mut discard = data.to_vec();
+                self.hand_down_from_leader(&t.node, WHAT, &mut discard, reason)
+            }
+        };
+        self.settled(first.and(second).and(third))
+    }
+
     /// The three steps: with `op` an allreduce of `data`, without one a
     /// barrier. Each runs whatever the one before gave (a failed rank
     /// refuses the rest), so every communicator's numbering stays alike.
@@ -119,7 +247,7 @@ impl World {
         op: Option<Reduction<T>>,
     ) -> Result<()> {
         self.two_level_calls += 1;
-        let first = self.gather_to_leader(&t.node, what, data, op.as_ref());
+        let first = self.gather_to_leader(&t.node, what, data, op.as_ref(), Ok(()));
         let second = match (&t.leaders, &first) {
             (None, _) => Ok(()),
             (Some(l), Ok(())) => match op {
@@ -149,13 +277,15 @@ impl World {
     }
 
     /// Step 1 on `node`: every rank's `data` folded on the leader with
-    /// `op`, or (no `op`) every rank there before the leader goes on.
+    /// `op`, or (no `op`) every rank there before the leader goes on;
+    /// refused where `args` (the caller's own argument check) failed.
     fn gather_to_leader<T: Element>(
         &mut self,
         node: &Comm,
         what: &'static str,
         data: &mut [T],
         op: Option<&Reduction<T>>,
+        args: std::result::Result<(), String>,
     ) -> Result<()> {
         let (call, check) = match op {
             Some(op) => (
@@ -164,6 +294,7 @@ impl World {
             ),
             None => (Call::new::<T>(Kind::Barrier, what, 0, 0), Ok(())),
         };
+        let check = args.and(check);
         match self.on(node).on_node(call, check.clone(), data, op) {
             None => check.map_err(Error::Usage), // alone on its node
             Some(Err(e)) => Err(in_world_ranks(e, node)),
@@ -193,14 +324,28 @@ impl World {
         data: &mut [T],
         refusal: Option<String>,
     ) -> Result<()> {
-        let call = Call::new::<T>(Kind::Broadcast, what, data.len(), 0);
+        self.node_broadcast(node, what, 0, data, refusal)
+    }
+
+    /// `from`'s `data` (a rank of `node`) to every rank of `node`, in its
+    /// slots or past them as messages, or (with a `refusal`) that failure
+    /// to all of them.
+    fn node_broadcast<T: Element>(
+        &mut self,
+        node: &Comm,
+        what: &'static str,
+        from: u32,
+        data: &mut [T],
+        refusal: Option<String>,
+    ) -> Result<()> {
+        let call = Call::new::<T>(Kind::Broadcast, what, data.len(), from);
         let check = refusal.map_or(Ok(()), Err);
         match self.on(node).on_node(call, check.clone(), data, None) {
             None => check.map_err(Error::Usage), // alone on its node
             Some(Err(e)) => Err(in_world_ranks(e, node)),
             Some(Ok(OnNode::Done)) => Ok(()),
             Some(Ok(OnNode::Messages)) => {
-                let r = self.on(node).ibroadcast(0, data.to_vec())?;
+                let r = self.on(node).ibroadcast(from, data.to_vec())?;
                 let out = self.on(node).wait(r)?;
                 copy_result(what, data, &out)
             }
