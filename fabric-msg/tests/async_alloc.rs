@@ -59,8 +59,9 @@ static GLOBAL: Counting = Counting;
 const ROUNDS: usize = 2000;
 
 /// Allocations per operation over `ROUNDS` ping-pongs (four operations
-/// each: a send and a receive on either side) after a warm-up.
-fn per_operation(provider: &str) -> f64 {
+/// each: a send and a receive on either side) after a warm-up; with
+/// `inject`, the first side injects its sends (`LoopHandle::inject`).
+fn per_operation(provider: &str, inject: bool) -> f64 {
     let p = profile(provider);
     let cfg = LoopConfig {
         wait: WaitMode::Block,
@@ -90,13 +91,20 @@ fn per_operation(provider: &str) -> f64 {
                 COUNTING.with(|c| c.set(true));
             }
             ta.set_len(8);
-            let (back, sent, echoed) =
-                tokio::join!(a.recv(me.ep, ra, recv), a.send(me.peer, ta, send), async {
-                    // The echo sends back the buffer it received into.
-                    let got = b.recv(them.ep, rb, recv).await.unwrap().buffer.unwrap();
-                    b.send(them.peer, got, send).await.unwrap().buffer.unwrap()
-                });
-            (ra, ta) = (back.unwrap().buffer.unwrap(), sent.unwrap().buffer.unwrap());
+            let sent = async {
+                if inject {
+                    a.inject(me.peer, ta.as_slice(), send).await.unwrap();
+                    ta
+                } else {
+                    a.send(me.peer, ta, send).await.unwrap().buffer.unwrap()
+                }
+            };
+            let (back, sent, echoed) = tokio::join!(a.recv(me.ep, ra, recv), sent, async {
+                // The echo sends back the buffer it received into.
+                let got = b.recv(them.ep, rb, recv).await.unwrap().buffer.unwrap();
+                b.send(them.peer, got, send).await.unwrap().buffer.unwrap()
+            });
+            (ra, ta) = (back.unwrap().buffer.unwrap(), sent);
             rb = echoed;
             count += 1;
         }
@@ -110,11 +118,14 @@ fn per_operation(provider: &str) -> f64 {
 #[test]
 fn no_allocation_per_operation_on_tcp_rxm_and_shm() {
     for provider in ["tcp;ofi_rxm", "shm"] {
-        let per = per_operation(provider);
-        eprintln!("{provider}: {per:.4} allocations per operation");
-        assert!(
-            per == 0.0,
-            "{provider}: {per:.4} allocations per operation, where the docs promise none after warm-up"
-        );
+        for inject in [false, true] {
+            let per = per_operation(provider, inject);
+            let how = if inject { ", injecting" } else { "" };
+            eprintln!("{provider}{how}: {per:.4} allocations per operation");
+            assert!(
+                per == 0.0,
+                "{provider}{how}: {per:.4} allocations per operation, where the docs promise none after warm-up"
+            );
+        }
     }
 }

@@ -1,8 +1,9 @@
 //! The `tokio` feature: an EventLoop's operations as futures
 //! (`fabric_msg::async_loop`), on tcp;ofi_rxm and shm: many tasks with
 //! operations in flight, futures dropped with their operation in flight,
-//! a timeout around a receive that never comes, and (on tcp;ofi_rxm) a
-//! peer that goes while a task awaits a send to it. On tcp's connected
+//! a timeout around a receive that never comes, injects past the
+//! provider's room, and (on tcp;ofi_rxm) a peer that goes while a task
+//! awaits a send to it. On tcp's connected
 //! (MSG) endpoints, which have no tags: many operations in flight, a
 //! dropped receive future, and a peer that goes.
 #![cfg(feature = "tokio")]
@@ -94,6 +95,55 @@ async fn many_tasks_with_operations_in_flight_on_tcp_rxm() {
 #[tokio::test(flavor = "current_thread")]
 async fn many_tasks_with_operations_in_flight_on_shm() {
     many_tasks("shm").await;
+}
+
+/// Injects past the provider's room: the peer's loop is not looked at
+/// until 200 ms after the flood began, so its queue fills (shm's holds a
+/// few hundred messages). `LoopHandle::inject` sends what finds no room as
+/// a copy and awaits it, never waiting for room holding the loop: every
+/// message arrives once and in order, and the injecting task finishes.
+/// Returns how many injects found no room (the loop's retries).
+async fn inject_flood(provider: &str, n: u32) -> u64 {
+    let (me, them) = sides(provider);
+    let a = AsyncLoop::start(me.ev);
+    let (send, recv) = tagged(7);
+    let flood = {
+        let (a, peer) = (a.clone(), me.peer);
+        tokio::spawn(async move {
+            for i in 0..n {
+                a.inject(peer, &i.to_le_bytes(), send).await.unwrap();
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let b = AsyncLoop::start(them.ev);
+    for i in 0..n {
+        let c = b.recv(them.ep, Buffer::new(8), recv).await.unwrap();
+        c.result.unwrap();
+        let got = c.buffer.unwrap();
+        assert_eq!(got.as_slice(), &i.to_le_bytes(), "{provider}: message {i} of {n}");
+    }
+    tokio::time::timeout(Duration::from_secs(10), flood)
+        .await
+        .expect("the injecting task finishes")
+        .unwrap();
+    let retries = a.with_loop(|ev| ev.stats().retries).await.unwrap();
+    eprintln!("{provider}: {n} injects, {retries} retries (injects that found no room went as sends)");
+    retries
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn injects_past_the_providers_room_arrive_once_and_in_order_on_tcp_rxm() {
+    inject_flood("tcp;ofi_rxm", 3000).await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn injects_past_the_providers_room_arrive_once_and_in_order_on_shm() {
+    let no_room = inject_flood("shm", 3000).await;
+    assert!(
+        no_room > 0,
+        "shm's queue never filled: the test did not reach the sends"
+    );
 }
 
 /// A long wait beside a busy task: task A awaits a receive whose message

@@ -74,6 +74,42 @@ impl LoopHandle {
         op::wait(self.shared().clone(), t).await
     }
 
+    /// Send `bytes` (at most [`EventLoop::inject_max`]) to `peer` without a
+    /// completion, as [`EventLoop::inject`] does: they are copied before
+    /// the first look, and nothing comes back but whether the post was
+    /// taken (a send that fails later, a lost peer for one, is not
+    /// reported on it: the loss alarm and later operations tell).
+    ///
+    /// It never waits holding the loop: where the blocking `inject` would
+    /// wait (sends to `peer` still in the loop's backlog, or no room in the
+    /// provider's queue), it sends a copy instead (one allocation) and
+    /// awaits that send's completion, so order to `peer` is kept and the
+    /// peer's task, on the same runtime, can make the room.
+    pub async fn inject(&self, peer: Peer, bytes: &[u8], opts: SendOpts) -> crate::error::Result<()> {
+        let injected = {
+            let mut st = self.shared().lock();
+            if st.closing {
+                return Err(closed().error);
+            }
+            match st.ev.as_mut() {
+                Some(ev) => ev.try_inject(&peer, bytes, opts)?,
+                None => return Err(closed().error),
+            }
+        };
+        if injected {
+            return Ok(());
+        }
+        let c = self
+            .send(peer, Buffer::from_slice(bytes), opts)
+            .await
+            .map_err(|e| e.error)?;
+        c.result.map_err(|e| Error::Message {
+            operation: "inject (sent as a copy: no room to inject)",
+            peer: format!("to fi_addr {} on endpoint {}", peer.addr, peer.endpoint.0),
+            message: e.to_string(),
+        })
+    }
+
     /// Receive into `buf` on endpoint `ep`; the completion with the
     /// buffer holding the message.
     ///

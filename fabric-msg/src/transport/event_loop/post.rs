@@ -319,6 +319,20 @@ impl EventLoop {
     /// this returns. At most the profile's `inject_size` (less fabric-msg's
     /// header on framed endpoints).
     pub fn inject(&mut self, peer: &Peer, bytes: &[u8], opts: SendOpts) -> Result<()> {
+        self.inject_or_not(peer, bytes, opts, true).map(drop)
+    }
+
+    /// [`EventLoop::inject`] where it need not wait: `Ok(false)`, with
+    /// nothing sent, where `inject` would wait for sends to `peer` still
+    /// in the loop's backlog or for room in the provider's queue. For a
+    /// caller that must not hold the loop (the tokio adapter's
+    /// `LoopHandle::inject`, which then sends a copy instead).
+    pub fn try_inject(&mut self, peer: &Peer, bytes: &[u8], opts: SendOpts) -> Result<bool> {
+        self.inject_or_not(peer, bytes, opts, false)
+    }
+
+    /// `inject`'s body; with `wait` off, `Ok(false)` instead of any wait.
+    fn inject_or_not(&mut self, peer: &Peer, bytes: &[u8], opts: SendOpts, wait: bool) -> Result<bool> {
         self.am.tags.check_send(opts.tag, self.rules.poster)?;
         self.lost.check(peer.endpoint.0, peer.addr)?;
         let ep = self.ep(peer.endpoint)?;
@@ -343,14 +357,25 @@ impl EventLoop {
         // Indexed, not matched: this runs for every small message.
         const CALLS: [&str; 4] = ["fi_inject", "fi_tinject", "fi_injectdata", "fi_tinjectdata"];
         let call = CALLS[usize::from(opts.tag.is_some()) | usize::from(data.is_some()) << 1];
-        self.behind_backlog(raw, addr, call)?;
-        self.retry(call, || {
-            // SAFETY: raw is enabled; inject copies the `len` bytes at `p`
-            // before returning, and `len` fits the inject size (checked).
-            unsafe { raw.inject(p, len, addr, opts.tag, data) }
-        })?;
+        // SAFETY: raw is enabled; inject copies the `len` bytes at `p`
+        // before returning, and `len` fits the inject size (checked).
+        let post = || unsafe { raw.inject(p, len, addr, opts.tag, data) };
+        if wait {
+            self.behind_backlog(raw, addr, call)?;
+            self.retry(call, post)?;
+        } else {
+            if self.backlog.holds(raw, addr) {
+                return Ok(false);
+            }
+            let rc = post();
+            if rc == -(ffi::FI_EAGAIN as isize) {
+                self.stats.retries += 1;
+                return Ok(false);
+            }
+            crate::error::check(call, rc as i64)?;
+        }
         self.stats.sent(peer.endpoint.0, addr, bytes.len());
-        Ok(())
+        Ok(true)
     }
 
     /// The checks every post of a `Buffer` makes: the endpoint is open, the
