@@ -96,6 +96,13 @@ pub(super) async fn drive(shared: Arc<Shared>) {
     );
     // The loop's count of looks after the driver's last one.
     let mut seen = 0;
+    // One timer for every turn, moved on each time. A new `sleep` per turn
+    // registers a new timer, and tokio wakes its own driver (an eventfd
+    // write) whenever that timer is the next to fire: a system call for
+    // every turn of a ping-pong. Moving a timer's deadline later only
+    // writes it down (tokio's `extend_expiration`).
+    let timer = tokio::time::sleep(MAX_SLEEP);
+    tokio::pin!(timer);
     loop {
         let next = {
             let mut st = shared.lock();
@@ -126,8 +133,11 @@ pub(super) async fn drive(shared: Arc<Shared>) {
                 }
             }
         };
+        if let Next::Fd(t) | Next::Told(t) = next {
+            timer.as_mut().reset(tokio::time::Instant::now() + t);
+        }
         match (next, &afd) {
-            (Next::Fd(t), Some(afd)) => {
+            (Next::Fd(_), Some(afd)) => {
                 tokio::select! {
                     _ = shared.driver.notified() => {}
                     r = afd.readable() => {
@@ -137,13 +147,13 @@ pub(super) async fn drive(shared: Arc<Shared>) {
                             g.clear_ready();
                         }
                     }
-                    _ = tokio::time::sleep(t) => {}
+                    _ = timer.as_mut() => {}
                 }
             }
-            (Next::Told(t), _) | (Next::Fd(t), None) => {
+            (Next::Told(_), _) | (Next::Fd(_), None) => {
                 tokio::select! {
                     _ = shared.driver.notified() => {}
-                    _ = tokio::time::sleep(t) => {}
+                    _ = timer.as_mut() => {}
                 }
             }
             (Next::Yield, _) => tokio::task::yield_now().await,
