@@ -152,7 +152,12 @@ fn per_side(
             let (ev, ep, peer) = server;
             let h = AsyncLoop::start(ev);
             for size in sizes {
-                serve(h.clone(), ep, peer, size, n).await?;
+                // A spawned task, not the future `block_on` polls itself:
+                // tokio wakes that one through its driver (an eventfd
+                // write for every look of a spinning wait).
+                tokio::spawn(serve(h.clone(), ep, peer, size, n))
+                    .await
+                    .map_err(|e| format!("the server task: {e}"))??;
             }
             h.close().await;
             Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
@@ -166,7 +171,12 @@ fn per_side(
             peer,
         };
         for &size in &o.sizes {
-            let row = ping(o, &client, size).await?;
+            let row = tokio::spawn({
+                let (o, client) = (o.clone(), client.clone());
+                async move { ping(&o, &client, size).await }
+            })
+            .await
+            .map_err(|e| format!("the client task: {e}"))??;
             output::report(o, &row);
         }
         Ok::<_, Box<dyn std::error::Error + Send + Sync>>(client)
@@ -201,6 +211,7 @@ async fn ping(o: &Opts, s: &Side, size: usize) -> TaskResult<Row> {
     let (mut tx, mut rx) = (Buffer::new(size.max(1)), Buffer::new(size.max(1)));
     tx.as_mut_slice().fill(1);
     tx.set_len(size);
+    let inject = injects(&s.h, size).await?;
     let mut times = IterTimes::new(o.iters);
     let mut started = Instant::now();
     for i in 0..o.warmup + o.iters {
@@ -208,7 +219,10 @@ async fn ping(o: &Opts, s: &Side, size: usize) -> TaskResult<Row> {
             started = Instant::now();
             times.start(started);
         }
-        let (back, sent) = tokio::join!(s.h.recv(s.ep, rx, recv), sent_back(&s.h, s.peer, tx, send));
+        let (back, sent) = tokio::join!(
+            s.h.recv(s.ep, rx, recv),
+            sent_back(&s.h, s.peer, tx, send, inject)
+        );
         tx = sent?;
         let back = back?;
         back.result?;
@@ -230,12 +244,26 @@ async fn ping(o: &Opts, s: &Side, size: usize) -> TaskResult<Row> {
     })
 }
 
-/// Send `tx`; the buffer back once the send completed. (`pingpong`
-/// injects what is below the provider's inject size, as fabtests does,
-/// and awaits no completion for it. The adapter has no `inject`: an
-/// inject waits for room holding the loop, which on one thread would keep
-/// the peer's task from making that room.)
-async fn sent_back(h: &LoopHandle, peer: Peer, tx: Buffer, send: SendOpts) -> TaskResult<Buffer> {
+/// Whether messages of `size` bytes are injected: below the provider's
+/// inject size, as `pingpong` and fabtests do.
+async fn injects(h: &LoopHandle, size: usize) -> TaskResult<bool> {
+    Ok(size < h.with_loop(|ev| ev.inject_max()).await?)
+}
+
+/// Send `tx`; the buffer back once it may be used again: at once where it
+/// is injected (`LoopHandle::inject`, no send completion), once the send
+/// completed otherwise.
+async fn sent_back(
+    h: &LoopHandle,
+    peer: Peer,
+    tx: Buffer,
+    send: SendOpts,
+    inject: bool,
+) -> TaskResult<Buffer> {
+    if inject {
+        h.inject(peer, tx.as_slice(), send).await?;
+        return Ok(tx);
+    }
     let sent = h.send(peer, tx, send).await?;
     sent.result?;
     Ok(sent.buffer.ok_or("a send completed without its buffer")?)
@@ -248,18 +276,19 @@ async fn serve(h: LoopHandle, ep: EndpointId, peer: Peer, size: usize, n: usize)
     let mut tx = Buffer::new(size.max(1));
     tx.as_mut_slice().fill(2);
     tx.set_len(size);
+    let inject = injects(&h, size).await?;
     let first = h.recv(ep, Buffer::new(size.max(1)), recv).await?;
     first.result?;
     let mut rx = first.buffer.ok_or("a receive completed without its buffer")?;
     for i in 0..n {
         tx = if i + 1 < n {
-            let (next, sent) = tokio::join!(h.recv(ep, rx, recv), sent_back(&h, peer, tx, send));
+            let (next, sent) = tokio::join!(h.recv(ep, rx, recv), sent_back(&h, peer, tx, send, inject));
             let next = next?;
             next.result?;
             rx = next.buffer.ok_or("a receive completed without its buffer")?;
             sent?
         } else {
-            sent_back(&h, peer, tx, send).await?
+            sent_back(&h, peer, tx, send, inject).await?
         };
     }
     Ok(())
