@@ -65,6 +65,7 @@
 use super::collectives::on_node::{Call, Kind};
 use super::collectives::ops::{Element, Reduction};
 use super::collectives::request::{check_root, copy_result};
+use super::comm::CommView;
 use super::comm_handle::Comm;
 use super::levels::TwoLevel;
 use super::node_collectives::OnNode;
@@ -153,28 +154,21 @@ impl World {
         self.two_level_calls += 1;
         let check = check_root(root, self.size());
         let place = check.as_ref().ok().and_then(|()| t.place_of(root));
-        let from_leaders = |w: &mut World, data: &mut [T], before: Result<()>| match (&t.leaders, place) {
-            (None, _) => before,
-            (Some(l), Some(p)) if before.is_ok() => w.on(l).broadcast(p, data),
-            (Some(l), _) => {
-                let why = before
-                    .err()
-                    .map_or_else(|| "no root".to_string(), |e| e.to_string());
-                Err(w.on(l).refuse(WHAT, why))
-            }
+        let among_leaders = |mut c: CommView<'_>, data: &mut [T]| match place {
+            Some(p) => c.broadcast(p, data),
+            None => Err(c.refuse(WHAT, "no root".into())),
         };
         let outcome = match t.node.rank_of(root) {
             Some(here) => {
                 let first = self.node_broadcast(&t.node, WHAT, here, data, None);
-                let before = first
-                    .as_ref()
-                    .map(|_| ())
-                    .map_err(|e| Error::Usage(e.to_string()));
-                let second = from_leaders(self, data, before);
+                let second = self.leaders_step(t, WHAT, &first, |c| among_leaders(c, data));
                 first.and(second)
             }
             None => {
-                let first = from_leaders(self, data, check.map_err(Error::Usage));
+                let args = check.map_err(Error::Usage);
+                let stepped = self.leaders_step(t, WHAT, &args, |c| among_leaders(c, data));
+                // A leader's refusal, else (on the others) the bad root.
+                let first = stepped.and(args);
                 let reason = first.as_ref().err().map(|e| e.to_string());
                 let second = self.hand_down_from_leader(&t.node, WHAT, data, reason);
                 first.and(second)
@@ -214,12 +208,10 @@ impl World {
             &mut *data
         };
         let first = self.gather_to_leader(&t.node, WHAT, work, Some(&op), check);
-        let second = match (&t.leaders, &first, place) {
-            (None, _, _) => Ok(()),
-            (Some(l), Ok(()), Some(p)) => self.on(l).reduce(p, work, op),
-            (Some(l), Err(e), _) => Err(self.on(l).refuse(WHAT, e.to_string())),
-            (Some(l), Ok(()), None) => Err(self.on(l).refuse(WHAT, "no root".into())),
-        };
+        let second = self.leaders_step(t, WHAT, &first, |mut c| match place {
+            Some(p) => c.reduce(p, work, op),
+            None => Err(c.refuse(WHAT, "no root".into())),
+        });
         let reason = first.as_ref().and(second.as_ref()).err().map(|e| e.to_string());
         // Only where the root is not its node's leader is there a third
         // step: that node's leader hands the result down, and only the
@@ -248,17 +240,31 @@ impl World {
     ) -> Result<()> {
         self.two_level_calls += 1;
         let first = self.gather_to_leader(&t.node, what, data, op.as_ref(), Ok(()));
-        let second = match (&t.leaders, &first) {
-            (None, _) => Ok(()),
-            (Some(l), Ok(())) => match op {
-                Some(op) => self.on(l).allreduce(data, op),
-                None => self.on(l).barrier(),
-            },
-            (Some(l), Err(e)) => Err(self.on(l).refuse(what, e.to_string())),
-        };
+        let second = self.leaders_step(t, what, &first, |mut c| match op {
+            Some(op) => c.allreduce(data, op),
+            None => c.barrier(),
+        });
         let reason = first.as_ref().and(second.as_ref()).err().map(|e| e.to_string());
         let third = self.hand_down_from_leader(&t.node, what, data, reason);
         self.settled(first.and(second).and(third))
+    }
+
+    /// Step 2, on the leaders: `run` on their communicator where this
+    /// rank's step before went well (`before`), else a refusal with its
+    /// reason, which fails the other leaders with it; nothing on a rank
+    /// that is not its node's leader.
+    fn leaders_step(
+        &mut self,
+        t: &TwoLevel,
+        what: &'static str,
+        before: &Result<()>,
+        run: impl FnOnce(CommView<'_>) -> Result<()>,
+    ) -> Result<()> {
+        match (&t.leaders, before) {
+            (None, _) => Ok(()),
+            (Some(l), Ok(())) => run(self.on(l)),
+            (Some(l), Err(e)) => Err(self.on(l).refuse(what, e.to_string())),
+        }
     }
 
     /// A call's outcome: where it failed and a rank is known lost by now,
