@@ -4,8 +4,9 @@
 //! `mpirun` at 1, 2, 3, 5 and 8 ranks on shm and tcp;ofi_rxm; a rank killed
 //! inside a collective; ranks that pass different lengths, a bad op, bad
 //! scatterv counts or alltoallv counts that disagree. On pretend nodes
-//! (`FABRIC_MSG_NODE`), the World's allreduce and barrier in two levels
-//! (`world/two_level.rs`): the same checks, misuse and a killed leader.
+//! (`FABRIC_MSG_NODE`), the World's blocking allreduce, barrier, reduce
+//! and broadcast in two levels (`world/two_level.rs`): the same checks,
+//! misuse and a killed leader.
 //! Every process has a deadline, so a hang fails the test.
 
 mod support;
@@ -240,15 +241,17 @@ fn rank_killed_in_a_loop_of_allreduces(mut child: Child) {
     );
 }
 
+/// What rank `r` of a `collectives_check` run said on stderr (its error).
+fn said_by(e: &Exit, r: u32) -> Option<&str> {
+    let prefix = format!("collectives_check: rank {r}: ");
+    e.stderr.lines().find(|l| l.starts_with(&prefix))
+}
+
 /// Every rank fails, promptly, with `reason`; none hangs.
 fn assert_every_rank_fails(e: &Exit, n: u32, reason: &str) {
     assert!(!e.status.success(), "{e:?}");
     for r in 0..n {
-        let line = e
-            .stderr
-            .lines()
-            .find(|l| l.starts_with(&format!("collectives_check: rank {r}: ")))
-            .unwrap_or_else(|| panic!("rank {r} said nothing:\n{}", e.stderr));
+        let line = said_by(e, r).unwrap_or_else(|| panic!("rank {r} said nothing:\n{}", e.stderr));
         assert!(line.contains(reason), "rank {r}: {line}");
     }
     assert!(e.at < MISUSE_BOUND, "took {:?}", e.at);
@@ -407,7 +410,8 @@ fn mpirun_on_nodes(n: u32, expr: &str, args: &[&str]) -> Child {
 /// Every collective against its reference on pretend nodes: two of two,
 /// odd and even ranks apart (a node's ranks not contiguous), and one rank
 /// alone beside a node of two. On the node transport the World's blocking
-/// allreduce and barrier run in two levels, every rank alike; on
+/// allreduce, barrier, reduce and broadcast run in two levels, every rank
+/// alike; on
 /// libfabric's shm (FABRIC_MSG_TEST_SHM=libfabric) as messages.
 #[test]
 fn mpirun_checks_every_collective_on_pretend_nodes() {
@@ -495,10 +499,7 @@ fn reduce_and_broadcast_misuse_on_pretend_nodes_fails_where_it_reaches() {
         let e = wait_all(vec![mpirun_on_nodes(n, nodes, args)], started, DEADLINE).remove(0);
         assert!(!e.status.success(), "{args:?} on nodes {nodes}: {e:?}");
         for r in 0..n {
-            let said = e
-                .stderr
-                .lines()
-                .find(|l| l.starts_with(&format!("collectives_check: rank {r}: ")));
+            let said = said_by(&e, r);
             let finished = e.stdout.contains(&format!("rank {r}/{n}: 0 checks passed"));
             match said {
                 Some(line) => assert!(line.contains(reason), "{args:?}, rank {r}: {line}"),
