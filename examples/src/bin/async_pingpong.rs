@@ -114,15 +114,7 @@ fn run(o: &Opts) -> AnyResult<()> {
         for &size in &o.sizes {
             let n = o.warmup + o.iters;
             let echo = tokio::spawn(serve(server.h.clone(), server.ep, server.peer, size, n));
-            // The client is a task too, as in a tokio program whose main
-            // spawns its work: on the runtime's workers, not on the thread
-            // that blocks on the runtime.
-            let row = tokio::spawn({
-                let (o, client) = (o.clone(), client.clone());
-                async move { ping(&o, &client, size).await }
-            })
-            .await
-            .map_err(|e| format!("the client task: {e}"))??;
+            let row = ping_task(o, &client, size).await?;
             echo.await.map_err(|e| format!("the server task: {e}"))??;
             output::report(o, &row);
         }
@@ -171,12 +163,7 @@ fn per_side(
             peer,
         };
         for &size in &o.sizes {
-            let row = tokio::spawn({
-                let (o, client) = (o.clone(), client.clone());
-                async move { ping(&o, &client, size).await }
-            })
-            .await
-            .map_err(|e| format!("the client task: {e}"))??;
+            let row = ping_task(o, &client, size).await?;
             output::report(o, &row);
         }
         Ok::<_, Box<dyn std::error::Error + Send + Sync>>(client)
@@ -204,6 +191,16 @@ fn opts() -> (SendOpts, RecvOpts) {
 }
 
 type TaskResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+/// `ping` as a spawned task, as in a tokio program whose main spawns its
+/// work: on the runtime's workers, not in the future `block_on` polls
+/// itself (which tokio wakes through its driver, a system call per look).
+async fn ping_task(o: &Opts, client: &Side, size: usize) -> TaskResult<Row> {
+    let (o, client) = (o.clone(), client.clone());
+    tokio::spawn(async move { ping(&o, &client, size).await })
+        .await
+        .map_err(|e| format!("the client task: {e}"))?
+}
 
 /// The client: warm-up, then `o.iters` timed round trips of `size` bytes.
 async fn ping(o: &Opts, s: &Side, size: usize) -> TaskResult<Row> {
