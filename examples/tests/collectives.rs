@@ -58,6 +58,12 @@ fn in_slots(out: &str, n: u32) -> Vec<u64> {
     counts(out, n, "collectives in the node's slots")
 }
 
+/// Whether processes of one user that are not each other's ancestors may
+/// read each other's memory: no Yama, or Yama's `ptrace_scope` 0.
+fn may_read_siblings() -> bool {
+    std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope").map_or(true, |s| s.trim() == "0")
+}
+
 /// Each rank's count on its line `rank r/n: COUNT <what>`.
 fn counts(out: &str, n: u32, what: &str) -> Vec<u64> {
     (0..n)
@@ -85,6 +91,16 @@ fn mpirun_checks(shm: bool, provider: &str) {
         assert!(
             slots.iter().all(|&s| s == slots[0] && (s > 0) == node),
             "{n} ranks on {provider}: {slots:?}"
+        );
+        // Those larger than a slot are read from the others' memory in
+        // one copy, where the kernel lets ranks of one user do so (no Yama
+        // ptrace_scope of 1 or more here: checked by `may_read_siblings`).
+        let copied = counts(&e.stdout, n, "collectives read with one copy");
+        assert!(
+            copied
+                .iter()
+                .all(|&c| c == copied[0] && c <= slots[0] && (c > 0) == (node && may_read_siblings())),
+            "{n} ranks on {provider}: {copied:?} read with one copy of {slots:?} in the slots"
         );
     }
 }

@@ -522,6 +522,8 @@ fn main() -> ExitCode {
             println!("rank {rank}/{size}: {checks} checks passed in {secs:.2} s ({provider} via {launcher})");
             let slots = world.stats().node_collectives;
             println!("rank {rank}/{size}: {slots} collectives in the node's slots");
+            let copied = world.stats().node_single_copy_collectives;
+            println!("rank {rank}/{size}: {copied} collectives read with one copy");
             let two = world.stats().two_level_collectives;
             println!("rank {rank}/{size}: {two} collectives in two levels");
             match world.finish() {

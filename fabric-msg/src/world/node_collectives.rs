@@ -1,12 +1,15 @@
 //! The World's blocking barrier, allreduce, broadcast and reduce where
 //! every rank is on one node: through the node's collective slots
 //! (`collectives/on_node.rs`, which has the protocol) instead of as
-//! messages. The calls in `collective_calls.rs` try this first; it
+//! messages; an allreduce or broadcast larger than a slot by reads of the
+//! other ranks' memory (`collectives/on_node_copy.rs`) where the kernel
+//! allows them. The calls in `collective_calls.rs` try this first; it
 //! declines (`None`) on a World that spans nodes, on a communicator whose
 //! members do (`comm_slots.rs`), on libfabric's shm and with
 //! `FABRIC_MSG_NODE_COLLECTIVES=0`.
 
 use super::collectives::on_node::{fold_in_rank_order, Call, Differs, Kind, NodeColl};
+use super::collectives::on_node_copy;
 use super::collectives::ops::{bytes_of, Element, Reduction};
 use super::collectives::scope::Scope;
 use super::comm::CommView;
@@ -80,6 +83,9 @@ impl World {
         let _call = self.live.call();
         call.seq = self.coll.number(scope) & tags::SEQ_MASK;
         let k = nc.begin();
+        // Whether others may be reading this rank's memory until they say
+        // they are done (`on_node_copy.rs`).
+        let mut lent = false;
         let room = self.wait_on_node(nc, &call, |nc, _| Ok(nc.may_post(k)), |nc| nc.room_came(k));
         let out = room.and_then(|()| {
             if let Err(reason) = check {
@@ -102,7 +108,11 @@ impl World {
             } else {
                 &[]
             };
-            nc.post(k, &call, mine);
+            // Data larger than a slot is offered for the others to read in
+            // one copy, where an allreduce or a broadcast can use it.
+            let offered = matches!(call.kind, Kind::Allreduce | Kind::Broadcast) && !call.in_place();
+            let at = if offered { data.as_ptr() as u64 } else { 0 };
+            nc.post(k, &call, mine, at);
             // In place, a broadcast's root and a reduce's other ranks post
             // and go, and a broadcast's other ranks read the root alone. A
             // call on to messages waits for every header, so that no rank
@@ -117,7 +127,14 @@ impl World {
             let gather = |nc: &mut NodeColl, progress: &mut bool| nc.gather(k, &call, progress);
             self.wait_on_node(nc, &call, gather, |nc| nc.header_came(k))?;
             if !call.in_place() {
-                return Ok(OnNode::Messages);
+                if !offered || !nc.single_copy(k) {
+                    return Ok(OnNode::Messages);
+                }
+                // Who must wait until no one reads its memory: every rank of
+                // an allreduce, a broadcast's root.
+                lent = call.kind == Kind::Allreduce || me == call.root;
+                self.single_copy_calls += 1;
+                return self.run_single_copy(nc, scope, k, &call, data, reduction);
             }
             match (call.kind, reduction) {
                 (Kind::Allreduce, Some(r)) => combine(nc, k, data, r),
@@ -128,7 +145,69 @@ impl World {
             Ok(OnNode::Done)
         });
         nc.finish(k);
+        if lent {
+            // Whatever happened here, no one may still read `data` once
+            // this returns.
+            let all_done = |nc: &mut NodeColl, _: &mut bool| Ok(nc.all_done(k));
+            let wait = self.wait_on_node(nc, &call, all_done, |nc| nc.all_done(k));
+            return match (out, wait) {
+                // A lost rank is why others left early (and a read of
+                // their memory failed, or their part never came): say so.
+                (Err(_), Err(lost @ Error::RankLost { .. })) => Err(lost),
+                (out, wait) => out.and(wait.map(|()| OnNode::Done)),
+            };
+        }
         out
+    }
+
+    /// A call larger than a slot, by reads of the others' memory
+    /// (`collectives/on_node_copy.rs` has the steps and why they are safe).
+    fn run_single_copy<T: Element>(
+        &mut self,
+        nc: &mut NodeColl,
+        scope: &Scope,
+        k: u64,
+        call: &Call,
+        data: &mut [T],
+        reduction: Option<&Reduction<T>>,
+    ) -> Result<OnNode> {
+        let live = self.live.clone();
+        let failed = |d: Differs| {
+            if d.gone {
+                // Its process is gone: the World has lost that rank, as its
+                // lifeline will soon say too.
+                let rank = scope.world_rank(d.rank);
+                live.lose(rank, format!("its process is gone ({})", d.message));
+                return Error::RankLost {
+                    rank,
+                    why: live.why(rank).unwrap_or_default(),
+                };
+            }
+            Error::Collective {
+                operation: call.what,
+                seq: call.seq,
+                rank: d.rank,
+                message: d.message,
+            }
+        };
+        match (call.kind, reduction) {
+            (Kind::Allreduce, Some(r)) => {
+                on_node_copy::fold_own_part(nc, k, data, r).map_err(&failed)?;
+                nc.phase_done(k);
+                self.wait_on_node(
+                    nc,
+                    call,
+                    |nc, _| nc.phases(k),
+                    |nc| !matches!(nc.phases(k), Ok(false)),
+                )?;
+                on_node_copy::read_other_parts(nc, k, data).map_err(failed)?;
+            }
+            (Kind::Broadcast, _) if nc.me() != call.root => {
+                on_node_copy::read_root(nc, k, call.root, data).map_err(failed)?;
+            }
+            _ => {}
+        }
+        Ok(OnNode::Done)
     }
 
     /// Look at the slots until `ready` says so, turning the World between

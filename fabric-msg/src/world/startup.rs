@@ -235,6 +235,7 @@ impl World {
             node_coll,
             node_collectives: cfg.node_collectives,
             slot_calls: 0,
+            single_copy_calls: 0,
             two_level: None,
             two_level_calls: 0,
         };

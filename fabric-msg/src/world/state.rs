@@ -59,6 +59,8 @@ pub struct World {
     pub(super) node_collectives: bool,
     /// Blocking collectives run in slots so far (`WorldStats::node_collectives`).
     pub(super) slot_calls: u64,
+    /// Of those, the ones read with one copy (`WorldStats::node_single_copy_collectives`).
+    pub(super) single_copy_calls: u64,
     /// Where the World spans nodes: its node and leaders' communicators,
     /// for its blocking collectives in two levels (`two_level.rs`).
     pub(super) two_level: Option<super::levels::TwoLevel>,

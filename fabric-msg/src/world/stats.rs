@@ -33,6 +33,11 @@ pub struct WorldStats {
     /// slots (on a World all on one node, or a communicator all on this
     /// node: `collectives/on_node.rs`), their data too where it fit a slot.
     pub node_collectives: u64,
+    /// Of `node_collectives`, the `allreduce` and `broadcast` calls larger
+    /// than a slot whose data each rank read from the others' memory in
+    /// one copy (`collectives/on_node_copy.rs`), where every rank may read
+    /// every other's.
+    pub node_single_copy_collectives: u64,
     /// The World's blocking `allreduce`, `barrier`, `reduce` and
     /// `broadcast` calls that ran in two levels (each node's ranks to
     /// their leader in shared memory, the leaders on the fabric, back in
@@ -90,6 +95,7 @@ impl World {
             fabric,
             local,
             node_collectives: self.slot_calls,
+            node_single_copy_collectives: self.single_copy_calls,
             two_level_collectives: self.two_level_calls,
         }
     }

@@ -67,8 +67,20 @@ impl Ctx<'_> {
         let got = self.world.wait(pending)?;
         let want = fold(&inputs, |a, b| a.wrapping_add(b));
         self.tally.expect("an iallreduce across them", &got, &want);
-        // Every rank gets the same bits, though the sum depends on the order.
-        let mut x: Vec<f64> = (0..7)
+        // Every rank gets the same bits, though the sum depends on the order:
+        // in a slot, and larger than one (on one node each rank folds its
+        // part of the data from the others' memory, `on_node_copy.rs`).
+        for len in [7, 3 * SLOT as u32 / 8 + 5] {
+            self.same_bits(len)?;
+        }
+        Ok(())
+    }
+
+    /// An f64 sum of `len` elements whose value depends on the order gives
+    /// every rank the same bits.
+    fn same_bits(&mut self, len: u32) -> fabric_msg::Result<()> {
+        let (rank, size) = (self.world.rank(), self.world.size());
+        let mut x: Vec<f64> = (0..len)
             .map(|i| {
                 let sign = if (rank + i) % 2 == 0 { 1.0 } else { -1.0 };
                 sign * 10f64.powi((rank % 7) as i32 * 3) / f64::from(3 + rank + i)
@@ -78,7 +90,7 @@ impl Ctx<'_> {
         let bits: Vec<u64> = x.iter().map(|v| v.to_bits()).collect();
         let all = self.world.allgather(&bits)?;
         self.tally.expect(
-            "an f64 sum, the same bits on every rank",
+            &format!("an f64 sum of {len}, the same bits on every rank"),
             &all,
             &bits.repeat(size as usize),
         );

@@ -13,6 +13,12 @@
 //!                     words 1-4  what the collective is (kind, its number
 //!                              among the World's collectives, bytes, root
 //!                              and op), see `on_node.rs`
+//!                     words 5-6  for data larger than a slot: its address
+//!                              in the owner, and whether the owner may
+//!                              read every other rank's memory
+//!                     word 7   phase: the collective's number + 1 once the
+//!                              owner's part of a single-copy allreduce is
+//!                              final (Release)
 //!                     data     the rank's contribution, if any
 //! ```
 //!
@@ -29,6 +35,7 @@
 
 use super::doorbell::Doorbell;
 use super::segment::Segment;
+use super::single_copy;
 use crate::memory::copy::{copy_in, copy_out};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -40,8 +47,11 @@ pub const SLOTS: usize = 4;
 /// Bytes of data a slot holds: the largest contribution carried in place.
 pub const SLOT_DATA: usize = 8 << 10;
 
-/// Words of a slot's header after the stamp.
-pub const HEAD_WORDS: usize = 4;
+/// Words of a slot's header after the stamp (the phase word follows).
+pub const HEAD_WORDS: usize = 6;
+
+/// Where a slot's phase word is, after the stamp and the header words.
+const PHASE: usize = 8 + HEAD_WORDS * 8;
 
 const LINE: usize = 64;
 const SLOT_BYTES: usize = LINE + SLOT_DATA;
@@ -108,6 +118,28 @@ impl Slots {
         self.word(s).store(k + 1, Ordering::Release);
     }
 
+    /// Say that the owner's part of collective `k` is final (the middle
+    /// step of a single-copy allreduce, `world/collectives/on_node_copy.rs`).
+    pub(crate) fn set_phase(&self, k: u64) {
+        self.word(Slots::slot(k) + PHASE).store(k + 1, Ordering::Release);
+    }
+
+    /// Whether the owner's part of collective `k` is final.
+    pub(crate) fn phase(&self, k: u64) -> bool {
+        self.word(Slots::slot(k) + PHASE).load(Ordering::Acquire) == k + 1
+    }
+
+    /// The owner's process, for a read of its memory with one copy.
+    pub(crate) fn owner_pid(&self) -> u32 {
+        self.seg.name().pid
+    }
+
+    /// Whether this process may read the owner's memory (`single_copy`):
+    /// a read of its segment's header through the kernel.
+    pub(crate) fn owner_readable(&self) -> bool {
+        single_copy::can_read(self.owner_pid(), self.seg.owner_base(), Segment::MAGIC)
+    }
+
     /// Wake the owner if it sleeps in its wait.
     pub(crate) fn ring(&self) {
         self.bell.ring();
@@ -139,7 +171,7 @@ impl Slots {
 
 #[cfg(test)]
 mod tests {
-    use super::{Slots, AREA, SLOTS, SLOT_DATA};
+    use super::{Slots, AREA, HEAD_WORDS, SLOTS, SLOT_DATA};
     use crate::transport::node::segment::{Segment, HEADER};
     use std::sync::Arc;
 
@@ -148,12 +180,16 @@ mod tests {
         let seg = Arc::new(Segment::create(HEADER + AREA).expect("segment"));
         let owner = Slots::new(seg.clone(), HEADER);
         let reader = Slots::new(seg, HEADER);
+        assert!(reader.owner_readable(), "a process may read its own memory");
         for k in 0..(3 * SLOTS as u64) {
             assert_ne!(reader.stamp(k), k + 1, "collective {k} not posted yet");
             let data: Vec<u8> = (0..SLOT_DATA).map(|i| (i as u64 * 7 + k) as u8).collect();
-            owner.post(k, [k, 2, 3, 4], &data[..SLOT_DATA - k as usize]);
+            owner.post(k, [k, 2, 3, 4, 5, 6], &data[..SLOT_DATA - k as usize]);
             assert_eq!(reader.stamp(k), k + 1);
-            assert_eq!(reader.head(k), [k, 2, 3, 4]);
+            assert_eq!(reader.head(k), [k, 2, 3, 4, 5, 6]);
+            assert!(!reader.phase(k));
+            owner.set_phase(k);
+            assert!(reader.phase(k));
             let mut out = vec![0u8; SLOT_DATA - k as usize];
             reader.read(k, &mut out);
             assert_eq!(out, data[..SLOT_DATA - k as usize]);
@@ -166,6 +202,6 @@ mod tests {
     #[should_panic(expected = "slot data")]
     fn data_larger_than_a_slot_is_refused() {
         let seg = Arc::new(Segment::create(HEADER + AREA).expect("segment"));
-        Slots::new(seg, HEADER).post(0, [0; 4], &vec![0u8; SLOT_DATA + 1]);
+        Slots::new(seg, HEADER).post(0, [0; HEAD_WORDS], &vec![0u8; SLOT_DATA + 1]);
     }
 }

@@ -46,6 +46,7 @@ pub(crate) mod gather;
 pub(crate) mod io;
 pub(crate) mod notice;
 pub(crate) mod on_node;
+pub(crate) mod on_node_copy;
 pub(crate) mod ops;
 pub(crate) mod plan;
 pub(crate) mod plans;

@@ -9,8 +9,11 @@
 //!   fabric-msg's node transport carries it (`world/node_collectives.rs`).
 //!   The choice depends on nothing a rank could pass differently: every
 //!   such call posts its header, whatever its length. One whose data fit a
-//!   slot (`SLOT_DATA`) is done in the slots; a larger one goes on, once
-//!   every rank's header agreed, as a message schedule (`engine.rs`).
+//!   slot (`SLOT_DATA`) is done in the slots. A larger one waits until
+//!   every rank's header agreed; then an allreduce or a broadcast whose
+//!   every rank may read every other's memory runs by reads of it
+//!   (`on_node_copy.rs`: its header carries its data's address), and
+//!   anything else goes on as a message schedule (`engine.rs`).
 //! - **One round.** Collective `k` (numbered by this file, alike on every
 //!   rank) waits until every rank is done reading `k - SLOTS`, posts its
 //!   slot, rings the others' doorbells, then waits for every rank's stamp
@@ -125,6 +128,8 @@ impl Call {
             bytes as u64,
             u64::from(self.root) | u64::from(self.op) << 32,
             self.size as u64 | u64::from(name_hash(self.type_name)) << 32,
+            0,
+            0,
         ]
     }
 }
@@ -142,6 +147,9 @@ fn name_hash(name: &str) -> u32 {
 pub(crate) struct Differs {
     pub rank: u32,
     pub message: String,
+    /// That rank's process is gone (a read of its memory found no such
+    /// process): the World has lost it.
+    pub gone: bool,
 }
 
 /// The slots of every rank of a one-node World, and where this rank is in
@@ -161,6 +169,9 @@ pub(crate) struct NodeColl {
     known_done: Vec<u64>,
     /// A peer's data, copied out of its slot.
     stage: Vec<u8>,
+    /// Whether this rank may read every other rank's memory, asked of the
+    /// kernel at the first call larger than a slot (`on_node_copy.rs`).
+    readable: Option<bool>,
     /// Whether a wait may spin between turns of the World (a core per
     /// rank on the node).
     pub(crate) spin: bool,
@@ -181,6 +192,7 @@ impl NodeColl {
             seen: vec![false; n],
             known_done: vec![0; n],
             stage: vec![0; SLOT_DATA],
+            readable: None,
             spin,
             idle,
         }
@@ -247,9 +259,29 @@ impl NodeColl {
 
     /// Post this rank's part of collective `k` and wake the others: its
     /// header (which gives the call's length whether or not this rank's
-    /// data travels) and `data`.
-    pub(crate) fn post(&self, k: u64, call: &Call, data: &[u8]) {
-        self.post_words(k, call.words(call.bytes()), data);
+    /// data travels) and `data`. `at`, where not 0, is the address of this
+    /// rank's whole data in its own memory, offered for the others to read
+    /// with one copy where it is larger than a slot (`on_node_copy.rs`);
+    /// the header then also says whether this rank may read every other
+    /// rank's memory.
+    pub(crate) fn post(&mut self, k: u64, call: &Call, data: &[u8], at: u64) {
+        let mut words = call.words(call.bytes());
+        if at != 0 && !call.in_place() {
+            words[4] = at;
+            words[5] = u64::from(self.may_read_all());
+        }
+        self.post_words(k, words, data);
+    }
+
+    /// Whether this rank may read every other rank's memory: asked once.
+    fn may_read_all(&mut self) -> bool {
+        let (slots, me) = (&self.slots, self.me);
+        *self.readable.get_or_insert_with(|| {
+            slots
+                .iter()
+                .enumerate()
+                .all(|(r, s)| r == me || s.owner_readable())
+        })
     }
 
     fn post_words(&self, k: u64, words: [u64; HEAD_WORDS], data: &[u8]) {
@@ -305,17 +337,19 @@ impl NodeColl {
                  fabric-msg",
                 k + 1
             ),
+            gone: false,
         }
     }
 
     /// Check rank `r`'s header of `k` against `call`.
     fn check(&mut self, r: usize, k: u64, call: &Call) -> Result<(), Differs> {
-        let [w0, bytes, w2, w3] = self.slots[r].head(k);
+        let [w0, bytes, w2, w3, ..] = self.slots[r].head(k);
         let (kind, refused, seq) = (w0 & 0xff, w0 >> 8 & 0xff, (w0 >> 32) as u32);
         let (root, op) = ((w2 & 0xffff_ffff) as u32, (w2 >> 32) as u32);
         let differs = |message: String| Differs {
             rank: r as u32,
             message,
+            gone: false,
         };
         if kind == Kind::Refused as u64 {
             let len = (bytes as usize).min(SLOT_DATA);
@@ -382,6 +416,70 @@ impl NodeColl {
         for (_, s) in self.others() {
             s.ring();
         }
+    }
+
+    /// Whether every rank of collective `k` offered its data for one copy
+    /// and may read every other rank's (after every header came): the same
+    /// answer on every rank, from the same headers.
+    pub(crate) fn single_copy(&self, k: u64) -> bool {
+        self.slots.iter().all(|s| {
+            let head = s.head(k);
+            head[4] != 0 && head[5] == 1
+        })
+    }
+
+    /// Read `dst.len()` bytes of rank `r`'s data of collective `k`, from
+    /// byte `offset` on, with one copy (`single_copy` said yes).
+    pub(crate) fn read_from(&self, k: u64, r: usize, offset: usize, dst: &mut [u8]) -> Result<(), Differs> {
+        let s = &self.slots[r];
+        let at = s.head(k)[4].checked_add(offset as u64).unwrap_or(0);
+        crate::transport::node::single_copy::read(s.owner_pid(), at, dst).map_err(|errno| Differs {
+            rank: r as u32,
+            gone: errno == libc::ESRCH,
+            message: format!(
+                "reading {} bytes of rank {r}'s data from its memory failed: {} (its process is gone, or its \
+                 shared memory was overwritten)",
+                dst.len(),
+                std::io::Error::from_raw_os_error(errno)
+            ),
+        })
+    }
+
+    /// Say that this rank's part of collective `k` is final, and wake the
+    /// others.
+    pub(crate) fn phase_done(&self, k: u64) {
+        self.slots[self.me].set_phase(k);
+        for (_, s) in self.others() {
+            s.ring();
+        }
+    }
+
+    /// `Ok(true)` once every other rank's part of `k` is final; an error
+    /// names a rank that finished `k` without (it failed its part).
+    pub(crate) fn phases(&self, k: u64) -> Result<bool, Differs> {
+        let mut all = true;
+        for (r, s) in self.others() {
+            if s.phase(k) {
+                continue;
+            }
+            if s.done() > k {
+                return Err(Differs {
+                    rank: r as u32,
+                    message: format!(
+                        "rank {r} left the call before its part was done (its own error says why)"
+                    ),
+                    gone: false,
+                });
+            }
+            all = false;
+        }
+        Ok(all)
+    }
+
+    /// Whether every other rank is done with collective `k`: no one reads
+    /// this rank's memory any more.
+    pub(crate) fn all_done(&self, k: u64) -> bool {
+        self.others().all(|(_, s)| s.done() > k)
     }
 
     /// Collectives begun here so far.

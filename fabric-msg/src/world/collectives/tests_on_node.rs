@@ -2,10 +2,11 @@
 //! standing in for ranks, each rank's slots in a segment of its own.
 
 use super::on_node::{fold_in_rank_order, Call, Kind, NodeColl};
+use super::on_node_copy;
 use crate::transport::event_loop::idle::Idler;
 use crate::transport::event_loop::LoopConfig;
 use crate::transport::node::segment::{Segment, HEADER};
-use crate::transport::node::slots::{Slots, AREA};
+use crate::transport::node::slots::{Slots, AREA, HEAD_WORDS};
 use crate::world::collectives::ops::{bytes_of, Op, Reduction};
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,7 +33,7 @@ fn allreduce(nc: &mut NodeColl, mine: u64, slow: bool) -> Result<u64, String> {
     let sum = Reduction::Op(Op::Sum);
     let mut call = Call::new::<u64>(Kind::Allreduce, "allreduce", 1, 0).reducing(&sum);
     call.seq = k as u32;
-    nc.post(k, &call, bytes_of(&[mine]));
+    nc.post(k, &call, bytes_of(&[mine]), 0);
     let mut progress = false;
     loop {
         match nc.gather(k, &call, &mut progress) {
@@ -72,6 +73,7 @@ fn broadcast(nc: &mut NodeColl, root: u32, value: u64, slow: bool) -> u64 {
         } else {
             &[]
         },
+        0,
     );
     nc.only(if me == root { None } else { Some(root) });
     let mut progress = false;
@@ -143,7 +145,7 @@ fn a_rank_that_passes_another_length_fails_every_rank_naming_it() {
     let mut other =
         Call::new::<u64>(Kind::Allreduce, "allreduce", 2, 0).reducing(&Reduction::<u64>::Op(Op::Sum));
     other.seq = 0;
-    b.post(k, &other, bytes_of(&[1u64, 2]));
+    b.post(k, &other, bytes_of(&[1u64, 2]), 0);
     let e = allreduce(&mut a, 5, false).expect_err("lengths differ");
     assert!(
         e.contains(
@@ -175,7 +177,113 @@ fn a_stamp_outside_the_protocol_is_named_not_waited_for() {
     let mut a = rank(&slots, 0);
     // Rank 1's slot 0 stamped for collective 4, which cannot be there
     // before rank 0 has read collective 0.
-    slots[1].post(4, [0; 4], &[]);
+    slots[1].post(4, [0; HEAD_WORDS], &[]);
     let e = allreduce(&mut a, 5, false).expect_err("corrupt");
     assert!(e.contains("rank 1's collective slot holds stamp"), "{e}");
+}
+
+/// One allreduce larger than a slot by hand, as `World::run_on_node` and
+/// `run_single_copy` run it: header with the data's address, every
+/// header, this rank's part, the phase, the others' parts, done, and the
+/// wait for every rank's done.
+fn allreduce_by_reads(nc: &mut NodeColl, data: &mut [f64]) -> Result<(), String> {
+    let k = nc.begin();
+    while !nc.may_post(k) {
+        std::thread::yield_now();
+    }
+    let sum = Reduction::Op(Op::Sum);
+    let mut call = Call::new::<f64>(Kind::Allreduce, "allreduce", data.len(), 0).reducing(&sum);
+    call.seq = k as u32;
+    nc.post(k, &call, &[], data.as_ptr() as u64);
+    let mut progress = false;
+    let out = (|| {
+        while !nc.gather(k, &call, &mut progress).map_err(|d| d.message)? {
+            std::thread::yield_now();
+        }
+        assert!(nc.single_copy(k), "threads of one process may read each other");
+        on_node_copy::fold_own_part(nc, k, data, &sum).map_err(|d| d.message)?;
+        nc.phase_done(k);
+        while !nc.phases(k).map_err(|d| d.message)? {
+            std::thread::yield_now();
+        }
+        on_node_copy::read_other_parts(nc, k, data).map_err(|d| d.message)
+    })();
+    nc.finish(k);
+    while !nc.all_done(k) {
+        std::thread::yield_now();
+    }
+    out
+}
+
+/// Every rank of a large allreduce gets the same bits, those of the sum
+/// taken in rank order, over rounds in which a slow rank lets the others
+/// run ahead to the next call.
+#[test]
+fn a_large_allreduce_by_reads_gives_every_rank_the_rank_order_sum() {
+    let n = 3;
+    let len = 25_001; // parts of 8333 and 8334 elements, several pieces each
+    let slots = node(n);
+    let value =
+        |rank: usize, round: usize, i: usize| ((rank * 7 + round) as f64).powi(3) / (i + 1) as f64 + 0.1;
+    let threads: Vec<_> = (0..n as u32)
+        .map(|me| {
+            let mut nc = rank(&slots, me);
+            std::thread::spawn(move || {
+                let mut got = Vec::new();
+                for round in 0..20 {
+                    let mut data: Vec<f64> = (0..len).map(|i| value(me as usize, round, i)).collect();
+                    if me == 1 && round % 4 == 0 {
+                        std::thread::sleep(Duration::from_millis(2));
+                    }
+                    allreduce_by_reads(&mut nc, &mut data).expect("agreed");
+                    got.push(data);
+                }
+                got
+            })
+        })
+        .collect();
+    let got: Vec<Vec<Vec<f64>>> = threads.into_iter().map(|t| t.join().expect("a rank")).collect();
+    for round in 0..20 {
+        let expect: Vec<f64> = (0..len)
+            .map(|i| (1..n).fold(value(0, round, i), |acc, r| acc + value(r, round, i)))
+            .collect();
+        for (r, g) in got.iter().enumerate() {
+            let same = g[round]
+                .iter()
+                .zip(&expect)
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same, "rank {r}, round {round}: not the rank-order sum's bits");
+        }
+    }
+}
+
+/// A rank whose data address cannot be read (a forged header, or a
+/// process gone) fails the reader's call with the errno, naming it; the
+/// reader does not crash or wait for ever.
+#[test]
+fn an_unreadable_address_fails_the_reader_naming_the_rank() {
+    let slots = node(2);
+    let mut a = rank(&slots, 0);
+    let mut b = rank(&slots, 1);
+    let len = 4096;
+    let k = b.begin();
+    let sum = Reduction::<f64>::Op(Op::Sum);
+    let mut call = Call::new::<f64>(Kind::Allreduce, "allreduce", len, 0).reducing(&sum);
+    call.seq = 0;
+    // Rank 1 says its data is at address 8, where nothing is mapped.
+    b.post(k, &call, &[], 8);
+    let t = std::thread::spawn(move || {
+        // Rank 1 takes no part: it says it is done once rank 0 is.
+        while !b.all_done(k) {
+            std::thread::yield_now();
+        }
+        b.finish(k);
+    });
+    let mut data = vec![1.0f64; len];
+    let e = allreduce_by_reads(&mut a, &mut data).expect_err("unreadable");
+    assert!(
+        e.contains("reading") && e.contains("rank 1's data") && e.contains("Bad address"),
+        "{e}"
+    );
+    t.join().expect("rank 1");
 }
