@@ -70,6 +70,7 @@ pub fn clean(cmd: &mut Command) -> &mut Command {
         "FABRIC_MSG_ROOT",
         "FABRIC_MSG_SHM",
         "FABRIC_MSG_NODE",
+        "FABRIC_MSG_SINGLE_COPY_FROM",
         ITER_TIMES_ENV,
         "PMIX_RANK",
         "PMIX_NAMESPACE",

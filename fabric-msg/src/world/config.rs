@@ -18,6 +18,7 @@ use std::time::Duration;
 /// | `shared_memory` | `true`: `shm` when every rank is on one host (for one-sided operations), and shared memory between the ranks of one node for messages | `FABRIC_MSG_SHM=0` turns both off |
 /// | `node_transport` | `true`: ranks of one node exchange messages over fabric-msg's own rings (`transport/node`, docs/onnode.md); `false`: over libfabric's `shm` where the world's fabric is another, over the world's `shm` where it is `shm` | `FABRIC_MSG_SHM=libfabric` sets `false`, `FABRIC_MSG_SHM=node` (or 1) `true` |
 /// | `node_collectives` | `true`: where every rank is on one node and the node transport carries them, the blocking barrier, allreduce, broadcast and reduce on the World go through shared-memory slots (`world/collectives/on_node.rs`); `false`: as messages | `FABRIC_MSG_NODE_COLLECTIVES=0` sets `false` |
+/// | `single_copy_from` | `usize::MAX` (never): messages between ranks of one node of at least this many bytes are read by the receiver from the sender's memory in one copy (`process_vm_readv`) instead of streaming through the ring; which is faster depends on the machine (docs/onnode.md, "Large messages": measure with `node_pingpong --copy-from`). Collectives larger than a slot read by one copy whatever this says | `FABRIC_MSG_SINGLE_COPY_FROM=BYTES` or `never` |
 /// | `node` | `None`: the host name says which ranks share a node | `FABRIC_MSG_NODE` (for testing layouts: one machine standing in for several nodes) |
 /// | `start_timeout` | 30 s: for all ranks to arrive and agree | `FABRIC_MSG_START_TIMEOUT` (seconds) |
 /// | `finish_timeout` | 10 s: for all ranks to finish | `FABRIC_MSG_FINISH_TIMEOUT` (seconds) |
@@ -41,6 +42,10 @@ pub struct WorldConfig {
     /// The World's small blocking collectives through shared memory where
     /// every rank is on one node (over the node transport).
     pub node_collectives: bool,
+    /// Messages between ranks of one node of at least this many bytes go
+    /// by one copy, where the kernel lets the receiver read the sender
+    /// (`usize::MAX`: never).
+    pub single_copy_from: usize,
     /// This rank's node, in place of its host name, to lay ranks out on
     /// pretend nodes in tests. Set, the launcher's word that every rank is
     /// on this host no longer makes the world choose `shm`.
@@ -74,6 +79,7 @@ impl Default for WorldConfig {
             shared_memory: true,
             node_transport: true,
             node_collectives: true,
+            single_copy_from: usize::MAX,
             node: None,
             start_timeout: Duration::from_secs(30),
             finish_timeout: Duration::from_secs(10),
@@ -119,6 +125,17 @@ impl WorldConfig {
                 return Err(Error::Usage(format!(
                     "FABRIC_MSG_NODE_COLLECTIVES={other:?}: say 0 (collectives as messages) or 1 (the default)"
                 )));
+            }
+        }
+        match std::env::var("FABRIC_MSG_SINGLE_COPY_FROM").as_deref() {
+            Ok("never") | Ok("") | Err(_) => {}
+            Ok(v) => {
+                c.single_copy_from = v.trim().parse().map_err(|_| {
+                    Error::Usage(format!(
+                        "FABRIC_MSG_SINGLE_COPY_FROM={v:?}: give a number of bytes (messages between ranks of one \
+                         node at least that long are read in one copy) or never (the default)"
+                    ))
+                })?
             }
         }
         if let Ok(n) = std::env::var("FABRIC_MSG_NODE") {

@@ -108,7 +108,11 @@ impl World {
             Some(why) => (Err(why.clone()), Err(why)),
             None if cfg.node_transport => {
                 let me = node_ranks.iter().position(|&r| r == placement.rank).unwrap_or(0);
-                let nl = NodeLoop::create(me, node_ranks.len(), NodeConfig::default())
+                let node_cfg = NodeConfig {
+                    single_copy_from: cfg.single_copy_from,
+                    ..NodeConfig::default()
+                };
+                let nl = NodeLoop::create(me, node_ranks.len(), node_cfg)
                     .map_err(|e| format!("cannot create the same-node segment: {e}"));
                 (Err("fabric-msg's node transport is used".into()), nl)
             }
