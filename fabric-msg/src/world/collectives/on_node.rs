@@ -462,7 +462,10 @@ impl NodeColl {
             if s.phase(k) {
                 continue;
             }
-            if s.done() > k {
+            // Done without its phase: it left early. The phase is looked at
+            // again after `done` (Acquire), since it may have come, then
+            // `done`, between the two loads above.
+            if s.done() > k && !s.phase(k) {
                 return Err(Differs {
                     rank: r as u32,
                     message: format!(
