@@ -348,23 +348,29 @@ section peers && for round in $(seq "$ROUNDS"); do
       [ "$HAS_TCP_RDM" = 1 ] && provs+=("tcp/rdm")
     # `node`: fabric-msg's own same-node transport (node_pingpong, which
     # starts its own peer); its fi_pingpong column is shm's of the round.
-    else provs=(shm node) tls=posix,self,cma; fi
+    # `node-ring`: the same with every message through the ring, where
+    # `node` (the default) reads messages from 32 KiB in one copy
+    # (FABRIC_MSG_SINGLE_COPY_FROM=never in a World), latency only, so
+    # each run shows which large-message copy is faster on this machine.
+    else provs=(shm node node-ring) tls=posix,self,cma; fi
     # Latency: ours and fi_pingpong on every provider of the class, then
     # UCX and Open MPI once; each peer is the reference of every provider.
     for size in $PEER_SIZES; do
       n=$(iters "$cls" "$size")
       w=$((n / 10))
       for prov in "${provs[@]}"; do
-        if [ "$prov" = node ]; then
-          tag="peers-node-$size-r$round"
-          if timeout -k 5 "$LIMIT" "$NODE_PP" "${NODE_PIN[@]}" -S "$size" -I "$n" -w "$w" --json \
+        if [ "${prov%-ring}" = node ]; then
+          tag="peers-$prov-$size-r$round"
+          copy=()
+          [ "$prov" = node-ring ] && copy=(--copy-from never)
+          if timeout -k 5 "$LIMIT" "$NODE_PP" "${NODE_PIN[@]}" "${copy[@]}" -S "$size" -I "$n" -w "$w" --json \
             >"$OUT/ours-$tag.out" 2>"$OUT/ours-$tag.err"; then
             js=$(tail -n 1 "$OUT/ours-$tag.out")
-            record lat "node|$size" "$round" ours "$(jq .usec_per_xfer <<<"$js")" "$(jq .mb_per_sec <<<"$js")"
+            record lat "$prov|$size" "$round" ours "$(jq .usec_per_xfer <<<"$js")" "$(jq .mb_per_sec <<<"$js")"
           else
             log "ab.sh: $tag failed: $(tail -n 3 "$OUT/ours-$tag.err")"
           fi
-          [ -n "${shm_fi:-}" ] && record lat "node|$size" "$round" fi "$shm_fi" ""
+          [ -n "${shm_fi:-}" ] && record lat "$prov|$size" "$round" fi "$shm_fi" ""
           continue
         fi
         provider_args "$prov"
@@ -401,11 +407,14 @@ section peers && for round in $(seq "$ROUNDS"); do
       fi
     done
     # Streaming: message rate at 8 B (column 5: million messages per
-    # second) and bandwidth at 1 MiB (column 6: MB/s one way).
+    # second) and bandwidth at 1 MiB (column 6: MB/s one way); not for
+    # node-ring, which differs from node only in latency's large sizes.
+    sprovs=()
+    for prov in "${provs[@]}"; do if [ "$prov" != node-ring ]; then sprovs+=("$prov"); fi; done
     for size in $STREAM_SIZES; do
       n=$(stream_iters "$cls" "$size")
       w=$((n / 10))
-      for prov in "${provs[@]}"; do
+      for prov in "${sprovs[@]}"; do
         if [ "$prov" = node ]; then
           tag="stream-node-$size-r$round"
           if timeout -k 5 "$LIMIT" "$NODE_PP" "${NODE_PIN[@]}" --rate "$WINDOW" -S "$size" -I "$n" -w "$w" --json \
@@ -435,10 +444,10 @@ section peers && for round in $(seq "$ROUNDS"); do
       if row=$(ucx "ucx-$tag" "$tls" tag_bw "$size" "$n" "$w"); then
         read -r _ _ _ _ _ _ _ rate <<<"$row"
         m=$(awk -v r="$rate" -v s="$size" 'BEGIN { print r / 1e6, r * s / 1e6 }')
-        for prov in "${provs[@]}"; do record stream "$prov|$size" "$round" ucx "${m% *}" "${m#* }"; done
+        for prov in "${sprovs[@]}"; do record stream "$prov|$size" "$round" ucx "${m% *}" "${m#* }"; done
       fi
       if js=$(mpi "mpi-$tag" "$cls" rate -S "$size" -I "$n" -W "$w" -w "$WINDOW"); then
-        for prov in "${provs[@]}"; do
+        for prov in "${sprovs[@]}"; do
           record stream "$prov|$size" "$round" mpi "$(jq '.msgs_per_sec / 1e6' <<<"$js")" "$(jq .mb_per_sec <<<"$js")"
         done
       fi

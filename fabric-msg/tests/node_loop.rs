@@ -48,15 +48,15 @@ fn pattern(len: usize, seed: u64) -> Vec<u8> {
         .collect()
 }
 
-/// Every message through the ring (the default), and from 32 KiB read
+/// Every message through the ring, and (the default) from 32 KiB read
 /// from the sender's memory.
 fn configs() -> impl Iterator<Item = NodeConfig> {
     [
-        NodeConfig::default(),
         NodeConfig {
-            single_copy_from: 32 << 10,
+            single_copy_from: usize::MAX,
             ..NodeConfig::default()
         },
+        NodeConfig::default(),
     ]
     .into_iter()
 }

@@ -5,6 +5,7 @@ use crate::discovery::config::LadderConfig;
 use crate::discovery::negotiate::{Capability, Requirements};
 use crate::error::{Error, Result};
 use crate::transport::event_loop::{LoopConfig, ProgressThread, WaitMode};
+use crate::transport::node::DEFAULT_SINGLE_COPY_FROM;
 use std::time::Duration;
 
 /// Settings of a [`World`](super::World). `WorldConfig::default()`:
@@ -18,7 +19,7 @@ use std::time::Duration;
 /// | `shared_memory` | `true`: `shm` when every rank is on one host (for one-sided operations), and shared memory between the ranks of one node for messages | `FABRIC_MSG_SHM=0` turns both off |
 /// | `node_transport` | `true`: ranks of one node exchange messages over fabric-msg's own rings (`transport/node`, docs/onnode.md); `false`: over libfabric's `shm` where the world's fabric is another, over the world's `shm` where it is `shm` | `FABRIC_MSG_SHM=libfabric` sets `false`, `FABRIC_MSG_SHM=node` (or 1) `true` |
 /// | `node_collectives` | `true`: where every rank is on one node and the node transport carries them, the blocking barrier, allreduce, broadcast and reduce on the World go through shared-memory slots (`world/collectives/on_node.rs`); `false`: as messages | `FABRIC_MSG_NODE_COLLECTIVES=0` sets `false` |
-/// | `single_copy_from` | `usize::MAX` (never): messages between ranks of one node of at least this many bytes are read by the receiver from the sender's memory in one copy (`process_vm_readv`) instead of streaming through the ring; which is faster depends on the machine (docs/onnode.md, "Large messages": measure with `node_pingpong --copy-from`). Collectives larger than a slot read by one copy whatever this says | `FABRIC_MSG_SINGLE_COPY_FROM=BYTES` or `never` |
+/// | `single_copy_from` | 32 KiB: messages between ranks of one node of at least this many bytes are read by the receiver from the sender's memory in one copy (`process_vm_readv`) instead of streaming through the ring; which is faster depends on the machine (docs/onnode.md, "Large messages": measure with `node_pingpong --copy-from`). Collectives larger than a slot read by one copy whatever this says | `FABRIC_MSG_SINGLE_COPY_FROM=BYTES` or `never` |
 /// | `node` | `None`: the host name says which ranks share a node | `FABRIC_MSG_NODE` (for testing layouts: one machine standing in for several nodes) |
 /// | `start_timeout` | 30 s: for all ranks to arrive and agree | `FABRIC_MSG_START_TIMEOUT` (seconds) |
 /// | `finish_timeout` | 10 s: for all ranks to finish | `FABRIC_MSG_FINISH_TIMEOUT` (seconds) |
@@ -79,7 +80,7 @@ impl Default for WorldConfig {
             shared_memory: true,
             node_transport: true,
             node_collectives: true,
-            single_copy_from: usize::MAX,
+            single_copy_from: DEFAULT_SINGLE_COPY_FROM,
             node: None,
             start_timeout: Duration::from_secs(30),
             finish_timeout: Duration::from_secs(10),
@@ -128,12 +129,13 @@ impl WorldConfig {
             }
         }
         match std::env::var("FABRIC_MSG_SINGLE_COPY_FROM").as_deref() {
-            Ok("never") | Ok("") | Err(_) => {}
+            Ok("never") => c.single_copy_from = usize::MAX,
+            Ok("") | Err(_) => {}
             Ok(v) => {
                 c.single_copy_from = v.trim().parse().map_err(|_| {
                     Error::Usage(format!(
                         "FABRIC_MSG_SINGLE_COPY_FROM={v:?}: give a number of bytes (messages between ranks of one \
-                         node at least that long are read in one copy) or never (the default)"
+                         node at least that long are read in one copy; 32768 by default) or never (always through the ring)"
                     ))
                 })?
             }

@@ -33,5 +33,5 @@ pub mod segment;
 pub(crate) mod single_copy;
 pub(crate) mod slots;
 
-pub use node_loop::{NodeCompletion, NodeConfig, NodeLoop};
+pub use node_loop::{NodeCompletion, NodeConfig, NodeLoop, DEFAULT_SINGLE_COPY_FROM};
 pub use segment::{Segment, SegmentName};

@@ -42,20 +42,27 @@ pub struct NodeConfig {
     pub max_frame: usize,
     /// Messages of at least this many bytes are read by the receiver from
     /// the sender's memory in one copy, where the kernel lets it
-    /// (`single_copy`); `usize::MAX` (the default) never. On the 2-core
-    /// VM this was built on, the single copy was slower than streaming
-    /// through the ring at every size from 8 KiB to 4 MiB, ping-pong and
-    /// streaming alike (docs/onnode.md); measure yours with
-    /// `node_pingpong --copy-from`.
+    /// (`single_copy`); `usize::MAX` never. [`DEFAULT_SINGLE_COPY_FROM`]
+    /// (32 KiB) by default. Which copy is faster moved between days on
+    /// the 2-core VM this was built on (docs/onnode.md, "Large
+    /// messages"); measure yours with `node_pingpong --copy-from`.
     pub single_copy_from: usize,
 }
+
+/// The default [`NodeConfig::single_copy_from`]: from 32 KiB, as the
+/// collectives' lent blocks, where Open MPI's vader and UCX also read in
+/// one copy. On 2026-11-28 the single copy took half the ring's time in
+/// ping-pong from 32 KiB here (on 2026-11-27, the reverse); a sender
+/// that may be descheduled does not hold up a read of its memory, where
+/// the ring needs both sides to run.
+pub const DEFAULT_SINGLE_COPY_FROM: usize = 32 << 10;
 
 impl Default for NodeConfig {
     fn default() -> Self {
         NodeConfig {
             cells: 1024,
             max_frame: 16 << 10,
-            single_copy_from: usize::MAX,
+            single_copy_from: DEFAULT_SINGLE_COPY_FROM,
         }
     }
 }
