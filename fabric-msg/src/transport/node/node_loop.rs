@@ -49,12 +49,9 @@ pub struct NodeConfig {
     pub single_copy_from: usize,
 }
 
-/// The default [`NodeConfig::single_copy_from`]: from 32 KiB, as the
-/// collectives' lent blocks, where Open MPI's vader and UCX also read in
-/// one copy. On 2026-11-28 the single copy took half the ring's time in
-/// ping-pong from 32 KiB here (on 2026-11-27, the reverse); a sender
-/// that may be descheduled does not hold up a read of its memory, where
-/// the ring needs both sides to run.
+/// The default [`NodeConfig::single_copy_from`], 32 KiB: Open MPI's vader
+/// and UCX read large messages in one copy too, and a descheduled sender
+/// does not hold up a read of its memory (docs/onnode.md, "Large messages").
 pub const DEFAULT_SINGLE_COPY_FROM: usize = 32 << 10;
 
 impl Default for NodeConfig {
