@@ -433,15 +433,23 @@ impl NodeColl {
     pub(crate) fn read_from(&self, k: u64, r: usize, offset: usize, dst: &mut [u8]) -> Result<(), Differs> {
         let s = &self.slots[r];
         let at = s.head(k)[4].checked_add(offset as u64).unwrap_or(0);
-        crate::transport::node::single_copy::read(s.owner_pid(), at, dst).map_err(|errno| Differs {
-            rank: r as u32,
-            gone: errno == libc::ESRCH,
-            message: format!(
-                "reading {} bytes of rank {r}'s data from its memory failed: {} (its process is gone, or its \
-                 shared memory was overwritten)",
-                dst.len(),
-                std::io::Error::from_raw_os_error(errno)
-            ),
+        crate::transport::node::single_copy::read(s.owner_pid(), at, dst).map_err(|errno| {
+            // A rank that failed its own part leaves, and its memory with it.
+            let left = s.done() > k;
+            Differs {
+                rank: r as u32,
+                gone: errno == libc::ESRCH,
+                message: format!(
+                    "reading {} bytes of rank {r}'s data from its memory failed: {} ({})",
+                    dst.len(),
+                    std::io::Error::from_raw_os_error(errno),
+                    if left {
+                        "it had left the call: its own error says why"
+                    } else {
+                        "its process is gone, or its shared memory was overwritten"
+                    }
+                ),
+            }
         })
     }
 
