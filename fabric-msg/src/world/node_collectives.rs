@@ -1,9 +1,9 @@
 //! The World's blocking barrier, allreduce, broadcast and reduce where
 //! every rank is on one node: through the node's collective slots
 //! (`collectives/on_node.rs`, which has the protocol) instead of as
-//! messages; an allreduce or broadcast larger than a slot by reads of the
-//! other ranks' memory (`collectives/on_node_copy.rs`) where the kernel
-//! allows them. The calls in `collective_calls.rs` try this first; it
+//! messages; an allreduce, broadcast or reduce larger than a slot by
+//! reads of the other ranks' memory (`collectives/on_node_copy.rs`) where
+//! the kernel allows them. The calls in `collective_calls.rs` try this first; it
 //! declines (`None`) on a World that spans nodes, on a communicator whose
 //! members do (`comm_slots.rs`), on libfabric's shm and with
 //! `FABRIC_MSG_NODE_COLLECTIVES=0`.
@@ -108,9 +108,9 @@ impl World {
             } else {
                 &[]
             };
-            // Data larger than a slot is offered for the others to read in
-            // one copy, where an allreduce or a broadcast can use it.
-            let offered = matches!(call.kind, Kind::Allreduce | Kind::Broadcast) && !call.in_place();
+            // Data larger than a slot (never a barrier's) is offered for the
+            // others to read in one copy.
+            let offered = !call.in_place();
             let at = if offered { data.as_ptr() as u64 } else { 0 };
             nc.post(k, &call, mine, at);
             // In place, a broadcast's root and a reduce's other ranks post
@@ -131,8 +131,12 @@ impl World {
                     return Ok(OnNode::Messages);
                 }
                 // Who must wait until no one reads its memory: every rank of
-                // an allreduce, a broadcast's root.
-                lent = call.kind == Kind::Allreduce || me == call.root;
+                // an allreduce, a broadcast's root, a reduce's other ranks.
+                lent = match call.kind {
+                    Kind::Broadcast => me == call.root,
+                    Kind::Reduce => me != call.root,
+                    _ => true,
+                };
                 self.single_copy_calls += 1;
                 return self.run_single_copy(nc, scope, k, &call, data, reduction);
             }
@@ -201,6 +205,9 @@ impl World {
                     |nc| !matches!(nc.phases(k), Ok(false)),
                 )?;
                 on_node_copy::read_other_parts(nc, k, data).map_err(failed)?;
+            }
+            (Kind::Reduce, Some(r)) if nc.me() == call.root => {
+                on_node_copy::fold_all(nc, k, data, r).map_err(&failed)?;
             }
             (Kind::Broadcast, _) if nc.me() != call.root => {
                 on_node_copy::read_root(nc, k, call.root, data).map_err(failed)?;

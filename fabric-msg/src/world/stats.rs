@@ -33,10 +33,10 @@ pub struct WorldStats {
     /// slots (on a World all on one node, or a communicator all on this
     /// node: `collectives/on_node.rs`), their data too where it fit a slot.
     pub node_collectives: u64,
-    /// Of `node_collectives`, the `allreduce` and `broadcast` calls larger
-    /// than a slot whose data each rank read from the others' memory in
-    /// one copy (`collectives/on_node_copy.rs`), where every rank may read
-    /// every other's.
+    /// Of `node_collectives`, the `allreduce`, `broadcast` and `reduce`
+    /// calls larger than a slot whose data the ranks read from each
+    /// other's memory in one copy (`collectives/on_node_copy.rs`), where
+    /// every rank may read every other's.
     pub node_single_copy_collectives: u64,
     /// The World's blocking `allreduce`, `barrier`, `reduce` and
     /// `broadcast` calls that ran in two levels (each node's ranks to

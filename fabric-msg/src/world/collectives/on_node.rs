@@ -10,8 +10,8 @@
 //!   The choice depends on nothing a rank could pass differently: every
 //!   such call posts its header, whatever its length. One whose data fit a
 //!   slot (`SLOT_DATA`) is done in the slots. A larger one waits until
-//!   every rank's header agreed; then an allreduce or a broadcast whose
-//!   every rank may read every other's memory runs by reads of it
+//!   every rank's header agreed; then an allreduce, broadcast or reduce
+//!   whose every rank may read every other's memory runs by reads of it
 //!   (`on_node_copy.rs`: its header carries its data's address), and
 //!   anything else goes on as a message schedule (`engine.rs`).
 //! - **One round.** Collective `k` (numbered by this file, alike on every

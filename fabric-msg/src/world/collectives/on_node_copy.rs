@@ -24,6 +24,9 @@
 //!   rank's step 1.
 //! - **broadcast**: every other rank reads the root's data in one copy and
 //!   says it is done; the root waits for all of them before it returns.
+//! - **reduce**: the root folds all of the data, reading every other
+//!   rank's piece by piece; the others wait until it is done, since their
+//!   data must stay as it was (no part of it can hold a partial result).
 //!
 //! A read that finds a peer's process gone makes that rank lost (the
 //! World's `RankLost`); any other failed read (an address that is not
@@ -53,7 +56,30 @@ pub(crate) fn fold_own_part<T: Element>(
     r: &Reduction<T>,
 ) -> Result<(), Differs> {
     let (n, me) = (nc.size() as usize, nc.me() as usize);
-    let own = part(data.len(), n, me);
+    fold_range(nc, k, data, r, part(data.len(), n, me))
+}
+
+/// A reduce's root: all of `data` becomes every rank's combined in rank
+/// order, read from the others' memory piece by piece (the other ranks'
+/// data must stay as it was, so none of them folds a part).
+pub(crate) fn fold_all<T: Element>(
+    nc: &NodeColl,
+    k: u64,
+    data: &mut [T],
+    r: &Reduction<T>,
+) -> Result<(), Differs> {
+    fold_range(nc, k, data, r, 0..data.len())
+}
+
+/// `data[own]` becomes every rank's `own` elements combined in rank order.
+fn fold_range<T: Element>(
+    nc: &NodeColl,
+    k: u64,
+    data: &mut [T],
+    r: &Reduction<T>,
+    own: Range<usize>,
+) -> Result<(), Differs> {
+    let (n, me) = (nc.size() as usize, nc.me() as usize);
     let step = (PIECE / T::SIZE).clamp(1, own.len().max(1));
     // Rank 0 folds into its own data, which is where the sum starts; any
     // other rank starts from rank 0's piece in `acc`, since its own must
