@@ -83,9 +83,10 @@ impl World {
         let _call = self.live.call();
         call.seq = self.coll.number(scope) & tags::SEQ_MASK;
         let k = nc.begin();
-        // Whether others may be reading this rank's memory until they say
-        // they are done (`on_node_copy.rs`).
-        let mut lent = false;
+        // Set where the call ran by one copy (`on_node_copy.rs`): whether
+        // others may be reading this rank's memory until they say they are
+        // done.
+        let mut copied: Option<bool> = None;
         let room = self.wait_on_node(nc, &call, |nc, _| Ok(nc.may_post(k)), |nc| nc.room_came(k));
         let out = room.and_then(|()| {
             if let Err(reason) = check {
@@ -110,8 +111,7 @@ impl World {
             };
             // Data larger than a slot (never a barrier's) is offered for the
             // others to read in one copy.
-            let offered = !call.in_place();
-            let at = if offered { data.as_ptr() as u64 } else { 0 };
+            let at = if call.in_place() { 0 } else { data.as_ptr() as u64 };
             nc.post(k, &call, mine, at);
             // In place, a broadcast's root and a reduce's other ranks post
             // and go, and a broadcast's other ranks read the root alone. A
@@ -127,16 +127,16 @@ impl World {
             let gather = |nc: &mut NodeColl, progress: &mut bool| nc.gather(k, &call, progress);
             self.wait_on_node(nc, &call, gather, |nc| nc.header_came(k))?;
             if !call.in_place() {
-                if !offered || !nc.single_copy(k) {
+                if !nc.single_copy(k) {
                     return Ok(OnNode::Messages);
                 }
                 // Who must wait until no one reads its memory: every rank of
                 // an allreduce, a broadcast's root, a reduce's other ranks.
-                lent = match call.kind {
+                copied = Some(match call.kind {
                     Kind::Broadcast => me == call.root,
                     Kind::Reduce => me != call.root,
                     _ => true,
-                };
+                });
                 self.single_copy_calls += 1;
                 return self.run_single_copy(nc, scope, k, &call, data, reduction);
             }
@@ -149,19 +149,20 @@ impl World {
             Ok(OnNode::Done)
         });
         nc.finish(k);
-        if lent {
-            // Whatever happened here, no one may still read `data` once
-            // this returns.
+        let Some(lent) = copied else {
+            return out;
+        };
+        // Whatever happened here, no one may still read `data` once this
+        // returns.
+        let wait = if lent {
             let all_done = |nc: &mut NodeColl, _: &mut bool| Ok(nc.all_done(k));
-            let wait = self.wait_on_node(nc, &call, all_done, |nc| nc.all_done(k));
-            return match (out, wait) {
-                // A lost rank is why others left early (and a read of
-                // their memory failed, or their part never came): say so.
-                (Err(_), Err(lost @ Error::RankLost { .. })) => Err(lost),
-                (out, wait) => out.and(wait.map(|()| OnNode::Done)),
-            };
-        }
-        out
+            self.wait_on_node(nc, &call, all_done, |nc| nc.all_done(k))
+        } else {
+            Ok(())
+        };
+        // A lost rank is why others left early (and a read of their memory
+        // failed, or their part never came): say so.
+        self.settled(out.and_then(|done| wait.map(|()| done)))
     }
 
     /// A call larger than a slot, by reads of the others' memory
@@ -179,13 +180,11 @@ impl World {
         let failed = |d: Differs| {
             if d.gone {
                 // Its process is gone: the World has lost that rank, as its
-                // lifeline will soon say too.
-                let rank = scope.world_rank(d.rank);
-                live.lose(rank, format!("its process is gone ({})", d.message));
-                return Error::RankLost {
-                    rank,
-                    why: live.why(rank).unwrap_or_default(),
-                };
+                // lifeline will soon say too (`settled` reports the loss).
+                live.lose(
+                    scope.world_rank(d.rank),
+                    format!("its process is gone ({})", d.message),
+                );
             }
             Error::Collective {
                 operation: call.what,

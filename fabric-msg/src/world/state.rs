@@ -191,6 +191,19 @@ impl World {
         }
     }
 
+    /// A call's outcome: where it failed and a rank is known lost by now,
+    /// that loss (as the flat schedules report it), whichever step saw it
+    /// (a collective in two levels, one that read the others' memory).
+    pub(super) fn settled<T>(&self, outcome: Result<T>) -> Result<T> {
+        match outcome {
+            Err(e) if !matches!(e, Error::RankLost { .. }) => match self.live.first_lost() {
+                Some(rank) => Err(self.lost(rank)),
+                None => Err(e),
+            },
+            other => other,
+        }
+    }
+
     /// The World's parts the collectives' engine works with.
     pub(crate) fn engine_io(&mut self) -> (&mut Engine, Io<'_>) {
         let io = Io {

@@ -267,21 +267,6 @@ impl World {
         }
     }
 
-    /// A call's outcome: where it failed and a rank is known lost by now,
-    /// that loss (as the flat schedules report it), whichever step saw it.
-    fn settled(&self, outcome: Result<()>) -> Result<()> {
-        match outcome {
-            Err(e) if !matches!(e, Error::RankLost { .. }) => match self.live.first_lost() {
-                Some(rank) => Err(Error::RankLost {
-                    rank,
-                    why: self.live.why(rank).unwrap_or_default(),
-                }),
-                None => Err(e),
-            },
-            other => other,
-        }
-    }
-
     /// Step 1 on `node`: every rank's `data` folded on the leader with
     /// `op`, or (no `op`) every rank there before the leader goes on;
     /// refused where `args` (the caller's own argument check) failed.
