@@ -15,11 +15,15 @@
 //!                              and op), see `on_node.rs`
 //!                     words 5-6  for data larger than a slot: its address
 //!                              in the owner, and whether the owner may
-//!                              read every other rank's memory
+//!                              read every other rank's memory; for data
+//!                              of at most `INLINE` bytes: the data itself,
+//!                              so a reader of a small call takes one line
+//!                              from the owner, not two
 //!                     word 7   phase: the collective's number + 1 once the
 //!                              owner's part of a single-copy allreduce is
 //!                              final (Release)
-//!                     data     the rank's contribution, if any
+//!                     data     the rank's contribution, if any (and
+//!                              larger than `INLINE`)
 //! ```
 //!
 //! Collective `k` uses slot `k % SLOTS`. Its owner writes the header words
@@ -49,6 +53,14 @@ pub const SLOT_DATA: usize = 8 << 10;
 
 /// Words of a slot's header after the stamp (the phase word follows).
 pub const HEAD_WORDS: usize = 6;
+
+/// Bytes of data carried in the header line itself (words 5-6, which only
+/// a call larger than a slot needs for its address): an 8-byte allreduce
+/// or broadcast costs a reader one cache line from each owner.
+pub const INLINE: usize = 16;
+
+/// The header words that carry data of at most `INLINE` bytes.
+const INLINE_WORDS: usize = HEAD_WORDS - 2;
 
 /// Where a slot's phase word is, after the stamp and the header words.
 const PHASE: usize = 8 + HEAD_WORDS * 8;
@@ -102,14 +114,24 @@ impl Slots {
 
     /// Post collective `k`: its header words and `data` (at most
     /// `SLOT_DATA` bytes), then the stamp. The caller has checked that
-    /// every reader is done with `k - SLOTS`.
-    pub(crate) fn post(&self, k: u64, head: [u64; HEAD_WORDS], data: &[u8]) {
+    /// every reader is done with `k - SLOTS`. Data of at most `INLINE`
+    /// bytes goes into the last two header words, which must then be 0.
+    pub(crate) fn post(&self, k: u64, mut head: [u64; HEAD_WORDS], data: &[u8]) {
         assert!(data.len() <= SLOT_DATA, "slot data of {} bytes", data.len());
+        let inline = !data.is_empty() && data.len() <= INLINE;
+        if inline {
+            debug_assert!(head[INLINE_WORDS..] == [0, 0], "small data and an address");
+            let mut b = [0u8; INLINE];
+            b[..data.len()].copy_from_slice(data);
+            for (w, bytes) in head[INLINE_WORDS..].iter_mut().zip(b.chunks_exact(8)) {
+                *w = u64::from_ne_bytes(bytes.try_into().expect("eight bytes"));
+            }
+        }
         let s = Slots::slot(k);
         for (i, w) in head.iter().enumerate() {
             self.word(s + 8 + i * 8).store(*w, Ordering::Relaxed);
         }
-        if !data.is_empty() {
+        if !inline && !data.is_empty() {
             let p = self.seg.at(self.at + s + LINE, data.len());
             // SAFETY: inside the mapping (checked by `at`); no reader
             // reads this slot until the stamp below says so.
@@ -159,9 +181,19 @@ impl Slots {
     }
 
     /// Copy `out.len()` (at most `SLOT_DATA`) bytes of collective `k`'s
-    /// data (after its stamp was seen).
+    /// data (after its stamp was seen): the length the owner posted, which
+    /// says where the data lies.
     pub(crate) fn read(&self, k: u64, out: &mut [u8]) {
         assert!(out.len() <= SLOT_DATA, "slot data of {} bytes", out.len());
+        if out.len() <= INLINE {
+            let head = self.head(k);
+            let mut b = [0u8; INLINE];
+            for (bytes, w) in b.chunks_exact_mut(8).zip(&head[INLINE_WORDS..]) {
+                bytes.copy_from_slice(&w.to_ne_bytes());
+            }
+            out.copy_from_slice(&b[..out.len()]);
+            return;
+        }
         let p = self.seg.at(self.at + Slots::slot(k) + LINE, out.len());
         // SAFETY: inside the mapping (checked by `at`); `out` is this
         // process's own memory.
@@ -171,7 +203,7 @@ impl Slots {
 
 #[cfg(test)]
 mod tests {
-    use super::{Slots, AREA, HEAD_WORDS, SLOTS, SLOT_DATA};
+    use super::{Slots, AREA, HEAD_WORDS, INLINE, SLOTS, SLOT_DATA};
     use crate::transport::node::segment::{Segment, HEADER};
     use std::sync::Arc;
 
@@ -195,6 +227,29 @@ mod tests {
             assert_eq!(out, data[..SLOT_DATA - k as usize]);
             reader.set_done(k + 1);
             assert_eq!(owner.done(), k + 1);
+        }
+    }
+
+    #[test]
+    fn small_data_rides_in_the_header_line_and_leaves_the_call_words_alone() {
+        let seg = Arc::new(Segment::create(HEADER + AREA).expect("segment"));
+        let owner = Slots::new(seg.clone(), HEADER);
+        let reader = Slots::new(seg, HEADER);
+        for len in 1..=INLINE + 1 {
+            let k = len as u64;
+            let data: Vec<u8> = (0..len).map(|i| (i * 31 + len) as u8).collect();
+            owner.post(k, [k, 2, 3, 4, 0, 0], &data);
+            let head = reader.head(k);
+            assert_eq!(head[..4], [k, 2, 3, 4], "{len} bytes");
+            assert_eq!(
+                head[4..] == [0, 0],
+                len > INLINE,
+                "{len} bytes: inline only up to {INLINE}"
+            );
+            let mut out = vec![0u8; len];
+            reader.read(k, &mut out);
+            assert_eq!(out, data, "{len} bytes read back");
+            reader.set_done(k + 1);
         }
     }
 
