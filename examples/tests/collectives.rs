@@ -478,6 +478,35 @@ fn misuse_on_pretend_nodes_fails_every_rank_with_the_reason() {
     }
 }
 
+/// The last rank calls an allreduce where the others call a barrier: in
+/// the node's slots every rank fails, saying that every rank must call the
+/// same collectives in the same order, and none waits for ever, on one
+/// node of 2 and of 4 ranks and on pretend nodes, where the node steps of
+/// the two levels meet it. The message schedules (libfabric's shm) do not see
+/// a collective of another kind: there such a job waits, as MPI's does.
+#[test]
+fn a_barrier_met_by_an_allreduce_fails_every_rank_with_the_reason() {
+    if shm_on() == "libfabric" {
+        eprintln!(
+            "SKIPPED: on libfabric's shm the collectives are message schedules, which do not detect a \
+             collective of another kind (the job waits, as an MPI job does)"
+        );
+        return;
+    }
+    let reason = "every rank must call the same collectives in the same order";
+    let args = ["--mismatch", "--call", "barrier"];
+    for n in [2, 4] {
+        let started = Instant::now();
+        let e = wait_all(vec![mpirun(CHECK, n, true, &args)], started, DEADLINE).remove(0);
+        assert_every_rank_fails(&e, n, reason);
+    }
+    for nodes in ["r > 0", "r / 2"] {
+        let started = Instant::now();
+        let e = wait_all(vec![mpirun_on_nodes(4, nodes, &args)], started, DEADLINE).remove(0);
+        assert_every_rank_fails(&e, 4, reason);
+    }
+}
+
 /// A reduce and a broadcast misused on pretend nodes, where they run in
 /// two levels: the ranks whose result the misuse reaches fail with the
 /// reason (for a reduce, the node that misused and, past it, the root's;

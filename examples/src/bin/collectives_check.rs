@@ -22,6 +22,8 @@
 //!        ... --mismatch | --bad-op  --call reduce|broadcast
 //!                                            the same misuse in a reduce to the last rank, or
 //!                                            (--mismatch only) a broadcast from rank 0
+//!        ... --mismatch --call barrier      the last rank calls an allreduce where the others
+//!                                            call a barrier
 //!        collectives_check --bad-scatterv    the root passes one count too few to a scatterv
 //!        collectives_check --alltoallv-mismatch
 //!                                            rank 1 expects one element more from rank 0 than it sends
@@ -384,6 +386,9 @@ enum Misused {
     Reduce,
     /// From rank 0.
     Broadcast,
+    /// The last rank calls an allreduce where the others call a barrier
+    /// (`--mismatch` only).
+    Barrier,
 }
 
 impl Misused {
@@ -393,6 +398,8 @@ impl Misused {
             Misused::Allreduce => world.allreduce(data, op),
             Misused::Reduce => world.reduce(last, data, op),
             Misused::Broadcast => world.broadcast(0, data),
+            Misused::Barrier if world.rank() == last => world.allreduce(data, op),
+            Misused::Barrier => world.barrier(),
         }
     }
 }
@@ -439,7 +446,8 @@ fn parse() -> Result<(Mode, bool, Misused), String> {
                     Some("allreduce") => Misused::Allreduce,
                     Some("reduce") => Misused::Reduce,
                     Some("broadcast") => Misused::Broadcast,
-                    other => return Err(format!("--call {other:?}: allreduce, reduce or broadcast")),
+                    Some("barrier") => Misused::Barrier,
+                    other => return Err(format!("--call {other:?}: allreduce, reduce, broadcast or barrier")),
                 }
             }
             "--bad-op" => mode = Mode::BadOp,
@@ -447,15 +455,15 @@ fn parse() -> Result<(Mode, bool, Misused), String> {
             "--alltoallv-mismatch" => mode = Mode::AlltoallvMismatch,
             "-h" | "--help" => {
                 return Err(
-                    "usage: collectives_check [--messages] [--seed N] [--quick] | --loop BYTES | --mismatch [--lengths FIRST,OTHERS] | --bad-op [--call reduce|broadcast] | --bad-scatterv | --alltoallv-mismatch"
+                    "usage: collectives_check [--messages] [--seed N] [--quick] | --loop BYTES | --mismatch [--lengths FIRST,OTHERS] | --bad-op [--call reduce|broadcast|barrier] | --bad-scatterv | --alltoallv-mismatch"
                         .into(),
                 )
             }
             other => return Err(format!("unknown option {other}; try --help")),
         }
     }
-    if matches!(mode, Mode::BadOp) && misused == Misused::Broadcast {
-        return Err("--bad-op --call broadcast: a broadcast takes no op".into());
+    if matches!(mode, Mode::BadOp) && matches!(misused, Misused::Broadcast | Misused::Barrier) {
+        return Err("--bad-op --call broadcast|barrier: the call takes no op".into());
     }
     Ok((mode, messages, misused))
 }

@@ -70,6 +70,19 @@ impl Kind {
     }
 }
 
+/// "a" or "an" before `name`.
+fn article(name: &str) -> &'static str {
+    if name.starts_with(['a', 'e', 'i', 'o', 'u']) {
+        "an"
+    } else {
+        "a"
+    }
+}
+
+fn with_article(name: &str) -> String {
+    format!("{} {name}", article(name))
+}
+
 /// One rank's call: what every rank must agree on.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Call {
@@ -363,9 +376,10 @@ impl NodeColl {
         let what = call.what;
         if kind != call.kind as u64 || seq != call.seq {
             return Err(differs(format!(
-                "rank {r} is in a {} (collective #{seq}) where this rank is in a {what} (collective #{}): \
+                "rank {r} is in {} (collective #{seq}) where this rank is in {} {what} (collective #{}): \
                  every rank must call the same collectives in the same order",
-                Kind::name(kind),
+                with_article(Kind::name(kind)),
+                article(what),
                 call.seq
             )));
         }
