@@ -478,32 +478,75 @@ fn misuse_on_pretend_nodes_fails_every_rank_with_the_reason() {
     }
 }
 
-/// The last rank calls an allreduce where the others call a barrier: in
-/// the node's slots every rank fails, saying that every rank must call the
-/// same collectives in the same order, and none waits for ever, on one
-/// node of 2 and of 4 ranks and on pretend nodes, where the node steps of
-/// the two levels meet it. The message schedules (libfabric's shm) do not see
-/// a collective of another kind: there such a job waits, as MPI's does.
+/// The last rank calls an allreduce where the others call a barrier, on
+/// every path a collective takes: every rank fails, saying that every rank
+/// must call the same collectives in the same order, and none waits for
+/// ever. In the node's slots the headers differ at once (one node of 2 and
+/// of 4 ranks, and two pretend-node layouts, where the node steps of the
+/// two levels meet it). As message schedules (TCP, and the node with the
+/// slots off) the two collectives post receives for steps the other never
+/// sends; after a second of waiting each run tells the ranks it waits for
+/// which collective it is in (a probe), and the rank that runs another
+/// fails and tells the others.
 #[test]
 fn a_barrier_met_by_an_allreduce_fails_every_rank_with_the_reason() {
-    if shm_on() == "libfabric" {
-        eprintln!(
-            "SKIPPED: on libfabric's shm the collectives are message schedules, which do not detect a \
-             collective of another kind (the job waits, as an MPI job does)"
-        );
-        return;
-    }
     let reason = "every rank must call the same collectives in the same order";
     let args = ["--mismatch", "--call", "barrier"];
+    let messages = ["--mismatch", "--call", "barrier", "--messages"];
     for n in [2, 4] {
-        let started = Instant::now();
-        let e = wait_all(vec![mpirun(CHECK, n, true, &args)], started, DEADLINE).remove(0);
-        assert_every_rank_fails(&e, n, reason);
+        for (shm, args) in [(true, &args[..]), (false, &args[..]), (true, &messages[..])] {
+            let started = Instant::now();
+            let e = wait_all(vec![mpirun(CHECK, n, shm, args)], started, DEADLINE).remove(0);
+            assert_every_rank_fails(&e, n, reason);
+        }
     }
     for nodes in ["r > 0", "r / 2"] {
         let started = Instant::now();
         let e = wait_all(vec![mpirun_on_nodes(4, nodes, &args)], started, DEADLINE).remove(0);
         assert_every_rank_fails(&e, 4, reason);
+    }
+}
+
+/// The last rank computes 3 s before a barrier, an allreduce and a
+/// broadcast the others are already in, as message schedules (TCP, and the
+/// node with the slots off): the probes the waiting ranks send after a
+/// second reach ranks in the same collective or one that has not begun it,
+/// and fail nothing; every result is right.
+#[test]
+fn a_rank_late_to_its_collectives_is_waited_for_and_probed_without_harm() {
+    for (shm, extra) in [(false, None), (true, Some("--messages"))] {
+        let mut cmd = Command::new("mpirun");
+        clean(&mut cmd)
+            .args(["--allow-run-as-root", "--oversubscribe", "-x"])
+            .arg(format!("FABRIC_MSG_SHM={}", if shm { shm_on() } else { "0" }))
+            .args([
+                "-x",
+                "FABRIC_MSG_LOG=text",
+                "-x",
+                "FABRIC_MSG_LOG_LEVEL=debug",
+                "-np",
+                "4",
+                CHECK,
+            ])
+            .args(["--late", "3"])
+            .args(extra);
+        let started = Instant::now();
+        let child = cmd.spawn().expect("mpirun");
+        let e = wait_all(vec![child], started, DEADLINE).remove(0);
+        assert!(e.status.success(), "{extra:?}: {e:?}");
+        for r in 0..4 {
+            assert!(
+                e.stdout.contains(&format!("rank {r}/4: 3 checks passed")),
+                "{extra:?}, rank {r}:\n{}",
+                e.stdout
+            );
+        }
+        assert!(
+            e.stderr.contains("has waited 1s for ranks")
+                && e.stderr.contains("telling them which collective"),
+            "{extra:?}: no probe was sent while rank 3 computed:\n{}",
+            e.stderr
+        );
     }
 }
 

@@ -25,6 +25,8 @@
 //!        ... --mismatch --call barrier      the last rank calls an allreduce where the others
 //!                                            call a barrier
 //!        collectives_check --bad-scatterv    the root passes one count too few to a scatterv
+//!        collectives_check --late SECS       the last rank computes SECS before a barrier, an
+//!                                            allreduce and a broadcast the others are in
 //!        collectives_check --alltoallv-mismatch
 //!                                            rank 1 expects one element more from rank 0 than it sends
 
@@ -376,6 +378,8 @@ enum Mode {
     BadOp,
     BadScatterv,
     AlltoallvMismatch,
+    /// The last rank computes this many seconds before its collectives.
+    Late(u64),
 }
 
 /// Which collective `--mismatch` and `--bad-op` misuse (`--call`).
@@ -431,6 +435,7 @@ fn parse() -> Result<(Mode, bool, Misused), String> {
                 }
             }
             "--loop" => mode = Mode::Loop(num("a size in bytes")? as usize),
+            "--late" => mode = Mode::Late(num("seconds")?),
             "--mismatch" => mode = Mode::Mismatch(None),
             "--lengths" => {
                 let v = args.next().ok_or("--lengths needs FIRST,OTHERS")?;
@@ -455,7 +460,7 @@ fn parse() -> Result<(Mode, bool, Misused), String> {
             "--alltoallv-mismatch" => mode = Mode::AlltoallvMismatch,
             "-h" | "--help" => {
                 return Err(
-                    "usage: collectives_check [--messages] [--seed N] [--quick] | --loop BYTES | --mismatch [--lengths FIRST,OTHERS] | --bad-op [--call reduce|broadcast|barrier] | --bad-scatterv | --alltoallv-mismatch"
+                    "usage: collectives_check [--messages] [--seed N] [--quick] | --loop BYTES | --mismatch [--lengths FIRST,OTHERS] | --bad-op [--call reduce|broadcast|barrier] | --bad-scatterv | --alltoallv-mismatch | --late SECS"
                         .into(),
                 )
             }
@@ -521,6 +526,7 @@ fn main() -> ExitCode {
         }
         Mode::BadScatterv => more::bad_scatterv(&mut world),
         Mode::AlltoallvMismatch => more::alltoallv_mismatch(&mut world),
+        Mode::Late(secs) => more::late(&mut world, secs),
     };
     let secs = started.elapsed().as_secs_f64();
     let provider = world.profile().provider.clone();

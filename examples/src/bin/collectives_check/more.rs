@@ -138,3 +138,28 @@ pub(super) fn alltoallv_mismatch(world: &mut World) -> fabric_msg::Result<Result
     let data = vec![rank as i64; 3 * size];
     world.alltoallv(&data, &send, &recv).map(|_| Ok(0))
 }
+
+/// The last rank computes `secs` seconds before a barrier, an allreduce
+/// and a broadcast that every other rank is already in: the others'
+/// collectives wait for it (probing it after a second: which collective
+/// they are in), and every result is right.
+pub(super) fn late(world: &mut World, secs: u64) -> fabric_msg::Result<Result<usize, Vec<String>>> {
+    let (rank, size) = (world.rank(), world.size());
+    if rank == size - 1 {
+        std::thread::sleep(std::time::Duration::from_secs(secs));
+    }
+    world.barrier()?;
+    let mut v = vec![f64::from(rank) + 1.0; 1000];
+    world.allreduce(&mut v, Op::Sum)?;
+    let mut b = vec![if rank == 0 { 7u32 } else { 0 }; 16];
+    world.broadcast(0, &mut b)?;
+    let sum = f64::from(size) * f64::from(size + 1) / 2.0;
+    let mut wrong = Vec::new();
+    if v.iter().any(|&x| x != sum) {
+        wrong.push(format!("allreduce: {} where {sum} was due", v[0]));
+    }
+    if b.iter().any(|&x| x != 7) {
+        wrong.push(format!("broadcast: {b:?} where 7s were due"));
+    }
+    Ok(if wrong.is_empty() { Ok(3) } else { Err(wrong) })
+}

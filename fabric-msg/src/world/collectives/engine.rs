@@ -21,34 +21,21 @@
 //! Nothing here knows the `World` type: the World hands the engine an [`Io`]
 //! of its parts.
 
-use super::io::{decode, forged, is_reserved, post_outgoing, token, Failure, Io, Kind, Outgoing, Shared};
-use super::io::{NOTICE_MAX, NOTICE_PATIENCE};
-use super::notice::{decode_notice, encode_notice, notice_index, notice_lane, NOTICE_HEAD};
+use super::io::{decode, forged, is_reserved, Failure, Io, Kind, Shared, NOTICE_MAX};
+use super::notice::{decode_notice, notice_lane, Notices};
+use super::on_node::article;
 use super::ops::{Element, Reduction};
+use super::probe::Probes;
 use super::run::{Outcome, Progress, Run, Spare};
 use super::schedule::Schedule;
 use super::scope::Scope;
 use crate::error::{Error, Result};
 use crate::memory::buffer::Buffer;
 use crate::transport::event_loop::idle::{Idler, Pause};
-use crate::transport::event_loop::{Completion, RecvOpts};
+use crate::transport::event_loop::Completion;
 use crate::transport::liveness::LOSS_GRACE;
 use crate::world::tags;
 use std::time::{Duration, Instant};
-
-/// The notice receive's index on the main loop, and on the shm loop.
-const MAIN: u32 = 0;
-const SHM: u32 = 1;
-
-/// A failure another rank told of.
-#[derive(Debug)]
-struct Notice {
-    /// The communicator's context, and the collective's number in it.
-    ctx: u8,
-    seq: u32,
-    rank: u32,
-    text: String,
-}
 
 /// Every collective of one World: its numbering, the runs in flight, the
 /// finished ones and the application's completions kept during waits.
@@ -62,11 +49,8 @@ pub(crate) struct Engine {
     sh: Shared,
     stash: Vec<Completion>,
     batch: Vec<Completion>,
-    notices: Vec<Notice>,
-    /// Notices of this rank's failures not yet posted, with their collective
-    /// and when to give up.
-    notices_out: Vec<(Outgoing, u32, Instant)>,
-    notice_posted: bool,
+    /// Notices heard and to post (`notice.rs`).
+    notes: Notices,
     /// How a wait passes the time between empty looks: the rule every
     /// wait of the World follows (`transport/event_loop/idle.rs`).
     idle: Idler,
@@ -75,6 +59,8 @@ pub(crate) struct Engine {
     orphans: Vec<Box<dyn Progress>>,
     /// Containers of finished runs, for the next runs (at most `SPARES`).
     spares: Vec<Spare>,
+    /// Runs that may yet probe the ranks they wait for (`probe.rs`).
+    probes: Probes,
 }
 
 /// Finished runs' containers kept: as many as runs usually in flight at once.
@@ -123,72 +109,17 @@ impl Engine {
             sh: Shared::default(),
             stash: Vec::new(),
             batch: Vec::new(),
-            notices: Vec::new(),
-            notices_out: Vec::new(),
-            notice_posted: false,
+            notes: Notices::default(),
             idle,
             orphans: Vec::new(),
             spares: Vec::new(),
+            probes: Probes::default(),
         }
     }
 
-    /// Post the receives for failure notices (once; not in a world of
-    /// one): one masked receive per loop, or, on a loop whose provider
-    /// matches masked receives wrongly (libfabric 1.17's shm:
-    /// `Profile::tag_mask_defect`), one exact receive per rank that sends
-    /// there, so that no masked receive ever poisons the exact receives of
-    /// the collectives and the application (a barrier's receive was given
-    /// another rank's message in 1 of 4 runs of `model_check` with the
-    /// masked notice receive).
+    /// Post the receives for other ranks' notices (`Notices::listen`).
     pub(crate) fn listen(&mut self, io: &mut Io<'_>) -> Result<()> {
-        if self.notice_posted || io.peers.len() < 2 {
-            return Ok(());
-        }
-        let shm_ranks = io.local.as_ref().map(|l| l.ranks()).unwrap_or_default();
-        let main_ranks: Vec<u32> = (0..io.peers.len() as u32)
-            .filter(|r| *r != io.rank && !shm_ranks.contains(r))
-            .collect();
-        for (lane, ranks) in [(MAIN, main_ranks), (SHM, shm_ranks)] {
-            if ranks.is_empty() {
-                // No rank's notices come over this loop (the main one, where
-                // the node loop carries every rank).
-                continue;
-            }
-            let exact = match (lane, io.local.as_ref()) {
-                (SHM, Some(l)) => l.side.exact_only(),
-                (SHM, None) => continue,
-                _ => io.ev.profile().tag_mask_defect.is_some(),
-            };
-            if !exact {
-                self.post_notice_recv(io, Buffer::new(NOTICE_MAX), lane, None)?;
-                continue;
-            }
-            for r in ranks {
-                self.post_notice_recv(io, Buffer::new(NOTICE_MAX), lane, Some(r))?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Post the receive for notices on the main loop (`MAIN`) or, for
-    /// ranks on this node, the shared-memory loop (`SHM`); each is posted
-    /// again on its own loop.
-    /// `from`: the one rank it takes notices from (an exact receive), or
-    /// any rank (masked). The token's index says both (`notice_index`).
-    fn post_notice_recv(&mut self, io: &mut Io<'_>, buf: Buffer, lane: u32, from: Option<u32>) -> Result<()> {
-        let opts = RecvOpts {
-            tag: Some(from.map_or(tags::notice_matcher(), |r| (tags::notice_tag(r), 0))),
-            from: None,
-        };
-        let t = token(Kind::NoticeRecv, 0, notice_index(lane, from));
-        match (lane, io.local.as_mut()) {
-            (SHM, Some(l)) => l
-                .side
-                .post(tags::CLASS_WORLD, opts.tag.unwrap_or_default(), buf, t)?,
-            _ => io.ev.as_world().recv(io.ep, buf, opts, t)?,
-        }
-        self.notice_posted = true;
-        Ok(())
+        self.notes.listen(io)
     }
 
     /// The next collective's number in `scope`'s context.
@@ -204,7 +135,7 @@ impl Engine {
     /// earlier communicator on the same context are dropped.
     pub(crate) fn open_context(&mut self, ctx: u8) {
         self.next_seq[usize::from(ctx)] = 0;
-        self.notices.retain(|n| n.ctx != ctx);
+        self.notes.heard.retain(|n| n.ctx != ctx);
     }
 
     /// Start a run of `sched` (in `scope`'s world ranks); returns its
@@ -226,7 +157,8 @@ impl Engine {
         let run = Run::new(what, (id, seq, scope.clone()), sched, work, reduction, spare);
         let outcome = run.outcome.clone();
         self.runs.push(Box::new(run));
-        if let Err(e) = self.listen(io) {
+        self.probes.started(id);
+        if let Err(e) = self.notes.listen(io) {
             log::warn!("cannot listen for other ranks' collective failures: {e}");
         }
         self.progress(io);
@@ -243,62 +175,12 @@ impl Engine {
         message: String,
     ) -> Error {
         let seq = self.number(scope);
-        self.notify(io, scope, seq, &message);
+        self.notes.notify(io, &mut self.sh, scope, seq, &message);
         self.progress(io);
         Error::Usage(format!(
             "{what} (collective #{seq}) on rank {}: {message}",
             io.rank
         ))
-    }
-
-    /// Tell every other rank of `scope` that its collective `seq` failed
-    /// here. The notices go out from [`Engine::progress`], best effort,
-    /// for at most `NOTICE_PATIENCE`.
-    fn notify(&mut self, io: &mut Io<'_>, scope: &Scope, seq: u32, message: &str) {
-        let mut text = message.to_string();
-        if text.len() > NOTICE_MAX - NOTICE_HEAD {
-            let mut cut = NOTICE_MAX - NOTICE_HEAD;
-            while !text.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            text.truncate(cut);
-        }
-        let tag = tags::notice_tag(io.rank);
-        let until = Instant::now() + NOTICE_PATIENCE;
-        for peer in scope.others(io.rank, io.peers.len() as u32) {
-            let mut buf = self.sh.pool.take(NOTICE_HEAD + text.len());
-            encode_notice(buf.as_mut_slice(), scope.ctx, seq, &text);
-            let o = Outgoing {
-                peer,
-                tag,
-                buf,
-                inject: false,
-            };
-            self.notices_out.push((o, seq, until));
-        }
-    }
-
-    /// Post the notices still to go.
-    fn flush_notices(&mut self, io: &mut Io<'_>) {
-        if self.notices_out.is_empty() {
-            return;
-        }
-        let now = Instant::now();
-        for (o, seq, until) in std::mem::take(&mut self.notices_out) {
-            let peer = o.peer;
-            match post_outgoing(io, &mut self.sh, o, token(Kind::NoticeSend, seq, 0)) {
-                Ok(None) => {}
-                Ok(Some(o)) if now < until => self.notices_out.push((o, seq, until)),
-                Ok(Some(_)) => {
-                    log::warn!(peer = peer, op = "collective", collective = seq; "rank {peer} took no notice of collective #{seq}'s failure")
-                }
-                Err(f) => log::warn!(
-                    peer = peer, op = "collective", collective = seq;
-                    "cannot tell rank {peer} of collective #{seq}'s failure: {}",
-                    f.message
-                ),
-            }
-        }
     }
 
     /// End run `i` with `failure`: a lost rank if liveness names one
@@ -310,7 +192,7 @@ impl Engine {
         let error = match lost(io, failure.grace) {
             Some(e) => e,
             None => {
-                self.notify(io, &scope, seq, &failure.message);
+                self.notes.notify(io, &mut self.sh, &scope, seq, &failure.message);
                 Error::Collective {
                     operation: what,
                     seq: seq & tags::SEQ_MASK,
@@ -341,7 +223,11 @@ impl Engine {
     pub(crate) fn progress(&mut self, io: &mut Io<'_>) {
         let saved = io.fail_fast(true);
         self.progress_runs(io);
-        self.flush_notices(io);
+        let (notes, sh) = (&mut self.notes, &mut self.sh);
+        self.probes.send_due(&self.runs, |ctx, seq, peers, what| {
+            notes.send(io, sh, ctx, seq, peers, true, what)
+        });
+        self.notes.flush(io, &mut self.sh);
         io.fail_fast(saved);
     }
 
@@ -361,7 +247,7 @@ impl Engine {
                 }
             }
         }
-        self.apply_notices();
+        self.apply_notices(io);
         let mut i = 0;
         while i < self.runs.len() {
             match self.runs[i].advance(io, &mut self.sh) {
@@ -378,18 +264,33 @@ impl Engine {
         }
     }
 
-    /// Fail the runs other ranks said failed; keep notices of collectives
-    /// this rank has not reached; forget those it finished.
-    fn apply_notices(&mut self) {
-        if self.notices.is_empty() {
+    /// Fail the runs other ranks said failed, and those another rank runs
+    /// under another name (its probe says so: `probe.rs`); keep notices of
+    /// collectives this rank has not reached; forget those it finished.
+    fn apply_notices(&mut self, io: &mut Io<'_>) {
+        if self.notes.heard.is_empty() {
             return;
         }
-        for n in std::mem::take(&mut self.notices) {
+        for n in std::mem::take(&mut self.notes.heard) {
             let this = self
                 .runs
                 .iter()
                 .position(|r| r.scope().ctx == n.ctx && r.seq() & tags::SEQ_MASK == n.seq);
-            if let Some(i) = this {
+            if let (Some(i), true) = (this, n.probe) {
+                let what = self.runs[i].what();
+                if n.text != what {
+                    let message = format!(
+                        "rank {} is in {} {} (collective #{}) where this rank is in {} {what}: every rank must \
+                         call the same collectives in the same order",
+                        n.rank,
+                        article(&n.text),
+                        n.text,
+                        n.seq,
+                        article(what)
+                    );
+                    self.fail(io, i, Failure::seen(message));
+                }
+            } else if let Some(i) = this {
                 let run = self.runs.remove(i);
                 let error = Error::Collective {
                     operation: run.what(),
@@ -402,7 +303,7 @@ impl Engine {
             } else if n.seq.wrapping_sub(self.next_seq[usize::from(n.ctx)]) & tags::SEQ_MASK
                 < (tags::SEQ_MASK >> 1)
             {
-                self.notices.push(n);
+                self.notes.heard.push(n);
             }
         }
     }
@@ -464,8 +365,8 @@ impl Engine {
                     );
                 } else if c.result.is_ok() {
                     let rank = tags::source_of(c.tag);
-                    match c.buffer.as_ref().and_then(|b| decode_notice(b.as_slice())) {
-                        Some((ctx, seq, text)) => self.notices.push(Notice { ctx, seq, rank, text }),
+                    match c.buffer.as_ref().and_then(|b| decode_notice(b.as_slice(), rank)) {
+                        Some(n) => self.notes.heard.push(n),
                         None => log::warn!(
                             "a failure notice from rank {rank} of {} bytes is malformed (a context below {} \
                              and a collective number first): dropped",
@@ -474,10 +375,10 @@ impl Engine {
                         ),
                     }
                 }
-                self.notice_posted = false;
+                self.notes.posted = false;
                 let buf = c.buffer.unwrap_or_else(|| Buffer::new(NOTICE_MAX));
                 let (lane, from) = notice_lane(index);
-                if let Err(e) = self.post_notice_recv(io, buf, lane, from) {
+                if let Err(e) = self.notes.post_recv(io, buf, lane, from) {
                     log::warn!("cannot listen for other ranks' collective failures: {e}");
                 }
             }
@@ -502,11 +403,13 @@ impl Engine {
     /// Otherwise no run can move before one of its operations completes,
     /// and a wait skips the progress pass between empty polls (the pass
     /// costs as much as an empty poll on shm).
-    fn pending_work(&self, io: &Io<'_>) -> bool {
-        !self.notices_out.is_empty()
-            || !self.notices.is_empty()
+    fn pending_work(&mut self, io: &Io<'_>) -> bool {
+        !self.notes.out.is_empty()
+            || !self.notes.heard.is_empty()
             || (!self.runs.is_empty()
-                && (io.live.first_lost().is_some() || self.runs.iter().any(|r| r.stalled())))
+                && (io.live.first_lost().is_some()
+                    || self.runs.iter().any(|r| r.stalled())
+                    || self.probes.due(self.idle.sleeping())))
     }
 
     /// Take the collectives' completions out of `out` (the application's
@@ -582,7 +485,7 @@ impl Engine {
 
     /// Runs in flight, and failure notices not yet posted.
     pub(crate) fn in_flight(&self) -> usize {
-        self.runs.len() + self.notices_out.len()
+        self.runs.len() + self.notes.out.len()
     }
 
     /// The application's completions kept during waits, oldest first,

@@ -71,7 +71,7 @@ impl Kind {
 }
 
 /// "a" or "an" before `name`.
-fn article(name: &str) -> &'static str {
+pub(crate) fn article(name: &str) -> &'static str {
     if name.starts_with(['a', 'e', 'i', 'o', 'u']) {
         "an"
     } else {

@@ -139,6 +139,9 @@ pub(crate) trait Progress: Send {
     fn arrived(&mut self, index: u32, c: Completion, sh: &mut Shared) -> Result<(), Failure>;
     /// The send from the working array in `slot` completed.
     fn borrowed_sent(&mut self, slot: u32);
+    /// Add to `out` the ranks whose messages of the current round have not
+    /// come (the ranks a stuck run waits for: `probe.rs`).
+    fn awaited(&self, out: &mut Vec<u32>);
     /// Whether the provider may still read or write the working array: a
     /// run that ends so must be kept until the World's event loop closes.
     fn busy(&self) -> bool;
@@ -536,6 +539,18 @@ impl<T: Element> Progress for Run<T> {
     fn borrowed_sent(&mut self, slot: u32) {
         if let Some(s) = self.sending.get_mut(slot as usize) {
             *s = None;
+        }
+    }
+
+    fn awaited(&self, out: &mut Vec<u32>) {
+        let (Some(&from), Some(&to)) = (self.first.get(self.round), self.first.get(self.round + 1)) else {
+            return;
+        };
+        for g in from..to {
+            let peer = self.recvs[g].1.peer;
+            if self.arrived[g].is_none() && !out.contains(&peer) {
+                out.push(peer);
+            }
         }
     }
 
