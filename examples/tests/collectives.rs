@@ -507,6 +507,32 @@ fn a_barrier_met_by_an_allreduce_fails_every_rank_with_the_reason() {
     }
 }
 
+/// The last rank calls the non-blocking barrier (and waits for it) where
+/// the others call the blocking one, on one node: the others run theirs in
+/// the node's slots, the last as a message schedule, and each waits for
+/// what the other never sends. After a second the last rank's run probes a
+/// rank it waits for, which fails its call in the slots and tells everyone:
+/// every rank fails with the reason, none waits for ever. (As message
+/// schedules, over TCP, the two forms are the same schedule and meet.)
+#[test]
+fn a_blocking_barrier_met_by_a_non_blocking_one_in_the_slots_fails_every_rank() {
+    if shm_on() == "libfabric" {
+        eprintln!("SKIPPED: libfabric's shm has no slots; both forms are message schedules there and meet");
+        return;
+    }
+    let reason = "every rank must call the same collectives in the same order";
+    for n in [2, 4] {
+        let started = Instant::now();
+        let e = wait_all(
+            vec![mpirun(CHECK, n, true, &["--mismatch", "--call", "ibarrier"])],
+            started,
+            DEADLINE,
+        )
+        .remove(0);
+        assert_every_rank_fails(&e, n, reason);
+    }
+}
+
 /// The last rank computes 3 s before a barrier, an allreduce and a
 /// broadcast the others are already in, as message schedules (TCP, and the
 /// node with the slots off): the probes the waiting ranks send after a

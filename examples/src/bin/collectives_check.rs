@@ -24,6 +24,8 @@
 //!                                            (--mismatch only) a broadcast from rank 0
 //!        ... --mismatch --call barrier      the last rank calls an allreduce where the others
 //!                                            call a barrier
+//!        ... --mismatch --call ibarrier     the last rank calls ibarrier and waits where the
+//!                                            others call barrier
 //!        collectives_check --bad-scatterv    the root passes one count too few to a scatterv
 //!        collectives_check --late SECS       the last rank computes SECS before a barrier, an
 //!                                            allreduce and a broadcast the others are in
@@ -393,6 +395,9 @@ enum Misused {
     /// The last rank calls an allreduce where the others call a barrier
     /// (`--mismatch` only).
     Barrier,
+    /// The last rank calls the non-blocking barrier (and waits) where the
+    /// others call the blocking one (`--mismatch` only).
+    Ibarrier,
 }
 
 impl Misused {
@@ -404,6 +409,10 @@ impl Misused {
             Misused::Broadcast => world.broadcast(0, data),
             Misused::Barrier if world.rank() == last => world.allreduce(data, op),
             Misused::Barrier => world.barrier(),
+            Misused::Ibarrier if world.rank() == last => {
+                world.ibarrier().and_then(|r| world.wait(r)).map(drop)
+            }
+            Misused::Ibarrier => world.barrier(),
         }
     }
 }
@@ -452,7 +461,10 @@ fn parse() -> Result<(Mode, bool, Misused), String> {
                     Some("reduce") => Misused::Reduce,
                     Some("broadcast") => Misused::Broadcast,
                     Some("barrier") => Misused::Barrier,
-                    other => return Err(format!("--call {other:?}: allreduce, reduce, broadcast or barrier")),
+                    Some("ibarrier") => Misused::Ibarrier,
+                    other => {
+                        return Err(format!("--call {other:?}: allreduce, reduce, broadcast, barrier or ibarrier"))
+                    }
                 }
             }
             "--bad-op" => mode = Mode::BadOp,
@@ -460,15 +472,17 @@ fn parse() -> Result<(Mode, bool, Misused), String> {
             "--alltoallv-mismatch" => mode = Mode::AlltoallvMismatch,
             "-h" | "--help" => {
                 return Err(
-                    "usage: collectives_check [--messages] [--seed N] [--quick] | --loop BYTES | --mismatch [--lengths FIRST,OTHERS] | --bad-op [--call reduce|broadcast|barrier] | --bad-scatterv | --alltoallv-mismatch | --late SECS"
+                    "usage: collectives_check [--messages] [--seed N] [--quick] | --loop BYTES | --mismatch [--lengths FIRST,OTHERS] | --bad-op [--call reduce|broadcast|barrier|ibarrier] | --bad-scatterv | --alltoallv-mismatch | --late SECS"
                         .into(),
                 )
             }
             other => return Err(format!("unknown option {other}; try --help")),
         }
     }
-    if matches!(mode, Mode::BadOp) && matches!(misused, Misused::Broadcast | Misused::Barrier) {
-        return Err("--bad-op --call broadcast|barrier: the call takes no op".into());
+    if matches!(mode, Mode::BadOp)
+        && matches!(misused, Misused::Broadcast | Misused::Barrier | Misused::Ibarrier)
+    {
+        return Err("--bad-op --call broadcast|barrier|ibarrier: the call takes no op".into());
     }
     Ok((mode, messages, misused))
 }

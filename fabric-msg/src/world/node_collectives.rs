@@ -82,6 +82,7 @@ impl World {
     ) -> Result<OnNode> {
         let _call = self.live.call();
         call.seq = self.coll.number(scope) & tags::SEQ_MASK;
+        self.coll.in_slots(Some((scope, call.seq)));
         let k = nc.begin();
         // Set where the call ran by one copy (`on_node_copy.rs`): whether
         // others may be reading this rank's memory until they say they are
@@ -149,6 +150,7 @@ impl World {
             Ok(OnNode::Done)
         });
         nc.finish(k);
+        self.coll.in_slots(None);
         let Some(lent) = copied else {
             return out;
         };
@@ -259,7 +261,18 @@ impl World {
                     })
                 }
             }
-            if self.turn(false)? || progress {
+            let turned = self.turn(false)?;
+            let (engine, mut io) = self.engine_io();
+            if let Some((rank, message)) = engine.slot_call_heard(&mut io, call.what) {
+                // Another rank failed this call, or runs it as messages.
+                return Err(Error::Collective {
+                    operation: call.what,
+                    seq: call.seq,
+                    rank,
+                    message,
+                });
+            }
+            if turned || progress {
                 nc.idle.busy();
                 continue;
             }

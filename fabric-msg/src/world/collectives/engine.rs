@@ -61,6 +61,10 @@ pub(crate) struct Engine {
     spares: Vec<Spare>,
     /// Runs that may yet probe the ranks they wait for (`probe.rs`).
     probes: Probes,
+    /// The collective this rank runs in the node's slots, outside the
+    /// engine (`World::run_on_node`): its communicator and number. Notices
+    /// about it are kept for that call's wait (`slot_call_heard`).
+    in_slots: Option<(Scope, u32)>,
 }
 
 /// Finished runs' containers kept: as many as runs usually in flight at once.
@@ -114,6 +118,7 @@ impl Engine {
             orphans: Vec::new(),
             spares: Vec::new(),
             probes: Probes::default(),
+            in_slots: None,
         }
     }
 
@@ -302,6 +307,10 @@ impl Engine {
                 self.retire(run);
             } else if n.seq.wrapping_sub(self.next_seq[usize::from(n.ctx)]) & tags::SEQ_MASK
                 < (tags::SEQ_MASK >> 1)
+                || self
+                    .in_slots
+                    .as_ref()
+                    .is_some_and(|(s, seq)| (s.ctx, *seq) == (n.ctx, n.seq))
             {
                 self.notes.heard.push(n);
             }
@@ -476,6 +485,44 @@ impl Engine {
     /// The World's waiting rule, for a wait of its own.
     pub(crate) fn idler(&self) -> Idler {
         self.idle
+    }
+
+    /// This rank runs collective `seq` of `scope` in the node's slots (until
+    /// `None`): notices about it wait for `slot_call_heard`.
+    pub(crate) fn in_slots(&mut self, call: Option<(&Scope, u32)>) {
+        self.in_slots = call.map(|(scope, seq)| (scope.clone(), seq & tags::SEQ_MASK));
+    }
+
+    /// What another rank said of the collective this rank runs in the slots
+    /// (`what`): the rank and why the call fails. A failure notice is that
+    /// rank's failure. A probe means that rank runs this number as a message
+    /// schedule (the non-blocking or persistent form, or another
+    /// collective), which waits for messages no rank in the slots sends: the
+    /// call fails here, and every other rank is told.
+    pub(crate) fn slot_call_heard(&mut self, io: &mut Io<'_>, what: &str) -> Option<(u32, String)> {
+        let (scope, seq) = self.in_slots.as_ref()?;
+        let (ctx, seq) = (scope.ctx, *seq);
+        let i = self
+            .notes
+            .heard
+            .iter()
+            .position(|n| n.ctx == ctx && n.seq == seq)?;
+        let n = self.notes.heard.swap_remove(i);
+        if !n.probe {
+            return Some((n.rank, n.text));
+        }
+        let message = format!(
+            "rank {} runs collective #{seq} as {} {} message schedule (a non-blocking or persistent call) where \
+             this rank is in the blocking {what} in the node's slots: every rank must call the same collectives \
+             in the same order, blocking where the others block",
+            n.rank,
+            article(&n.text),
+            n.text
+        );
+        let scope = scope.clone();
+        self.notes.notify(io, &mut self.sh, &scope, seq, &message);
+        self.progress(io);
+        Some((n.rank, message))
     }
 
     /// Whether run `id` is still in flight.

@@ -39,7 +39,9 @@
 //! A non-blocking or persistent form of these collectives runs as a
 //! message schedule, as every collective on a communicator does: a rank
 //! must not pass a blocking collective where another passes the
-//! non-blocking one (MPI's rule too).
+//! non-blocking one (MPI's rule too). Where one does, the message
+//! schedule's probe (`probe.rs`) reaches a rank waiting here, whose call
+//! then fails (`Engine::slot_call_heard`) and tells the others.
 
 use super::ops::{Element, Op, Reduction};
 use crate::transport::event_loop::idle::Idler;
