@@ -12,7 +12,9 @@
 //! rank past it drops it. One probe per peer per run that waits that long,
 //! so a peer that computes for a minute costs each waiting rank a few
 //! small messages. The blocking calls in the node's slots compare their
-//! headers instead (`on_node.rs`).
+//! headers instead (`on_node.rs`); a probe that reaches one (its number
+//! run as a message schedule elsewhere: the non-blocking form) fails it
+//! (`Engine::slot_call_heard`).
 
 use super::run::Progress;
 use std::collections::VecDeque;
@@ -52,9 +54,7 @@ impl Probes {
         self.looks = self.looks.wrapping_add(1);
         (sleeping || self.looks % LOOKS_PER_CLOCK == 0) && since.elapsed() >= PROBE_AFTER
     }
-}
 
-impl Probes {
     /// Probe for the runs of `runs` that have waited `PROBE_AFTER`:
     /// `send(ctx, seq, ranks, name)` for each, with the ranks it waits for;
     /// forget the runs that ended.
