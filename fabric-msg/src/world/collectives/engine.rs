@@ -23,7 +23,7 @@
 
 use super::io::{decode, forged, is_reserved, Failure, Io, Kind, Shared, NOTICE_MAX};
 use super::notice::{decode_notice, notice_lane, Notices};
-use super::on_node::article;
+use super::on_node::{another_collective, with_article};
 use super::ops::{Element, Reduction};
 use super::probe::Probes;
 use super::run::{Outcome, Progress, Run, Spare};
@@ -284,15 +284,7 @@ impl Engine {
             if let (Some(i), true) = (this, n.probe) {
                 let what = self.runs[i].what();
                 if n.text != what {
-                    let message = format!(
-                        "rank {} is in {} {} (collective #{}) where this rank is in {} {what}: every rank must \
-                         call the same collectives in the same order",
-                        n.rank,
-                        article(&n.text),
-                        n.text,
-                        n.seq,
-                        article(what)
-                    );
+                    let message = another_collective(n.rank, &n.text, n.seq, what, n.seq);
                     self.fail(io, i, Failure::seen(message));
                 }
             } else if let Some(i) = this {
@@ -512,12 +504,11 @@ impl Engine {
             return Some((n.rank, n.text));
         }
         let message = format!(
-            "rank {} runs collective #{seq} as {} {} message schedule (a non-blocking or persistent call) where \
+            "rank {} runs collective #{seq} as {} message schedule (a non-blocking or persistent call) where \
              this rank is in the blocking {what} in the node's slots: every rank must call the same collectives \
              in the same order, blocking where the others block",
             n.rank,
-            article(&n.text),
-            n.text
+            with_article(&n.text)
         );
         let scope = scope.clone();
         self.notes.notify(io, &mut self.sh, &scope, seq, &message);

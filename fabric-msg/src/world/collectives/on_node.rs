@@ -72,17 +72,26 @@ impl Kind {
     }
 }
 
-/// "a" or "an" before `name`.
-pub(crate) fn article(name: &str) -> &'static str {
-    if name.starts_with(['a', 'e', 'i', 'o', 'u']) {
+/// `name` with "a" or "an" before it.
+pub(crate) fn with_article(name: &str) -> String {
+    let a = if name.starts_with(['a', 'e', 'i', 'o', 'u']) {
         "an"
     } else {
         "a"
-    }
+    };
+    format!("{a} {name}")
 }
 
-fn with_article(name: &str) -> String {
-    format!("{} {name}", article(name))
+/// Why a call fails where rank `rank` is in collective `theirs` (number
+/// `their_seq`) and this rank in `mine` (`my_seq`): the slots' header
+/// check and a probe of the message schedules (`engine.rs`) say it alike.
+pub(crate) fn another_collective(rank: u32, theirs: &str, their_seq: u32, mine: &str, my_seq: u32) -> String {
+    format!(
+        "rank {rank} is in {} (collective #{their_seq}) where this rank is in {} (collective #{my_seq}): every rank \
+         must call the same collectives in the same order",
+        with_article(theirs),
+        with_article(mine)
+    )
 }
 
 /// One rank's call: what every rank must agree on.
@@ -377,12 +386,12 @@ impl NodeColl {
         }
         let what = call.what;
         if kind != call.kind as u64 || seq != call.seq {
-            return Err(differs(format!(
-                "rank {r} is in {} (collective #{seq}) where this rank is in {} {what} (collective #{}): \
-                 every rank must call the same collectives in the same order",
-                with_article(Kind::name(kind)),
-                article(what),
-                call.seq
+            return Err(differs(another_collective(
+                r as u32,
+                Kind::name(kind),
+                seq,
+                what,
+                call.seq,
             )));
         }
         let mine = call.words(call.bytes());
