@@ -425,10 +425,11 @@ fn mpirun_on_nodes(n: u32, expr: &str, args: &[&str]) -> Child {
 
 /// Every collective against its reference on pretend nodes: two of two,
 /// odd and even ranks apart (a node's ranks not contiguous), and one rank
-/// alone beside a node of two. On the node transport the World's blocking
-/// allreduce, barrier, reduce and broadcast run in two levels, every rank
-/// alike; on
-/// libfabric's shm (FABRIC_MSG_TEST_SHM=libfabric) as messages.
+/// alone beside a node of two. On the node transport the blocking
+/// allreduce, barrier, reduce and broadcast of the World and of
+/// communicators that span nodes (the World reversed, the World but rank
+/// 0) run in two levels, every rank alike; on libfabric's shm
+/// (FABRIC_MSG_TEST_SHM=libfabric) as messages.
 #[test]
 fn mpirun_checks_every_collective_on_pretend_nodes() {
     for (n, nodes) in [(4, "r / 2"), (5, "r % 2"), (3, "r > 0")] {
@@ -442,16 +443,45 @@ fn mpirun_checks_every_collective_on_pretend_nodes() {
             two.iter().all(|&c| c == two[0] && (c > 0) == on),
             "{n} ranks on nodes {nodes}: {two:?}"
         );
+        // A communicator of the whole World in reverse order spans the
+        // same nodes: its blocking calls go in two levels too.
+        let comm = counts(&e.stdout, n, "collectives of a communicator in two levels");
+        assert!(
+            comm.iter().all(|&c| c == comm[0] && (c > 0) == on),
+            "{n} ranks on nodes {nodes}, the reversed communicator: {comm:?}"
+        );
     }
 }
 
 /// Misuse on pretend nodes fails every rank with the reason, whichever
 /// step of the two levels sees it: a length that differs within a node
 /// (its leader sees it in the slots), between nodes (the leaders see it),
-/// and a bad op on a node's other rank (refused in the slots).
+/// and a bad op on a node's other rank (refused in the slots). The same
+/// on a communicator of the whole World in reverse order, whose own two
+/// levels have other leaders and whose misusing rank is world rank 0;
+/// there also an allreduce met by barriers.
 #[test]
 fn misuse_on_pretend_nodes_fails_every_rank_with_the_reason() {
-    let cases: [(u32, &str, &[&str], &str); 3] = [
+    let order = "every rank must call the same collectives in the same order";
+    let cases: [(u32, &str, &[&str], &str); 6] = [
+        (
+            4,
+            "r / 2",
+            &["--mismatch", "--on-comm"],
+            "every rank must pass matching lengths",
+        ),
+        (
+            4,
+            "r / 2",
+            &["--bad-op", "--on-comm"],
+            "BitXor is a bitwise op, for integers only; f64 is a float type",
+        ),
+        (
+            5,
+            "r % 2",
+            &["--mismatch", "--call", "barrier", "--on-comm"],
+            order,
+        ),
         (
             4,
             "r / 2",

@@ -26,21 +26,30 @@
 //!                                            call a barrier
 //!        ... --mismatch --call ibarrier     the last rank calls ibarrier and waits where the
 //!                                            others call barrier
+//!        ... --mismatch | --bad-op  --on-comm
+//!                                            the same on a communicator of the whole World in
+//!                                            reverse order: its last rank (world rank 0) misuses
 //!        collectives_check --bad-scatterv    the root passes one count too few to a scatterv
 //!        collectives_check --late SECS       the last rank computes SECS before a barrier, an
 //!                                            allreduce and a broadcast the others are in
 //!        collectives_check --alltoallv-mismatch
 //!                                            rank 1 expects one element more from rank 0 than it sends
 
-use fabric_msg::{Buffer, Element, Op, OpKind, Reduction, Token, World, WorldConfig};
+use fabric_msg::{Buffer, Comm, Element, Op, OpKind, Reduction, Token, World, WorldConfig};
 use std::fmt::Debug;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+#[path = "collectives_check/comm.rs"]
+mod comm;
 #[path = "collectives_check/more.rs"]
 mod more;
 #[path = "collectives_check/slots.rs"]
 mod slots;
+
+/// Collectives of communicators run in two levels by the checks
+/// (`comm.rs`), left out of the World's count.
+static COMM_TWO_LEVEL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// A small deterministic generator (splitmix64): every rank draws the same
 /// numbers from the same seed.
@@ -401,30 +410,71 @@ enum Misused {
 }
 
 impl Misused {
-    fn run<T: Element>(self, world: &mut World, data: &mut [T], op: Op) -> fabric_msg::Result<()> {
-        let last = world.size() - 1;
+    /// The call, on the World or on `comm` (whose ranks then play the
+    /// roles: its last rank misuses, roots are its ranks).
+    fn run<T: Element>(
+        self,
+        world: &mut World,
+        comm: Option<&Comm>,
+        data: &mut [T],
+        op: Op,
+    ) -> fabric_msg::Result<()> {
+        let Some(comm) = comm else {
+            let last = world.size() - 1;
+            return match self {
+                Misused::Allreduce => world.allreduce(data, op),
+                Misused::Reduce => world.reduce(last, data, op),
+                Misused::Broadcast => world.broadcast(0, data),
+                Misused::Barrier if world.rank() == last => world.allreduce(data, op),
+                Misused::Barrier => world.barrier(),
+                Misused::Ibarrier if world.rank() == last => {
+                    world.ibarrier().and_then(|r| world.wait(r)).map(drop)
+                }
+                Misused::Ibarrier => world.barrier(),
+            };
+        };
+        let last = comm.size() - 1;
+        let mut on = world.on(comm);
         match self {
-            Misused::Allreduce => world.allreduce(data, op),
-            Misused::Reduce => world.reduce(last, data, op),
-            Misused::Broadcast => world.broadcast(0, data),
-            Misused::Barrier if world.rank() == last => world.allreduce(data, op),
-            Misused::Barrier => world.barrier(),
-            Misused::Ibarrier if world.rank() == last => {
-                world.ibarrier().and_then(|r| world.wait(r)).map(drop)
-            }
-            Misused::Ibarrier => world.barrier(),
+            Misused::Allreduce => on.allreduce(data, op),
+            Misused::Reduce => on.reduce(last, data, op),
+            Misused::Broadcast => on.broadcast(0, data),
+            Misused::Barrier if comm.rank() == last => on.allreduce(data, op),
+            Misused::Barrier => on.barrier(),
+            Misused::Ibarrier if comm.rank() == last => on.ibarrier().and_then(|r| on.wait(r)).map(drop),
+            Misused::Ibarrier => on.barrier(),
         }
     }
 }
 
-/// The mode, whether `--messages` was given, and the misused call.
-fn parse() -> Result<(Mode, bool, Misused), String> {
+/// With `--on-comm`, a communicator of the whole World in reverse rank
+/// order (so its roles fall on other world ranks than the World's).
+fn reversed(world: &mut World, on_comm: bool) -> fabric_msg::Result<Option<Comm>> {
+    if !on_comm {
+        return Ok(None);
+    }
+    let key = -i64::from(world.rank());
+    world.split(Some(0), key)
+}
+
+/// This rank's rank and the last rank, in `comm` or in the World.
+fn roles(world: &World, comm: Option<&Comm>) -> (u32, u32) {
+    match comm {
+        Some(c) => (c.rank(), c.size() - 1),
+        None => (world.rank(), world.size() - 1),
+    }
+}
+
+/// The mode, whether `--messages` was given, the misused call, and
+/// whether `--on-comm` was given.
+fn parse() -> Result<(Mode, bool, Misused, bool), String> {
     let mut mode = Mode::Check {
         seed: 1,
         quick: false,
     };
     let mut messages = false;
     let mut misused = Misused::Allreduce;
+    let mut on_comm = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut num = |what: &str| -> Result<u64, String> {
@@ -455,6 +505,7 @@ fn parse() -> Result<(Mode, bool, Misused), String> {
                 mode = Mode::Mismatch(Some(pair));
             }
             "--messages" => messages = true,
+            "--on-comm" => on_comm = true,
             "--call" => {
                 misused = match args.next().as_deref() {
                     Some("allreduce") => Misused::Allreduce,
@@ -484,11 +535,11 @@ fn parse() -> Result<(Mode, bool, Misused), String> {
     {
         return Err("--bad-op --call broadcast|barrier|ibarrier: the call takes no op".into());
     }
-    Ok((mode, messages, misused))
+    Ok((mode, messages, misused, on_comm))
 }
 
 fn main() -> ExitCode {
-    let (mode, messages, misused) = match parse() {
+    let (mode, messages, misused, on_comm) = match parse() {
         Ok(m) => m,
         Err(e) => {
             say_err(&format!("collectives_check: {e}"));
@@ -524,20 +575,26 @@ fn main() -> ExitCode {
                 v.fill(1.0);
             }
         }
-        Mode::Mismatch(lengths) => {
+        Mode::Mismatch(lengths) => reversed(&mut world, on_comm).and_then(|comm| {
+            let (me, last) = roles(&world, comm.as_ref());
             let len = match lengths {
-                Some((first, _)) if rank == 0 => first,
+                Some((first, _)) if me == 0 => first,
                 Some((_, others)) => others,
-                None if rank == size - 1 => 1001,
+                None if me == last => 1001,
                 None => 1000,
             };
             let mut v = vec![1i32; len];
-            misused.run(&mut world, &mut v, Op::Sum).map(|()| Ok(0))
-        }
-        Mode::BadOp => {
-            let op = if rank == size - 1 { Op::BitXor } else { Op::Sum };
-            misused.run(&mut world, &mut [1.0f64; 16], op).map(|()| Ok(0))
-        }
+            misused
+                .run(&mut world, comm.as_ref(), &mut v, Op::Sum)
+                .map(|()| Ok(0))
+        }),
+        Mode::BadOp => reversed(&mut world, on_comm).and_then(|comm| {
+            let (me, last) = roles(&world, comm.as_ref());
+            let op = if me == last { Op::BitXor } else { Op::Sum };
+            misused
+                .run(&mut world, comm.as_ref(), &mut [1.0f64; 16], op)
+                .map(|()| Ok(0))
+        }),
         Mode::BadScatterv => more::bad_scatterv(&mut world),
         Mode::AlltoallvMismatch => more::alltoallv_mismatch(&mut world),
         Mode::Late(secs) => more::late(&mut world, secs),
@@ -552,7 +609,9 @@ fn main() -> ExitCode {
             println!("rank {rank}/{size}: {slots} collectives in the node's slots");
             let copied = world.stats().node_single_copy_collectives;
             println!("rank {rank}/{size}: {copied} collectives read with one copy");
-            let two = world.stats().two_level_collectives;
+            // The World's own: the communicators' are counted apart (above).
+            let two = world.stats().two_level_collectives
+                - COMM_TWO_LEVEL.load(std::sync::atomic::Ordering::Relaxed);
             println!("rank {rank}/{size}: {two} collectives in two levels");
             match world.finish() {
                 Ok(()) => ExitCode::SUCCESS,
@@ -612,6 +671,10 @@ fn check(world: &mut World, seed: u64, quick: bool) -> fabric_msg::Result<Result
     ctx.run::<f64>()?;
     ctx.overlapped()?;
     ctx.slots()?;
+    let comm = ctx.communicator()?;
+    COMM_TWO_LEVEL.store(comm, std::sync::atomic::Ordering::Relaxed);
+    let (rank, size) = (ctx.world.rank(), ctx.world.size());
+    println!("rank {rank}/{size}: {comm} collectives of a communicator in two levels");
     if quick {
         // One long broadcast, past the switch to scatter + allgather where
         // the world is large enough for it.

@@ -70,7 +70,7 @@ impl CommView<'_> {
     /// ```
     pub fn allreduce<T: Element>(&mut self, data: &mut [T], op: impl Into<Reduction<T>>) -> Result<()> {
         let op = op.into();
-        if let Some(t) = self.comm.is_none().then(|| self.world.two_level()).flatten() {
+        if let Some(t) = self.levels() {
             return self.world.allreduce_two_level(&t, data, op);
         }
         let call = Call::new::<T>(Kind::Allreduce, "allreduce", data.len(), 0).reducing(&op);
@@ -104,7 +104,7 @@ impl CommView<'_> {
     /// # Ok::<(), fabric_msg::Error>(())
     /// ```
     pub fn barrier(&mut self) -> Result<()> {
-        if let Some(t) = self.comm.is_none().then(|| self.world.two_level()).flatten() {
+        if let Some(t) = self.levels() {
             return self.world.barrier_two_level(&t);
         }
         let call = Call::new::<u8>(Kind::Barrier, "barrier", 0, 0);
@@ -139,7 +139,7 @@ impl CommView<'_> {
     /// # Ok::<(), fabric_msg::Error>(())
     /// ```
     pub fn broadcast<T: Element>(&mut self, root: u32, data: &mut [T]) -> Result<()> {
-        if let Some(t) = self.comm.is_none().then(|| self.world.two_level()).flatten() {
+        if let Some(t) = self.levels() {
             return self.world.broadcast_two_level(&t, root, data);
         }
         let call = Call::new::<T>(Kind::Broadcast, "broadcast", data.len(), root);
@@ -217,7 +217,7 @@ impl CommView<'_> {
         op: impl Into<Reduction<T>>,
     ) -> Result<()> {
         let op = op.into();
-        if let Some(t) = self.comm.is_none().then(|| self.world.two_level()).flatten() {
+        if let Some(t) = self.levels() {
             return self.world.reduce_two_level(&t, root, data, op);
         }
         let call = Call::new::<T>(Kind::Reduce, "reduce", data.len(), root).reducing(&op);

@@ -130,18 +130,41 @@ impl CommView<'_> {
         }
     }
 
+    /// The two levels its blocking allreduce, barrier, reduce and
+    /// broadcast run in, where its ranks span nodes (`two_level.rs`).
+    pub(crate) fn levels(&self) -> Option<Arc<super::comm_handle::TwoLevel>> {
+        match self.comm {
+            None => self.world.two_level(),
+            Some(c) => c.levels.clone(),
+        }
+    }
+
     /// [`World::split`] on this communicator.
     pub fn split(&mut self, color: Option<u32>, key: i64) -> Result<Option<Comm>> {
         let pool = self.world.contexts.clone();
         let [lo, hi] = pool.snapshot();
-        let mine = [color.map_or(-1, i64::from), key, lo as i64, hi as i64];
+        // Each rank's node too (by its lowest world rank), so a new
+        // communicator whose ranks span nodes knows where each one is.
+        let node = self
+            .world
+            .node_ranks()
+            .first()
+            .copied()
+            .unwrap_or(self.world.rank());
+        let mine = [
+            color.map_or(-1, i64::from),
+            key,
+            lo as i64,
+            hi as i64,
+            i64::from(node),
+        ];
         let all = self.allgather(&mine)?;
-        let rows: Vec<&[i64]> = all.chunks_exact(4).collect();
+        let rows: Vec<&[i64]> = all.chunks_exact(mine.len()).collect();
         let Some(ctx) = lowest_common(rows.iter().map(|r| [r[2] as u64, r[3] as u64])) else {
             return Err(Error::Usage(format!(
                 "no context id is free on every rank of this communicator: at most {} \
-                 sub-communicators can be alive on a rank at once ({} of them the World's own); \
-                 drop some first",
+                 sub-communicators can be alive on a rank at once ({} of them the World's own, \
+                 and 2 of each split communicator whose collectives run in two levels); drop some first",
                 super::tags::MAX_CONTEXTS - 1,
                 self.world.own_communicators()
             )));
@@ -178,8 +201,31 @@ impl CommView<'_> {
             },
             rank,
             node: None,
+            levels: None,
+            own_levels: false,
         };
         self.give_slots(&mut comm)?;
+        // Where the World's collectives run in two levels, so do those of a
+        // communicator that spans nodes (`two_level.rs`): a communicator of
+        // the same ranks in the same order as this one (a `dup`) shares its
+        // two levels; another makes its own, which take two more context
+        // ids, while at least half of them stay free on all its ranks.
+        let members: Vec<u32> = order.iter().map(|&(_, p)| p).collect();
+        if members.iter().enumerate().all(|(i, &p)| i as u32 == p) && members.len() as u32 == self.size() {
+            comm.levels = self.levels();
+        } else if self.world.two_level().is_some() {
+            let free = members.iter().fold([!1u64, !0u64], |acc, &p| {
+                let r = rows[p as usize];
+                [acc[0] & r[2] as u64, acc[1] & r[3] as u64]
+            });
+            // Less the new communicator's own.
+            let free = (free[0].count_ones() + free[1].count_ones()).saturating_sub(1);
+            if free >= 2 + (super::tags::MAX_CONTEXTS as u32 - 1) / 2 {
+                let nodes: Vec<u32> = members.iter().map(|&p| rows[p as usize][4] as u32).collect();
+                comm.levels = self.world.on(&comm).make_levels(&nodes)?.map(Arc::new);
+                comm.own_levels = comm.levels.is_some();
+            }
+        }
         Ok(Some(comm))
     }
 

@@ -1,8 +1,9 @@
 //! The [`Comm`] handle itself: what a rank holds of a communicator (its
-//! members, its rank among them, its context id and, where all its members
-//! share this node, its collective slots). `comm.rs` makes communicators
-//! and lends the World to them; this file names nothing that holds the
-//! World, so the World can hold communicators of its own (`levels.rs`).
+//! members, its rank among them, its context id, where all its members
+//! share this node its collective slots, and where they span nodes its
+//! two levels). `comm.rs` makes communicators and lends the World to them;
+//! this file names nothing that holds the World, so the World can hold
+//! communicators of its own ([`TwoLevel`]).
 
 use super::collectives::on_node::NodeColl;
 use super::collectives::scope::Scope;
@@ -24,6 +25,13 @@ pub struct Comm {
     /// (`comm_slots.rs`); shared by the handle's clones, which are the
     /// same communicator.
     pub(crate) node: Option<Arc<parking_lot::Mutex<NodeColl>>>,
+    /// Where its members span nodes and some node has several of them:
+    /// its node's and its node leaders' communicators, for its blocking
+    /// collectives in two levels (`two_level.rs`).
+    pub(crate) levels: Option<Arc<TwoLevel>>,
+    /// Whether it made `levels` itself (not shared from the communicator
+    /// it was split from).
+    pub(crate) own_levels: bool,
 }
 
 impl Comm {
@@ -64,5 +72,72 @@ impl Comm {
     /// Its context id (1-63): what its messages' tags carry.
     pub fn context(&self) -> u8 {
         self.scope.ctx
+    }
+
+    /// Sub-communicators it keeps for itself: where its ranks span nodes
+    /// and it made its own two levels for its blocking collectives (see
+    /// [`World::own_communicators`](crate::World::own_communicators)), its
+    /// node's and its node leaders', 2; otherwise 0 (a `dup` shares the two
+    /// levels of the communicator it was made from). They count against
+    /// the limit on live communicators while it lives.
+    pub fn own_communicators(&self) -> u32 {
+        if self.own_levels {
+            2
+        } else {
+            0
+        }
+    }
+}
+
+/// The two levels of a communicator (or of the World) whose ranks span
+/// nodes: its node's ranks and its node leaders (`two_level.rs` has the
+/// algorithm). Sub-communicators of their own, so they take two context
+/// ids of the communicator's ranks while it lives.
+#[derive(Debug, Clone)]
+pub(crate) struct TwoLevel {
+    /// This rank's node (`split_shared`), with slots unless it is alone.
+    pub(crate) node: Comm,
+    /// The node leaders on the fabric: `Some` on leaders only.
+    pub(crate) leaders: Option<Comm>,
+    /// For each rank of the communicator, its node leader's rank among the
+    /// leaders (`same_node::leader_places`): where a broadcast's or a
+    /// reduce's root is on the leaders' level.
+    pub(crate) places: Arc<[u32]>,
+    /// The communicator's members' world ranks, by rank; `None` for the
+    /// World (ranks are world ranks).
+    pub(crate) members: Option<Arc<[u32]>>,
+}
+
+impl TwoLevel {
+    /// How many ranks the communicator has.
+    pub(crate) fn size(&self) -> u32 {
+        self.places.len() as u32
+    }
+
+    /// The leaders' rank of `root`'s node, for a `root` of the communicator.
+    pub(crate) fn place_of(&self, root: u32) -> Option<u32> {
+        self.places.get(root as usize).copied()
+    }
+
+    /// The world rank of the communicator's rank `r`.
+    pub(crate) fn world_rank(&self, r: u32) -> Option<u32> {
+        match &self.members {
+            Some(m) => m.get(r as usize).copied(),
+            None => (r < self.size()).then_some(r),
+        }
+    }
+
+    /// The communicator's rank of world rank `w`.
+    pub(crate) fn rank_of(&self, w: u32) -> Option<u32> {
+        match &self.members {
+            Some(m) => m.iter().position(|&x| x == w).map(|p| p as u32),
+            None => (w < self.size()).then_some(w),
+        }
+    }
+
+    /// The node communicator's rank of the communicator's rank `r`: where
+    /// `r` is in this rank's node, if it is.
+    pub(crate) fn on_my_node(&self, r: u32) -> Option<u32> {
+        self.node.rank_of(self.world_rank(r)?)
     }
 }

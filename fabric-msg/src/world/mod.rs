@@ -53,7 +53,6 @@ mod config;
 mod lane;
 mod launch;
 mod leaving;
-mod levels;
 mod liveness;
 mod local;
 mod local_wiring;

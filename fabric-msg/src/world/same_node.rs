@@ -70,32 +70,47 @@ pub(crate) fn pairs_of(rank: u32, nodes: &[String], has: &[bool]) -> Vec<u32> {
 /// rank not alone on its node published a node-transport endpoint
 /// (`has_node[r]`). The same answer on every rank.
 pub(crate) fn two_levels(nodes: &[String], has_node: &[bool]) -> bool {
-    let mut per_node = std::collections::HashMap::<&str, usize>::new();
-    for n in nodes {
-        *per_node.entry(n.as_str()).or_default() += 1;
-    }
-    per_node.len() > 1
-        && per_node.values().any(|&n| n > 1)
+    let alone = |n: &String| nodes.iter().filter(|m| *m == n).count() == 1;
+    spans(nodes)
         && nodes.len() == has_node.len()
-        && nodes
-            .iter()
-            .zip(has_node)
-            .all(|(n, &has)| has || per_node[n.as_str()] == 1)
+        && nodes.iter().zip(has_node).all(|(n, &has)| has || alone(n))
 }
 
 /// For each rank, its node's place among the nodes ordered by their
 /// lowest rank: the rank of its node's leader (the node's lowest rank)
 /// in the leaders' communicator of the two levels, which orders its
-/// leaders by world rank (`two_level.rs`).
-pub(crate) fn leader_places(nodes: &[String]) -> Vec<u32> {
-    let mut places = std::collections::HashMap::<&str, u32>::new();
+/// leaders by rank (`two_level.rs`). `nodes`: each rank's node, by any
+/// name.
+pub(crate) fn leader_places<N: Eq + std::hash::Hash>(nodes: &[N]) -> Vec<u32> {
+    let mut places = std::collections::HashMap::<&N, u32>::new();
     nodes
         .iter()
         .map(|n| {
             let next = places.len() as u32;
-            *places.entry(n.as_str()).or_insert(next)
+            *places.entry(n).or_insert(next)
         })
         .collect()
+}
+
+/// Each rank's node named by the lowest rank on it: what a split carries
+/// for every rank (`comm.rs`), and the same names `node_ranks` gives.
+pub(crate) fn node_ids(names: &[String]) -> Vec<u32> {
+    let mut first = std::collections::HashMap::<&str, u32>::new();
+    names
+        .iter()
+        .enumerate()
+        .map(|(r, n)| *first.entry(n.as_str()).or_insert(r as u32))
+        .collect()
+}
+
+/// Whether ranks on `nodes` (each rank's node) span nodes and some node
+/// has several of them: where two levels can help.
+pub(crate) fn spans<N: Eq + std::hash::Hash>(nodes: &[N]) -> bool {
+    let mut per_node = std::collections::HashMap::<&N, usize>::new();
+    for n in nodes {
+        *per_node.entry(n).or_default() += 1;
+    }
+    per_node.len() > 1 && per_node.values().any(|&n| n > 1)
 }
 
 /// The words `World::fabric_report` adds for the same-node pairs; `how`:
@@ -111,7 +126,7 @@ pub(crate) fn report(rank: u32, ranks: &[u32], how: &str, world_label: &str) -> 
 
 #[cfg(test)]
 mod tests {
-    use super::{leader_places, node_ranks, pairs_of, two_levels, wanted};
+    use super::{leader_places, node_ids, node_ranks, pairs_of, spans, two_levels, wanted};
 
     #[test]
     fn pairs_are_the_same_node_ranks_that_both_published_one() {
@@ -152,6 +167,19 @@ mod tests {
     }
 
     #[test]
+    fn a_node_is_named_by_its_lowest_rank_and_two_levels_need_two_nodes_one_shared() {
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(node_ids(&names(&["b", "a", "b", "c", "a"])), vec![0, 1, 0, 3, 1]);
+        // A communicator's ranks on those nodes: the same places as names give.
+        let ids = [4u32, 4, 9, 2, 9];
+        assert_eq!(leader_places(&ids), vec![0, 0, 1, 2, 1]);
+        assert!(spans(&ids));
+        assert!(!spans(&[4u32, 4]), "one node");
+        assert!(!spans(&[1u32, 2, 3]), "every rank alone");
+        assert!(!spans::<u32>(&[]));
+    }
+
+    #[test]
     fn two_levels_where_nodes_are_several_and_every_shared_one_has_the_transport() {
         let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         // Two nodes of two; one alone beside two (it needs no transport).
@@ -176,7 +204,7 @@ mod tests {
             vec![0, 1, 0, 2, 1]
         );
         assert_eq!(leader_places(&names(&["a", "a"])), vec![0, 0]);
-        assert!(leader_places(&[]).is_empty());
+        assert!(leader_places::<String>(&[]).is_empty());
     }
 
     #[test]

@@ -63,7 +63,7 @@ pub struct World {
     pub(super) single_copy_calls: u64,
     /// Where the World spans nodes: its node and leaders' communicators,
     /// for its blocking collectives in two levels (`two_level.rs`).
-    pub(super) two_level: Option<super::levels::TwoLevel>,
+    pub(super) two_level: Option<Arc<super::comm_handle::TwoLevel>>,
     /// The World's collectives run in two levels so far
     /// (`WorldStats::two_level_collectives`).
     pub(super) two_level_calls: u64,

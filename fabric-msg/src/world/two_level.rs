@@ -1,7 +1,7 @@
-//! The World's blocking `allreduce`, `barrier`, `reduce` and `broadcast`
-//! where its ranks span
-//! nodes and fabric-msg's node transport joins the ranks of each node: in
-//! two levels, as Open MPI's `coll/han` and MPICH's node-aware algorithms
+//! The blocking `allreduce`, `barrier`, `reduce` and `broadcast` of the
+//! World, and of any communicator, whose ranks span nodes where
+//! fabric-msg's node transport joins the ranks of each node: in two
+//! levels, as Open MPI's `coll/han` and MPICH's node-aware algorithms
 //! do, so that one rank a node (its leader) crosses the fabric instead of
 //! every rank.
 //!
@@ -37,6 +37,22 @@
 //! another. `FABRIC_MSG_NODE_COLLECTIVES=0`, libfabric's shm
 //! (`FABRIC_MSG_SHM=libfabric`) or one node: messages, as before.
 //!
+//! **Communicators.** Where the World runs in two levels, so do the
+//! communicators whose ranks span nodes with some node holding several of
+//! them. A communicator of the same ranks in the same order as the one it
+//! was split from (a `dup`) shares that one's two levels: the program's
+//! collectives on the two are in one order on every rank (were they not,
+//! the program would deadlock wherever collectives synchronize, which MPI
+//! calls erroneous), so the shared node and leaders' communicators number
+//! them alike. Any other makes its own when it is made: `CommView::split`
+//! carries each rank's node in its allgather, so every rank decides alike,
+//! and the node's and leaders' communicators are agreed as the World's
+//! are. They take two more context ids while it lives, so it makes them
+//! only while at least half of the ids are free on all its ranks; past
+//! that, or where the two splits find none free, its collectives stay
+//! flat. Roots and the ranks a failure names are the communicator's;
+//! `TwoLevel` maps them to world ranks.
+//!
 //! **Failures reach every rank** of an `allreduce` or a `barrier` (for
 //! the others, see below). Each step runs on every rank whatever the step
 //! before gave it, so that every communicator numbers its collectives
@@ -59,15 +75,14 @@
 //! reduce only sends towards the root goes on, as a root and a sender do
 //! in the flat schedules; the ranks downstream of a failure all fail.
 //!
-//! The non-blocking and persistent forms stay flat message schedules over
-//! the World (docs/onnode.md, "What is left").
+//! The non-blocking and persistent forms stay flat message schedules
+//! (docs/onnode.md, "What is left").
 
 use super::collectives::on_node::{Call, Kind};
 use super::collectives::ops::{Element, Reduction};
 use super::collectives::request::{check_root, copy_result};
 use super::comm::CommView;
-use super::comm_handle::Comm;
-use super::levels::TwoLevel;
+use super::comm_handle::TwoLevel;
 use super::node_collectives::OnNode;
 use super::state::World;
 use crate::error::{Error, Result};
@@ -78,29 +93,9 @@ impl World {
     /// World spans nodes and every rank has the node transport), and keep
     /// them if every rank can use them. Collective.
     pub(super) fn set_up_two_level(&mut self, wanted: bool, nodes: &[String]) -> Result<()> {
-        if !wanted {
-            return Ok(());
-        }
-        let node = self.split_shared()?;
-        let leader = node.rank() == 0;
-        let leaders = self.split(leader.then_some(0), i64::from(self.rank()))?;
-        let places: Arc<[u32]> = super::same_node::leader_places(nodes).into();
-        // A leader's rank among the leaders is where the others look for
-        // its node's roots; checked, since the two were made apart.
-        let placed = match &leaders {
-            Some(l) => places.get(self.rank() as usize) == Some(&l.rank()),
-            None => places.len() == self.size() as usize,
-        };
-        let ready = self.node_collectives && placed && (node.size() == 1 || node.node.is_some());
-        let all = self.allgather(&[u8::from(ready)])?;
-        if all.iter().all(|&r| r == 1) {
-            self.two_level = Some(TwoLevel {
-                node,
-                leaders,
-                places,
-            });
-        } else {
-            log::debug!("collectives stay flat: not every rank has its node's slots");
+        if wanted {
+            let ids = super::same_node::node_ids(nodes);
+            self.two_level = self.whole().make_levels(&ids)?.map(Arc::new);
         }
         Ok(())
     }
@@ -119,7 +114,7 @@ impl World {
 
     /// The two levels, if this World runs its blocking collectives
     /// in them.
-    pub(super) fn two_level(&self) -> Option<TwoLevel> {
+    pub(super) fn two_level(&self) -> Option<Arc<TwoLevel>> {
         self.two_level.clone()
     }
 
@@ -152,15 +147,15 @@ impl World {
     ) -> Result<()> {
         const WHAT: &str = "broadcast";
         self.two_level_calls += 1;
-        let check = check_root(root, self.size());
+        let check = check_root(root, t.size());
         let place = check.as_ref().ok().and_then(|()| t.place_of(root));
         let among_leaders = |mut c: CommView<'_>, data: &mut [T]| match place {
             Some(p) => c.broadcast(p, data),
             None => Err(c.refuse(WHAT, "no root".into())),
         };
-        let outcome = match t.node.rank_of(root) {
+        let outcome = match t.on_my_node(root) {
             Some(here) => {
-                let first = self.node_broadcast(&t.node, WHAT, here, data, None);
+                let first = self.node_broadcast(t, WHAT, here, data, None);
                 let second = self.leaders_step(t, WHAT, &first, |c| among_leaders(c, data));
                 first.and(second)
             }
@@ -170,7 +165,7 @@ impl World {
                 // A leader's refusal, else (on the others) the bad root.
                 let first = stepped.and(args);
                 let reason = first.as_ref().err().map(|e| e.to_string());
-                let second = self.hand_down_from_leader(&t.node, WHAT, data, reason);
+                let second = self.hand_down_from_leader(t, WHAT, data, reason);
                 first.and(second)
             }
         };
@@ -196,9 +191,9 @@ impl World {
     ) -> Result<()> {
         const WHAT: &str = "reduce";
         self.two_level_calls += 1;
-        let check = check_root(root, self.size());
+        let check = check_root(root, t.size());
         let place = check.as_ref().ok().and_then(|()| t.place_of(root));
-        let here = t.node.rank_of(root);
+        let here = t.on_my_node(root);
         let leader = t.node.rank() == 0;
         let mut copy = Vec::new();
         let work: &mut [T] = if leader && here != Some(0) {
@@ -207,7 +202,7 @@ impl World {
         } else {
             &mut *data
         };
-        let first = self.gather_to_leader(&t.node, WHAT, work, Some(&op), check);
+        let first = self.gather_to_leader(t, WHAT, work, Some(&op), check);
         let second = self.leaders_step(t, WHAT, &first, |mut c| match place {
             Some(p) => c.reduce(p, work, op),
             None => Err(c.refuse(WHAT, "no root".into())),
@@ -218,11 +213,11 @@ impl World {
         // root keeps it.
         let third = match here {
             Some(0) | None => Ok(()),
-            Some(r) if t.node.rank() == r => self.hand_down_from_leader(&t.node, WHAT, data, reason),
-            Some(_) if leader => self.hand_down_from_leader(&t.node, WHAT, &mut copy, reason),
+            Some(r) if t.node.rank() == r => self.hand_down_from_leader(t, WHAT, data, reason),
+            Some(_) if leader => self.hand_down_from_leader(t, WHAT, &mut copy, reason),
             Some(_) => {
                 let mut discard = data.to_vec();
-                self.hand_down_from_leader(&t.node, WHAT, &mut discard, reason)
+                self.hand_down_from_leader(t, WHAT, &mut discard, reason)
             }
         };
         self.settled(first.and(second).and(third))
@@ -239,13 +234,13 @@ impl World {
         op: Option<Reduction<T>>,
     ) -> Result<()> {
         self.two_level_calls += 1;
-        let first = self.gather_to_leader(&t.node, what, data, op.as_ref(), Ok(()));
+        let first = self.gather_to_leader(t, what, data, op.as_ref(), Ok(()));
         let second = self.leaders_step(t, what, &first, |mut c| match op {
             Some(op) => c.allreduce(data, op),
             None => c.barrier(),
         });
         let reason = first.as_ref().and(second.as_ref()).err().map(|e| e.to_string());
-        let third = self.hand_down_from_leader(&t.node, what, data, reason);
+        let third = self.hand_down_from_leader(t, what, data, reason);
         self.settled(first.and(second).and(third))
     }
 
@@ -272,7 +267,7 @@ impl World {
     /// refused where `args` (the caller's own argument check) failed.
     fn gather_to_leader<T: Element>(
         &mut self,
-        node: &Comm,
+        t: &TwoLevel,
         what: &'static str,
         data: &mut [T],
         op: Option<&Reduction<T>>,
@@ -286,9 +281,10 @@ impl World {
             None => (Call::new::<T>(Kind::Barrier, what, 0, 0), Ok(())),
         };
         let check = args.and(check);
+        let node = &t.node;
         match self.on(node).on_node(call, check.clone(), data, op) {
             None => check.map_err(Error::Usage), // alone on its node
-            Some(Err(e)) => Err(in_world_ranks(e, node)),
+            Some(Err(e)) => Err(in_ranks(e, t)),
             Some(Ok(OnNode::Done)) => Ok(()),
             Some(Ok(OnNode::Messages)) => {
                 // Only data larger than a slot goes on: a barrier has none.
@@ -310,12 +306,12 @@ impl World {
     /// (with a `refusal`) the failure of an earlier step to all of them.
     fn hand_down_from_leader<T: Element>(
         &mut self,
-        node: &Comm,
+        t: &TwoLevel,
         what: &'static str,
         data: &mut [T],
         refusal: Option<String>,
     ) -> Result<()> {
-        self.node_broadcast(node, what, 0, data, refusal)
+        self.node_broadcast(t, what, 0, data, refusal)
     }
 
     /// `from`'s `data` (a rank of `node`) to every rank of `node`, in its
@@ -323,7 +319,7 @@ impl World {
     /// to all of them.
     fn node_broadcast<T: Element>(
         &mut self,
-        node: &Comm,
+        t: &TwoLevel,
         what: &'static str,
         from: u32,
         data: &mut [T],
@@ -331,9 +327,10 @@ impl World {
     ) -> Result<()> {
         let call = Call::new::<T>(Kind::Broadcast, what, data.len(), from);
         let check = refusal.map_or(Ok(()), Err);
+        let node = &t.node;
         match self.on(node).on_node(call, check.clone(), data, None) {
             None => check.map_err(Error::Usage), // alone on its node
-            Some(Err(e)) => Err(in_world_ranks(e, node)),
+            Some(Err(e)) => Err(in_ranks(e, t)),
             Some(Ok(OnNode::Done)) => Ok(()),
             Some(Ok(OnNode::Messages)) => {
                 let r = self.on(node).ibroadcast(from, data.to_vec())?;
@@ -344,25 +341,81 @@ impl World {
     }
 }
 
-/// A failure in `node`'s slots names ranks of the node's communicator: the
-/// rank it blames becomes a world rank, and the text says how the two
-/// numberings meet, since the caller called a collective of the World.
-fn in_world_ranks(e: Error, node: &Comm) -> Error {
+impl CommView<'_> {
+    /// This communicator's two levels, where its ranks span nodes and
+    /// some node has several of them (`nodes`: each rank's node, the same
+    /// on every rank), and every rank can use them: its node's
+    /// communicator has slots, or it is alone there, and collectives in
+    /// shared memory are on. `None` otherwise, or where no two context ids
+    /// are free (the collectives then stay flat). Collective.
+    pub(super) fn make_levels(&mut self, nodes: &[u32]) -> Result<Option<TwoLevel>> {
+        if !super::same_node::spans(nodes) {
+            return Ok(None);
+        }
+        let fewer = |e: Error| match e {
+            Error::Usage(m) => {
+                log::debug!("collectives stay flat: {m}");
+                Ok(None)
+            }
+            e => Err(e),
+        };
+        let node = match self.split_shared() {
+            Ok(n) => n,
+            Err(e) => return fewer(e),
+        };
+        let leader = node.rank() == 0;
+        let leaders = match self.split(leader.then_some(0), i64::from(self.rank())) {
+            Ok(l) => l,
+            Err(e) => return fewer(e),
+        };
+        let places: Arc<[u32]> = super::same_node::leader_places(nodes).into();
+        // A leader's rank among the leaders is where the others look for
+        // its node's roots; checked, since the two were made apart.
+        let placed = match &leaders {
+            Some(l) => places.get(self.rank() as usize) == Some(&l.rank()),
+            None => places.len() == self.size() as usize,
+        };
+        let ready = self.world.node_collectives && placed && (node.size() == 1 || node.node.is_some());
+        let all = self.allgather(&[u8::from(ready)])?;
+        if !all.iter().all(|&r| r == 1) {
+            log::debug!("collectives stay flat: not every rank has its node's slots");
+            return Ok(None);
+        }
+        Ok(Some(TwoLevel {
+            node,
+            leaders,
+            places,
+            members: self.comm.map(|c| c.members().into()),
+        }))
+    }
+}
+
+/// A failure in the node's slots names ranks of the node's communicator:
+/// the rank it blames becomes a rank of the communicator the caller
+/// called (world ranks for the World), and the text says how the two
+/// numberings meet.
+fn in_ranks(e: Error, t: &TwoLevel) -> Error {
     match e {
         Error::Collective {
             operation,
             seq,
             rank,
             message,
-        } => Error::Collective {
-            operation,
-            seq,
-            rank: node.world_rank(rank).unwrap_or(rank),
-            message: format!(
-                "{message} [in this node's step, where ranks 0.. are world ranks {:?}]",
-                node.members()
-            ),
-        },
+        } => {
+            let theirs = |r: u32| t.node.world_rank(r).and_then(|w| t.rank_of(w));
+            let ranks: Vec<u32> = (0..t.node.size()).filter_map(theirs).collect();
+            let whose = if t.members.is_some() {
+                "ranks of the communicator"
+            } else {
+                "world ranks"
+            };
+            Error::Collective {
+                operation,
+                seq,
+                rank: theirs(rank).unwrap_or(rank),
+                message: format!("{message} [in this node's step, where ranks 0.. are {whose} {ranks:?}]"),
+            }
+        }
         other => other,
     }
 }

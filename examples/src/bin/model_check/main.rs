@@ -437,8 +437,16 @@ fn run(world: &mut World, t: &mut Tally) -> fabric_msg::Result<()> {
     };
     // Contexts the splits above took: parity, node, reversed, dup, and
     // `none`'s wherever a rank took it (free only where every rank has it);
-    // and the World's own (its two levels, on pretend nodes).
-    let alive = 4 + usize::from(size > 1) + world.own_communicators() as usize;
+    // the World's own (its two levels, on pretend nodes); and those of the
+    // communicators that span nodes and made their own (reversed and
+    // `none`; a dup shares the World's).
+    let mut own = [half.own_communicators()
+        + node.own_communicators()
+        + reversed.own_communicators()
+        + dup.own_communicators()
+        + none.as_ref().map_or(0, Comm::own_communicators)];
+    world.allreduce(&mut own, Op::Max)?;
+    let alive = 4 + usize::from(size > 1) + world.own_communicators() as usize + own[0] as usize;
     t.expect(
         "127 communicators at most",
         held.len() + alive,
