@@ -31,7 +31,7 @@
 //! its call times in a vector sized before the loop, and one allreduce
 //! (max) of that vector after the loop finds each call's slowest rank.
 
-use fabric_msg::{Buffer, Completion, Token, World};
+use fabric_msg::{Buffer, Comm, Completion, Token, World};
 use fabric_msg_examples::output::{self, Monitor};
 use fabric_msg_examples::say;
 use fabric_msg_examples::stats::{self, IterTimes, Tail};
@@ -59,6 +59,10 @@ the FABRIC_MSG_RANK/SIZE/ROOT rendezvous, or alone).
                   and messages and bytes with each rank)
   --by-value      bcast and allreduce: the non-blocking forms and wait (the
                   vector moves in and out), not the blocking slice forms
+  --reversed      barrier, bcast, allreduce, reduce: on a communicator of
+                  the whole World in reverse rank order (its own node
+                  leaders and its own two levels where ranks span nodes;
+                  bcast from and reduce to its rank 0, the World's last)
   -h, --help      this text
 
 Columns (as OSU's): Size, Avg Latency(us), Min Latency(us), Max Latency(us),
@@ -123,6 +127,7 @@ struct Opts {
     json: bool,
     stats: bool,
     by_value: bool,
+    reversed: bool,
 }
 
 fn number(name: &str, v: &str) -> Result<usize, String> {
@@ -163,6 +168,7 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Opts>, String>
         json: false,
         stats: false,
         by_value: false,
+        reversed: false,
     };
     while let Some(a) = it.next() {
         let mut val = |n: &str| it.next().ok_or_else(|| format!("{n} needs a value"));
@@ -202,12 +208,20 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Opts>, String>
             "--json" => o.json = true,
             "--stats" => o.stats = true,
             "--by-value" => o.by_value = true,
+            "--reversed" => o.reversed = true,
             "-h" | "--help" => return Ok(None),
             other => return Err(format!("unknown option `{other}`; try --help")),
         }
     }
     if bench == Bench::Barrier {
         o.sizes = vec![0];
+    }
+    let blocking = matches!(
+        bench,
+        Bench::Barrier | Bench::Bcast | Bench::Allreduce | Bench::Reduce
+    );
+    if o.reversed && (o.by_value || !blocking) {
+        return Err("--reversed: barrier, bcast, allreduce or reduce, blocking (not with --by-value)".into());
     }
     Ok(Some(o))
 }
@@ -288,6 +302,11 @@ fn run(world: &mut World, o: &Opts) -> fabric_msg::Result<()> {
     if let Some(m) = &monitor {
         m.arm();
     }
+    // --reversed: the whole World in reverse rank order, as a communicator.
+    let reversed = match o.reversed {
+        true => world.split(Some(0), -i64::from(rank))?,
+        false => None,
+    };
     for &bytes in &o.sizes {
         let (iters, warmup) = (o.iters(bytes), o.warmup(bytes));
         if let Some(m) = &monitor {
@@ -301,7 +320,15 @@ fn run(world: &mut World, o: &Opts) -> fabric_msg::Result<()> {
         let row = match o.bench {
             Bench::Latency => latency(world, bytes, warmup, iters, tick)?,
             Bench::Bw => bandwidth(world, bytes, warmup, iters, o.window, tick)?,
-            _ => collective(world, (o.bench, o.by_value), bytes, warmup, iters, tick)?,
+            _ => collective(
+                world,
+                reversed.as_ref(),
+                (o.bench, o.by_value),
+                bytes,
+                warmup,
+                iters,
+                tick,
+            )?,
         };
         if let (0, Some(row)) = (rank, row) {
             report(o, &row);
@@ -610,6 +637,7 @@ fn bandwidth(
 /// a scan: every rank times every call.
 fn collective(
     world: &mut World,
+    comm: Option<&Comm>,
     (bench, by_value): (Bench, bool),
     bytes: usize,
     warmup: usize,
@@ -640,7 +668,15 @@ fn collective(
             total = Duration::ZERO;
         }
         let t = Instant::now();
+        match (bench, comm) {
+            (Bench::Barrier, Some(c)) => world.on(c).barrier()?,
+            (Bench::Bcast, Some(c)) => world.on(c).broadcast(0, &mut bcast)?,
+            (Bench::Reduce, Some(c)) => world.on(c).reduce(0, &mut floats, fabric_msg::Op::Sum)?,
+            (_, Some(c)) => world.on(c).allreduce(&mut floats, fabric_msg::Op::Sum)?,
+            _ => {}
+        }
         match bench {
+            _ if comm.is_some() => {}
             Bench::Barrier => world.barrier()?,
             Bench::Bcast if by_value => {
                 let r = world.ibroadcast(0, std::mem::take(&mut bcast))?;
