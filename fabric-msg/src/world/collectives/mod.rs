@@ -41,6 +41,7 @@ pub(crate) mod allreduce;
 pub(crate) mod alltoall;
 pub(crate) mod barrier;
 pub(crate) mod bcast;
+pub(crate) mod cut;
 pub(crate) mod engine;
 pub(crate) mod gather;
 pub(crate) mod io;

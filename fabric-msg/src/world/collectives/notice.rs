@@ -184,19 +184,12 @@ impl Notices {
         probe: bool,
         message: &str,
     ) {
-        let mut text = message.to_string();
-        if text.len() > NOTICE_MAX - NOTICE_HEAD {
-            let mut cut = NOTICE_MAX - NOTICE_HEAD;
-            while !text.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            text.truncate(cut);
-        }
+        let text = super::cut::within(message, NOTICE_MAX - NOTICE_HEAD);
         let tag = tags::notice_tag(io.rank);
         let until = Instant::now() + NOTICE_PATIENCE;
         for &peer in peers {
             let mut buf = sh.pool.take(NOTICE_HEAD + text.len());
-            encode_notice(buf.as_mut_slice(), ctx, seq, probe, &text);
+            encode_notice(buf.as_mut_slice(), ctx, seq, probe, text);
             let o = Outgoing {
                 peer,
                 tag,

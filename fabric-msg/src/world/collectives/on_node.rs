@@ -318,13 +318,10 @@ impl NodeColl {
     /// Post a refusal of collective `k` with its reason: the kind says
     /// "refused", with the call's own kind in its second byte.
     pub(crate) fn refuse(&self, k: u64, call: &Call, reason: &str) {
-        let mut cut = reason.len().min(SLOT_DATA);
-        while !reason.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        let mut words = call.words(cut);
+        let reason = super::cut::within(reason, SLOT_DATA);
+        let mut words = call.words(reason.len());
         words[0] = Kind::Refused as u64 | (call.kind as u64) << 8 | u64::from(call.seq) << 32;
-        self.post_words(k, words, &reason.as_bytes()[..cut]);
+        self.post_words(k, words, reason.as_bytes());
     }
 
     /// Check the headers of `k` that came since the last look: `Ok(true)`
