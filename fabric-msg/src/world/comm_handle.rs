@@ -78,8 +78,9 @@ impl Comm {
     /// and it made its own two levels for its blocking collectives (see
     /// [`World::own_communicators`](crate::World::own_communicators)), its
     /// node's and its node leaders', 2; otherwise 0 (a `dup` shares the two
-    /// levels of the communicator it was made from). They count against
-    /// the limit on live communicators while it lives.
+    /// levels of the communicator it was made from, and keeps them leased
+    /// while it lives, should that one go first). They count against the
+    /// limit on live communicators while it lives.
     pub fn own_communicators(&self) -> u32 {
         if self.own_levels {
             2
