@@ -664,3 +664,12 @@ fn reduce_and_broadcast_misuse_on_pretend_nodes_fails_where_it_reaches() {
 fn mpirun_leader_killed_inside_a_two_level_collective_is_named() {
     rank_killed_in_a_loop_of_allreduces(mpirun_on_nodes(4, "r / 2", &["--loop", "64"]));
 }
+
+/// The same in a communicator's own two levels (the World in reverse
+/// order, whose leaders are world ranks 3 and 1): rank 2 is a node's
+/// other rank there, posting to its leader in the slots, and every other
+/// rank still names it.
+#[test]
+fn mpirun_rank_killed_inside_a_communicators_two_levels_is_named() {
+    rank_killed_in_a_loop_of_allreduces(mpirun_on_nodes(4, "r / 2", &["--loop", "64", "--on-comm"]));
+}

@@ -26,7 +26,7 @@
 //!                                            call a barrier
 //!        ... --mismatch --call ibarrier     the last rank calls ibarrier and waits where the
 //!                                            others call barrier
-//!        ... --mismatch | --bad-op  --on-comm
+//!        ... --loop | --mismatch | --bad-op  --on-comm
 //!                                            the same on a communicator of the whole World in
 //!                                            reverse order: its last rank (world rank 0) misuses
 //!        collectives_check --bad-scatterv    the root passes one count too few to a scatterv
@@ -561,11 +561,15 @@ fn main() -> ExitCode {
     let started = Instant::now();
     let outcome = match mode {
         Mode::Check { seed, quick } => check(&mut world, seed, quick),
-        Mode::Loop(bytes) => {
+        Mode::Loop(bytes) => reversed(&mut world, on_comm).and_then(|comm| {
             let mut v = vec![1.0f64; bytes / 8];
             let mut n = 0u64;
             loop {
-                if let Err(e) = world.allreduce(&mut v, Op::Sum) {
+                let done = match &comm {
+                    Some(c) => world.on(c).allreduce(&mut v, Op::Sum),
+                    None => world.allreduce(&mut v, Op::Sum),
+                };
+                if let Err(e) = done {
                     break Err(e);
                 }
                 n += 1;
@@ -574,7 +578,7 @@ fn main() -> ExitCode {
                 }
                 v.fill(1.0);
             }
-        }
+        }),
         Mode::Mismatch(lengths) => reversed(&mut world, on_comm).and_then(|comm| {
             let (me, last) = roles(&world, comm.as_ref());
             let len = match lengths {
