@@ -346,47 +346,55 @@ impl CommView<'_> {
     /// some node has several of them (`nodes`: each rank's node, the same
     /// on every rank), and every rank can use them: its node's
     /// communicator has slots, or it is alone there, and collectives in
-    /// shared memory are on. `None` otherwise, or where no two context ids
-    /// are free (the collectives then stay flat). Collective.
+    /// shared memory are on. `None` otherwise, or where a rank found no
+    /// context id free for them (the collectives then stay flat).
+    /// Collective.
     pub(super) fn make_levels(&mut self, nodes: &[u32]) -> Result<Option<TwoLevel>> {
         if !super::same_node::spans(nodes) {
             return Ok(None);
         }
-        let fewer = |e: Error| match e {
-            Error::Usage(m) => {
-                log::debug!("collectives stay flat: {m}");
-                Ok(None)
+        // Every rank runs both splits and the agreement whatever its own
+        // split gave (a split that finds no context id free fails alike
+        // everywhere, but a rank's own refusal would not), so that the
+        // ranks stay in step; any rank without its two says so.
+        let node = self.split_shared();
+        let leader = matches!(&node, Ok(n) if n.rank() == 0);
+        let leaders = self.split(leader.then_some(0), i64::from(self.rank()));
+        let made = match (node, leaders) {
+            (Ok(node), Ok(leaders)) => Some((node, leaders)),
+            (node, leaders) => {
+                for e in [node.err(), leaders.err()].into_iter().flatten() {
+                    match e {
+                        Error::Usage(m) => log::debug!("collectives stay flat: {m}"),
+                        e => return Err(e),
+                    }
+                }
+                None
             }
-            e => Err(e),
-        };
-        let node = match self.split_shared() {
-            Ok(n) => n,
-            Err(e) => return fewer(e),
-        };
-        let leader = node.rank() == 0;
-        let leaders = match self.split(leader.then_some(0), i64::from(self.rank())) {
-            Ok(l) => l,
-            Err(e) => return fewer(e),
         };
         let places: Arc<[u32]> = super::same_node::leader_places(nodes).into();
-        // A leader's rank among the leaders is where the others look for
-        // its node's roots; checked, since the two were made apart.
-        let placed = match &leaders {
-            Some(l) => places.get(self.rank() as usize) == Some(&l.rank()),
-            None => places.len() == self.size() as usize,
-        };
-        let ready = self.world.node_collectives && placed && (node.size() == 1 || node.node.is_some());
+        let ready = made.as_ref().is_some_and(|(node, leaders)| {
+            // A leader's rank among the leaders is where the others look
+            // for its node's roots; checked, since the two were made apart.
+            let placed = match leaders {
+                Some(l) => places.get(self.rank() as usize) == Some(&l.rank()),
+                None => places.len() == self.size() as usize,
+            };
+            self.world.node_collectives && placed && (node.size() == 1 || node.node.is_some())
+        });
         let all = self.allgather(&[u8::from(ready)])?;
-        if !all.iter().all(|&r| r == 1) {
-            log::debug!("collectives stay flat: not every rank has its node's slots");
-            return Ok(None);
+        match made {
+            Some((node, leaders)) if all.iter().all(|&r| r == 1) => Ok(Some(TwoLevel {
+                node,
+                leaders,
+                places,
+                members: self.comm.map(|c| c.members().into()),
+            })),
+            _ => {
+                log::debug!("collectives stay flat: not every rank has its node's slots");
+                Ok(None)
+            }
         }
-        Ok(Some(TwoLevel {
-            node,
-            leaders,
-            places,
-            members: self.comm.map(|c| c.members().into()),
-        }))
     }
 }
 

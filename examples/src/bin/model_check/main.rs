@@ -457,6 +457,25 @@ fn run(world: &mut World, t: &mut Tally) -> fabric_msg::Result<()> {
         exhausted.to_string().contains("drop some first"),
         true,
     );
+    // With few ids free, a communicator that spans nodes still works but
+    // makes no two levels of its own (it keeps the ids for the program).
+    held.truncate(held.len().saturating_sub(3));
+    let late = world
+        .split(Some(0), -i64::from(world.rank()))?
+        .expect("one colour");
+    t.expect(
+        "no own two levels when ids are scarce",
+        late.own_communicators(),
+        0,
+    );
+    let mut sum = [u64::from(world.rank())];
+    world.on(&late).allreduce(&mut sum, Op::Sum)?;
+    t.expect(
+        "an allreduce with ids scarce",
+        sum[0],
+        u64::from(size * (size - 1) / 2),
+    );
+    drop(late);
     drop(held);
     let again = world.dup()?;
     world.on(&again).barrier()?;
