@@ -545,6 +545,12 @@ impl Local {
         }
     }
 
+    /// Look at the main loop at the next poll, whatever the count since
+    /// the last look.
+    pub(crate) fn look_at_main_next(&mut self) {
+        self.main_skipped = MAIN_EVERY;
+    }
+
     /// Drop what is kept for receives that will never come (at the end).
     pub(crate) fn forget(&mut self) {
         self.unclaimed.clear();

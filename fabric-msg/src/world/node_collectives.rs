@@ -27,6 +27,16 @@ const SPIN_LOOKS: u32 = 64;
 /// (a completion on the main loop rings no doorbell).
 const SLEEP_SLICE: Duration = Duration::from_millis(1);
 
+/// Slot calls between two turns of the World that look at its main loop.
+/// A slot call reads nothing of the main loop, and the main loop's
+/// progress thread (`transport/progress.rs`) wakes, taking a core from a
+/// rank that spins, for every period in which the loop was not read: a
+/// program of back-to-back small collectives kept it waking every
+/// millisecond. With a look every 64 calls it finds the loop read and
+/// sleeps longer. 2-rank barrier, `world_bench barrier -S 8 -I 50000`,
+/// p99.9: 26-35 µs before, 3.1-4.6 µs with the thread asleep.
+const MAIN_EVERY_CALLS: u64 = 64;
+
 /// How a call went in the slots.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum OnNode {
@@ -49,6 +59,14 @@ impl CommView<'_> {
         data: &mut [T],
         reduction: Option<&Reduction<T>>,
     ) -> Option<Result<OnNode>> {
+        if self.world.slot_calls % MAIN_EVERY_CALLS == 0 {
+            if let Some(l) = self.world.local.as_mut() {
+                l.look_at_main_next();
+            }
+            if let Err(e) = self.world.turn(false) {
+                return Some(Err(e));
+            }
+        }
         let scope = self.scope();
         let out = match self.comm {
             Some(c) => {
