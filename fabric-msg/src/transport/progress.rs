@@ -110,7 +110,7 @@ impl Drop for Progress {
 /// While the loop polls by itself, the thread's sleep doubles up to this
 /// many periods. Each wake takes a core from a rank that may be spinning
 /// on it: with a wake every millisecond, a 2-rank barrier on this 2-core
-/// machine had a p99.9 of 41-54 µs against 3.4-8.9 µs with no thread
+/// machine had a p99.9 of 27-60 µs against 3.4-9.1 µs with no thread
 /// (`world_bench barrier -S 8 -I 50000`, 2026-11-29). The cost: once the
 /// loop stops polling, the first progress call comes within this many
 /// periods (16 ms by default), then every period.

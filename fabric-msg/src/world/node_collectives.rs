@@ -33,8 +33,9 @@ const SLEEP_SLICE: Duration = Duration::from_millis(1);
 /// rank that spins, for every period in which the loop was not read: a
 /// program of back-to-back small collectives kept it waking every
 /// millisecond. With a look every 64 calls it finds the loop read and
-/// sleeps longer. 2-rank barrier, `world_bench barrier -S 8 -I 50000`,
-/// p99.9: 26-35 µs before, 3.1-4.6 µs with the thread asleep.
+/// sleeps longer. 2-rank barrier and allreduce, `world_bench
+/// barrier|allreduce -S 8 -I 50000`, p99.9: 27-60 µs before, 0.6-17 µs
+/// after (docs/benchmarks.md).
 const MAIN_EVERY_CALLS: u64 = 64;
 
 /// How a call went in the slots.
