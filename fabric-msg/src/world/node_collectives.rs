@@ -60,6 +60,13 @@ impl CommView<'_> {
         data: &mut [T],
         reduction: Option<&Reduction<T>>,
     ) -> Option<Result<OnNode>> {
+        let slots = match self.comm {
+            Some(c) => c.node.is_some(),
+            None => self.world.node_coll.is_some(),
+        };
+        if !slots {
+            return None;
+        }
         if self.world.slot_calls % MAIN_EVERY_CALLS == 0 {
             if let Some(l) = self.world.local.as_mut() {
                 l.look_at_main_next();
