@@ -78,8 +78,8 @@ pub(super) async fn wait(shared: Arc<Shared>, token: Token) -> Outcome {
     // holds the send back by a look: on tcp;ofi_rxm a progress call with
     // system calls. So the first poll only asks to be polled again, and the
     // futures beside it run first (`async_pingpong --loopback`, 8 B one
-    // way, two workers: tcp;ofi_rxm 11.8-11.9 → 8.9 µs, shm 1.5-1.7 →
-    // 1.4-1.5 µs; one thread: shm 1.2-1.4 → 0.9 µs).
+    // way, two workers, by turns: tcp;ofi_rxm 10.7-12.2 → 7.9-8.1 µs, shm
+    // 1.6-2.0 → 1.36-1.41 µs; docs/async.md).
     again().await;
     let since = Instant::now();
     let mut seen = None;
