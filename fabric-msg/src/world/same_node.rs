@@ -70,10 +70,13 @@ pub(crate) fn pairs_of(rank: u32, nodes: &[String], has: &[bool]) -> Vec<u32> {
 /// rank not alone on its node published a node-transport endpoint
 /// (`has_node[r]`). The same answer on every rank.
 pub(crate) fn two_levels(nodes: &[String], has_node: &[bool]) -> bool {
-    let alone = |n: &String| nodes.iter().filter(|m| *m == n).count() == 1;
+    let per_node = per_node(nodes);
     spans(nodes)
         && nodes.len() == has_node.len()
-        && nodes.iter().zip(has_node).all(|(n, &has)| has || alone(n))
+        && nodes
+            .iter()
+            .zip(has_node)
+            .all(|(n, &has)| has || per_node[n] == 1)
 }
 
 /// For each rank, its node's place among the nodes ordered by their
@@ -103,13 +106,19 @@ pub(crate) fn node_ids(names: &[String]) -> Vec<u32> {
         .collect()
 }
 
-/// Whether ranks on `nodes` (each rank's node) span nodes and some node
-/// has several of them: where two levels can help.
-pub(crate) fn spans<N: Eq + std::hash::Hash>(nodes: &[N]) -> bool {
-    let mut per_node = std::collections::HashMap::<&N, usize>::new();
+/// How many ranks each node of `nodes` (each rank's node) has.
+fn per_node<N: Eq + std::hash::Hash>(nodes: &[N]) -> std::collections::HashMap<&N, usize> {
+    let mut per_node = std::collections::HashMap::new();
     for n in nodes {
         *per_node.entry(n).or_default() += 1;
     }
+    per_node
+}
+
+/// Whether ranks on `nodes` (each rank's node) span nodes and some node
+/// has several of them: where two levels can help.
+pub(crate) fn spans<N: Eq + std::hash::Hash>(nodes: &[N]) -> bool {
+    let per_node = per_node(nodes);
     per_node.len() > 1 && per_node.values().any(|&n| n > 1)
 }
 
