@@ -1,0 +1,77 @@
+//! The calls `--mismatch` and `--bad-op` misuse (`--call`), on the World
+//! or, with `--on-comm`, on a communicator of the whole World in reverse
+//! rank order, whose ranks then play the roles.
+
+use fabric_msg::{Comm, Element, Op, World};
+
+/// Which collective `--mismatch` and `--bad-op` misuse (`--call`).
+#[derive(Clone, Copy, PartialEq)]
+pub(super) enum Misused {
+    Allreduce,
+    /// To the last rank.
+    Reduce,
+    /// From rank 0.
+    Broadcast,
+    /// The last rank calls an allreduce where the others call a barrier
+    /// (`--mismatch` only).
+    Barrier,
+    /// The last rank calls the non-blocking barrier (and waits) where the
+    /// others call the blocking one (`--mismatch` only).
+    Ibarrier,
+}
+
+impl Misused {
+    /// The call, on the World or on `comm` (whose ranks then play the
+    /// roles: its last rank misuses, roots are its ranks).
+    pub(super) fn run<T: Element>(
+        self,
+        world: &mut World,
+        comm: Option<&Comm>,
+        data: &mut [T],
+        op: Op,
+    ) -> fabric_msg::Result<()> {
+        let Some(comm) = comm else {
+            let last = world.size() - 1;
+            return match self {
+                Misused::Allreduce => world.allreduce(data, op),
+                Misused::Reduce => world.reduce(last, data, op),
+                Misused::Broadcast => world.broadcast(0, data),
+                Misused::Barrier if world.rank() == last => world.allreduce(data, op),
+                Misused::Barrier => world.barrier(),
+                Misused::Ibarrier if world.rank() == last => {
+                    world.ibarrier().and_then(|r| world.wait(r)).map(drop)
+                }
+                Misused::Ibarrier => world.barrier(),
+            };
+        };
+        let last = comm.size() - 1;
+        let mut on = world.on(comm);
+        match self {
+            Misused::Allreduce => on.allreduce(data, op),
+            Misused::Reduce => on.reduce(last, data, op),
+            Misused::Broadcast => on.broadcast(0, data),
+            Misused::Barrier if comm.rank() == last => on.allreduce(data, op),
+            Misused::Barrier => on.barrier(),
+            Misused::Ibarrier if comm.rank() == last => on.ibarrier().and_then(|r| on.wait(r)).map(drop),
+            Misused::Ibarrier => on.barrier(),
+        }
+    }
+}
+
+/// With `--on-comm`, a communicator of the whole World in reverse rank
+/// order (so its roles fall on other world ranks than the World's).
+pub(super) fn reversed(world: &mut World, on_comm: bool) -> fabric_msg::Result<Option<Comm>> {
+    if !on_comm {
+        return Ok(None);
+    }
+    let key = -i64::from(world.rank());
+    world.split(Some(0), key)
+}
+
+/// This rank's rank and the last rank, in `comm` or in the World.
+pub(super) fn roles(world: &World, comm: Option<&Comm>) -> (u32, u32) {
+    match comm {
+        Some(c) => (c.rank(), c.size() - 1),
+        None => (world.rank(), world.size() - 1),
+    }
+}
