@@ -143,13 +143,14 @@ fn look_for(shared: &Shared, t: Token, since: Instant, seen: &mut Option<u64>, c
     // would most likely find nothing. One look per round of the runtime
     // is enough.
     if seen.map_or(true, |s| s == st.looks) {
-        if st.look().is_err() {
-            // The driver closes the loop, and answers this slot then.
-            st.wait(t, cx.waker(), false);
-            return Step::Sleep;
-        }
-        if let Some(r) = st.take(t) {
-            return Step::Done(r);
+        match st.look_for(Some(t)) {
+            Ok(Some(c)) => return Step::Done(Ok(c)),
+            Ok(None) => {}
+            Err(_) => {
+                // The driver closes the loop, and answers this slot then.
+                st.wait(t, cx.waker(), false);
+                return Step::Sleep;
+            }
         }
     }
     *seen = Some(st.looks);

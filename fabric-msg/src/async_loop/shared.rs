@@ -148,13 +148,42 @@ impl State {
     /// Empty slot `t`, counting it out of the spinners or sleepers; what
     /// it held. The caller fills it again or frees it.
     fn empty(&mut self, t: usize) -> Slot {
-        let slot = std::mem::replace(&mut self.slots[t], Slot::Free);
-        match slot {
-            Slot::Waiting { spinning: true, .. } => self.unspin(),
-            Slot::Waiting { spinning: false, .. } | Slot::Abandoned => self.sleepers -= 1,
-            Slot::Done(_) | Slot::Free => {}
+        if matches!(self.slots[t], Slot::Abandoned) {
+            self.release(t);
+            return Slot::Abandoned;
         }
-        slot
+        if let Some(waker) = self.release(t) {
+            return Slot::Waiting {
+                waker,
+                spinning: false,
+            };
+        }
+        std::mem::replace(&mut self.slots[t], Slot::Free)
+    }
+
+    /// If slot `t` waits (or was abandoned): count it out of the spinners
+    /// or sleepers, mark it free (not yet on the free list) and give its
+    /// waker. Done in place: a whole slot is the size of a completion,
+    /// and moving one out costs a copy of it.
+    fn release(&mut self, t: usize) -> Option<Option<Waker>> {
+        let waker = match &mut self.slots[t] {
+            Slot::Waiting { waker, spinning } => {
+                let (waker, spinning) = (waker.take(), *spinning);
+                if spinning {
+                    self.unspin();
+                } else {
+                    self.sleepers -= 1;
+                }
+                waker
+            }
+            Slot::Abandoned => {
+                self.sleepers -= 1;
+                None
+            }
+            Slot::Done(_) | Slot::Free => return None,
+        };
+        self.slots[t] = Slot::Free;
+        Some(waker)
     }
 
     /// Empty slot `t` and put it on the free list.
@@ -248,18 +277,28 @@ impl State {
     /// The waiting operation in slot `t` ended with `r`: its future is
     /// woken to take it.
     fn finish(&mut self, t: usize, r: Result<Completion, PostError>) {
-        let waiting = self.empty(t);
+        let waker = self.release(t).flatten();
         self.slots[t] = Slot::Done(r);
-        if let Slot::Waiting { waker: Some(w), .. } = waiting {
+        if let Some(w) = waker {
             w.wake();
         }
     }
 
     /// One look at the loop: each completion to its slot, its future
-    /// woken. How many completions came. A failed look asks the driver to
-    /// close the loop (whoever looked), which answers every wait.
-    pub(super) fn look(&mut self) -> crate::error::Result<usize> {
-        let Some(ev) = self.ev.as_mut() else { return Ok(0) };
+    /// woken. A failed look asks the driver to close the loop (whoever
+    /// looked), which answers every wait.
+    pub(super) fn look(&mut self) -> crate::error::Result<()> {
+        self.look_for(None).map(drop)
+    }
+
+    /// [`State::look`] by the future of the operation under `own`: its
+    /// completion, if this look found it, comes back here instead of
+    /// through its slot (which is freed), so it is not moved into the
+    /// table and out again, and its task is not woken for it.
+    pub(super) fn look_for(&mut self, own: Option<Token>) -> crate::error::Result<Option<Completion>> {
+        let Some(ev) = self.ev.as_mut() else {
+            return Ok(None);
+        };
         self.looks += 1;
         let n = match ev.poll(&mut self.out, Some(Duration::ZERO)) {
             Ok(n) => n,
@@ -270,9 +309,11 @@ impl State {
                 return Err(e);
             }
         };
-        if n > 0 {
-            self.busy = Instant::now();
+        if n == 0 {
+            return Ok(None);
         }
+        self.busy = Instant::now();
+        let mut found = None;
         // Moved out while the slots are written; `out` keeps its capacity.
         let mut out = std::mem::take(&mut self.out);
         for c in out.drain(..) {
@@ -281,6 +322,11 @@ impl State {
             }
             let t = c.token.0 as usize;
             match self.slots.get(t) {
+                Some(Slot::Waiting { .. }) if Some(c.token) == own => {
+                    self.release(t);
+                    self.free.push(t as u64);
+                    found = Some(c);
+                }
                 Some(Slot::Waiting { .. }) => self.finish(t, Ok(c)),
                 // A dropped future: the completion, and its buffer, go.
                 Some(Slot::Abandoned) => {
@@ -294,7 +340,7 @@ impl State {
             }
         }
         self.out = out;
-        Ok(n)
+        Ok(found)
     }
 
     /// Close the loop: the futures still waiting fail with `Closed`. The
