@@ -223,15 +223,7 @@ fn mpirun_rank_killed_inside_a_slot_collective_is_named() {
     rank_killed_in_a_loop_of_allreduces(mpirun(CHECK, 4, true, &["--loop", "64"]));
 }
 
-fn rank_killed_in_a_loop_of_allreduces(child: Child) {
-    rank_killed_in_a_loop(child, false)
-}
-
-/// The same; with `told`, a rank may name the loss inside the failure
-/// another rank sent it (`Error::Collective` whose reason is the loss), as
-/// a rank can hear the other leader's refusal before its own lifeline
-/// reports the loss.
-fn rank_killed_in_a_loop(mut child: Child, told: bool) {
+fn rank_killed_in_a_loop_of_allreduces(mut child: Child) {
     let started = Instant::now();
     let pid = child.id();
     let out = Watch::stdout(&mut child);
@@ -251,11 +243,8 @@ fn rank_killed_in_a_loop(mut child: Child, told: bool) {
     remove_shm_regions(rank2);
     assert!(!e.status.success(), "{e:?}");
     for r in [0, 1, 3] {
-        let named = match said_by(&e, r) {
-            Some(line) if told => line.contains("rank 2 is lost"),
-            Some(line) => line.starts_with(&format!("collectives_check: rank {r}: rank 2 is lost")),
-            None => false,
-        };
+        let named = said_by(&e, r)
+            .is_some_and(|line| line.starts_with(&format!("collectives_check: rank {r}: rank 2 is lost")));
         assert!(named, "rank {r} did not name rank 2: {}", e.stderr);
     }
     assert!(
@@ -676,10 +665,11 @@ fn mpirun_leader_killed_inside_a_two_level_collective_is_named() {
 /// The same in a communicator's own two levels (the World in reverse
 /// order, whose leaders are world ranks 3 and 1): rank 2 is a node's
 /// other rank there, posting to its leader in the slots, and every other
-/// rank still names it, itself or in the failure the other leader sent
-/// (rank 1, that leader's peer, can hear the refusal first: seen in one
-/// CI run of four on 2026-11-29).
+/// rank still names it as lost (`Error::RankLost`). Rank 1, the other
+/// leader, can hear that leader's refusal naming the loss before its own
+/// lifeline reports it (seen in one CI run of four on 2026-11-29): it
+/// waits for its own word on the loss (`World::settled`).
 #[test]
 fn mpirun_rank_killed_inside_a_communicators_two_levels_is_named() {
-    rank_killed_in_a_loop(mpirun_on_nodes(4, "r / 2", &["--loop", "64", "--on-comm"]), true);
+    rank_killed_in_a_loop_of_allreduces(mpirun_on_nodes(4, "r / 2", &["--loop", "64", "--on-comm"]));
 }

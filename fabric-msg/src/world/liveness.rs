@@ -218,6 +218,23 @@ impl Liveness {
         }
     }
 
+    /// The first rank lost, waiting up to `grace` for one (sleeping 2 ms
+    /// between looks): a failure that a loss may explain can come before
+    /// the loss itself is heard of here (see
+    /// [`LOSS_GRACE`](crate::transport::liveness::LOSS_GRACE)).
+    pub(crate) fn first_lost_within(&self, grace: Duration) -> Option<u32> {
+        let until = Instant::now() + grace;
+        loop {
+            if let Some(rank) = self.first_lost() {
+                return Some(rank);
+            }
+            if Instant::now() >= until {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
     /// Why `rank` was lost, if it was.
     pub(crate) fn why(&self, rank: u32) -> Option<String> {
         self.detail
@@ -233,6 +250,23 @@ impl Liveness {
     }
 }
 
+/// The rank a failure's text says is lost ("rank 2 is lost: ..."), as
+/// [`Error::RankLost`](crate::Error::RankLost) words it: another rank's
+/// failure that reached this one may be a loss this rank has not heard of
+/// yet. Only a hint of what to wait for; never taken as a loss itself.
+pub(crate) fn named_loss(text: &str) -> Option<u32> {
+    text.match_indices(" is lost").find_map(|(at, _)| {
+        let before = &text[..at];
+        let number = before.trim_end_matches(|c: char| c.is_ascii_digit());
+        let digits = &before[number.len()..];
+        if number.ends_with("rank ") {
+            digits.parse().ok()
+        } else {
+            None
+        }
+    })
+}
+
 /// One World call in progress (see [`Liveness::call`]).
 pub(crate) struct Call(Arc<Liveness>);
 
@@ -245,10 +279,44 @@ impl Drop for Call {
 
 #[cfg(test)]
 mod tests {
-    use super::{Liveness, NOTICE, STUCK, STUCK_EXIT};
+    use super::{named_loss, Liveness, NOTICE, STUCK, STUCK_EXIT};
     use std::sync::atomic::Ordering;
     use std::sync::Arc;
     use std::time::{Duration, Instant};
+
+    #[test]
+    fn a_loss_is_found_in_a_failures_words_and_nothing_else_is() {
+        assert_eq!(named_loss("rank 2 is lost: its socket closed"), Some(2));
+        assert_eq!(
+            named_loss("allreduce (collective #976) failed on rank 3: rank 12 is lost: gone"),
+            Some(12)
+        );
+        for text in [
+            "rank is lost",
+            "a rank 2 went",
+            "rank x2 is lost",
+            "rank 99999999999 is lost",
+            "",
+            " is lost",
+        ] {
+            assert_eq!(named_loss(text), None, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn a_loss_heard_within_the_grace_is_waited_for_and_none_is_invented() {
+        let l = Arc::new(Liveness::default());
+        let started = Instant::now();
+        assert_eq!(l.first_lost_within(Duration::from_millis(20)), None);
+        assert!(started.elapsed() >= Duration::from_millis(20));
+        let later = l.clone();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            later.lose(4, "killed".into());
+        });
+        assert_eq!(l.first_lost_within(Duration::from_secs(5)), Some(4));
+        t.join().unwrap();
+    }
 
     #[test]
     fn the_first_loss_is_kept_and_each_rank_is_recorded_once() {

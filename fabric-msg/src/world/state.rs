@@ -9,12 +9,13 @@ use super::collectives::io::Io;
 use super::collectives::on_node::NodeColl;
 use super::collectives::scope::ContextPool;
 use super::launch::{Launcher, Placement};
-use super::liveness::Liveness;
+use super::liveness::{named_loss, Liveness};
 use super::local::Local;
 use super::messages::Messages;
 use crate::discovery::profile::Profile;
 use crate::error::{Error, Result};
 use crate::transport::event_loop::{EndpointId, EventLoop, Peer};
+use crate::transport::liveness::LOSS_GRACE;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -194,13 +195,25 @@ impl World {
     /// A call's outcome: where it failed and a rank is known lost by now,
     /// that loss (as the flat schedules report it), whichever step saw it
     /// (a collective in two levels, one that read the others' memory).
+    ///
+    /// Where the failure is another rank's that names a loss ("rank 2 is
+    /// lost", refused to this rank in a step it shares with that rank),
+    /// this rank waits up to [`LOSS_GRACE`] for its own liveness to hear
+    /// of the loss, as the flat schedules wait after a failed send: the
+    /// other rank's refusal can come first (a communicator's two levels
+    /// in CI, 2026-11-29).
     pub(super) fn settled<T>(&self, outcome: Result<T>) -> Result<T> {
-        match outcome {
-            Err(e) if !matches!(e, Error::RankLost { .. }) => match self.live.first_lost() {
-                Some(rank) => Err(self.lost(rank)),
-                None => Err(e),
-            },
-            other => other,
+        let e = match outcome {
+            Err(e) if !matches!(e, Error::RankLost { .. }) => e,
+            other => return other,
+        };
+        let grace = match &e {
+            Error::Collective { message, .. } if named_loss(message).is_some() => LOSS_GRACE,
+            _ => Duration::ZERO,
+        };
+        match self.live.first_lost_within(grace) {
+            Some(rank) => Err(self.lost(rank)),
+            None => Err(e),
         }
     }
 

@@ -35,7 +35,7 @@ use crate::transport::event_loop::idle::{Idler, Pause};
 use crate::transport::event_loop::Completion;
 use crate::transport::liveness::LOSS_GRACE;
 use crate::world::tags;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Every collective of one World: its numbering, the runs in flight, the
 /// finished ones and the application's completions kept during waits.
@@ -83,25 +83,10 @@ impl std::fmt::Debug for Engine {
 
 /// The rank a loss explains a failure with, waiting up to `grace`.
 fn lost(io: &Io<'_>, grace: Duration) -> Option<Error> {
-    let named = || {
-        io.live.first_lost().map(|rank| Error::RankLost {
-            rank,
-            why: io.live.why(rank).unwrap_or_default(),
-        })
-    };
-    if grace.is_zero() {
-        return named();
-    }
-    let until = Instant::now() + grace;
-    loop {
-        if let Some(e) = named() {
-            return Some(e);
-        }
-        if Instant::now() >= until {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    io.live.first_lost_within(grace).map(|rank| Error::RankLost {
+        rank,
+        why: io.live.why(rank).unwrap_or_default(),
+    })
 }
 
 impl Engine {
