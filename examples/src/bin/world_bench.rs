@@ -67,6 +67,9 @@ the FABRIC_MSG_RANK/SIZE/ROOT rendezvous, or alone).
                   the whole World in reverse rank order (its own node
                   leaders and its own two levels where ranks span nodes;
                   bcast from and reduce to its rank 0, the World's last)
+  --any-source    latency: each receive is from any rank (MPI_ANY_SOURCE),
+                  not from the peer; where the World has a node loop
+                  beside its fabric, such a receive is posted on both
   -h, --help      this text
 
 Columns (as OSU's): Size, Avg Latency(us), Min Latency(us), Max Latency(us),
@@ -132,6 +135,7 @@ struct Opts {
     stats: bool,
     by_value: bool,
     reversed: bool,
+    any_source: bool,
 }
 
 fn number(name: &str, v: &str) -> Result<usize, String> {
@@ -173,6 +177,7 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Opts>, String>
         stats: false,
         by_value: false,
         reversed: false,
+        any_source: false,
     };
     while let Some(a) = it.next() {
         let mut val = |n: &str| it.next().ok_or_else(|| format!("{n} needs a value"));
@@ -213,6 +218,7 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Opts>, String>
             "--stats" => o.stats = true,
             "--by-value" => o.by_value = true,
             "--reversed" => o.reversed = true,
+            "--any-source" if bench == Bench::Latency => o.any_source = true,
             "-h" | "--help" => return Ok(None),
             other => return Err(format!("unknown option `{other}`; try --help")),
         }
@@ -322,7 +328,7 @@ fn run(world: &mut World, o: &Opts) -> fabric_msg::Result<()> {
             }
         };
         let row = match o.bench {
-            Bench::Latency => latency(world, bytes, warmup, iters, tick)?,
+            Bench::Latency => latency(world, bytes, warmup, iters, o.any_source, tick)?,
             Bench::Bw => bandwidth(world, bytes, warmup, iters, o.window, tick)?,
             _ => collective(
                 world,
@@ -503,6 +509,7 @@ fn latency(
     bytes: usize,
     warmup: usize,
     iters: usize,
+    any_source: bool,
     tick: impl Fn(usize),
 ) -> fabric_msg::Result<Option<Row>> {
     let rank = world.rank();
@@ -518,7 +525,7 @@ fn latency(
     for i in 0..warmup + iters {
         let t = Instant::now();
         world.recv_buffer(
-            Some(peer),
+            (!any_source).then_some(peer),
             Some(PING),
             recv_buf.take().unwrap_or_else(|| Buffer::new(bytes)),
             Token(1),
