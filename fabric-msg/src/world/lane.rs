@@ -62,6 +62,11 @@ pub(crate) struct NodeSide {
     /// Receives taken back by `cancel`: their completions come with the
     /// next look, as a libfabric loop's would.
     cancelled: Vec<Completion>,
+    /// Tokens of the receives posted for the collectives' failure notices
+    /// (`collectives/notice.rs`): they stay posted for the World's life
+    /// and complete only if a collective fails, so a wait does not count
+    /// them as something the node loop may finish (`Side::awaits`).
+    standing: Vec<Token>,
     idle_looks: u32,
     /// By node index: messages sent to it and received from it.
     traffic: Vec<(Traffic, Traffic)>,
@@ -83,9 +88,19 @@ impl NodeSide {
             done: Vec::new(),
             lent: Vec::new(),
             cancelled: Vec::new(),
+            standing: Vec::new(),
             idle_looks: 0,
             traffic: vec![Default::default(); node_ranks.len()],
             truncations: 0,
+        }
+    }
+
+    /// The operation under `token` is no longer posted: if it was a
+    /// standing receive, it stands no more.
+    #[inline]
+    fn stood(&mut self, token: Token) {
+        if let Some(i) = self.standing.iter().position(|t| *t == token) {
+            self.standing.swap_remove(i);
         }
     }
 
@@ -275,7 +290,13 @@ impl Side {
     ) -> std::result::Result<(), PostError> {
         match self {
             Side::Shm { ev, ep, .. } => fabric_recv(ev, *ep, class, want, buf, token),
-            Side::Node(n) => node_recv(&mut n.nl, want, buf, token),
+            Side::Node(n) => {
+                node_recv(&mut n.nl, want, buf, token)?;
+                if want == super::tags::notice_matcher() {
+                    n.standing.push(token);
+                }
+                Ok(())
+            }
         }
     }
 
@@ -285,6 +306,7 @@ impl Side {
         match self {
             Side::Shm { ev, ep, .. } => ev.cancel_recv(*ep, token).map(drop),
             Side::Node(n) => {
+                n.stood(token);
                 if let Some(buf) = n.nl.cancel_recv(token) {
                     let mut c = Completion::outcome(
                         token,
@@ -320,6 +342,7 @@ impl Side {
                 }
                 for c in done.drain(..) {
                     let c = n.completion(c);
+                    n.stood(c.token);
                     out.push(c);
                 }
                 n.done = done;
@@ -351,6 +374,21 @@ impl Side {
             Side::Shm { .. } => std::thread::yield_now(),
             Side::Node(n) if n.cancelled.is_empty() => n.nl.sleep_unless(slice, came),
             Side::Node(_) => {}
+        }
+    }
+
+    /// Whether an operation on this loop may complete: a send still queued
+    /// or a receive posted on the node loop, other than the standing
+    /// notice receive (or one cancelled, whose completion comes with the
+    /// next look). Always so for libfabric's shm, whose loop has no wait
+    /// object of its own to tell.
+    pub(crate) fn awaits(&self) -> bool {
+        match self {
+            Side::Shm { .. } => true,
+            Side::Node(n) => {
+                let (sends, receives, _) = n.nl.pending();
+                sends + receives.saturating_sub(n.standing.len()) > 0 || !n.cancelled.is_empty()
+            }
         }
     }
 

@@ -143,14 +143,7 @@ impl EventLoop {
         let sleeps = matches!(self.cfg.wait, WaitMode::Block | WaitMode::Adaptive);
         if let (true, Some(fd)) = (sleeps, self.objects.cq.wait_fd()) {
             if self.objects.cq.try_wait() {
-                let ms = remaining.map_or(-1, |r| r.as_millis().clamp(1, i32::MAX as u128) as i32);
-                let mut pfd = libc::pollfd {
-                    fd,
-                    events: libc::POLLIN,
-                    revents: 0,
-                };
-                // SAFETY: one valid pollfd; poll returns on readiness, timeout or signal.
-                unsafe { libc::poll(&mut pfd, 1, ms) };
+                super::wait_fd::sleep_on(fd, remaining);
             }
             return;
         }

@@ -48,7 +48,7 @@
 //! polling the CQ, which is that second design with an extra hop.
 
 use super::state::EventLoop;
-use std::os::fd::BorrowedFd;
+use std::os::fd::{BorrowedFd, RawFd};
 use std::time::Duration;
 
 /// What [`EventLoop::prepare_sleep`] found.
@@ -101,4 +101,32 @@ impl EventLoop {
         }
         SleepCheck::Sleep(at_most)
     }
+
+    /// Sleep on the wait fd until it is readable, for at most `at_most`
+    /// (rounded up to a millisecond): only after [`EventLoop::prepare_sleep`]
+    /// said [`SleepCheck::Sleep`], and within the time it gave. `false`
+    /// where the loop has no wait fd (nothing slept).
+    pub(crate) fn sleep_on_fd(&self, at_most: Duration) -> bool {
+        match self.objects.cq.wait_fd() {
+            Some(fd) => {
+                sleep_on(fd, Some(at_most));
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// Sleep until `fd` is readable, for at most `at_most` (`None`: no limit),
+/// rounded up to a millisecond; a signal ends it early, as a wake-up does.
+pub(super) fn sleep_on(fd: RawFd, at_most: Option<Duration>) {
+    let ms = at_most.map_or(-1, |r| r.as_millis().clamp(1, i32::MAX as u128) as i32);
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd on the stack; poll returns on readiness,
+    // timeout or a signal, and writes only `revents`.
+    unsafe { libc::poll(&mut pfd, 1, ms) };
 }
