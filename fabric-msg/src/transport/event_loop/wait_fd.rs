@@ -104,15 +104,11 @@ impl EventLoop {
 
     /// Sleep on the wait fd until it is readable, for at most `at_most`
     /// (rounded up to a millisecond): only after [`EventLoop::prepare_sleep`]
-    /// said [`SleepCheck::Sleep`], and within the time it gave. `false`
-    /// where the loop has no wait fd (nothing slept).
-    pub(crate) fn sleep_on_fd(&self, at_most: Duration) -> bool {
-        match self.objects.cq.wait_fd() {
-            Some(fd) => {
-                sleep_on(fd, Some(at_most));
-                true
-            }
-            None => false,
+    /// said [`SleepCheck::Sleep`] (so there is an fd), and within the time
+    /// it gave.
+    pub(crate) fn sleep_on_fd(&self, at_most: Duration) {
+        if let Some(fd) = self.objects.cq.wait_fd() {
+            sleep_on(fd, Some(at_most));
         }
     }
 }
