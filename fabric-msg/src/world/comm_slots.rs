@@ -74,6 +74,16 @@ impl CommView<'_> {
                 }
             }
         }
+        // Each member's posts ring the doorbell its owner sleeps on: the one
+        // in the owner's node segment, not in the communicator's.
+        let slots: Vec<Slots> = match world.local.as_ref() {
+            Some(l) => slots
+                .into_iter()
+                .zip(comm.members().iter())
+                .map_while(|(s, &w)| l.side.slots_of(w).map(|node| s.ringing(&node)))
+                .collect(),
+            None => Vec::new(),
+        };
         let mapped = slots.len() == comm.size() as usize;
         let all = world.on(comm).allgather(&[u8::from(mapped)])?;
         if all.iter().all(|&m| m == 1) {

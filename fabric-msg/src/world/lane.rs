@@ -210,16 +210,16 @@ impl Side {
     /// every rank of a world of `size` (`collectives/on_node.rs`); none
     /// on libfabric's shm.
     pub(crate) fn slots_of_all(&self, size: u32) -> Option<Vec<Slots>> {
+        (0..size).map(|w| self.slots_of(w)).collect()
+    }
+
+    /// World rank `w`'s collective slots in its node segment, if this
+    /// loop carries `w` (this rank's own included); none on libfabric's
+    /// shm.
+    pub(crate) fn slots_of(&self, w: u32) -> Option<Slots> {
         let Side::Node(n) = self else { return None };
-        (0..size as usize)
-            .map(|w| {
-                n.index
-                    .get(w)
-                    .copied()
-                    .flatten()
-                    .and_then(|i| n.nl.slots(i).cloned())
-            })
-            .collect()
+        let i = n.index.get(w as usize).copied().flatten()?;
+        n.nl.slots(i).cloned()
     }
 
     /// Whether this loop carries `rank`'s messages.

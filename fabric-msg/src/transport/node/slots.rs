@@ -78,7 +78,9 @@ pub(crate) struct Slots {
     seg: Arc<Segment>,
     /// Where the area starts in the segment.
     at: usize,
+    /// The owner's doorbell, and the segment it lies in (kept mapped).
     bell: Doorbell,
+    bell_seg: Arc<Segment>,
 }
 
 impl Slots {
@@ -86,7 +88,25 @@ impl Slots {
     pub(crate) fn new(seg: Arc<Segment>, at: usize) -> Slots {
         let _ = seg.at(at, AREA);
         let bell = Doorbell::of(&seg);
-        Slots { seg, at, bell }
+        Slots {
+            bell_seg: seg.clone(),
+            seg,
+            at,
+            bell,
+        }
+    }
+
+    /// These slots, waking their owner through `node`'s doorbell: a
+    /// communicator's slots lie in a segment of their own, but their owner
+    /// sleeps on the doorbell of its node segment (`NodeLoop::sleep`),
+    /// whose slots `node` are. Rung on the communicator's segment, no
+    /// sleeper heard a post: every wait that slept ran to the end of its
+    /// 1 ms slice (a two-level barrier with `FABRIC_MSG_WAIT=block` took
+    /// 1.2 ms).
+    pub(crate) fn ringing(mut self, node: &Slots) -> Slots {
+        self.bell = node.bell;
+        self.bell_seg = node.bell_seg.clone();
+        self
     }
 
     fn word(&self, offset: usize) -> &AtomicU64 {
@@ -204,8 +224,47 @@ impl Slots {
 #[cfg(test)]
 mod tests {
     use super::{Slots, AREA, HEAD_WORDS, INLINE, SLOTS, SLOT_DATA};
+    use crate::transport::node::doorbell::Doorbell;
     use crate::transport::node::segment::{Segment, HEADER};
+    use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    /// A communicator's slots (a segment of their own) ring the doorbell
+    /// of their owner's node segment, where the owner sleeps, and not
+    /// their own segment's, where nobody does.
+    #[test]
+    fn a_communicators_slots_wake_the_owner_sleeping_on_its_node_doorbell() {
+        let node = Arc::new(Segment::create(HEADER + AREA).expect("node segment"));
+        let comm = Arc::new(Segment::create(HEADER + AREA).expect("communicator segment"));
+        let slots = Slots::new(comm.clone(), HEADER).ringing(&Slots::new(node.clone(), HEADER));
+        let done = Arc::new(AtomicBool::new(false));
+        let stop = done.clone();
+        let ringer = std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(5));
+                slots.ring();
+            }
+        });
+        let t = Instant::now();
+        Doorbell::of(&node).sleep(Duration::from_secs(10), || true);
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "not woken: {:?}",
+            t.elapsed()
+        );
+        // The communicator's own doorbell is not rung: a sleep on it runs
+        // to its end.
+        let t = Instant::now();
+        Doorbell::of(&comm).sleep(Duration::from_millis(100), || true);
+        assert!(
+            t.elapsed() >= Duration::from_millis(90),
+            "woken after {:?}",
+            t.elapsed()
+        );
+        done.store(true, Ordering::Relaxed);
+        ringer.join().expect("the ringer");
+    }
 
     #[test]
     fn a_posted_slot_is_read_back_whole_and_stamped_with_its_number() {
