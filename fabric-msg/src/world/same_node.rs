@@ -71,7 +71,7 @@ pub(crate) fn pairs_of(rank: u32, nodes: &[String], has: &[bool]) -> Vec<u32> {
 /// (`has_node[r]`). The same answer on every rank.
 pub(crate) fn two_levels(nodes: &[String], has_node: &[bool]) -> bool {
     let per_node = per_node(nodes);
-    spans(nodes)
+    spread(&per_node)
         && nodes.len() == has_node.len()
         && nodes
             .iter()
@@ -118,7 +118,11 @@ fn per_node<N: Eq + std::hash::Hash>(nodes: &[N]) -> std::collections::HashMap<&
 /// Whether ranks on `nodes` (each rank's node) span nodes and some node
 /// has several of them: where two levels can help.
 pub(crate) fn spans<N: Eq + std::hash::Hash>(nodes: &[N]) -> bool {
-    let per_node = per_node(nodes);
+    spread(&per_node(nodes))
+}
+
+/// [`spans`], from the count of ranks on each node.
+fn spread<N>(per_node: &std::collections::HashMap<&N, usize>) -> bool {
     per_node.len() > 1 && per_node.values().any(|&n| n > 1)
 }
 
