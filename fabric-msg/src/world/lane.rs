@@ -19,6 +19,7 @@ use crate::transport::event_loop::{
 use crate::transport::node::node_loop::LentDone;
 use crate::transport::node::slots::Slots;
 use crate::transport::node::{NodeCompletion, NodeLoop};
+use std::os::fd::RawFd;
 use std::time::Duration;
 
 /// The endpoint number a same-node loop's completions carry: no
@@ -374,6 +375,23 @@ impl Side {
             Side::Shm { .. } => std::thread::yield_now(),
             Side::Node(n) if n.cancelled.is_empty() => n.nl.sleep_unless(slice, came),
             Side::Node(_) => {}
+        }
+    }
+
+    /// Sleep on the node loop's doorbell and `other` (the main loop's wait
+    /// fd) at once, for at most `slice`: a frame from a same-node peer or
+    /// a completion on the main loop ends it. False, without sleeping,
+    /// where this loop cannot (libfabric's shm; a node peer that could not
+    /// take the doorbell's eventfd: `NodeLoop::can_sleep_beside`).
+    pub(crate) fn sleep_beside(&self, other: RawFd, slice: Duration) -> bool {
+        match self {
+            Side::Node(n) if n.nl.can_sleep_beside() => {
+                if n.cancelled.is_empty() {
+                    n.nl.sleep_beside(other, slice, || false);
+                }
+                true
+            }
+            _ => false,
         }
     }
 

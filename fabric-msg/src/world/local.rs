@@ -35,6 +35,7 @@ use crate::transport::event_loop::{
 };
 use crate::transport::node::segment::SegmentName;
 use std::collections::{BTreeMap, VecDeque};
+use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 /// What one rank publishes in round 2: its endpoint on the agreed fabric,
@@ -551,38 +552,37 @@ impl Local {
         }
     }
 
-    /// A wait's sleep, for at most `slice`, on what can end it. With
-    /// nothing awaited on the node loop, on the main loop's wait fd, so a
-    /// fabric message (or a segment of one: `ofi_rxm` sends 16-128 KiB
-    /// messages in segments, and reading one completes nothing) wakes it
-    /// at once. Otherwise on the node loop's doorbell, which the main
-    /// loop's traffic does not ring: never while the main loop says a
-    /// completion may be pending, and, where ranks off this node talk
-    /// over the main loop, for at most [`SPANNING_SLICE`]. On the doorbell
-    /// alone, 64 KiB between two (pretend) nodes took 3.8 ms one way, not
-    /// 33-36 µs: each of its segments waited out a 1 ms sleep
-    /// (docs/onnode.md, "Which of the two a World's wait sleeps on").
+    /// A wait's sleep, for at most `slice`, on what can end it: the main
+    /// loop's wait fd where nothing is awaited on the node loop; that fd
+    /// and the node doorbell at once where something is, and every node
+    /// peer took the doorbell's eventfd; else the doorbell alone, which
+    /// fabric traffic does not ring (so never while the main loop says a
+    /// completion may be pending, and for at most [`SPANNING_SLICE`] where
+    /// ranks off this node talk over the main loop). docs/onnode.md,
+    /// "Which of the two a World's wait sleeps on", has what each cost.
     fn sleep(&mut self, main: &mut EventLoop, slice: Duration) {
-        let has_fd = main.wait_fd().is_some();
-        match main.prepare_sleep() {
-            SleepCheck::PollFirst if has_fd => {
+        let fd = main.wait_fd().map(|fd| fd.as_raw_fd());
+        match (main.prepare_sleep(), fd) {
+            (SleepCheck::PollFirst, Some(_)) => {
                 // The provider holds work only a look drives (a connection
                 // being set up): look again after giving the core away.
                 std::thread::yield_now();
                 return;
             }
-            SleepCheck::Sleep(at_most) if !self.side.awaits() => {
-                main.sleep_on_fd(at_most.map_or(slice, |t| t.min(slice)));
-                return;
+            (SleepCheck::Sleep(at_most), Some(fd)) => {
+                let slice = at_most.map_or(slice, |t| t.min(slice));
+                if !self.side.awaits() {
+                    main.sleep_on_fd(slice);
+                    return;
+                }
+                if self.side.sleep_beside(fd, slice) {
+                    return;
+                }
             }
             _ => {}
         }
-        let slice = if self.all {
-            slice
-        } else {
-            slice.min(SPANNING_SLICE)
-        };
-        self.side.sleep(slice);
+        let cap = if self.all { SLEEP_SLICE } else { SPANNING_SLICE };
+        self.side.sleep(slice.min(cap));
     }
 
     /// Look at the main loop at the next poll, whatever the count since

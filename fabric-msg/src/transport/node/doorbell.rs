@@ -2,15 +2,31 @@
 //! each rank's segment, which its owner sets before it sleeps and which a
 //! sender clears, waking the owner, after it publishes a frame.
 //!
-//! The handshake is Dekker's. The owner stores 1, fences, then looks at
-//! every inbound ring once more before it sleeps; a sender publishes its
-//! frame (the stamp's Release store), fences, then loads the word. With a
-//! sequentially consistent fence on both sides, at least one of them sees
-//! the other's store: the owner sees the frame and does not sleep, or the
-//! sender sees 1 and wakes it. `futex(2)`'s wait sleeps only while the
-//! word still holds 1, so a wake between the owner's look and its wait is
-//! not lost. The word is in shared memory (`MAP_SHARED` memfd), so the
-//! futex is not `FUTEX_PRIVATE_FLAG`.
+//! The handshake is Dekker's. The owner stores a non-zero value, fences,
+//! then looks at every inbound ring once more before it sleeps; a sender
+//! publishes its frame (the stamp's Release store), fences, then loads the
+//! word. With a sequentially consistent fence on both sides, at least one
+//! of them sees the other's store: the owner sees the frame and does not
+//! sleep, or the sender sees the word set and wakes it. `futex(2)`'s wait
+//! sleeps only while the word still holds 1, so a wake between the owner's
+//! look and its wait is not lost. The word is in shared memory
+//! (`MAP_SHARED` memfd), so the futex is not `FUTEX_PRIVATE_FLAG`.
+//!
+//! **Sleeping beside another descriptor.** A futex cannot be waited on
+//! together with a descriptor, and a World rank that waits for a message
+//! from its node and one from another node at once must wake for either:
+//! the node's through this word, the other's through the main loop's wait
+//! fd. So the owner may also have an eventfd (`Segment::with_bell`),
+//! whose number it writes into its segment's header; each peer takes its
+//! own descriptor of it with `pidfd_getfd(2)` when it attaches
+//! (`Segment::reach_bell`), after checking it is an eventfd. To sleep
+//! beside a descriptor, the owner stores 2 rather than 1 and `poll`s both;
+//! a sender that swaps a 2 out writes the eventfd instead of waking the
+//! futex. A peer that could not take the eventfd (an older kernel, a
+//! ptrace policy that allows reading memory but not descriptors) counts
+//! itself in the header; while that count is not zero the owner's sleeps
+//! beside a descriptor stay short ([`Doorbell::all_reach`]), as they were
+//! before the eventfd.
 //!
 //! Every sleep is bounded by its caller's timeout: a peer that writes the
 //! word (or a hostile one that never wakes anyone) costs at most a
@@ -19,22 +35,36 @@
 //! one more reason the sleep is bounded.
 
 use super::segment::Segment;
-use std::sync::atomic::{fence, AtomicU32, Ordering};
+use std::os::fd::RawFd;
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 /// Byte offset of the word in the segment's header line (after the magic,
 /// pid, cookie, length and mapping address: `segment.rs`).
 pub const DOORBELL: usize = 48;
 
+/// The word's value while its owner sleeps on the futex.
+const ON_FUTEX: u32 = 1;
+/// The word's value while its owner sleeps on its eventfd and another
+/// descriptor.
+const ON_EVENTFD: u32 = 2;
+
 /// The word of one segment: a peer's, to ring; this rank's own, to sleep on.
+/// With the segment's eventfd (this process's descriptor of it), where it
+/// has one.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Doorbell {
     word: *const AtomicU32,
+    /// The eventfd, or -1: held open by the segment.
+    event: RawFd,
+    /// Peers that could not take the eventfd (the segment's count).
+    unreached: *const AtomicU64,
 }
 
-// SAFETY: the pointer is into a shared mapping held alive by the
+// SAFETY: the pointers are into a shared mapping held alive by the
 // `Arc<Segment>` of whoever holds the doorbell (the producer's or the
-// node loop's), and only atomics are done through it.
+// node loop's), which also holds the eventfd open; only atomics are done
+// through the pointers, and `read`/`write` on the eventfd are thread-safe.
 unsafe impl Send for Doorbell {}
 // SAFETY: as for `Send`: every access through the pointer is atomic.
 unsafe impl Sync for Doorbell {}
@@ -45,6 +75,8 @@ impl Doorbell {
     pub(crate) fn of(seg: &Segment) -> Doorbell {
         Doorbell {
             word: seg.at(DOORBELL, 4).cast::<AtomicU32>().as_ptr(),
+            event: seg.bell().unwrap_or(-1),
+            unreached: seg.unreached(),
         }
     }
 
@@ -59,31 +91,112 @@ impl Doorbell {
     #[inline]
     pub(crate) fn ring(&self) {
         fence(Ordering::SeqCst);
-        if self.word().load(Ordering::Relaxed) != 0 && self.word().swap(0, Ordering::Relaxed) != 0 {
-            futex(self.word, libc::FUTEX_WAKE, i32::MAX as u32, None);
+        if self.word().load(Ordering::Relaxed) != 0 {
+            self.wake();
         }
+    }
+
+    #[cold]
+    fn wake(&self) {
+        match self.word().swap(0, Ordering::Relaxed) {
+            0 => {}
+            ON_EVENTFD if self.event >= 0 => {
+                let one = 1u64.to_ne_bytes();
+                // SAFETY: 8 bytes from the stack to an eventfd this
+                // process holds open (the segment's, checked to be an
+                // eventfd when taken); non-blocking, so a full counter
+                // (which a wake never needs) fails at once.
+                unsafe { libc::write(self.event, one.as_ptr().cast(), one.len()) };
+            }
+            // Asleep on the futex, or on an eventfd this process could not
+            // take (the owner's sleep is short then: `all_reach`).
+            _ => futex(self.word, libc::FUTEX_WAKE, i32::MAX as u32, None),
+        }
+    }
+
+    /// Whether every peer that attached took the eventfd, so that a sleep
+    /// beside a descriptor ([`Doorbell::sleep_beside`]) is woken by each
+    /// of them. False where this segment has no eventfd.
+    pub(crate) fn all_reach(&self) -> bool {
+        // SAFETY: an aligned word of the header of a live mapping, only
+        // used atomically (`Segment::unreached`).
+        self.event >= 0 && unsafe { &*self.unreached }.load(Ordering::Relaxed) == 0
     }
 
     /// Sleep on this rank's own doorbell for at most `timeout`, unless
     /// `nothing_came()` (a last look at the inbound rings, after the
     /// announcement) says a frame is there.
     pub(crate) fn sleep(&self, timeout: Duration, nothing_came: impl FnOnce() -> bool) {
-        self.word().store(1, Ordering::Relaxed);
+        self.word().store(ON_FUTEX, Ordering::Relaxed);
         fence(Ordering::SeqCst);
         if nothing_came() {
-            futex(self.word, libc::FUTEX_WAIT, 1, Some(timeout));
+            futex(self.word, libc::FUTEX_WAIT, ON_FUTEX, Some(timeout));
         }
         self.word().store(0, Ordering::Relaxed);
+    }
+
+    /// Sleep until a peer rings this rank's own doorbell or `other` is
+    /// readable, for at most `timeout`, unless `nothing_came()` says a
+    /// frame is there. Needs the segment's eventfd: without one it sleeps
+    /// on the futex alone.
+    pub(crate) fn sleep_beside(&self, other: RawFd, timeout: Duration, nothing_came: impl FnOnce() -> bool) {
+        if self.event < 0 {
+            return self.sleep(timeout, nothing_came);
+        }
+        self.word().store(ON_EVENTFD, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+        if nothing_came() {
+            let mut fds = [
+                libc::pollfd {
+                    fd: other,
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+                libc::pollfd {
+                    fd: self.event,
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+            ];
+            let ts = timespec(timeout);
+            // SAFETY: two pollfds and a timespec on the stack; ppoll
+            // writes only the `revents` fields, and no signal mask is
+            // given.
+            unsafe { libc::ppoll(fds.as_mut_ptr(), 2, &ts, std::ptr::null()) };
+            if fds[1].revents & libc::POLLIN != 0 {
+                self.drain();
+            }
+        }
+        self.word().store(0, Ordering::Relaxed);
+    }
+
+    /// Mark the owner asleep beside a descriptor, without sleeping.
+    #[cfg(test)]
+    pub(crate) fn arm_beside_for_test(&self) {
+        self.word().store(ON_EVENTFD, Ordering::Relaxed);
+    }
+
+    /// Reset the eventfd's count (a ring that came after the owner woke
+    /// for another reason leaves it readable: one spurious wake at most).
+    fn drain(&self) {
+        let mut count = [0u8; 8];
+        // SAFETY: reads 8 bytes into the stack from the non-blocking
+        // eventfd the segment holds open.
+        unsafe { libc::read(self.event, count.as_mut_ptr().cast(), count.len()) };
+    }
+}
+
+fn timespec(t: Duration) -> libc::timespec {
+    libc::timespec {
+        tv_sec: t.as_secs().min(i64::MAX as u64) as libc::time_t,
+        tv_nsec: libc::c_long::from(t.subsec_nanos() as i32),
     }
 }
 
 /// `futex(2)` on `word`; its result is not needed (a wait ends woken, timed
 /// out, interrupted or because the word changed: each means look again).
 fn futex(word: *const AtomicU32, op: libc::c_int, val: u32, timeout: Option<Duration>) {
-    let ts = timeout.map(|t| libc::timespec {
-        tv_sec: t.as_secs().min(i64::MAX as u64) as libc::time_t,
-        tv_nsec: libc::c_long::from(t.subsec_nanos() as i32),
-    });
+    let ts = timeout.map(timespec);
     let ts_ptr = ts
         .as_ref()
         .map_or(std::ptr::null(), |t| t as *const libc::timespec);
@@ -98,8 +211,109 @@ fn futex(word: *const AtomicU32, op: libc::c_int, val: u32, timeout: Option<Dura
 #[cfg(test)]
 mod tests {
     use super::Doorbell;
+    use crate::transport::node::pidfd::Watch;
     use crate::transport::node::segment::Segment;
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
     use std::time::{Duration, Instant};
+
+    /// A pipe: (read end, write end).
+    fn pipe() -> (OwnedFd, OwnedFd) {
+        let mut fds = [0; 2];
+        // SAFETY: pipe fills the two ints it is given.
+        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+        // SAFETY: two descriptors pipe2 just returned, owned by nothing else.
+        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
+    }
+
+    /// An owner's segment with an eventfd, and a peer's mapping of it that
+    /// took the eventfd through a pidfd (of this same process).
+    fn owner_and_peer() -> (Segment, Segment) {
+        let own = Segment::with_bell(4096).expect("segment");
+        let mut peer = Segment::attach(&own.name()).expect("attach");
+        let watch = Watch::open(std::process::id()).expect("pidfd of this process");
+        assert!(
+            peer.reach_bell(Some(&watch)),
+            "pidfd_getfd of this process's own eventfd"
+        );
+        assert!(Doorbell::of(&own).all_reach());
+        (own, peer)
+    }
+
+    #[test]
+    fn a_sleep_beside_a_descriptor_wakes_for_a_peers_ring_or_the_descriptor() {
+        let (own, peer) = owner_and_peer();
+        let (r, w) = pipe();
+        let bell = Doorbell::of(&own);
+        // Nothing: the sleep runs to its timeout.
+        let t = Instant::now();
+        bell.sleep_beside(r.as_raw_fd(), Duration::from_millis(30), || true);
+        assert!(
+            t.elapsed() >= Duration::from_millis(25),
+            "slept {:?}",
+            t.elapsed()
+        );
+        // A peer's ring, through its own descriptor of the eventfd.
+        let ringer = Doorbell::of(&peer);
+        let waker = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            for _ in 0..200 {
+                ringer.ring();
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        });
+        let t = Instant::now();
+        bell.sleep_beside(r.as_raw_fd(), Duration::from_secs(10), || true);
+        assert!(
+            t.elapsed() < Duration::from_secs(2),
+            "woken after {:?}",
+            t.elapsed()
+        );
+        waker.join().expect("ringer");
+        // The other descriptor.
+        let writer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            // SAFETY: one byte from the stack to a pipe we own.
+            unsafe { libc::write(w.as_raw_fd(), [1u8].as_ptr().cast(), 1) };
+            w
+        });
+        let t = Instant::now();
+        bell.sleep_beside(r.as_raw_fd(), Duration::from_secs(10), || true);
+        assert!(
+            t.elapsed() < Duration::from_secs(2),
+            "woken after {:?}",
+            t.elapsed()
+        );
+        drop(writer.join().expect("writer"));
+    }
+
+    #[test]
+    fn a_bell_number_that_is_not_an_eventfd_is_never_written() {
+        let mut own = Segment::with_bell(4096).expect("segment");
+        let (r, w) = pipe();
+        // The header names the write end of a pipe, as a hostile or broken
+        // owner's might: the peer must not take it as a doorbell.
+        own.name_bell_for_test(w.as_raw_fd());
+        let mut peer = Segment::attach(&own.name()).expect("attach");
+        let watch = Watch::open(std::process::id()).expect("pidfd of this process");
+        assert!(!peer.reach_bell(Some(&watch)));
+        assert!(peer.bell().is_none());
+        // Counted, so the owner keeps its sleeps beside a descriptor short.
+        assert!(!Doorbell::of(&own).all_reach());
+        // A ring with the owner marked asleep beside a descriptor writes
+        // nothing to the pipe.
+        Doorbell::of(&own).arm_beside_for_test();
+        Doorbell::of(&peer).ring();
+        let mut p = libc::pollfd {
+            fd: r.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one pollfd on the stack; timeout 0.
+        assert_eq!(unsafe { libc::poll(&mut p, 1, 0) }, 0, "the pipe was written to");
+        // No pidfd at all (a kernel without them): counted too.
+        let mut other = Segment::attach(&own.name()).expect("attach");
+        assert!(!other.reach_bell(None));
+    }
 
     #[test]
     fn a_sleeper_is_woken_by_a_ring_and_otherwise_times_out() {

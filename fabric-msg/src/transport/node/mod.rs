@@ -3,7 +3,10 @@
 //! shared memory and UCX's mm transports are to them).
 //!
 //! - `segment`: a rank's memfd segment and how a peer maps it;
-//! - `doorbell`: a futex word in it, to sleep until a peer writes;
+//! - `doorbell`: a futex word in it, to sleep until a peer writes, and
+//!   an eventfd beside it, to sleep on it and another descriptor at once;
+//! - `eventfd`: that eventfd, made by its owner and checked by a peer;
+//! - `sleeping`: how the node loop's owner sleeps on them;
 //! - `ring`: one single-producer single-consumer ring of cache-line
 //!   cells, and its memory ordering;
 //! - `matching`: posted receives and unexpected messages, in MPI's order;
@@ -22,6 +25,7 @@
 //! `docs/onnode.md`.
 
 mod doorbell;
+mod eventfd;
 pub(crate) mod lent;
 pub(crate) mod matching;
 pub mod node_loop;
@@ -31,6 +35,7 @@ mod receiving;
 pub mod ring;
 pub mod segment;
 pub(crate) mod single_copy;
+mod sleeping;
 pub(crate) mod slots;
 
 pub use node_loop::{NodeCompletion, NodeConfig, NodeLoop, DEFAULT_SINGLE_COPY_FROM};

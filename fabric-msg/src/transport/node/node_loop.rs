@@ -15,7 +15,6 @@
 //! Nothing here blocks or sleeps: `poll` does what can be done now and
 //! returns. Waiting (spin, yield, sleep) is the caller's.
 
-use super::doorbell::Doorbell;
 use super::lent::{Lent, Mem};
 use super::matching::{Matcher, Posted};
 use super::pidfd::Watch;
@@ -29,7 +28,6 @@ use crate::transport::event_loop::{CompletionError, OpKind, Token};
 use std::collections::VecDeque;
 use std::ptr::NonNull;
 use std::sync::Arc;
-use std::time::Duration;
 
 /// Sizes of the rings; every rank of a node must use the same.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -219,7 +217,7 @@ impl NodeLoop {
                 cfg.cells, cfg.max_frame
             )));
         }
-        let own = Arc::new(Segment::create(cfg.segment_len(ranks))?);
+        let own = Arc::new(Segment::with_bell(cfg.segment_len(ranks))?);
         let inbox = (0..ranks)
             .map(|s| {
                 Consumer::new(
@@ -291,7 +289,9 @@ impl NodeLoop {
             (None, self.own.clone())
         } else {
             let watch = Watch::open(name.pid);
-            (watch, Arc::new(Segment::attach(name)?))
+            let mut seg = Segment::attach(name)?;
+            seg.reach_bell(watch.as_ref());
+            (watch, Arc::new(seg))
         };
         self.watch[peer] = watch;
         // May this process read the peer's memory? Try, on the header.
@@ -476,32 +476,6 @@ impl NodeLoop {
     /// (its completion will come) or there is none with `token`.
     pub fn cancel_recv(&mut self, token: Token) -> Option<Buffer> {
         self.matcher.cancel(token).and_then(|p| p.buf.into_buffer())
-    }
-
-    /// Sleep until a peer writes to this rank, for at most `timeout`
-    /// (`doorbell.rs`); at once if a frame has arrived already. Call it
-    /// after [`NodeLoop::poll`] found nothing. A send waiting for room in a
-    /// peer's ring is not a reason to wake: keep `timeout` short while
-    /// sends wait ([`NodeLoop::pending`]).
-    pub fn sleep(&self, timeout: Duration) {
-        self.sleep_unless(timeout, || false);
-    }
-
-    /// [`NodeLoop::sleep`], but at once also if `came` says something
-    /// else a peer writes has come (a collective slot: its writer rings
-    /// the doorbell too). `came` is asked after the doorbell is armed, so
-    /// a write it would see is never slept through.
-    pub(crate) fn sleep_unless(&self, timeout: Duration, came: impl FnOnce() -> bool) {
-        let inbox = &self.inbox;
-        let broken = &self.broken;
-        let lost = &self.lost;
-        Doorbell::of(&self.own).sleep(timeout, || {
-            !inbox
-                .iter()
-                .enumerate()
-                .any(|(s, c)| broken[s].is_none() && !lost[s] && c.has_frame())
-                && !came()
-        });
     }
 
     /// Sends queued, receives posted, unexpected messages kept.

@@ -25,6 +25,21 @@ impl Watch {
         Some(Watch { fd })
     }
 
+    /// This process's own descriptor of the process's descriptor `fd`
+    /// (`pidfd_getfd(2)`, Linux 5.6; the kernel allows it where this
+    /// process may ptrace that one). `None` where it refuses or the
+    /// descriptor is closed. What it refers to is the caller's to check.
+    pub(crate) fn take(&self, fd: i32) -> Option<OwnedFd> {
+        // SAFETY: a plain system call with integer arguments.
+        let raw = unsafe { libc::syscall(libc::SYS_pidfd_getfd, self.fd.as_raw_fd(), fd, 0) };
+        if raw < 0 {
+            return None;
+        }
+        // SAFETY: a descriptor the kernel just returned (close-on-exec),
+        // owned by nothing else.
+        Some(unsafe { OwnedFd::from_raw_fd(raw as i32) })
+    }
+
     /// Whether the process has ended.
     pub(crate) fn gone(&self) -> bool {
         let mut p = libc::pollfd {

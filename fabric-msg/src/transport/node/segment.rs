@@ -18,11 +18,16 @@
 //! peer checks all four after mapping, so a name that points at a recycled
 //! pid's descriptor, or at anything other than the segment announced, is
 //! refused before any of it is used. Byte 48 of the line is the owner's
-//! doorbell, the futex word it sleeps on (`doorbell.rs`).
+//! doorbell, the futex word it sleeps on (`doorbell.rs`). A segment made
+//! [`Segment::with_bell`] also has an eventfd: its number is at byte 40,
+//! and byte 56 counts the peers that could not take it (`doorbell.rs`
+//! says why it exists).
 
+use super::eventfd::{is_eventfd, new_eventfd};
+use super::pidfd::Watch;
 use crate::error::{Error, Result};
 use std::ffi::CStr;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -34,6 +39,11 @@ pub const MAX_LEN: u64 = 1 << 30;
 
 /// Bytes the header takes: one cache line.
 pub const HEADER: usize = 64;
+
+/// The header's word with the owner's eventfd number plus one (0: none).
+const BELL_FD: usize = 5;
+/// The header's word counting peers that could not take the eventfd.
+const UNREACHED: usize = 7;
 
 /// What a peer needs to map a segment; published through the World's
 /// exchange (or any other channel).
@@ -58,6 +68,9 @@ pub struct Segment {
     /// `/proc`; a peer closes its descriptor once it has mapped.
     fd: Option<OwnedFd>,
     name: SegmentName,
+    /// The doorbell's eventfd: the owner's, or this peer's descriptor of
+    /// it (`doorbell.rs`).
+    bell: Option<OwnedFd>,
 }
 
 // SAFETY: a `Segment` is a mapping of shared memory, usable from any
@@ -106,6 +119,7 @@ impl Segment {
             len,
             fd: Some(fd),
             name,
+            bell: None,
         };
         let h = seg.header();
         h[1].store(u64::from(name.pid), Ordering::Relaxed);
@@ -114,6 +128,61 @@ impl Segment {
         h[4].store(seg.base.as_ptr() as u64, Ordering::Relaxed);
         h[0].store(MAGIC, Ordering::Release);
         Ok(seg)
+    }
+
+    /// [`Segment::create`], with an eventfd beside the doorbell, whose
+    /// number peers read from the header (`doorbell.rs`). Published before
+    /// the segment's name is, as the rest of the header.
+    pub fn with_bell(len: usize) -> Result<Segment> {
+        let mut seg = Segment::create(len)?;
+        let bell = new_eventfd().map_err(|source| Error::Io {
+            context: "eventfd for the node segment's doorbell".into(),
+            source,
+        })?;
+        seg.header()[BELL_FD].store(bell.as_raw_fd() as u64 + 1, Ordering::Release);
+        seg.bell = Some(bell);
+        Ok(seg)
+    }
+
+    /// Take this process's descriptor of the owner's eventfd, if its
+    /// header names one, through `watch` (the owner's pidfd;
+    /// `pidfd_getfd(2)`), and keep it only if it is an eventfd. Where that
+    /// fails, count this peer in the header as one the owner cannot rely on
+    /// to wake it that way. Returns whether the eventfd was taken.
+    pub(crate) fn reach_bell(&mut self, watch: Option<&Watch>) -> bool {
+        if self.is_own() {
+            return self.bell.is_some();
+        }
+        let number = self.header()[BELL_FD].load(Ordering::Acquire);
+        if number == 0 {
+            return false;
+        }
+        let taken = i32::try_from(number - 1)
+            .ok()
+            .and_then(|n| watch?.take(n))
+            .filter(is_eventfd);
+        let reached = taken.is_some();
+        if !reached {
+            self.header()[UNREACHED].fetch_add(1, Ordering::Relaxed);
+        }
+        self.bell = taken;
+        reached
+    }
+
+    /// Write `fd` into the header as the eventfd's number.
+    #[cfg(test)]
+    pub(crate) fn name_bell_for_test(&mut self, fd: RawFd) {
+        self.header()[BELL_FD].store(fd as u64 + 1, Ordering::Release);
+    }
+
+    /// This process's descriptor of the doorbell's eventfd, if any.
+    pub(crate) fn bell(&self) -> Option<RawFd> {
+        self.bell.as_ref().map(|b| b.as_raw_fd())
+    }
+
+    /// The header's count of peers that could not take the eventfd.
+    pub(crate) fn unreached(&self) -> *const AtomicU64 {
+        &self.header()[UNREACHED]
     }
 
     /// Map a peer's segment from its name, checking that it is what the
@@ -165,6 +234,7 @@ impl Segment {
             len,
             fd: None,
             name: *name,
+            bell: None,
         };
         let h = seg.header();
         let found = (

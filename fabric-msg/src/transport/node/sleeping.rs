@@ -1,0 +1,51 @@
+//! How a [`NodeLoop`]'s owner sleeps until a peer writes to it: on its
+//! doorbell alone, or on its doorbell and another descriptor at once (the
+//! World's main loop's wait fd), `doorbell.rs` says how.
+
+use super::doorbell::Doorbell;
+use super::node_loop::NodeLoop;
+use std::os::fd::RawFd;
+use std::time::Duration;
+
+impl NodeLoop {
+    /// Sleep until a peer writes to this rank, for at most `timeout`
+    /// (`doorbell.rs`); at once if a frame has arrived already. Call it
+    /// after [`NodeLoop::poll`] found nothing. A send waiting for room in a
+    /// peer's ring is not a reason to wake: keep `timeout` short while
+    /// sends wait ([`NodeLoop::pending`]).
+    pub fn sleep(&self, timeout: Duration) {
+        self.sleep_unless(timeout, || false);
+    }
+
+    /// [`NodeLoop::sleep`], but at once also if `came` says something
+    /// else a peer writes has come (a collective slot: its writer rings
+    /// the doorbell too). `came` is asked after the doorbell is armed, so
+    /// a write it would see is never slept through.
+    pub(crate) fn sleep_unless(&self, timeout: Duration, came: impl FnOnce() -> bool) {
+        Doorbell::of(&self.own).sleep(timeout, || !self.frame_waits() && !came());
+    }
+
+    /// Whether [`NodeLoop::sleep_beside`] is woken by every peer that
+    /// connected: this rank's segment has an eventfd and each peer took it
+    /// (`pidfd_getfd`, which a kernel or ptrace policy may refuse).
+    pub fn can_sleep_beside(&self) -> bool {
+        Doorbell::of(&self.own).all_reach()
+    }
+
+    /// [`NodeLoop::sleep_unless`], also waking when `other` is readable.
+    /// Only where [`NodeLoop::can_sleep_beside`]: otherwise a peer that
+    /// could not take the eventfd does not wake it, and only `timeout`
+    /// ends the sleep.
+    pub(crate) fn sleep_beside(&self, other: RawFd, timeout: Duration, came: impl FnOnce() -> bool) {
+        Doorbell::of(&self.own).sleep_beside(other, timeout, || !self.frame_waits() && !came());
+    }
+
+    /// Whether a frame waits in a ring still read (the doorbell's last
+    /// look before its owner sleeps).
+    fn frame_waits(&self) -> bool {
+        self.inbox
+            .iter()
+            .enumerate()
+            .any(|(s, c)| self.broken[s].is_none() && !self.lost[s] && c.has_frame())
+    }
+}
