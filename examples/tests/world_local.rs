@@ -227,6 +227,24 @@ fn any_source_receives_racing_shm_and_tcp_lose_and_duplicate_nothing() {
     }
 }
 
+/// The same race with `FABRIC_MSG_WAIT=block`: every wait that finds
+/// nothing sleeps, and a receive from any rank awaits both loops, so it
+/// sleeps on the node doorbell and the fabric's wait fd at once (the
+/// doorbell's eventfd, `transport/node/doorbell.rs`). Nothing is lost or
+/// delivered twice across those sleeps.
+#[test]
+fn any_source_receives_that_sleep_on_both_loops_lose_and_duplicate_nothing() {
+    let env = [("FABRIC_MSG_WAIT", "block")];
+    for args in [
+        ["-n", "0", "-a", "1000", "-w", "64"],
+        ["-n", "0", "-a", "300", "-w", "1"],
+    ] {
+        let started = Instant::now();
+        let exits = wait_all(start_with(4, Shm::Node, &args, &env), started, DEADLINE);
+        assert_exits(&exits, 4, "rendezvous", Shm::Node);
+    }
+}
+
 /// Receives from one rank interleaved with receives from any rank, with the
 /// same tag: a message that a cancelled part of a receive from any rank took
 /// must go to the oldest receive still waiting that matches it, one from
