@@ -52,16 +52,16 @@ pub(crate) struct Published {
     pub node: std::result::Result<SegmentName, String>,
 }
 
-/// Longest sleep on the node loop's doorbell in one wait's last stage:
+/// Longest sleep on the node loop's doorbell in one wait's last stage
+/// (the World's waits here, the collectives' in `node_collectives.rs`):
 /// what a completion on the main loop (a fabric message, a one-sided
-/// operation) can wait beyond its arrival, since nothing rings the
-/// doorbell for it.
-const SLEEP_SLICE: Duration = Duration::from_millis(1);
+/// operation) can wait beyond its arrival where nothing rings the doorbell
+/// for it.
+pub(super) const SLEEP_SLICE: Duration = Duration::from_millis(1);
 
-/// The longest sleep on the node loop's doorbell where some ranks are
-/// reached over the main loop and the node loop has operations awaited
-/// too: no one fd serves both loops, so a fabric message that comes
-/// meanwhile waits up to this.
+/// The longest sleep on the doorbell alone where ranks are reached over
+/// the main loop, operations are awaited on both, and a node peer could
+/// not take the doorbell's eventfd (else the wait sleeps on both).
 const SPANNING_SLICE: Duration = Duration::from_micros(200);
 
 /// Looks at the node loop between two at the main loop where the node

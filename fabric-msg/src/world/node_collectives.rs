@@ -13,19 +13,15 @@ use super::collectives::on_node_copy;
 use super::collectives::ops::{bytes_of, Element, Reduction};
 use super::collectives::scope::Scope;
 use super::comm::CommView;
+use super::local::SLEEP_SLICE;
 use super::state::World;
 use super::tags;
 use crate::error::{Error, Result};
 use crate::transport::event_loop::idle::Pause;
-use std::time::Duration;
 
 /// Looks at the slots spun between two turns of the World, where ranks do
 /// not outnumber cores.
 const SPIN_LOOKS: u32 = 64;
-
-/// Longest sleep on the doorbell at a time, as the World's other waits
-/// (a completion on the main loop rings no doorbell).
-const SLEEP_SLICE: Duration = Duration::from_millis(1);
 
 /// Slot calls between two turns of the World that look at its main loop.
 /// A slot call reads nothing of the main loop, and the main loop's
