@@ -14,7 +14,8 @@
 # with threads standing in for ranks: `world::collectives::tests_on_node`) and of
 # mapped symmetric memory's CPU atomics, with --error-exitcode, so any
 # memcheck error or definite leak fails. valgrind 3.19 does not know
-# pidfd_open (it warns and returns ENOSYS): the loops then watch no peer,
+# pidfd_open (it warns and returns ENOSYS): the loops then watch no peer
+# and take no peer's doorbell eventfd (their sleeps stay on the futex),
 # which these tests do not need. Installs valgrind if missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
