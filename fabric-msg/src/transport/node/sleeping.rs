@@ -28,7 +28,7 @@ impl NodeLoop {
     /// Whether [`NodeLoop::sleep_beside`] is woken by every peer that
     /// connected: this rank's segment has an eventfd and each peer took it
     /// (`pidfd_getfd`, which a kernel or ptrace policy may refuse).
-    pub fn can_sleep_beside(&self) -> bool {
+    pub(crate) fn can_sleep_beside(&self) -> bool {
         Doorbell::of(&self.own).all_reach()
     }
 
