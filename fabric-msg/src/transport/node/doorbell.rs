@@ -225,6 +225,17 @@ mod tests {
         unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
     }
 
+    /// From 50 ms on, ring `ringer` every 5 ms for a second.
+    fn keep_ringing(ringer: Doorbell) -> std::thread::JoinHandle<()> {
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            for _ in 0..200 {
+                ringer.ring();
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        })
+    }
+
     /// An owner's segment with an eventfd, and a peer's mapping of it that
     /// took the eventfd through a pidfd (of this same process).
     fn owner_and_peer() -> (Segment, Segment) {
@@ -237,6 +248,17 @@ mod tests {
         );
         assert!(Doorbell::of(&own).all_reach());
         (own, peer)
+    }
+
+    /// A 10 s sleep beside `fd` ends within 2 s.
+    fn woken_beside(bell: &Doorbell, fd: std::os::fd::RawFd) {
+        let t = Instant::now();
+        bell.sleep_beside(fd, Duration::from_secs(10), || true);
+        assert!(
+            t.elapsed() < Duration::from_secs(2),
+            "woken after {:?}",
+            t.elapsed()
+        );
     }
 
     #[test]
@@ -254,20 +276,8 @@ mod tests {
         );
         // A peer's ring, through its own descriptor of the eventfd.
         let ringer = Doorbell::of(&peer);
-        let waker = std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(50));
-            for _ in 0..200 {
-                ringer.ring();
-                std::thread::sleep(Duration::from_millis(5));
-            }
-        });
-        let t = Instant::now();
-        bell.sleep_beside(r.as_raw_fd(), Duration::from_secs(10), || true);
-        assert!(
-            t.elapsed() < Duration::from_secs(2),
-            "woken after {:?}",
-            t.elapsed()
-        );
+        let waker = keep_ringing(ringer);
+        woken_beside(&bell, r.as_raw_fd());
         waker.join().expect("ringer");
         // The other descriptor.
         let writer = std::thread::spawn(move || {
@@ -276,13 +286,7 @@ mod tests {
             unsafe { libc::write(w.as_raw_fd(), [1u8].as_ptr().cast(), 1) };
             w
         });
-        let t = Instant::now();
-        bell.sleep_beside(r.as_raw_fd(), Duration::from_secs(10), || true);
-        assert!(
-            t.elapsed() < Duration::from_secs(2),
-            "woken after {:?}",
-            t.elapsed()
-        );
+        woken_beside(&bell, r.as_raw_fd());
         drop(writer.join().expect("writer"));
     }
 
@@ -332,13 +336,7 @@ mod tests {
         assert!(t.elapsed() < Duration::from_secs(1));
         // A ring from another thread ends a long sleep early.
         let ringer = bell;
-        let waker = std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(50));
-            for _ in 0..200 {
-                ringer.ring();
-                std::thread::sleep(Duration::from_millis(5));
-            }
-        });
+        let waker = keep_ringing(ringer);
         let t = Instant::now();
         bell.sleep(Duration::from_secs(5), || true);
         assert!(
