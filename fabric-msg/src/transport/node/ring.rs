@@ -57,10 +57,12 @@ pub const CELL: usize = 64;
 pub const FRAME_HEADER: usize = 32;
 
 /// Cells after the next frame's first that a producer fetches into its
-/// cache once it has published a frame: frames of up to four cells (224
-/// payload bytes) then find every line at hand (docs/onnode.md, "A
-/// frame's second cache line"; 8 measured no better).
+/// cache once it has published a frame: a next frame of up to four cells
+/// (224 payload bytes) then finds every line but its first (which the
+/// consumer polls) at hand (docs/onnode.md, "A frame's second cache
+/// line"; 8 measured no better).
 const PREFETCH_CELLS: u64 = 3;
+
 /// The frame starts a message.
 pub const FIRST: u32 = 1;
 /// The frame ends a message.
