@@ -25,7 +25,7 @@
 //! futex. A peer that could not take the eventfd (an older kernel, a
 //! ptrace policy that allows reading memory but not descriptors) counts
 //! itself in the header; while that count is not zero the owner's sleeps
-//! beside a descriptor stay short ([`Doorbell::all_reach`]), as they were
+//! beside a descriptor stay short ([`Segment::all_reach_bell`]), as they were
 //! before the eventfd.
 //!
 //! Every sleep is bounded by its caller's timeout: a peer that writes the
@@ -36,7 +36,7 @@
 
 use super::segment::Segment;
 use std::os::fd::RawFd;
-use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicU32, Ordering};
 use std::time::Duration;
 
 /// Byte offset of the word in the segment's header line (after the magic,
@@ -57,14 +57,12 @@ pub(crate) struct Doorbell {
     word: *const AtomicU32,
     /// The eventfd, or -1: held open by the segment.
     event: RawFd,
-    /// Peers that could not take the eventfd (the segment's count).
-    unreached: *const AtomicU64,
 }
 
-// SAFETY: the pointers are into a shared mapping held alive by the
+// SAFETY: the pointer is into a shared mapping held alive by the
 // `Arc<Segment>` of whoever holds the doorbell (the producer's or the
 // node loop's), which also holds the eventfd open; only atomics are done
-// through the pointers, and `read`/`write` on the eventfd are thread-safe.
+// through the pointer, and `read`/`write` on the eventfd are thread-safe.
 unsafe impl Send for Doorbell {}
 // SAFETY: as for `Send`: every access through the pointer is atomic.
 unsafe impl Sync for Doorbell {}
@@ -76,7 +74,6 @@ impl Doorbell {
         Doorbell {
             word: seg.at(DOORBELL, 4).cast::<AtomicU32>().as_ptr(),
             event: seg.bell().unwrap_or(-1),
-            unreached: seg.unreached(),
         }
     }
 
@@ -109,18 +106,9 @@ impl Doorbell {
                 unsafe { libc::write(self.event, one.as_ptr().cast(), one.len()) };
             }
             // Asleep on the futex, or on an eventfd this process could not
-            // take (the owner's sleep is short then: `all_reach`).
+            // take (the owner's sleep is short then: `Segment::all_reach_bell`).
             _ => futex(self.word, libc::FUTEX_WAKE, i32::MAX as u32, None),
         }
-    }
-
-    /// Whether every peer that attached took the eventfd, so that a sleep
-    /// beside a descriptor ([`Doorbell::sleep_beside`]) is woken by each
-    /// of them. False where this segment has no eventfd.
-    pub(crate) fn all_reach(&self) -> bool {
-        // SAFETY: an aligned word of the header of a live mapping, only
-        // used atomically (`Segment::unreached`).
-        self.event >= 0 && unsafe { &*self.unreached }.load(Ordering::Relaxed) == 0
     }
 
     /// Sleep on this rank's own doorbell for at most `timeout`, unless
@@ -246,7 +234,7 @@ mod tests {
             peer.reach_bell(Some(&watch)),
             "pidfd_getfd of this process's own eventfd"
         );
-        assert!(Doorbell::of(&own).all_reach());
+        assert!(own.all_reach_bell());
         (own, peer)
     }
 
@@ -302,7 +290,7 @@ mod tests {
         assert!(!peer.reach_bell(Some(&watch)));
         assert!(peer.bell().is_none());
         // Counted, so the owner keeps its sleeps beside a descriptor short.
-        assert!(!Doorbell::of(&own).all_reach());
+        assert!(!own.all_reach_bell());
         // A ring with the owner marked asleep beside a descriptor writes
         // nothing to the pipe.
         Doorbell::of(&own).arm_beside_for_test();

@@ -180,9 +180,11 @@ impl Segment {
         self.bell.as_ref().map(|b| b.as_raw_fd())
     }
 
-    /// The header's count of peers that could not take the eventfd.
-    pub(crate) fn unreached(&self) -> *const AtomicU64 {
-        &self.header()[UNREACHED]
+    /// Whether this segment has an eventfd and every peer that attached
+    /// took it ([`Segment::reach_bell`] counts those that could not), so a
+    /// sleep beside a descriptor (`doorbell.rs`) is woken by each of them.
+    pub(crate) fn all_reach_bell(&self) -> bool {
+        self.bell.is_some() && self.header()[UNREACHED].load(Ordering::Relaxed) == 0
     }
 
     /// Map a peer's segment from its name, checking that it is what the

@@ -29,7 +29,7 @@ impl NodeLoop {
     /// connected: this rank's segment has an eventfd and each peer took it
     /// (`pidfd_getfd`, which a kernel or ptrace policy may refuse).
     pub(crate) fn can_sleep_beside(&self) -> bool {
-        Doorbell::of(&self.own).all_reach()
+        self.own.all_reach_bell()
     }
 
     /// [`NodeLoop::sleep_unless`], also waking when `other` is readable.
