@@ -2,7 +2,8 @@
 //! under `mpirun` with the same arguments and must print the same numbers
 //! (`jacobi`: the field's sum bit for bit, the residual to the digits
 //! printed; `dht`: the checksum of every value looked up, and no key
-//! missing). The C twin is built with `mpicc` (openmpi's `libopenmpi-dev`,
+//! missing; `sgd`: the loss to the digits printed, the fit as close to the
+//! optimum, and one model on every rank). The C twin is built with `mpicc` (openmpi's `libopenmpi-dev`,
 //! which ci/setup.sh installs).
 
 mod support;
@@ -14,6 +15,7 @@ use support::{clean, wait_all};
 
 const JACOBI: &str = env!("CARGO_BIN_EXE_jacobi");
 const DHT: &str = env!("CARGO_BIN_EXE_dht");
+const SGD: &str = env!("CARGO_BIN_EXE_sgd");
 const DEADLINE: Duration = Duration::from_secs(120);
 
 /// The C twin `examples/mpi/NAME.c`, built into the target directory.
@@ -111,6 +113,81 @@ fn dht_agrees_with_its_mpi_twin() {
         for line in [&ours, &theirs] {
             assert_eq!(word(line, "checksum"), want.to_string(), "{line}");
             assert_eq!(word(line, "missing"), "0", "{line}");
+        }
+    }
+}
+
+/// The number after `key` in `line`.
+fn number(line: &str, key: &str) -> f64 {
+    word(line, key)
+        .parse()
+        .unwrap_or_else(|_| panic!("{key} in {line}"))
+}
+
+/// Data-parallel training's gradient allreduce: buckets of a gradient
+/// summed by non-blocking allreduces, started in the backward pass's order
+/// and waited for together. Both programs reach the same loss (to the
+/// digits printed: the sums' order may differ between the two, so not bit
+/// for bit), the same distance from the optimum, and every rank holds the
+/// same model. Buckets that do not divide the parameters evenly, one
+/// bucket, and more buckets than fit in the node's collective slots at
+/// once; ranks on one node and on two pretend nodes.
+#[test]
+fn sgd_agrees_with_its_mpi_twin() {
+    let twin = build_twin("sgd");
+    let twin = twin.to_str().unwrap_or_default();
+    for (n, params, steps, buckets) in [
+        (1, "1000", "20", "3"),
+        (2, "100000", "20", "1"),
+        (3, "10007", "30", "7"),
+        (4, "50000", "20", "64"),
+    ] {
+        let args = [params, steps, buckets];
+        let theirs = run(twin, n, &args, "sgd:");
+        let mut ours = vec![run(SGD, n, &args, "sgd:")];
+        if n == 4 {
+            // Two pretend nodes of two ranks: the World's fabric between
+            // them, its node transport within each.
+            let mut cmd = Command::new("mpirun");
+            let program = format!(
+                "FABRIC_MSG_NODE=node$((OMPI_COMM_WORLD_RANK / 2)) exec {SGD} {}",
+                args.join(" ")
+            );
+            clean(&mut cmd).args([
+                "--allow-run-as-root",
+                "--oversubscribe",
+                "-np",
+                "4",
+                "sh",
+                "-c",
+                &program,
+            ]);
+            let e = wait_all(vec![cmd.spawn().expect("mpirun")], Instant::now(), DEADLINE).remove(0);
+            assert!(e.status.success(), "sgd on pretend nodes: {e:?}");
+            let line = e.stdout.lines().find(|l| l.starts_with("sgd:"));
+            ours.push(
+                line.unwrap_or_else(|| panic!("no sgd: line: {}", e.stdout))
+                    .to_string(),
+            );
+        }
+        let (loss, error) = (number(&theirs, "loss"), number(&theirs, "error"));
+        assert_eq!(word(&theirs, "same"), "yes", "{theirs}");
+        for line in &ours {
+            assert_eq!(
+                word(line, "same"),
+                "yes",
+                "every rank holds the same model:\n{line}"
+            );
+            let l = number(line, "loss");
+            assert!(
+                (l - loss).abs() <= loss.abs() * 1e-5 + 1e-9,
+                "the loss:\n{line}\n{theirs}"
+            );
+            let e = number(line, "error");
+            assert!(
+                e <= error * 2.0 + 1e-6,
+                "the distance from the optimum:\n{line}\n{theirs}"
+            );
         }
     }
 }
