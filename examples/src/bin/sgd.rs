@@ -49,6 +49,9 @@ fn main() -> Result<(), fabric_msg::Error> {
     let mut w = vec![0.0f32; p];
     let chunk = p.div_ceil(buckets);
     let bucket = |k: usize| k * chunk..((k + 1) * chunk).min(p);
+    // Each bucket's gradient buffer goes to its allreduce and comes back
+    // as the sum, so the same memory serves every step.
+    let mut grads: Vec<Vec<f32>> = (0..buckets).map(|k| vec![0.0; bucket(k).len()]).collect();
 
     world.barrier()?;
     let started = Instant::now();
@@ -58,13 +61,17 @@ fn main() -> Result<(), fabric_msg::Error> {
         // each bucket's sum starts as soon as its gradient is there.
         let mut sums = Vec::with_capacity(buckets);
         for k in (0..buckets).rev() {
-            let g: Vec<f32> = bucket(k).map(|i| a[i] * (w[i] - b[i])).collect();
+            let mut g = std::mem::take(&mut grads[k]);
+            for (g, i) in g.iter_mut().zip(bucket(k)) {
+                *g = a[i] * (w[i] - b[i]);
+            }
             sums.push(world.iallreduce(g, Op::Sum)?);
         }
         for (k, g) in (0..buckets).rev().zip(world.wait_all(sums)?) {
-            for (x, s) in w[bucket(k)].iter_mut().zip(g) {
+            for (x, s) in w[bucket(k)].iter_mut().zip(&g) {
                 *x -= lr * s / size as f32;
             }
+            grads[k] = g;
         }
         if step % 10 == 0 || step == steps {
             let mine = (0..p).map(|i| 0.5 * f64::from(a[i]) * f64::from(w[i] - b[i]).powi(2));

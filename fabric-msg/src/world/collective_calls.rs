@@ -83,7 +83,9 @@ impl CommView<'_> {
     }
 
     /// Start a [`World::allreduce`](super::World::allreduce) of `data`; [`World::wait`](super::World::wait) gives the
-    /// result.
+    /// result, in `data`'s own allocation: a buffer can go round a loop of
+    /// non-blocking allreduces without allocating (a training loop's
+    /// gradient buckets, `examples/src/bin/sgd.rs`).
     pub fn iallreduce<T: Element>(
         &mut self,
         data: Vec<T>,
