@@ -415,7 +415,9 @@ impl World {
         let (engine, mut io) = self.engine_io();
         let any = engine.poll_once(&mut io, idle)?;
         self.msgs.absorb(self.coll.kept_mut());
-        if !any && idle {
+        if any {
+            self.moved = self.moved.wrapping_add(1);
+        } else if idle {
             self.coll.idle();
         }
         Ok(any)

@@ -242,6 +242,7 @@ impl World {
             single_copy_calls: 0,
             two_level: None,
             two_level_calls: 0,
+            moved: 0,
         };
         let (engine, mut io) = world.engine_io();
         engine.listen(&mut io)?;

@@ -68,6 +68,9 @@ pub struct World {
     /// The World's collectives run in two levels so far
     /// (`WorldStats::two_level_collectives`).
     pub(super) two_level_calls: u64,
+    /// Turns that moved something (a completion taken): an awaited wait
+    /// keeps looking while these grow (`awaiting.rs`).
+    pub(super) moved: u64,
 }
 
 impl World {

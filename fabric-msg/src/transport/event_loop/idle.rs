@@ -73,6 +73,13 @@ impl Idler {
         }
     }
 
+    /// Whether a wait gives the core away from its first empty look (a
+    /// World whose node runs more ranks than it has cores).
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))] // the awaited waits ask
+    pub(crate) fn yields_at_once(&self) -> bool {
+        self.mode == WaitMode::Adaptive && self.spin.is_zero()
+    }
+
     /// Whether the next pause sleeps: waits that look with a zero timeout
     /// then look with a timeout instead, so the loop's own wait sleeps.
     pub(crate) fn sleeping(&self) -> bool {
@@ -115,6 +122,10 @@ mod tests {
     #[test]
     fn with_no_spin_adaptive_yields_at_once_and_spin_never_stops_spinning() {
         assert_eq!(idler(WaitMode::Adaptive, 0, 1_000_000).next(), Pause::Yield);
+        // What the World's awaited waits ask (`world/awaiting.rs`).
+        assert!(idler(WaitMode::Adaptive, 0, 1_000_000).yields_at_once());
+        assert!(!idler(WaitMode::Adaptive, 50, 1_000_000).yields_at_once());
+        assert!(!idler(WaitMode::Spin, 0, 0).yields_at_once());
         assert_eq!(idler(WaitMode::Block, 0, 0).next(), Pause::Block);
         let mut s = idler(WaitMode::Spin, 0, 0);
         std::thread::sleep(Duration::from_millis(2));
