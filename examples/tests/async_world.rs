@@ -95,3 +95,23 @@ fn every_awaited_request_completes_with_the_loss_of_a_killed_rank() {
         }
     }
 }
+
+/// `--allreduce`: 4 MiB allreduces on 4 ranks (more than this machine's 2
+/// cores, so an awaited wait gives the core away between its polls, as the
+/// blocking wait does), awaited and waited for by turns, three rounds;
+/// the tool checks every sum and fails on a wrong one.
+#[test]
+fn awaited_large_allreduces_on_more_ranks_than_cores() {
+    let e = wait_all(
+        vec![mpirun(TOOL, 4, true, &["--allreduce", "3"])],
+        Instant::now(),
+        DEADLINE,
+    );
+    let text = format!("{}{}", e[0].stdout, e[0].stderr);
+    assert!(e[0].status.success(), "async_world --allreduce failed: {text}");
+    let lines = text.lines().filter(|l| l.contains("ms per allreduce")).count();
+    assert_eq!(
+        lines, 6,
+        "three rounds of awaited and blocking allreduces: {text}"
+    );
+}

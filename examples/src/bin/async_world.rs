@@ -11,6 +11,7 @@
 //! ```text
 //! mpirun -np 3 async_world
 //! mpirun -np 2 async_world --pingpong 20000   # 8 B ping-pong: awaited against blocking waits
+//! mpirun -np 4 async_world --allreduce 30     # 4 MiB allreduces: awaited against blocking waits
 //! mpirun -np 3 async_world --lose-last        # rank 2 dies while the others await
 //! ```
 //!
@@ -25,7 +26,8 @@
 //! `--pingpong N` measures instead: N round trips of 8 B typed messages
 //! between ranks 0 and 1, each receive awaited (`wait_async`), then the
 //! same with the blocking `wait`, by turns three times; rank 0 prints µs
-//! per one-way message for each.
+//! per one-way message for each. `--allreduce N` does the same with N
+//! non-blocking allreduces of 4 MiB on every rank (milliseconds each).
 
 use fabric_msg::{Access, Atomic, Op, World};
 use fabric_msg_examples::tally::Tally;
@@ -148,6 +150,38 @@ async fn pingpong(world: &mut World, n: usize, awaited: bool) -> fabric_msg::Res
     Ok(started.elapsed().as_secs_f64() * 1e6 / (2 * n) as f64)
 }
 
+/// Milliseconds per non-blocking allreduce of 1 Mi `f32` (4 MiB) over
+/// `n` of them, each awaited or waited for; the vector goes round.
+async fn allreduces(world: &mut World, n: usize, awaited: bool) -> fabric_msg::Result<f64> {
+    let mut v = vec![1.0f32; 1 << 20];
+    world.barrier()?;
+    let started = Instant::now();
+    for _ in 0..n {
+        let r = world.iallreduce(v, Op::Sum)?;
+        v = if awaited {
+            world.wait_async(r).await?
+        } else {
+            world.wait(r)?
+        };
+        if v[0] != world.size() as f32 {
+            return Err(fabric_msg::Error::Usage(format!(
+                "a sum of {} over {} ranks",
+                v[0],
+                world.size()
+            )));
+        }
+        v.fill(1.0);
+    }
+    Ok(started.elapsed().as_secs_f64() * 1e3 / n.max(1) as f64)
+}
+
+/// What `--pingpong` and `--allreduce` measure.
+#[derive(Clone, Copy)]
+enum Measure {
+    PingPong,
+    Allreduce,
+}
+
 /// `--lose-last` (see the top): on a survivor, the line it prints.
 async fn lose_last(world: &mut World) -> Result<String, String> {
     let (rank, size) = (world.rank(), world.size());
@@ -221,12 +255,13 @@ async fn main() -> ExitCode {
             }
         };
     }
-    if let Some(n) = args
-        .iter()
-        .position(|a| a == "--pingpong")
-        .and_then(|i| args.get(i + 1))
-    {
-        let n: usize = n.parse().unwrap_or(20_000);
+    let flag = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1));
+    let measure = match (flag("--pingpong"), flag("--allreduce")) {
+        (Some(n), _) => Some((Measure::PingPong, n.parse().unwrap_or(20_000))),
+        (None, Some(n)) => Some((Measure::Allreduce, n.parse().unwrap_or(30))),
+        (None, None) => None,
+    };
+    if let Some((what, n)) = measure {
         let mut world = match World::init() {
             Ok(w) => w,
             Err(e) => {
@@ -240,8 +275,11 @@ async fn main() -> ExitCode {
                 // `block_on` polls itself is woken through the runtime's
                 // eventfd, a system call per look (docs/async.md).
                 let task = tokio::spawn(async move {
-                    let us = pingpong(&mut world, n, awaited).await;
-                    (world, us)
+                    let took = match what {
+                        Measure::PingPong => pingpong(&mut world, n, awaited).await,
+                        Measure::Allreduce => allreduces(&mut world, n, awaited).await,
+                    };
+                    (world, took)
                 });
                 let us;
                 (world, us) = match task.await {
@@ -251,13 +289,16 @@ async fn main() -> ExitCode {
                         return ExitCode::FAILURE;
                     }
                 };
-                match us {
-                    Ok(us) if world.rank() == 0 => println!(
-                        "round {round}: {} {us:.3} us one-way (8 B, {n} round trips)",
-                        if awaited { "wait_async" } else { "wait      " }
-                    ),
-                    Ok(_) => {}
-                    Err(e) => {
+                let how = if awaited { "wait_async" } else { "wait      " };
+                match (us, what) {
+                    (Ok(us), Measure::PingPong) if world.rank() == 0 => {
+                        println!("round {round}: {how} {us:.3} us one-way (8 B, {n} round trips)")
+                    }
+                    (Ok(ms), Measure::Allreduce) if world.rank() == 0 => {
+                        println!("round {round}: {how} {ms:.3} ms per allreduce (4 MiB, {n} of them)")
+                    }
+                    (Ok(_), _) => {}
+                    (Err(e), _) => {
                         eprintln!("async_world: {e}");
                         return ExitCode::FAILURE;
                     }
