@@ -14,3 +14,11 @@ install_packages() {
   $sudo apt-get update -qq
   $sudo apt-get install -y -qq --no-install-recommends "$@" >/dev/null
 }
+
+# Add to the caller's `need` array the Open MPI packages missing here:
+# mpirun, and mpicc with its headers (trixie's openmpi-bin has an mpicc
+# without them), for the benchmarks beside Open MPI.
+need_openmpi() {
+  dpkg-query -W -f='${Status}' libopenmpi-dev 2>/dev/null | grep -q 'install ok installed' || need+=(libopenmpi-dev)
+  command -v mpirun >/dev/null || need+=(openmpi-bin)
+}

@@ -24,10 +24,9 @@ OUT=${OUT:-target/bench/dht-$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$OUT"
 log() { printf '%s\n' "$*" >&2; }
 
-need=()
-dpkg-query -W -f='${Status}' libopenmpi-dev 2>/dev/null | grep -q 'install ok installed' || need+=(libopenmpi-dev)
-command -v mpirun >/dev/null || need+=(openmpi-bin)
 source ci/install.sh
+need=()
+need_openmpi
 install_packages dht.sh "${need[@]}"
 TARGET=${CARGO_TARGET_DIR:-target}
 cargo build --release --locked -q -p fabric-msg-examples --bin dht

@@ -26,9 +26,8 @@ need=()
 "$PY" -c 'import matplotlib' 2>/dev/null || need+=(python3-matplotlib)
 command -v fi_pingpong >/dev/null || need+=(libfabric-bin)
 command -v ucx_perftest >/dev/null || need+=(ucx-utils)
-dpkg-query -W -f='${Status}' libopenmpi-dev 2>/dev/null | grep -q 'install ok installed' || need+=(libopenmpi-dev)
-command -v mpirun >/dev/null || need+=(openmpi-bin)
 source ci/install.sh
+need_openmpi
 install_packages plots.sh "${need[@]}"
 
 # Under ci/libfabric2.sh, CARGO_TARGET_DIR keeps the 2.1 builds apart.

@@ -42,11 +42,9 @@ log() { printf '%s\n' "$*" >&2; }
 
 # Open MPI (mpirun, and mpicc for the C side), installed where missing: in
 # the host, or in ci/libfabric2.sh's trixie root (Open MPI 5 there).
-need=()
-# (trixie's openmpi-bin has an mpicc without the headers)
-dpkg-query -W -f='${Status}' libopenmpi-dev 2>/dev/null | grep -q 'install ok installed' || need+=(libopenmpi-dev)
-command -v mpirun >/dev/null || need+=(openmpi-bin)
 source ci/install.sh
+need=()
+need_openmpi
 install_packages world_vs_mpi.sh "${need[@]}"
 # Under ci/libfabric2.sh, CARGO_TARGET_DIR keeps the 2.1 builds apart.
 TARGET=${CARGO_TARGET_DIR:-target}
