@@ -41,11 +41,13 @@
 //! one between polls (a `sched_yield`, which holds the runtime's thread
 //! while other processes run). While the wait is young a poll
 //! looks up to 32 times before it yields (a few microseconds), so a
-//! message that comes meanwhile costs no turn of the runtime. The World has
-//! no single descriptor to sleep on (a completion queue's wait fd, where
-//! its provider has one, and the node transport's futex doorbell), so a
-//! quiet World costs one look per [`NAP`], and a message that arrives
-//! after a quiet spell waits up to that long. A request that finished as
+//! message that comes meanwhile costs no turn of the runtime. A nap ends
+//! early when the main loop's wait fd (after `fi_trywait`) or the node
+//! doorbell's eventfd becomes readable, through tokio's reactor, as the
+//! blocking wait's sleep does; what has no descriptor (a main loop opened
+//! without a wait fd: the adaptive wait where ranks do not outnumber
+//! cores) is found at the nap's end, so there a message that arrives
+//! after a quiet spell waits up to [`NAP`]. A request that finished as
 //! it started (a same-node one-sided operation) is ready at the first
 //! poll.
 //!
@@ -63,7 +65,11 @@ use super::collectives::ops::Element;
 use super::request::{Request, Status};
 use super::state::World;
 use crate::error::Result;
+use crate::transport::event_loop::SleepCheck;
+use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
+use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
 
 /// How long a waiting future keeps looking at every poll (yielding to the
 /// runtime between looks, so other tasks run) from the start of its wait,
@@ -76,8 +82,9 @@ use std::time::{Duration, Instant};
 /// averaged 16-64 µs one way on the node transport against 1 µs blocking.
 pub const SPIN: Duration = Duration::from_millis(2);
 
-/// How long a waiting future sleeps between looks once the World has been
-/// waited for [`SPIN`]: tokio's timer granularity.
+/// How long a waiting future sleeps at most between looks once the World
+/// has been still for [`SPIN`] (tokio's timer granularity); a nap ends
+/// sooner when a descriptor says something came (`World::nap`).
 pub const NAP: Duration = Duration::from_millis(1);
 
 /// Looks a young wait takes within one poll before it yields to the
@@ -131,19 +138,70 @@ impl Pace {
     /// processes where the World's waits give the core away (a
     /// `sched_yield`, as the blocking wait's: it returns once they had
     /// their turn, so this runtime's thread waits that long).
-    async fn pause(&mut self) {
+    async fn pause(&mut self, world: &mut World) {
         if self.since.elapsed() < SPIN {
             if self.yield_core {
                 std::thread::yield_now();
             }
             tokio::task::yield_now().await;
         } else {
-            tokio::time::sleep(NAP).await;
+            world.nap().await;
         }
     }
 }
 
+/// A descriptor a nap wakes on, for `AsyncFd`: borrowed from the World
+/// (the main loop's wait fd, the node doorbell's eventfd), which outlives
+/// the nap.
+struct Fd(RawFd);
+
+impl AsRawFd for Fd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0
+    }
+}
+
+/// Until `fd` is readable; never where there is none.
+async fn readable(fd: Option<&AsyncFd<Fd>>) {
+    match fd {
+        Some(fd) => drop(fd.readable().await),
+        None => std::future::pending().await,
+    }
+}
+
 impl World {
+    /// Pass up to [`NAP`] until something may have come, as the blocking
+    /// wait sleeps (`world/local.rs`, `Local::sleep`): on the main loop's
+    /// wait fd where `fi_trywait` allows, and on the node doorbell's
+    /// eventfd where something is awaited on the node loop and every node
+    /// peer can ring it, each through tokio's reactor. What has no
+    /// descriptor (a provider without a wait fd, a peer that could not
+    /// take the eventfd) is found at the nap's end, as before.
+    async fn nap(&mut self) {
+        let main = match self.ev.prepare_sleep() {
+            SleepCheck::Sleep(_) => self.ev.wait_fd().map(|f| f.as_raw_fd()),
+            SleepCheck::PollFirst => None,
+        };
+        // Taken back when dropped: at the nap's end, or mid-nap with this
+        // future (a `timeout` around the wait), so peers never go on
+        // writing the eventfd for a wait that is over.
+        let armed = self
+            .local
+            .as_ref()
+            .filter(|l| l.side.awaits())
+            .and_then(|l| l.side.arm());
+        let join =
+            |fd: Option<RawFd>| fd.and_then(|fd| AsyncFd::with_interest(Fd(fd), Interest::READABLE).ok());
+        // Declared after `armed`, so they leave the reactor before it
+        // takes the announcement back and drains the eventfd.
+        let (main, bell) = (join(main), join(armed.as_ref().and_then(|a| a.fd)));
+        tokio::select! {
+            () = readable(main.as_ref()) => {}
+            () = readable(bell.as_ref()) => {}
+            () = tokio::time::sleep(NAP) => {}
+        }
+    }
+
     /// Await `req`: its result, as [`World::wait`] gives it.
     pub async fn wait_async<T: Element>(&mut self, req: Request<T>) -> Result<Vec<T>> {
         self.wait_status_async(req).await.map(|(v, _)| v)
@@ -154,7 +212,7 @@ impl World {
     pub async fn wait_status_async<T: Element>(&mut self, req: Request<T>) -> Result<(Vec<T>, Status)> {
         let mut pace = Pace::new(self);
         while !pace.look(self, |w| w.test(&req))? {
-            pace.pause().await;
+            pace.pause(self).await;
         }
         self.wait_status(req)
     }
@@ -164,7 +222,7 @@ impl World {
     pub async fn wait_all_async<T: Element>(&mut self, reqs: Vec<Request<T>>) -> Result<Vec<Vec<T>>> {
         let mut pace = Pace::new(self);
         while !pace.look(self, |w| w.test_all(&reqs))? {
-            pace.pause().await;
+            pace.pause(self).await;
         }
         self.wait_all(reqs)
     }
@@ -196,7 +254,7 @@ impl World {
             if let Some((i, r)) = first.and_then(|i| Some((i, reqs[i].take()?))) {
                 return self.wait_status(r).map(|(v, s)| Some((i, v, s)));
             }
-            pace.pause().await;
+            pace.pause(self).await;
         }
     }
 }

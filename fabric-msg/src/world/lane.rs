@@ -17,6 +17,7 @@ use crate::transport::event_loop::{
     RecvOpts, SendOpts, Token, Traffic,
 };
 use crate::transport::node::node_loop::LentDone;
+use crate::transport::node::sleeping::Announced;
 use crate::transport::node::slots::Slots;
 use crate::transport::node::{NodeCompletion, NodeLoop};
 use std::os::fd::RawFd;
@@ -392,6 +393,18 @@ impl Side {
                 true
             }
             _ => false,
+        }
+    }
+
+    /// Announce a wait on the node loop's doorbell that the caller runs
+    /// (`NodeLoop::arm`; dropping the answer takes it back); `None` for
+    /// libfabric's shm, a node peer that could not take the eventfd, or a
+    /// cancel whose completion the next look brings.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))] // the awaited waits arm it
+    pub(crate) fn arm(&self) -> Option<Announced> {
+        match self {
+            Side::Node(n) if n.cancelled.is_empty() => n.nl.arm(),
+            _ => None,
         }
     }
 

@@ -131,9 +131,7 @@ impl Doorbell {
         if self.event < 0 {
             return self.sleep(timeout, nothing_came);
         }
-        self.word().store(ON_EVENTFD, Ordering::Relaxed);
-        fence(Ordering::SeqCst);
-        if nothing_came() {
+        if let Some(event) = self.arm(nothing_came) {
             let mut fds = [
                 libc::pollfd {
                     fd: other,
@@ -141,7 +139,7 @@ impl Doorbell {
                     revents: 0,
                 },
                 libc::pollfd {
-                    fd: self.event,
+                    fd: event,
                     events: libc::POLLIN,
                     revents: 0,
                 },
@@ -156,6 +154,30 @@ impl Doorbell {
             }
         }
         self.word().store(0, Ordering::Relaxed);
+    }
+
+    /// Announce that the owner is about to wait on its eventfd (beside
+    /// other descriptors, in a wait the caller runs: an async runtime's
+    /// reactor), then ask `nothing_came()`: the eventfd to wait on, or
+    /// `None` where the segment has none or something came. Peers that see
+    /// the announcement write the eventfd. Call [`Doorbell::disarm`] after,
+    /// whichever the answer.
+    pub(crate) fn arm(&self, nothing_came: impl FnOnce() -> bool) -> Option<RawFd> {
+        if self.event < 0 {
+            return None;
+        }
+        self.word().store(ON_EVENTFD, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+        nothing_came().then_some(self.event)
+    }
+
+    /// End the wait [`Doorbell::arm`] announced: peers ring no more, and
+    /// a ring that came is taken off the eventfd.
+    pub(crate) fn disarm(&self) {
+        self.word().store(0, Ordering::Relaxed);
+        if self.event >= 0 {
+            self.drain();
+        }
     }
 
     /// Mark the owner asleep beside a descriptor, without sleeping.
@@ -276,6 +298,39 @@ mod tests {
         });
         woken_beside(&bell, r.as_raw_fd());
         drop(writer.join().expect("writer"));
+    }
+
+    /// Whether `fd` is readable now.
+    fn readable(fd: std::os::fd::RawFd) -> bool {
+        let mut p = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one pollfd on the stack; timeout 0.
+        unsafe { libc::poll(&mut p, 1, 0) == 1 }
+    }
+
+    /// A wait the owner runs itself (an async runtime's): while armed, a
+    /// peer's ring writes the eventfd the arm gave; once disarmed, a ring
+    /// writes nothing and what an earlier ring wrote is drained; where a
+    /// frame came before the arm, no eventfd is given to wait on.
+    #[test]
+    fn an_armed_wait_is_rung_through_the_eventfd_and_a_disarmed_one_never() {
+        let (own, peer) = owner_and_peer();
+        let (bell, ringer) = (Doorbell::of(&own), Doorbell::of(&peer));
+        let fd = bell.arm(|| true).expect("the segment's eventfd");
+        assert!(!readable(fd));
+        ringer.ring();
+        assert!(readable(fd), "a ring while armed");
+        bell.disarm();
+        assert!(!readable(fd), "drained when disarmed");
+        ringer.ring();
+        assert!(!readable(fd), "a ring after the wait ended");
+        assert_eq!(bell.arm(|| false), None, "a frame came: nothing to wait on");
+        bell.disarm();
+        ringer.ring();
+        assert!(!readable(fd));
     }
 
     #[test]

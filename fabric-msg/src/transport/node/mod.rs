@@ -35,7 +35,7 @@ mod receiving;
 pub mod ring;
 pub mod segment;
 pub(crate) mod single_copy;
-mod sleeping;
+pub(crate) mod sleeping;
 pub(crate) mod slots;
 
 pub use node_loop::{NodeCompletion, NodeConfig, NodeLoop, DEFAULT_SINGLE_COPY_FROM};

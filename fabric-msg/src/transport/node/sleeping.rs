@@ -40,6 +40,20 @@ impl NodeLoop {
         Doorbell::of(&self.own).sleep_beside(other, timeout, || !self.frame_waits() && !came());
     }
 
+    /// Announce a wait on this rank's doorbell that the caller runs itself
+    /// (an async runtime's reactor, beside other descriptors), where every
+    /// peer can ring it ([`NodeLoop::can_sleep_beside`]); `None` where it
+    /// cannot. Dropping the answer takes the announcement back. Keep it no
+    /// longer than this loop.
+    pub(crate) fn arm(&self) -> Option<Announced> {
+        if !self.can_sleep_beside() {
+            return None;
+        }
+        let bell = Doorbell::of(&self.own);
+        let fd = bell.arm(|| !self.frame_waits());
+        Some(Announced { bell, fd })
+    }
+
     /// Whether a frame waits in a ring still read (the doorbell's last
     /// look before its owner sleeps).
     fn frame_waits(&self) -> bool {
@@ -47,5 +61,23 @@ impl NodeLoop {
             .iter()
             .enumerate()
             .any(|(s, c)| self.broken[s].is_none() && !self.lost[s] && c.has_frame())
+    }
+}
+
+/// A wait announced on a node loop's doorbell ([`NodeLoop::arm`]): peers
+/// write its eventfd until it is dropped, which takes the announcement
+/// back and drains the eventfd (at a wait's end, or mid-wait with an
+/// async future dropped by a `timeout`).
+pub(crate) struct Announced {
+    bell: Doorbell,
+    /// The eventfd to wait on; `None` where a frame came meanwhile (do
+    /// not wait).
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))] // the awaited waits read it
+    pub(crate) fd: Option<RawFd>,
+}
+
+impl Drop for Announced {
+    fn drop(&mut self) {
+        self.bell.disarm();
     }
 }
