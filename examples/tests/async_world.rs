@@ -115,3 +115,43 @@ fn awaited_large_allreduces_on_more_ranks_than_cores() {
         "three rounds of awaited and blocking allreduces: {text}"
     );
 }
+
+/// `--quiet`: messages that come after 5 ms of quiet, so that an awaited
+/// wait has passed its spinning and naps (on the node doorbell's eventfd
+/// and the main loop's wait fd, where there are), and by turns waited for
+/// with the blocking wait; on the node transport and over TCP, adaptive
+/// and with `FABRIC_MSG_WAIT=block`. Every message arrives with its time
+/// stamp (the tool checks each), and no nap leaves a wait hanging.
+#[test]
+fn messages_after_a_quiet_spell_reach_napping_awaited_waits() {
+    for shm in [support::shm_on(), "0"] {
+        for wait in ["adaptive", "block"] {
+            let mut cmd = std::process::Command::new("mpirun");
+            support::clean(&mut cmd).args([
+                "--allow-run-as-root",
+                "--oversubscribe",
+                "-x",
+                &format!("FABRIC_MSG_SHM={shm}"),
+                "-x",
+                &format!("FABRIC_MSG_WAIT={wait}"),
+                "-np",
+                "2",
+                TOOL,
+                "--quiet",
+                "5",
+            ]);
+            let child = cmd.spawn().expect("mpirun");
+            let e = wait_all(vec![child], Instant::now(), DEADLINE);
+            let text = format!("{}{}", e[0].stdout, e[0].stderr);
+            assert!(
+                e[0].status.success(),
+                "FABRIC_MSG_SHM={shm} FABRIC_MSG_WAIT={wait}: {text}"
+            );
+            let lines = text
+                .lines()
+                .filter(|l| l.contains("from send to receipt"))
+                .count();
+            assert_eq!(lines, 6, "FABRIC_MSG_SHM={shm} FABRIC_MSG_WAIT={wait}: {text}");
+        }
+    }
+}

@@ -12,6 +12,7 @@
 //! mpirun -np 3 async_world
 //! mpirun -np 2 async_world --pingpong 20000   # 8 B ping-pong: awaited against blocking waits
 //! mpirun -np 4 async_world --allreduce 30     # 4 MiB allreduces: awaited against blocking waits
+//! mpirun -np 2 async_world --quiet 100        # a message after 5 ms of quiet: awaited against blocking
 //! mpirun -np 3 async_world --lose-last        # rank 2 dies while the others await
 //! ```
 //!
@@ -27,7 +28,9 @@
 //! between ranks 0 and 1, each receive awaited (`wait_async`), then the
 //! same with the blocking `wait`, by turns three times; rank 0 prints µs
 //! per one-way message for each. `--allreduce N` does the same with N
-//! non-blocking allreduces of 4 MiB on every rank (milliseconds each).
+//! non-blocking allreduces of 4 MiB on every rank (milliseconds each);
+//! `--quiet N`, N messages from rank 1 to rank 0, each after 5 ms of
+//! quiet (the median microseconds from send to receipt).
 
 use fabric_msg::{Access, Atomic, Op, World};
 use fabric_msg_examples::tally::Tally;
@@ -175,11 +178,53 @@ async fn allreduces(world: &mut World, n: usize, awaited: bool) -> fabric_msg::R
     Ok(started.elapsed().as_secs_f64() * 1e3 / n.max(1) as f64)
 }
 
-/// What `--pingpong` and `--allreduce` measure.
+/// Median microseconds from send to receipt over `n` messages that rank
+/// 1 sends rank 0 each after 5 ms of quiet, each receive awaited or
+/// waited for (the wait has passed its spinning when the message comes).
+/// Both ranks read one clock (`CLOCK_MONOTONIC`: one machine).
+async fn after_quiet(world: &mut World, n: usize, awaited: bool) -> fabric_msg::Result<f64> {
+    let now = || {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: writes the timespec on the stack.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    };
+    let mut delays = Vec::with_capacity(n);
+    world.barrier()?;
+    for _ in 0..n {
+        if world.rank() == 1 {
+            std::thread::sleep(Duration::from_millis(5));
+            world.send(0, 5, &[now()])?;
+        } else if world.rank() == 0 {
+            let r = world.irecv(Some(1), Some(5), vec![0u64; 1])?;
+            let sent = if awaited {
+                world.wait_async(r).await?
+            } else {
+                world.wait(r)?
+            };
+            let got = now();
+            if sent.len() != 1 || sent[0] == 0 || sent[0] > got {
+                return Err(fabric_msg::Error::Usage(format!(
+                    "a time stamp of {sent:?}, read at {got}"
+                )));
+            }
+            delays.push((got - sent[0]) as f64 / 1e3);
+        }
+    }
+    world.barrier()?;
+    delays.sort_by(f64::total_cmp);
+    Ok(delays.get(delays.len() / 2).copied().unwrap_or(0.0))
+}
+
+/// What `--pingpong`, `--allreduce` and `--quiet` measure.
 #[derive(Clone, Copy)]
 enum Measure {
     PingPong,
     Allreduce,
+    Quiet,
 }
 
 /// `--lose-last` (see the top): on a survivor, the line it prints.
@@ -256,10 +301,11 @@ async fn main() -> ExitCode {
         };
     }
     let flag = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1));
-    let measure = match (flag("--pingpong"), flag("--allreduce")) {
-        (Some(n), _) => Some((Measure::PingPong, n.parse().unwrap_or(20_000))),
-        (None, Some(n)) => Some((Measure::Allreduce, n.parse().unwrap_or(30))),
-        (None, None) => None,
+    let measure = match (flag("--pingpong"), flag("--allreduce"), flag("--quiet")) {
+        (Some(n), _, _) => Some((Measure::PingPong, n.parse().unwrap_or(20_000))),
+        (None, Some(n), _) => Some((Measure::Allreduce, n.parse().unwrap_or(30))),
+        (None, None, Some(n)) => Some((Measure::Quiet, n.parse().unwrap_or(100))),
+        (None, None, None) => None,
     };
     if let Some((what, n)) = measure {
         let mut world = match World::init() {
@@ -278,6 +324,7 @@ async fn main() -> ExitCode {
                     let took = match what {
                         Measure::PingPong => pingpong(&mut world, n, awaited).await,
                         Measure::Allreduce => allreduces(&mut world, n, awaited).await,
+                        Measure::Quiet => after_quiet(&mut world, n, awaited).await,
                     };
                     (world, took)
                 });
@@ -296,6 +343,9 @@ async fn main() -> ExitCode {
                     }
                     (Ok(ms), Measure::Allreduce) if world.rank() == 0 => {
                         println!("round {round}: {how} {ms:.3} ms per allreduce (4 MiB, {n} of them)")
+                    }
+                    (Ok(us), Measure::Quiet) if world.rank() == 0 => {
+                        println!("round {round}: {how} {us:.1} us median from send to receipt (after 5 ms of quiet, {n} messages)")
                     }
                     (Ok(_), _) => {}
                     (Err(e), _) => {
