@@ -4,8 +4,8 @@
 //! (see [`super`]).
 
 use super::shared::Shared;
-use crate::transport::event_loop::SleepCheck;
-use std::os::fd::{AsRawFd, RawFd};
+use crate::transport::event_loop::{LentFd, SleepCheck};
+use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::unix::AsyncFd;
@@ -34,16 +34,6 @@ const CHECK_SPINNERS: Duration = Duration::from_millis(10);
 /// The longest sleep on the wait fd, even where `prepare_sleep` sets no
 /// bound: a guard, should a provider's fd miss an edge, not a clock.
 const MAX_SLEEP: Duration = Duration::from_millis(100);
-
-/// The loop's CQ wait fd, for `AsyncFd`: borrowed from the loop, which
-/// outlives it (the driver drops it first).
-struct WaitFd(RawFd);
-
-impl AsRawFd for WaitFd {
-    fn as_raw_fd(&self) -> RawFd {
-        self.0
-    }
-}
 
 /// Closes the loop when the driver ends, however it ends (its loop's
 /// end, or the task dropped with its runtime).
@@ -86,7 +76,7 @@ pub(super) async fn drive(shared: Arc<Shared>) {
     // Declared after `closer`, so dropped before it: the fd leaves tokio's
     // reactor before the loop closes it.
     let afd = fd.and_then(
-        |fd| match AsyncFd::with_interest(WaitFd(fd), Interest::READABLE) {
+        |fd| match AsyncFd::with_interest(LentFd(fd), Interest::READABLE) {
             Ok(a) => Some(a),
             Err(e) => {
                 log::warn!("async loop: the wait fd cannot join tokio's reactor ({e}); polling instead");

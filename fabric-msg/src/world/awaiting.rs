@@ -65,7 +65,7 @@ use super::collectives::ops::Element;
 use super::request::{Request, Status};
 use super::state::World;
 use crate::error::Result;
-use crate::transport::event_loop::SleepCheck;
+use crate::transport::event_loop::{LentFd, SleepCheck};
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
 use tokio::io::unix::AsyncFd;
@@ -150,19 +150,8 @@ impl Pace {
     }
 }
 
-/// A descriptor a nap wakes on, for `AsyncFd`: borrowed from the World
-/// (the main loop's wait fd, the node doorbell's eventfd), which outlives
-/// the nap.
-struct Fd(RawFd);
-
-impl AsRawFd for Fd {
-    fn as_raw_fd(&self) -> RawFd {
-        self.0
-    }
-}
-
 /// Until `fd` is readable; never where there is none.
-async fn readable(fd: Option<&AsyncFd<Fd>>) {
+async fn readable(fd: Option<&AsyncFd<LentFd>>) {
     match fd {
         Some(fd) => drop(fd.readable().await),
         None => std::future::pending().await,
@@ -191,7 +180,7 @@ impl World {
             .filter(|l| l.side.awaits())
             .and_then(|l| l.side.arm());
         let join =
-            |fd: Option<RawFd>| fd.and_then(|fd| AsyncFd::with_interest(Fd(fd), Interest::READABLE).ok());
+            |fd: Option<RawFd>| fd.and_then(|fd| AsyncFd::with_interest(LentFd(fd), Interest::READABLE).ok());
         // Declared after `armed`, so they leave the reactor before it
         // takes the announcement back and drains the eventfd.
         let (main, bell) = (join(main), join(armed.as_ref().and_then(|a| a.fd)));

@@ -130,6 +130,8 @@ pub use types::{
     Completion, CompletionError, EndpointId, LoopConfig, OpKind, Peeked, Peer, PostError, ProgressThread,
     RecvOpts, SendOpts, Token, WaitMode,
 };
+#[cfg(feature = "tokio")]
+pub(crate) use wait_fd::LentFd;
 pub use wait_fd::SleepCheck;
 
 #[cfg(test)]

@@ -51,6 +51,21 @@ use super::state::EventLoop;
 use std::os::fd::{BorrowedFd, RawFd};
 use std::time::Duration;
 
+/// A descriptor lent to a reactor's registration (tokio's `AsyncFd` wants
+/// an owner that is `AsRawFd`): a loop's wait fd, the node doorbell's
+/// eventfd. Closing it stays with its owner, which outlives the
+/// registration (the async driver's, `async_loop/driver.rs`; an awaited
+/// World wait's nap, `world/awaiting.rs`).
+#[cfg(feature = "tokio")]
+pub(crate) struct LentFd(pub(crate) RawFd);
+
+#[cfg(feature = "tokio")]
+impl std::os::fd::AsRawFd for LentFd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0
+    }
+}
+
 /// What [`EventLoop::prepare_sleep`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SleepCheck {
