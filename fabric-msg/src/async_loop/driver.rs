@@ -7,7 +7,7 @@ use super::shared::Shared;
 use crate::transport::event_loop::{LentFd, SleepCheck};
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 
@@ -86,6 +86,9 @@ pub(super) async fn drive(shared: Arc<Shared>) {
     );
     // The loop's count of looks after the driver's last one.
     let mut seen = 0;
+    // The loop's count of things done at the driver's last look, and when
+    // the driver first saw it so.
+    let mut busy = (0, Instant::now());
     // One timer for every turn, moved on each time. A new `sleep` per turn
     // registers a new timer, and tokio wakes its own driver (an eventfd
     // write) whenever that timer is the next to fire: a system call for
@@ -111,7 +114,7 @@ pub(super) async fn drive(shared: Arc<Shared>) {
                 // finds nobody looked since its last look, and sleeps on
                 // the fd instead.
                 Next::Told(CHECK_SPINNERS)
-            } else if st.busy.elapsed() < st.spin {
+            } else if recently(&mut busy, st.busy, st.spin) {
                 Next::Yield
             } else {
                 match (&afd, st.ev.as_mut().map(|ev| ev.prepare_sleep())) {
@@ -151,4 +154,14 @@ pub(super) async fn drive(shared: Arc<Shared>) {
     }
     drop(afd);
     drop(closer);
+}
+
+/// Whether the loop did something within `spin`, by the driver's clock:
+/// `busy` is the count of things done it saw last and when it first saw
+/// it; `now` the loop's count.
+fn recently(busy: &mut (u64, Instant), now: u64, spin: Duration) -> bool {
+    if busy.0 != now {
+        *busy = (now, Instant::now());
+    }
+    busy.1.elapsed() < spin
 }
