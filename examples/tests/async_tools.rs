@@ -2,7 +2,8 @@
 //! `async_pingpong --loopback` measures every size it is given, with the
 //! loops sleeping on their wait fd (`-c fd`) or polled (`-c spin`, and shm,
 //! which has no fd); `async_server` serves many peers at once, one task
-//! each, and gives up the one that goes silent.
+//! each, and gives up the one that goes silent; `async_floor` times a
+//! hand-off between two tasks with no fabric at all.
 
 use std::process::Command;
 
@@ -76,4 +77,34 @@ fn async_server_serves_many_peers_and_gives_up_the_silent_one() {
         assert!(out.contains("served 11, gave up 1"), "{provider}: {out}\n{err}");
         assert_eq!(err.matches("given up").count(), 1, "{provider}: {err}");
     }
+}
+
+#[test]
+fn async_floor_times_each_hand_off() {
+    let (ok, out, err) = run(env!("CARGO_BIN_EXE_async_floor"), &["2000"]);
+    assert!(ok, "{err}\n{out}");
+    let rows: Vec<(&str, f64)> = out
+        .lines()
+        .map(|l| {
+            let (name, rest) = l
+                .split_once(": ")
+                .unwrap_or_else(|| panic!("a row without a name: {l}"));
+            let us = rest
+                .strip_suffix(" µs one way")
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or_else(|| panic!("a row without a time: {l}"));
+            (name, us)
+        })
+        .collect();
+    let names: Vec<&str> = rows.iter().map(|r| r.0).collect();
+    assert_eq!(
+        names,
+        ["threads", "2 workers", "1 thread", "a runtime per side"],
+        "{out}"
+    );
+    for (name, us) in rows {
+        assert!(us > 0.0 && us.is_finite(), "{name}: {us}");
+    }
+    let (ok, _, err) = run(env!("CARGO_BIN_EXE_async_floor"), &["0"]);
+    assert!(!ok && err.contains("usage"), "0 round trips is refused: {err}");
 }
