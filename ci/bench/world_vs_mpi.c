@@ -51,7 +51,7 @@ static int fail(int rank, const char *what)
 
 int main(int argc, char **argv)
 {
-    int rank, size, i, k, nsizes = 0;
+    int rank, size, i, k, nsizes = 0, nonblocking = 0;
     long sizes[MAX_SIZES], iters_opt = -1, warm_opt = -1;
     const char *bench;
     MPI_Init(&argc, &argv);
@@ -64,6 +64,14 @@ int main(int argc, char **argv)
         strcmp(bench, "scatter") && strcmp(bench, "alltoall") && strcmp(bench, "scan"))
         return fail(rank, "unknown benchmark");
     for (i = 2; i < argc; i++) {
+        if (!strcmp(argv[i], "--nonblocking")) {
+            /* MPI_Ibarrier, MPI_Ibcast, MPI_Iallreduce, each followed by
+               MPI_Wait: world_bench's --by-value (barrier: ibarrier). */
+            if (strcmp(bench, "barrier") && strcmp(bench, "bcast") && strcmp(bench, "allreduce"))
+                return fail(rank, "--nonblocking: barrier, bcast or allreduce");
+            nonblocking = 1;
+            continue;
+        }
         if (i + 1 >= argc)
             return fail(rank, "an option needs a value");
         if (!strcmp(argv[i], "-S")) {
@@ -115,7 +123,17 @@ int main(int argc, char **argv)
         MPI_Barrier(MPI_COMM_WORLD);
         for (i = 0; i < warm + iters; i++) {
             double t0 = MPI_Wtime();
-            if (!strcmp(bench, "barrier"))
+            MPI_Request req;
+            if (nonblocking && !strcmp(bench, "barrier")) {
+                MPI_Ibarrier(MPI_COMM_WORLD, &req);
+                MPI_Wait(&req, MPI_STATUS_IGNORE);
+            } else if (nonblocking && !strcmp(bench, "bcast")) {
+                MPI_Ibcast(buf, (int)bytes, MPI_CHAR, 0, MPI_COMM_WORLD, &req);
+                MPI_Wait(&req, MPI_STATUS_IGNORE);
+            } else if (nonblocking) {
+                MPI_Iallreduce(in, out, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req);
+                MPI_Wait(&req, MPI_STATUS_IGNORE);
+            } else if (!strcmp(bench, "barrier"))
                 MPI_Barrier(MPI_COMM_WORLD);
             else if (!strcmp(bench, "bcast"))
                 MPI_Bcast(buf, (int)bytes, MPI_CHAR, 0, MPI_COMM_WORLD);

@@ -289,6 +289,30 @@ fn ranks_that_pass_different_lengths_all_fail_with_the_reason() {
     }
 }
 
+/// The same for the non-blocking allreduce, which runs in the node's slots
+/// where its data fits in one (8 KiB) and as a message schedule where it
+/// does not: lengths that differ within a slot (the headers say so), and
+/// across its edge (2,000 and 2,049 i32: rank 0 in the slots, the others
+/// as messages; their runs probe rank 0 after a second, rank 0 fails on
+/// the probe and tells them). Every rank fails with the reason; none waits
+/// for ever. On TCP both are message schedules.
+#[test]
+fn a_non_blocking_allreduce_of_mismatched_lengths_fails_every_rank() {
+    for shm in [true, false] {
+        for (n, lengths) in [(2, "600,601"), (3, "2000,2049"), (4, "2049,2000")] {
+            let started = Instant::now();
+            let args = ["--mismatch", "--call", "iallreduce", "--lengths", lengths];
+            let e = wait_all(vec![mpirun(CHECK, n, shm, &args)], started, DEADLINE).remove(0);
+            assert_every_rank_fails(&e, n, "matching lengths");
+            assert!(
+                e.at < MISUSE_BOUND,
+                "{n} ranks, lengths {lengths}, shm {shm}: took {:?}",
+                e.at
+            );
+        }
+    }
+}
+
 /// Rank 0 passes one length and every other rank another, each case with
 /// the larger vector somewhere a receive is too small for it (the message
 /// larger than its receive: on shm and ofi_rxm that once hung or crashed
@@ -534,15 +558,17 @@ fn a_barrier_met_by_an_allreduce_fails_every_rank_with_the_reason() {
     }
 }
 
-/// The last rank calls the non-blocking barrier (and waits for it) where
-/// the others call the blocking one, on one node: the others run theirs in
-/// the node's slots, the last as a message schedule, and each waits for
-/// what the other never sends. After a second the last rank's run probes a
-/// rank it waits for, which fails its call in the slots and tells everyone:
+/// The last rank starts a persistent barrier (and waits for it) where the
+/// others call the blocking one, on one node: the others run theirs in the
+/// node's slots, the last as a message schedule, and each waits for what
+/// the other never sends. After a second the last rank's run probes a rank
+/// it waits for, which fails its call in the slots and tells everyone:
 /// every rank fails with the reason, none waits for ever. (As message
-/// schedules, over TCP, the two forms are the same schedule and meet.)
+/// schedules, over TCP, the two forms are the same schedule and meet; so
+/// do a non-blocking barrier and a blocking one, in the slots since
+/// non-blocking calls within a slot run there too.)
 #[test]
-fn a_blocking_barrier_met_by_a_non_blocking_one_in_the_slots_fails_every_rank() {
+fn a_blocking_barrier_met_by_a_persistent_one_in_the_slots_fails_every_rank() {
     if shm_on() == "libfabric" {
         eprintln!("SKIPPED: libfabric's shm has no slots; both forms are message schedules there and meet");
         return;
@@ -551,7 +577,12 @@ fn a_blocking_barrier_met_by_a_non_blocking_one_in_the_slots_fails_every_rank() 
     for n in [2, 4] {
         let started = Instant::now();
         let e = wait_all(
-            vec![mpirun(CHECK, n, true, &["--mismatch", "--call", "ibarrier"])],
+            vec![mpirun(
+                CHECK,
+                n,
+                true,
+                &["--mismatch", "--call", "persistent-barrier"],
+            )],
             started,
             DEADLINE,
         )

@@ -444,8 +444,13 @@ fn parse() -> Result<(Mode, bool, Misused, bool), String> {
                     Some("broadcast") => Misused::Broadcast,
                     Some("barrier") => Misused::Barrier,
                     Some("ibarrier") => Misused::Ibarrier,
+                    Some("persistent-barrier") => Misused::PersistentBarrier,
+                    Some("iallreduce") => Misused::Iallreduce,
                     other => {
-                        return Err(format!("--call {other:?}: allreduce, reduce, broadcast, barrier or ibarrier"))
+                        return Err(format!(
+                            "--call {other:?}: allreduce, reduce, broadcast, barrier, ibarrier, persistent-barrier \
+                             or iallreduce"
+                        ))
                     }
                 }
             }
@@ -454,7 +459,7 @@ fn parse() -> Result<(Mode, bool, Misused, bool), String> {
             "--alltoallv-mismatch" => mode = Mode::AlltoallvMismatch,
             "-h" | "--help" => {
                 return Err(
-                    "usage: collectives_check [--messages] [--seed N] [--quick] | --loop BYTES | --mismatch [--lengths FIRST,OTHERS] | --bad-op [--call reduce|broadcast|barrier|ibarrier] | --bad-scatterv | --alltoallv-mismatch | --late SECS"
+                    "usage: collectives_check [--messages] [--seed N] [--quick] | --loop BYTES | --mismatch [--lengths FIRST,OTHERS] | --bad-op [--call reduce|broadcast|barrier|ibarrier|persistent-barrier|iallreduce] | --bad-scatterv | --alltoallv-mismatch | --late SECS"
                         .into(),
                 )
             }
@@ -462,9 +467,14 @@ fn parse() -> Result<(Mode, bool, Misused, bool), String> {
         }
     }
     if matches!(mode, Mode::BadOp)
-        && matches!(misused, Misused::Broadcast | Misused::Barrier | Misused::Ibarrier)
+        && matches!(
+            misused,
+            Misused::Broadcast | Misused::Barrier | Misused::Ibarrier | Misused::PersistentBarrier
+        )
     {
-        return Err("--bad-op --call broadcast|barrier|ibarrier: the call takes no op".into());
+        return Err(
+            "--bad-op --call broadcast|barrier|ibarrier|persistent-barrier: the call takes no op".into(),
+        );
     }
     Ok((mode, messages, misused, on_comm))
 }

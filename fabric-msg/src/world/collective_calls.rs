@@ -92,6 +92,12 @@ impl CommView<'_> {
         op: impl Into<Reduction<T>>,
     ) -> Result<Request<T>> {
         let reduction = op.into();
+        let call = Call::new::<T>(Kind::Allreduce, "allreduce", data.len(), 0).reducing(&reduction);
+        let check = reduction.check();
+        let data = match self.start_on_node(call, check, data, Some(&reduction)) {
+            Ok(started) => return started,
+            Err(declined) => declined,
+        };
         let p = plans::allreduce(self.rank(), self.size(), data.len(), &reduction);
         self.start_planned("allreduce", p, data, Some(reduction))
     }
@@ -120,6 +126,10 @@ impl CommView<'_> {
     /// Start a barrier; [`World::wait`](super::World::wait) returns (an empty vector) once every
     /// rank has started it.
     pub fn ibarrier(&mut self) -> Result<Request<u8>> {
+        let call = Call::new::<u8>(Kind::Barrier, "barrier", 0, 0);
+        if let Ok(started) = self.start_on_node(call, Ok(()), Vec::new(), None) {
+            return started;
+        }
         let p = plans::barrier(self.rank(), self.size());
         self.start_planned("barrier", Ok(p), Vec::new(), None)
     }
@@ -157,6 +167,12 @@ impl CommView<'_> {
     /// Start a broadcast of `root`'s `data` (on other ranks only its length
     /// counts); [`World::wait`](super::World::wait) returns root's data on every rank.
     pub fn ibroadcast<T: Element>(&mut self, root: u32, data: Vec<T>) -> Result<Request<T>> {
+        let call = Call::new::<T>(Kind::Broadcast, "broadcast", data.len(), root);
+        let check = check_root(root, self.size());
+        let data = match self.start_on_node(call, check, data, None) {
+            Ok(started) => return started,
+            Err(declined) => declined,
+        };
         let p = plans::broadcast::<T>(self.rank(), self.size(), root, data.len());
         self.start_planned("broadcast", p, data, None)
     }
@@ -244,6 +260,12 @@ impl CommView<'_> {
         op: impl Into<Reduction<T>>,
     ) -> Result<Request<T>> {
         let reduction = op.into();
+        let call = Call::new::<T>(Kind::Reduce, "reduce", data.len(), root).reducing(&reduction);
+        let check = check_root(root, self.size()).and_then(|()| reduction.check());
+        let data = match self.start_on_node(call, check, data, Some(&reduction)) {
+            Ok(started) => return started,
+            Err(declined) => declined,
+        };
         let p = plans::reduce(self.rank(), self.size(), root, data.len(), &reduction);
         self.start_planned("reduce", p, data, Some(reduction))
     }

@@ -59,6 +59,7 @@ mod local_wiring;
 mod messages;
 mod more_collectives;
 mod node_collectives;
+mod node_requests;
 mod node_symmetric;
 mod one_sided;
 mod persistent;

@@ -250,10 +250,16 @@ impl World {
     /// Whether `req` has finished, without progress.
     fn finished<T: Element>(&self, req: &Request<T>) -> bool {
         match &req.of {
-            Of::Run { id, outcome, .. } => outcome.lock().is_some() || !self.coll.running(*id),
+            Of::Run { id, outcome, .. } => outcome.lock().is_some() || !self.run_in_flight(*id),
             Of::Message { ticket, .. } | Of::OneSided { ticket, .. } => self.msgs.is_done(*ticket),
             Of::Ready { .. } | Of::Finished => true,
         }
+    }
+
+    /// Whether the collective `id` is still in flight: a run of the
+    /// engine's, or a call in the node's slots (`node_requests.rs`).
+    fn run_in_flight(&self, id: u32) -> bool {
+        self.coll.running(id) || self.slot_requests.holds(id)
     }
 
     /// `req`'s result if it has finished (then it is `Finished`).
@@ -283,7 +289,7 @@ impl World {
                     req.of = Of::Finished;
                     return Some(out);
                 }
-                if self.coll.running(*id) {
+                if self.run_in_flight(*id) {
                     return None;
                 }
                 let e = Error::Usage(format!(
@@ -412,11 +418,21 @@ impl World {
             return Err(self.lost(r));
         }
         self.cancel_dropped();
+        // The slots first: a call whose headers are all in finishes
+        // without waiting on the completion queues.
+        // A wait for calls in the slots never sleeps in the completion
+        // queue, which a post in the slots does not wake: it naps on the
+        // doorbell below, which every post rings.
+        let slots = self.progress_slot_requests()?;
+        let may_sleep = idle && !slots && self.slot_requests.is_empty();
         let (engine, mut io) = self.engine_io();
-        let any = engine.poll_once(&mut io, idle)?;
+        let any = engine.poll_once(&mut io, may_sleep)? | slots | self.progress_slot_requests()?;
         self.msgs.absorb(self.coll.kept_mut());
         if any {
             self.moved = self.moved.wrapping_add(1);
+            self.slot_requests_busy();
+        } else if idle && !self.slot_requests.is_empty() {
+            self.idle_for_slot_requests();
         } else if idle {
             self.coll.idle();
         }

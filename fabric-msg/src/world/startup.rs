@@ -237,6 +237,7 @@ impl World {
             msgs: Default::default(),
             one_sided: Default::default(),
             node_coll,
+            slot_requests: Default::default(),
             node_collectives: cfg.node_collectives,
             slot_calls: 0,
             single_copy_calls: 0,

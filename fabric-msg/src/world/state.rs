@@ -56,6 +56,9 @@ pub struct World {
     /// Where every rank is on this node: the small collectives' shared
     /// memory (`collectives/on_node.rs`), out of the World while one runs.
     pub(super) node_coll: Option<NodeColl>,
+    /// Non-blocking collectives in those slots, oldest first
+    /// (`node_requests.rs`).
+    pub(super) slot_requests: super::collectives::slot_queue::SlotRequests,
     /// Whether collectives may use slots at all (`WorldConfig::node_collectives`).
     pub(super) node_collectives: bool,
     /// Blocking collectives run in slots so far (`WorldStats::node_collectives`).

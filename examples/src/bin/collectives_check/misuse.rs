@@ -16,8 +16,17 @@ pub(super) enum Misused {
     /// (`--mismatch` only).
     Barrier,
     /// The last rank calls the non-blocking barrier (and waits) where the
-    /// others call the blocking one (`--mismatch` only).
+    /// others call the blocking one (`--mismatch` only). In the node's
+    /// slots, and as message schedules over a fabric, the two meet.
     Ibarrier,
+    /// The non-blocking allreduce, waited for (`--mismatch` only): in the
+    /// node's slots where the data fits in one, a message schedule where
+    /// it does not.
+    Iallreduce,
+    /// The last rank starts a persistent barrier (and waits) where the
+    /// others call the blocking one (`--mismatch` only): a message schedule
+    /// where the others are in the node's slots.
+    PersistentBarrier,
 }
 
 impl Misused {
@@ -41,7 +50,17 @@ impl Misused {
                 Misused::Ibarrier if world.rank() == last => {
                     world.ibarrier().and_then(|r| world.wait(r)).map(drop)
                 }
-                Misused::Ibarrier => world.barrier(),
+                Misused::Iallreduce => {
+                    let r = world.iallreduce(data.to_vec(), op)?;
+                    let out = world.wait(r)?;
+                    data.copy_from_slice(&out);
+                    Ok(())
+                }
+                Misused::PersistentBarrier if world.rank() == last => {
+                    let p = world.barrier_init()?;
+                    world.start(&p, Vec::new()).and_then(|r| world.wait(r)).map(drop)
+                }
+                Misused::Ibarrier | Misused::PersistentBarrier => world.barrier(),
             };
         };
         let last = comm.size() - 1;
@@ -53,7 +72,17 @@ impl Misused {
             Misused::Barrier if comm.rank() == last => on.allreduce(data, op),
             Misused::Barrier => on.barrier(),
             Misused::Ibarrier if comm.rank() == last => on.ibarrier().and_then(|r| on.wait(r)).map(drop),
-            Misused::Ibarrier => on.barrier(),
+            Misused::Iallreduce => {
+                let r = on.iallreduce(data.to_vec(), op)?;
+                let out = on.wait(r)?;
+                data.copy_from_slice(&out);
+                Ok(())
+            }
+            Misused::PersistentBarrier if comm.rank() == last => {
+                let p = on.barrier_init()?;
+                world.start(&p, Vec::new()).and_then(|r| world.wait(r)).map(drop)
+            }
+            Misused::Ibarrier | Misused::PersistentBarrier => on.barrier(),
         }
     }
 }

@@ -4,7 +4,8 @@
 //! schedules: lengths at and just past a slot (past it the headers go
 //! through the slots and the data as messages), more collectives in a row
 //! than a rank has slots, a non-blocking collective in flight across them,
-//! and the same bits on every rank from a float sum whose value depends on
+//! non-blocking calls of every kind in flight at once (in the slots too,
+//! where their data fits), and the same bits on every rank from a float sum whose value depends on
 //! the order. Elsewhere (TCP, communicators) the same checks run as
 //! messages.
 
@@ -67,12 +68,85 @@ impl Ctx<'_> {
         let got = self.world.wait(pending)?;
         let want = fold(&inputs, |a, b| a.wrapping_add(b));
         self.tally.expect("an iallreduce across them", &got, &want);
+        self.non_blocking_in_flight()?;
         // Every rank gets the same bits, though the sum depends on the order:
         // in a slot, and larger than one (on one node each rank folds its
         // part of the data from the others' memory, `on_node_copy.rs`).
         for len in [7, 3 * SLOT as u32 / 8 + 5] {
             self.same_bits(len)?;
         }
+        Ok(())
+    }
+
+    /// Non-blocking calls of every kind in flight at once, more of them
+    /// than a rank has slots, one larger than a slot among them (a message
+    /// schedule between calls in the slots), waited for last first, then a
+    /// blocking call behind ones never waited for.
+    fn non_blocking_in_flight(&mut self) -> fabric_msg::Result<()> {
+        let (rank, size) = (self.world.rank(), self.world.size());
+        let me = rank as usize;
+        let mut started = Vec::new();
+        let mut barriers = Vec::new();
+        for i in 0..12u32 {
+            let (case, mut rng) = self.next_case();
+            let n = if i == 5 {
+                SLOT / 8 + 3
+            } else {
+                1 + rng.below(40) as usize
+            };
+            let root = rng.below(u64::from(size)) as u32;
+            let inputs: Vec<Vec<u64>> = self.all_inputs(case, &vec![n; size as usize]);
+            let (what, req, want) = match i % 4 {
+                0 | 1 => (
+                    format!("iallreduce #{i} n={n}"),
+                    self.world.iallreduce(inputs[me].clone(), Op::Sum)?,
+                    fold(&inputs, |a, b| a.wrapping_add(b)),
+                ),
+                2 => (
+                    format!("ibroadcast #{i} n={n} root={root}"),
+                    self.world.ibroadcast(root, inputs[me].clone())?,
+                    inputs[root as usize].clone(),
+                ),
+                _ => (
+                    format!("ireduce #{i} n={n} root={root}"),
+                    self.world.ireduce(root, inputs[me].clone(), Op::Max)?,
+                    if rank == root {
+                        fold(&inputs, |a, b| a.max(b))
+                    } else {
+                        Vec::new()
+                    },
+                ),
+            };
+            started.push((what, req, want));
+            if i % 5 == 0 {
+                barriers.push(self.world.ibarrier()?);
+            }
+        }
+        while let Some((what, req, want)) = started.pop() {
+            let got = self.world.wait(req)?;
+            self.tally.expect(&what, &got, &want);
+        }
+        for b in barriers {
+            self.world.wait(b)?;
+        }
+        // Started and never waited for, then a blocking call: it comes after
+        // them, so it finishes them first.
+        let (case, _) = self.next_case();
+        let inputs: Vec<Vec<u64>> = self.all_inputs(case, &vec![3; size as usize]);
+        let dropped = self.world.iallreduce(inputs[me].clone(), Op::Sum)?;
+        let kept = self.world.iallreduce(inputs[me].clone(), Op::Max)?;
+        drop(dropped);
+        let mut x = [u64::from(rank)];
+        self.world.allreduce(&mut x, Op::Sum)?;
+        let n = u64::from(size);
+        self.tally
+            .expect("an allreduce behind non-blocking ones", &x, &[n * (n - 1) / 2]);
+        let got = self.world.wait(kept)?;
+        self.tally.expect(
+            "an iallreduce started before it",
+            &got,
+            &fold(&inputs, |a, b| a.max(b)),
+        );
         Ok(())
     }
 

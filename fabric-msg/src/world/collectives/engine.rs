@@ -65,6 +65,11 @@ pub(crate) struct Engine {
     /// engine (`World::run_on_node`): its communicator and number. Notices
     /// about it are kept for that call's wait (`slot_call_heard`).
     in_slots: Option<(Scope, u32)>,
+    /// The World's non-blocking calls queued in the slots
+    /// (`world/node_requests.rs`): the numbers of the oldest and the
+    /// newest. Notices about any number between are kept for
+    /// `slot_request_heard`: a probe is sent once per run.
+    slot_queue: Option<(u32, u32)>,
 }
 
 /// Finished runs' containers kept: as many as runs usually in flight at once.
@@ -104,6 +109,7 @@ impl Engine {
             spares: Vec::new(),
             probes: Probes::default(),
             in_slots: None,
+            slot_queue: None,
         }
     }
 
@@ -153,6 +159,14 @@ impl Engine {
         }
         self.progress(io);
         (id, seq, outcome)
+    }
+
+    /// A number no run has, for a request the World finishes itself (a
+    /// non-blocking call in the node's slots, `world/node_requests.rs`).
+    pub(crate) fn new_id(&mut self) -> u32 {
+        let id = self.next_id;
+        self.next_id = self.next_id.wrapping_add(1);
+        id
     }
 
     /// A collective refused for bad arguments: it still takes its number,
@@ -288,6 +302,10 @@ impl Engine {
                     .in_slots
                     .as_ref()
                     .is_some_and(|(s, seq)| (s.ctx, *seq) == (n.ctx, n.seq))
+                || self.slot_queue.is_some_and(|(lo, hi)| {
+                    n.ctx == 0
+                        && n.seq.wrapping_sub(lo) & tags::SEQ_MASK <= hi.wrapping_sub(lo) & tags::SEQ_MASK
+                })
             {
                 self.notes.heard.push(n);
             }
@@ -477,8 +495,29 @@ impl Engine {
     /// collective), which waits for messages no rank in the slots sends: the
     /// call fails here, and every other rank is told.
     pub(crate) fn slot_call_heard(&mut self, io: &mut Io<'_>, what: &str) -> Option<(u32, String)> {
-        let (scope, seq) = self.in_slots.as_ref()?;
-        let (ctx, seq) = (scope.ctx, *seq);
+        let (scope, seq) = self.in_slots.clone()?;
+        self.heard_of(io, &scope, seq, what)
+    }
+
+    /// The World's non-blocking calls queued in the slots run from number
+    /// `lo` to `hi` (`None`: none is queued).
+    pub(crate) fn slot_queue(&mut self, numbers: Option<(u32, u32)>) {
+        self.slot_queue = numbers.map(|(lo, hi)| (lo & tags::SEQ_MASK, hi & tags::SEQ_MASK));
+    }
+
+    /// [`Engine::slot_call_heard`] for the World's non-blocking call `seq`
+    /// in the slots, at the head of its queue.
+    pub(crate) fn slot_request_heard(
+        &mut self,
+        io: &mut Io<'_>,
+        seq: u32,
+        what: &str,
+    ) -> Option<(u32, String)> {
+        self.heard_of(io, &Scope::default(), seq & tags::SEQ_MASK, what)
+    }
+
+    fn heard_of(&mut self, io: &mut Io<'_>, scope: &Scope, seq: u32, what: &str) -> Option<(u32, String)> {
+        let ctx = scope.ctx;
         let i = self
             .notes
             .heard
@@ -489,14 +528,13 @@ impl Engine {
             return Some((n.rank, n.text));
         }
         let message = format!(
-            "rank {} runs collective #{seq} as {} message schedule (a non-blocking or persistent call) where \
-             this rank is in the blocking {what} in the node's slots: every rank must call the same collectives \
-             in the same order, blocking where the others block",
+            "rank {} runs collective #{seq} as {} message schedule (a persistent call, or data larger than a \
+             slot) where this rank runs the {what} in the node's slots: every rank must call the same \
+             collectives in the same order, blocking where the others block, and pass matching lengths",
             n.rank,
             with_article(&n.text)
         );
-        let scope = scope.clone();
-        self.notes.notify(io, &mut self.sh, &scope, seq, &message);
+        self.notes.notify(io, &mut self.sh, scope, seq, &message);
         self.progress(io);
         Some((n.rank, message))
     }

@@ -60,6 +60,7 @@ pub(crate) mod scan;
 pub(crate) mod scatter;
 pub(crate) mod schedule;
 pub(crate) mod scope;
+pub(crate) mod slot_queue;
 #[cfg(test)]
 mod tests_on_node;
 #[cfg(test)]

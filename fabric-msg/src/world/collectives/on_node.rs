@@ -187,6 +187,8 @@ pub(crate) struct NodeColl {
     next: u64,
     /// By world rank: its header of the current collective checked.
     seen: Vec<bool>,
+    /// The collective `seen` is about.
+    seen_for: Option<u64>,
     /// By world rank: its `done` when last loaded. It only grows, so a
     /// post that an old value allows needs no load (which would take the
     /// line back from a rank that writes it every collective).
@@ -214,6 +216,7 @@ impl NodeColl {
             me: me as usize,
             next: 0,
             seen: vec![false; n],
+            seen_for: None,
             known_done: vec![0; n],
             stage: vec![0; SLOT_DATA],
             readable: None,
@@ -222,13 +225,40 @@ impl NodeColl {
         }
     }
 
-    /// Number the next collective.
+    /// Number the next collective, and read its headers from now on.
     pub(crate) fn begin(&mut self) -> u64 {
-        let k = self.next;
-        self.next += 1;
+        let k = self.begin_later();
         self.seen.fill(false);
         self.seen[self.me] = true;
+        self.seen_for = Some(k);
         k
+    }
+
+    /// Number the next collective, to be read once those before it are
+    /// done (a non-blocking one, `world/node_requests.rs`).
+    pub(crate) fn begin_later(&mut self) -> u64 {
+        let k = self.next;
+        self.next += 1;
+        k
+    }
+
+    /// The collective whose headers are being read.
+    pub(crate) fn reading(&self) -> Option<u64> {
+        self.seen_for
+    }
+
+    /// Read the headers of `k`, a `call` this rank (`me`) posted already:
+    /// those it needs (see [`NodeColl::only`]).
+    pub(crate) fn read_call(&mut self, k: u64, call: &Call, me: u32) {
+        self.seen.fill(false);
+        self.seen[self.me] = true;
+        self.seen_for = Some(k);
+        match call.kind {
+            Kind::Broadcast if me != call.root => self.only(Some(call.root)),
+            Kind::Broadcast => self.only(None),
+            Kind::Reduce if me != call.root => self.only(None),
+            _ => {}
+        }
     }
 
     /// Read only `rank`'s header (and data) of the current collective, or,
