@@ -151,6 +151,8 @@ impl World {
                 out.clear();
                 return Err(self.lost(r));
             }
+            // Non-blocking calls in the node's slots move on here too.
+            self.progress_slot_requests()?;
             out.clear();
             if self.coll.take_kept(out) > 0 {
                 self.msgs.absorb(out);
@@ -161,6 +163,11 @@ impl World {
             let slice = match deadline {
                 Some(d) => d.saturating_duration_since(Instant::now()).min(SLICE),
                 None => SLICE,
+            };
+            // A post in the slots does not wake the completion queue's wait.
+            let slice = match self.slot_requests.is_empty() {
+                true => slice,
+                false => slice.min(super::local::SLEEP_SLICE),
             };
             let polled = self.engine_io().1.poll(out, Some(slice));
             let n = match polled {

@@ -61,7 +61,7 @@ pub struct World {
     pub(super) slot_requests: super::collectives::slot_queue::SlotRequests,
     /// Whether collectives may use slots at all (`WorldConfig::node_collectives`).
     pub(super) node_collectives: bool,
-    /// Blocking collectives run in slots so far (`WorldStats::node_collectives`).
+    /// Collectives run in slots so far, blocking and not (`WorldStats::node_collectives`).
     pub(super) slot_calls: u64,
     /// Of those, the ones read with one copy (`WorldStats::node_single_copy_collectives`).
     pub(super) single_copy_calls: u64,
@@ -244,9 +244,16 @@ impl World {
         self.finished = true;
         let until = Instant::now() + self.finish_timeout;
         let mut drained = Ok(());
-        while self.coll.in_flight() > 0 && Instant::now() < until {
+        while (self.coll.in_flight() > 0 || !self.slot_requests.is_empty()) && Instant::now() < until {
+            // Calls queued in the node's slots (`node_requests.rs`): the
+            // others may wait for this rank's part or its `done`.
+            if let Err(e) = self.progress_slot_requests() {
+                drained = Err(e);
+                break;
+            }
+            let may_sleep = self.slot_requests.is_empty();
             let (engine, mut io) = self.engine_io();
-            match engine.poll_once(&mut io, true) {
+            match engine.poll_once(&mut io, may_sleep) {
                 Ok(true) => {}
                 Ok(false) => engine.idle(),
                 Err(e) => {
@@ -255,10 +262,11 @@ impl World {
                 }
             }
         }
-        if self.coll.in_flight() > 0 {
+        let unfinished = self.coll.in_flight() + self.slot_requests.len();
+        if unfinished > 0 {
             log::warn!(
                 "leaving the world with {} collective(s) unfinished after {:?}",
-                self.coll.in_flight(),
+                unfinished,
                 self.finish_timeout
             );
         }

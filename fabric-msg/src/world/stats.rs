@@ -29,9 +29,11 @@ pub struct WorldStats {
     pub fabric: LoopStats,
     /// The shared-memory loop for ranks on this node, if there is one.
     pub local: Option<LoopStats>,
-    /// Blocking collectives that went through the node's shared-memory
-    /// slots (on a World all on one node, or a communicator all on this
-    /// node: `collectives/on_node.rs`), their data too where it fit a slot.
+    /// Collectives that went through the node's shared-memory slots
+    /// (blocking ones on a World all on one node, or a communicator all on
+    /// this node: `collectives/on_node.rs`; the World's non-blocking ones
+    /// whose data fits a slot: `node_requests.rs`), their data too where it
+    /// fit a slot.
     pub node_collectives: u64,
     /// Of `node_collectives`, the `allreduce`, `broadcast` and `reduce`
     /// calls larger than a slot whose data the ranks read from each

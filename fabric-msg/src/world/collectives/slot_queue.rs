@@ -32,6 +32,10 @@ impl SlotRequests {
     pub(crate) fn is_empty(&self) -> bool {
         self.queue.is_empty()
     }
+
+    pub(crate) fn len(&self) -> usize {
+        self.queue.len()
+    }
 }
 
 /// One queued call with its element type erased.
