@@ -19,13 +19,16 @@
 //! - **Mismatches** fail the call as the blocking one fails: another kind,
 //!   length, root or reduction in a rank's header; a refusal posted by a
 //!   rank whose arguments were bad; a probe from a rank that runs the same
-//!   number as a message schedule (a persistent call, or data larger than
-//!   a slot), which this rank hears while the call is the queue's head
-//!   (`Engine::slot_call_heard`). Every later call goes on.
+//!   number as a message schedule (data larger than a slot, or another
+//!   kind of collective), kept by the engine for any queued number
+//!   (`Engine::slot_queue`) and heard once the call is the queue's head
+//!   (`Engine::slot_request_heard`). Every later call goes on.
 //! - **A lost rank** fails every wait, as for any request (`World::turn`).
 //!
-//! Communicators with slots of their own keep their non-blocking calls as
-//! message schedules; so do calls larger than a slot and persistent ones.
+//! The World's persistent barrier, allreduce, broadcast and reduce start
+//! here too (`persistent.rs`). Communicators with slots of their own keep
+//! their non-blocking and persistent calls as message schedules; so do
+//! calls larger than a slot.
 
 use super::collectives::on_node::{Call, NodeColl};
 use super::collectives::ops::{Element, Reduction};

@@ -24,6 +24,7 @@
 //! its communicator). A plan holds its communicator's context until it is
 //! dropped, as a request does.
 
+use super::collectives::on_node::{Call, Kind};
 use super::collectives::ops::{Element, Reduction};
 use super::collectives::plan::Plan;
 use super::collectives::scope::Scope;
@@ -44,6 +45,11 @@ pub struct Persistent<T: Element> {
     scope: Scope,
     /// Elements every start passes.
     len: usize,
+    /// The call as the node's slots check it, for a barrier, allreduce,
+    /// broadcast or reduce: a start on a World all on one node runs there
+    /// where the data fits a slot, as the `i…` form does
+    /// (`node_requests.rs`).
+    slot: Option<Call>,
 }
 
 impl<T: Element> Persistent<T> {
@@ -77,7 +83,10 @@ impl CommView<'_> {
     ) -> Result<Persistent<T>> {
         let op = op.into();
         let p = plans::allreduce(self.rank(), self.size(), len, &op);
+        let world = self.comm.is_none();
+        let slot = Call::new::<T>(Kind::Allreduce, "allreduce", len, 0).reducing(&op);
         self.plan("allreduce", p, Some(op), len)
+            .map(|p| p.in_slots(slot, world))
     }
 
     /// Plan a reduce of `len` elements to `root` with `op` (see
@@ -90,20 +99,29 @@ impl CommView<'_> {
     ) -> Result<Persistent<T>> {
         let op = op.into();
         let p = plans::reduce(self.rank(), self.size(), root, len, &op);
+        let world = self.comm.is_none();
+        let slot = Call::new::<T>(Kind::Reduce, "reduce", len, root).reducing(&op);
         self.plan("reduce", p, Some(op), len)
+            .map(|p| p.in_slots(slot, world))
     }
 
     /// Plan a broadcast of `len` elements from `root` (see
     /// [`CommView::ibroadcast`]).
     pub fn broadcast_init<T: Element>(&mut self, root: u32, len: usize) -> Result<Persistent<T>> {
         let p = plans::broadcast::<T>(self.rank(), self.size(), root, len);
+        let world = self.comm.is_none();
+        let slot = Call::new::<T>(Kind::Broadcast, "broadcast", len, root);
         self.plan("broadcast", p, None, len)
+            .map(|p| p.in_slots(slot, world))
     }
 
     /// Plan a barrier (see [`CommView::ibarrier`]).
     pub fn barrier_init(&mut self) -> Result<Persistent<u8>> {
         let p = plans::barrier(self.rank(), self.size());
+        let world = self.comm.is_none();
+        let slot = Call::new::<u8>(Kind::Barrier, "barrier", 0, 0);
         self.plan("barrier", Ok(p), None, 0)
+            .map(|p| p.in_slots(slot, world))
     }
 
     /// Plan an allgather of `len` elements from every rank (see
@@ -192,6 +210,7 @@ impl CommView<'_> {
             reduction,
             scope,
             len,
+            slot: None,
         })
     }
 }
@@ -202,6 +221,19 @@ impl World {
     /// the `i…` form's would. A wrong length is refused on this rank and
     /// the other ranks are told, as for any collective's bad argument.
     pub fn start<T: Element>(&mut self, p: &Persistent<T>, data: Vec<T>) -> Result<Request<T>> {
+        let data = match p.slot {
+            Some(call) if data.len() == p.len => {
+                let mut world = CommView {
+                    world: self,
+                    comm: None,
+                };
+                match world.start_on_node(call, Ok(()), data, p.reduction.as_ref()) {
+                    Ok(started) => return started,
+                    Err(declined) => declined,
+                }
+            }
+            _ => data,
+        };
         let _call = self.live.call();
         let (engine, mut io) = self.engine_io();
         let work = if data.len() != p.len {
@@ -234,5 +266,17 @@ impl World {
                 shape: p.plan.shape.clone(),
             },
         })
+    }
+}
+
+impl<T: Element> Persistent<T> {
+    /// This plan with its call in the node's slots, if it is planned on
+    /// the `world` (a communicator's non-blocking calls are message
+    /// schedules).
+    fn in_slots(mut self, call: Call, world: bool) -> Persistent<T> {
+        if world {
+            self.slot = Some(call);
+        }
+        self
     }
 }

@@ -129,6 +129,20 @@ impl Ctx<'_> {
         for b in barriers {
             self.world.wait(b)?;
         }
+        // A persistent allreduce started more times than a rank has slots
+        // before any is waited for (in the slots too, on one node).
+        let plan = self.world.allreduce_init::<u64>(4, Op::Sum)?;
+        let mut starts = Vec::new();
+        for j in 0..6u64 {
+            starts.push(self.world.start(&plan, vec![u64::from(rank) + j; 4])?);
+        }
+        let n = u64::from(size);
+        for (j, r) in (0u64..).zip(starts) {
+            let got = self.world.wait(r)?;
+            let want = [n * (n - 1) / 2 + n * j; 4];
+            self.tally
+                .expect(&format!("persistent allreduce start {j}"), &got, &want);
+        }
         // Started and never waited for, then a blocking call: it comes after
         // them, so it finishes them first.
         let (case, _) = self.next_case();
@@ -138,7 +152,6 @@ impl Ctx<'_> {
         drop(dropped);
         let mut x = [u64::from(rank)];
         self.world.allreduce(&mut x, Op::Sum)?;
-        let n = u64::from(size);
         self.tally
             .expect("an allreduce behind non-blocking ones", &x, &[n * (n - 1) / 2]);
         let got = self.world.wait(kept)?;

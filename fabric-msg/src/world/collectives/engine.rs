@@ -528,9 +528,9 @@ impl Engine {
             return Some((n.rank, n.text));
         }
         let message = format!(
-            "rank {} runs collective #{seq} as {} message schedule (a persistent call, or data larger than a \
-             slot) where this rank runs the {what} in the node's slots: every rank must call the same \
-             collectives in the same order, blocking where the others block, and pass matching lengths",
+            "rank {} runs collective #{seq} as {} message schedule (data larger than a slot, or a collective \
+             that has no slots) where this rank runs the {what} in the node's slots: every rank must call the \
+             same collectives in the same order and pass matching lengths",
             n.rank,
             with_article(&n.text)
         );
