@@ -119,9 +119,10 @@ impl Eq {
                 return Ok(Some(CmEvent::Failed {
                     fid: err.fid,
                     message: format!(
-                        "connection failed: {} (provider errno {}): is the peer's address reachable on this fabric?",
+                        "connection failed: {} (provider errno {}): {}",
                         strerror(code),
-                        err.prov_errno
+                        err.prov_errno,
+                        connect_hint(code, err.prov_errno)
                     ),
                 }));
             } else if rc == -(ffi::FI_EAGAIN as isize) {
@@ -157,5 +158,37 @@ impl Drop for Eq {
         // SAFETY: opened by fi_eq_open; every endpoint and passive endpoint
         // bound to it holds an Arc to this value and is closed already.
         unsafe { close_fid("event queue", &mut (*self.raw.as_ptr()).fid) }
+    }
+}
+
+/// What to check after a failed connect, by its error: the provider's
+/// own errno where it gives one (verbs gives the kernel's, negated), else
+/// the `fi_eq_err_entry`'s.
+fn connect_hint(code: u32, prov_errno: i32) -> &'static str {
+    let errno = match prov_errno {
+        0 => code as i32,
+        e => e.saturating_abs(),
+    };
+    match errno {
+        libc::EADDRINUSE => {
+            "this host's port for the connection is still held (iWARP shares TCP's ports, and one closed a \
+             moment ago may still hold its port): try again"
+        }
+        libc::ECONNREFUSED => "is the peer listening at that address and port yet?",
+        _ => "is the peer's address reachable on this fabric?",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::connect_hint;
+
+    #[test]
+    fn a_failed_connect_says_what_to_check_by_its_error() {
+        // siw's refusal of a port still held: provider errno -98.
+        assert!(connect_hint(libc::EIO as u32, -libc::EADDRINUSE).contains("try again"));
+        assert!(connect_hint(libc::EADDRINUSE as u32, 0).contains("try again"));
+        assert!(connect_hint(libc::ECONNREFUSED as u32, 0).contains("listening"));
+        assert!(connect_hint(libc::ETIMEDOUT as u32, 0).contains("reachable"));
     }
 }
