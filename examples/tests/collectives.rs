@@ -289,27 +289,47 @@ fn ranks_that_pass_different_lengths_all_fail_with_the_reason() {
     }
 }
 
-/// The same for the non-blocking allreduce, which runs in the node's slots
-/// where its data fits in one (8 KiB) and as a message schedule where it
-/// does not: lengths that differ within a slot (the headers say so), and
-/// across its edge (2,000 and 2,049 i32: rank 0 in the slots, the others
-/// as messages; their runs probe rank 0 after a second, rank 0 fails on
-/// the probe and tells them). Every rank fails with the reason; none waits
-/// for ever. On TCP both are message schedules.
+/// The same for the non-blocking allreduce, which on one node posts its
+/// header in the node's slots whatever its length (its data too where it
+/// fits in a slot, 8 KiB): lengths that differ within a slot, across its
+/// edge (2,000 and 2,049 i32) and past it; and a bad op on the last rank,
+/// whose refusal goes through the slots. Every rank fails with the
+/// reason, none waits for ever, and a barrier after the failed call meets
+/// on every rank (each took one number and one slot for it: the tool
+/// reports a barrier that failed too). On TCP these are message
+/// schedules.
 #[test]
-fn a_non_blocking_allreduce_of_mismatched_lengths_fails_every_rank() {
+fn a_non_blocking_allreduce_misused_fails_every_rank_and_the_world_goes_on() {
     for shm in [true, false] {
-        for (n, lengths) in [(2, "600,601"), (3, "2000,2049"), (4, "2049,2000")] {
+        for (n, lengths) in [
+            (2, "600,601"),
+            (3, "2000,2049"),
+            (4, "2049,2000"),
+            (2, "3000,3001"),
+        ] {
             let started = Instant::now();
             let args = ["--mismatch", "--call", "iallreduce", "--lengths", lengths];
             let e = wait_all(vec![mpirun(CHECK, n, shm, &args)], started, DEADLINE).remove(0);
             assert_every_rank_fails(&e, n, "matching lengths");
             assert!(
-                e.at < MISUSE_BOUND,
-                "{n} ranks, lengths {lengths}, shm {shm}: took {:?}",
-                e.at
+                !e.stderr.contains("failed too"),
+                "{n} ranks, {lengths}, shm {shm}: {}",
+                e.stderr
             );
         }
+        let started = Instant::now();
+        let args = ["--bad-op", "--call", "iallreduce"];
+        let e = wait_all(vec![mpirun(CHECK, 4, shm, &args)], started, DEADLINE).remove(0);
+        assert_every_rank_fails(
+            &e,
+            4,
+            "BitXor is a bitwise op, for integers only; f64 is a float type",
+        );
+        assert!(
+            !e.stderr.contains("failed too"),
+            "bad op, shm {shm}: {}",
+            e.stderr
+        );
     }
 }
 

@@ -74,10 +74,12 @@ impl CommView<'_> {
             return self.world.allreduce_two_level(&t, data, op);
         }
         let call = Call::new::<T>(Kind::Allreduce, "allreduce", data.len(), 0).reducing(&op);
-        if let Some(OnNode::Done) = self.on_node(call, op.check(), data, Some(&op)).transpose()? {
-            return Ok(());
-        }
-        let r = self.iallreduce(data.to_vec(), op)?;
+        let seq = match self.on_node(call, op.check(), data, Some(&op)).transpose()? {
+            Some(OnNode::Done) => return Ok(()),
+            Some(OnNode::Messages(seq)) => Some(seq),
+            None => None,
+        };
+        let r = self.iallreduce_messages(data.to_vec(), op, seq)?;
         let out = self.wait(r)?;
         copy_result("allreduce", data, &out)
     }
@@ -93,13 +95,25 @@ impl CommView<'_> {
     ) -> Result<Request<T>> {
         let reduction = op.into();
         let call = Call::new::<T>(Kind::Allreduce, "allreduce", data.len(), 0).reducing(&reduction);
-        let check = reduction.check();
-        let data = match self.start_on_node(call, check, data, Some(&reduction)) {
-            Ok(started) => return started,
-            Err(declined) => declined,
-        };
+        let (rank, size, n) = (self.rank(), self.size(), data.len());
+        let plan = || plans::allreduce(rank, size, n, &reduction);
+        match self.start_on_node(call, reduction.check(), data, Some(&reduction), plan) {
+            Ok(started) => started,
+            Err(data) => self.iallreduce_messages(data, reduction, None),
+        }
+    }
+
+    /// [`CommView::iallreduce`] as a message schedule, under a new number
+    /// or `seq` (the blocking call's way on where its data is larger than
+    /// a slot: `OnNode::Messages`).
+    fn iallreduce_messages<T: Element>(
+        &mut self,
+        data: Vec<T>,
+        reduction: Reduction<T>,
+        seq: Option<u32>,
+    ) -> Result<Request<T>> {
         let p = plans::allreduce(self.rank(), self.size(), data.len(), &reduction);
-        self.start_planned("allreduce", p, data, Some(reduction))
+        self.start_planned_as("allreduce", p, data, Some(reduction), seq)
     }
 }
 
@@ -116,10 +130,12 @@ impl CommView<'_> {
             return self.world.barrier_two_level(&t);
         }
         let call = Call::new::<u8>(Kind::Barrier, "barrier", 0, 0);
-        if let Some(OnNode::Done) = self.on_node::<u8>(call, Ok(()), &mut [], None).transpose()? {
-            return Ok(());
-        }
-        let r = self.ibarrier()?;
+        let seq = match self.on_node::<u8>(call, Ok(()), &mut [], None).transpose()? {
+            Some(OnNode::Done) => return Ok(()),
+            Some(OnNode::Messages(seq)) => Some(seq),
+            None => None,
+        };
+        let r = self.ibarrier_messages(seq)?;
         self.wait(r).map(drop)
     }
 
@@ -127,11 +143,19 @@ impl CommView<'_> {
     /// rank has started it.
     pub fn ibarrier(&mut self) -> Result<Request<u8>> {
         let call = Call::new::<u8>(Kind::Barrier, "barrier", 0, 0);
-        if let Ok(started) = self.start_on_node(call, Ok(()), Vec::new(), None) {
-            return started;
+        let (rank, size) = (self.rank(), self.size());
+        let plan = || Ok(plans::barrier(rank, size));
+        match self.start_on_node(call, Ok(()), Vec::new(), None, plan) {
+            Ok(started) => started,
+            Err(_) => self.ibarrier_messages(None),
         }
+    }
+
+    /// [`CommView::ibarrier`] as a message schedule (`seq`: as
+    /// `iallreduce_messages`).
+    fn ibarrier_messages(&mut self, seq: Option<u32>) -> Result<Request<u8>> {
         let p = plans::barrier(self.rank(), self.size());
-        self.start_planned("barrier", Ok(p), Vec::new(), None)
+        self.start_planned_as("barrier", Ok(p), Vec::new(), None, seq)
     }
 }
 
@@ -156,10 +180,12 @@ impl CommView<'_> {
         }
         let call = Call::new::<T>(Kind::Broadcast, "broadcast", data.len(), root);
         let check = check_root(root, self.size());
-        if let Some(OnNode::Done) = self.on_node(call, check, data, None).transpose()? {
-            return Ok(());
-        }
-        let r = self.ibroadcast(root, data.to_vec())?;
+        let seq = match self.on_node(call, check, data, None).transpose()? {
+            Some(OnNode::Done) => return Ok(()),
+            Some(OnNode::Messages(seq)) => Some(seq),
+            None => None,
+        };
+        let r = self.ibroadcast_messages(root, data.to_vec(), seq)?;
         let out = self.wait(r)?;
         copy_result("broadcast", data, &out)
     }
@@ -169,12 +195,24 @@ impl CommView<'_> {
     pub fn ibroadcast<T: Element>(&mut self, root: u32, data: Vec<T>) -> Result<Request<T>> {
         let call = Call::new::<T>(Kind::Broadcast, "broadcast", data.len(), root);
         let check = check_root(root, self.size());
-        let data = match self.start_on_node(call, check, data, None) {
-            Ok(started) => return started,
-            Err(declined) => declined,
-        };
+        let (rank, size, n) = (self.rank(), self.size(), data.len());
+        let plan = || plans::broadcast::<T>(rank, size, root, n);
+        match self.start_on_node(call, check, data, None, plan) {
+            Ok(started) => started,
+            Err(data) => self.ibroadcast_messages(root, data, None),
+        }
+    }
+
+    /// [`CommView::ibroadcast`] as a message schedule (`seq`: as
+    /// `iallreduce_messages`).
+    fn ibroadcast_messages<T: Element>(
+        &mut self,
+        root: u32,
+        data: Vec<T>,
+        seq: Option<u32>,
+    ) -> Result<Request<T>> {
         let p = plans::broadcast::<T>(self.rank(), self.size(), root, data.len());
-        self.start_planned("broadcast", p, data, None)
+        self.start_planned_as("broadcast", p, data, None, seq)
     }
 }
 
@@ -240,10 +278,12 @@ impl CommView<'_> {
         }
         let call = Call::new::<T>(Kind::Reduce, "reduce", data.len(), root).reducing(&op);
         let check = check_root(root, self.size()).and_then(|()| op.check());
-        if let Some(OnNode::Done) = self.on_node(call, check, data, Some(&op)).transpose()? {
-            return Ok(());
-        }
-        let r = self.ireduce(root, data.to_vec(), op)?;
+        let seq = match self.on_node(call, check, data, Some(&op)).transpose()? {
+            Some(OnNode::Done) => return Ok(()),
+            Some(OnNode::Messages(seq)) => Some(seq),
+            None => None,
+        };
+        let r = self.ireduce_messages(root, data.to_vec(), op, seq)?;
         let out = self.wait(r)?;
         if self.rank() == root {
             copy_result("reduce", data, &out)?;
@@ -262,12 +302,25 @@ impl CommView<'_> {
         let reduction = op.into();
         let call = Call::new::<T>(Kind::Reduce, "reduce", data.len(), root).reducing(&reduction);
         let check = check_root(root, self.size()).and_then(|()| reduction.check());
-        let data = match self.start_on_node(call, check, data, Some(&reduction)) {
-            Ok(started) => return started,
-            Err(declined) => declined,
-        };
+        let (rank, size, n) = (self.rank(), self.size(), data.len());
+        let plan = || plans::reduce(rank, size, root, n, &reduction);
+        match self.start_on_node(call, check, data, Some(&reduction), plan) {
+            Ok(started) => started,
+            Err(data) => self.ireduce_messages(root, data, reduction, None),
+        }
+    }
+
+    /// [`CommView::ireduce`] as a message schedule (`seq`: as
+    /// `iallreduce_messages`).
+    fn ireduce_messages<T: Element>(
+        &mut self,
+        root: u32,
+        data: Vec<T>,
+        reduction: Reduction<T>,
+        seq: Option<u32>,
+    ) -> Result<Request<T>> {
         let p = plans::reduce(self.rank(), self.size(), root, data.len(), &reduction);
-        self.start_planned("reduce", p, data, Some(reduction))
+        self.start_planned_as("reduce", p, data, Some(reduction), seq)
     }
 }
 
@@ -312,20 +365,29 @@ impl CommView<'_> {
 
 impl CommView<'_> {
     /// Start a collective of this rank's `sched` (in the communicator's
-    /// ranks) over `work`.
-    pub(crate) fn start_run<T: Element>(
+    /// ranks) over `work`, under the number `seq` a call in the slots took
+    /// (`OnNode::Messages`), or a new one.
+    fn start_run_as<T: Element>(
         &mut self,
         what: &'static str,
-        sched: Schedule,
-        work: Vec<T>,
-        reduction: Option<Reduction<T>>,
+        (sched, work, reduction): (Schedule, Vec<T>, Option<Reduction<T>>),
         shape: Shape,
+        seq: Option<u32>,
     ) -> Result<Request<T>> {
         let scope = self.scope();
         let world = &mut *self.world;
         let _call = world.live.call();
         let (engine, mut io) = world.engine_io();
-        let (id, seq, outcome) = engine.start(&mut io, &scope, what, scope.to_world(sched), work, reduction);
+        let sched = scope.to_world(sched);
+        let (id, seq, outcome) = match seq {
+            None => engine.start(&mut io, &scope, what, sched, work, reduction),
+            Some(seq) => {
+                let id = engine.new_id();
+                let outcome =
+                    engine.start_as(&mut io, &scope, what, (sched, work, reduction), (id, seq), None);
+                (id, seq, outcome)
+            }
+        };
         Ok(Request {
             what,
             of: Of::Run {
@@ -346,8 +408,21 @@ impl CommView<'_> {
         data: Vec<T>,
         reduction: Option<Reduction<T>>,
     ) -> Result<Request<T>> {
+        self.start_planned_as(what, plan, data, reduction, None)
+    }
+
+    /// [`CommView::start_planned`] under the number `seq` a call in the
+    /// slots took, or a new one.
+    fn start_planned_as<T: Element>(
+        &mut self,
+        what: &'static str,
+        plan: std::result::Result<Plan, String>,
+        data: Vec<T>,
+        reduction: Option<Reduction<T>>,
+        seq: Option<u32>,
+    ) -> Result<Request<T>> {
         match plan.and_then(|p| p.work(data).map(|work| (p, work))) {
-            Ok((p, work)) => self.start_run(what, p.sched, work, reduction, p.shape),
+            Ok((p, work)) => self.start_run_as(what, (p.sched, work, reduction), p.shape, seq),
             Err(m) => Err(self.refuse(what, m)),
         }
     }

@@ -40,8 +40,11 @@ pub(crate) enum OnNode {
     /// Finished there.
     Done,
     /// Every rank's header agreed, but the data is larger than a slot:
-    /// the call goes on as messages.
-    Messages,
+    /// the call goes on as messages, under the number it took here (its
+    /// slot call sends none), as a non-blocking call does
+    /// (`node_requests.rs`): the forms meet, and a call whose headers
+    /// disagreed took as many numbers on every rank.
+    Messages(u32),
 }
 
 impl CommView<'_> {
@@ -158,7 +161,7 @@ impl World {
             self.wait_on_node(nc, &call, gather, |nc| nc.header_came(k))?;
             if !call.in_place() {
                 if !nc.single_copy(k) {
-                    return Ok(OnNode::Messages);
+                    return Ok(OnNode::Messages(call.seq));
                 }
                 // Who must wait until no one reads its memory: every rank of
                 // an allreduce, a broadcast's root, a reduce's other ranks.

@@ -1,41 +1,46 @@
-//! The World's non-blocking barrier, allreduce, broadcast and reduce in
-//! the node's collective slots, where every rank is on one node and the
-//! data fits in a slot: `iallreduce` posts this rank's part at once and
-//! the World's turns finish it, so a small non-blocking collective costs
-//! what the blocking one does (`node_collectives.rs`, whose protocol this
-//! is: `collectives/on_node.rs`), not a message schedule's start and
-//! steps.
+//! The World's non-blocking barrier, allreduce, broadcast and reduce (and
+//! the starts of their persistent forms) through the node's collective
+//! slots, where every rank is on one node: `iallreduce` posts this rank's
+//! part at once and the World's turns finish it, so a small non-blocking
+//! collective costs what the blocking one does (`node_collectives.rs`,
+//! whose protocol this is: `collectives/on_node.rs`), not a message
+//! schedule's start and steps.
 //!
-//! - **Order.** Each call takes the next slot number `k` when it starts,
-//!   as a blocking one does, so every rank numbers the same calls alike.
-//!   Calls are kept in a queue in that order. A turn of the World posts
-//!   every queued call it has room for (in order: a slot is reused only
-//!   once every rank is done with its call `SLOTS` before), then finishes
-//!   calls from the head while every rank's header of the head is in:
-//!   checked against this rank's call, combined, and the slot given back
-//!   (`done`), which must go in order.
+//! - **Order.** Each call takes the next slot number `k` and the next
+//!   collective number when it starts, as a blocking one does, so every
+//!   rank numbers the same calls alike. Calls are kept in a queue in that
+//!   order. A turn of the World posts every queued call it has room for
+//!   (in order: a slot is reused only once every rank, this one too, is
+//!   done with the call `SLOTS` before), then finishes calls from the head
+//!   while every header the head needs is in: checked against this rank's
+//!   call, combined, and the slot given back (`done`), which must go in
+//!   order.
+//! - **Larger than a slot**, a call posts its header alone and, once every
+//!   rank's agrees, goes on as the message schedule of the blocking call
+//!   under the same number (`OnNode::Messages`). **Bad arguments** post a
+//!   refusal and fail at once. So a call takes one slot and one number on
+//!   every rank whatever becomes of it, and the World goes on after a
+//!   failed one.
 //! - **A blocking slot call** first finishes every queued one
 //!   (`drain_slot_requests`): its number comes after theirs.
 //! - **Mismatches** fail the call as the blocking one fails: another kind,
-//!   length, root or reduction in a rank's header; a refusal posted by a
-//!   rank whose arguments were bad; a probe from a rank that runs the same
-//!   number as a message schedule (data larger than a slot, or another
-//!   kind of collective), kept by the engine for any queued number
+//!   length, root or reduction in a rank's header; a refusal; a probe from
+//!   a rank that runs the same number as a message schedule (a collective
+//!   without slots), kept by the engine for any queued number
 //!   (`Engine::slot_queue`) and heard once the call is the queue's head
 //!   (`Engine::slot_request_heard`). Every later call goes on.
 //! - **A lost rank** fails every wait, as for any request (`World::turn`).
 //!
-//! The World's persistent barrier, allreduce, broadcast and reduce start
-//! here too (`persistent.rs`). Communicators with slots of their own keep
-//! their non-blocking and persistent calls as message schedules; so do
-//! calls larger than a slot.
+//! Communicators with slots of their own keep their non-blocking and
+//! persistent calls as message schedules.
 
 use super::collectives::on_node::{Call, NodeColl};
 use super::collectives::ops::{Element, Reduction};
+use super::collectives::plan::Plan;
 use super::collectives::request::Shape;
 use super::collectives::run::Outcome;
 use super::collectives::scope::Scope;
-use super::collectives::slot_queue::Queued;
+use super::collectives::slot_queue::{Queued, Reads};
 use super::comm::CommView;
 use super::local::SLEEP_SLICE;
 use super::request::{Of, Request};
@@ -48,17 +53,21 @@ use std::sync::Arc;
 
 impl CommView<'_> {
     /// Start `call` over `data` in the node's slots, if this is a World all
-    /// on one node, `check` passed and the data fits in a slot. `Err` gives
-    /// `data` back: not here (the caller starts a message schedule, which
-    /// also refuses bad arguments on every rank).
+    /// on one node (`Err` gives `data` back: not here; the caller starts a
+    /// message schedule). Where the data fits in a slot, the call runs
+    /// there; where it does not, its header goes through the slots and,
+    /// once every rank's agrees, it goes on as the message schedule `plan`
+    /// gives (as a blocking call does); where `check` failed, the refusal
+    /// goes through the slots and this rank fails at once.
     pub(crate) fn start_on_node<T: Element>(
         &mut self,
         call: Call,
         check: std::result::Result<(), String>,
         data: Vec<T>,
         reduction: Option<&Reduction<T>>,
+        plan: impl FnOnce() -> std::result::Result<Plan, String>,
     ) -> std::result::Result<Result<Request<T>>, Vec<T>> {
-        if self.comm.is_some() || !call.in_place() || check.is_err() {
+        if self.comm.is_some() {
             return Err(data);
         }
         let world = &mut *self.world;
@@ -71,19 +80,46 @@ impl CommView<'_> {
         let mut call = call;
         call.seq = world.coll.number(&scope) & tags::SEQ_MASK;
         let id = world.coll.new_id();
-        let outcome: Outcome<T> = Arc::new(parking_lot::Mutex::new(None));
         let me = world.rank();
-        world.slot_requests.queue.push_back(Box::new(Queued::new(
-            id,
-            k,
+        // Past a slot, the message schedule goes on under the call's own
+        // number, as a blocking call's does: every rank takes one number
+        // for the call, whether its headers agree or not.
+        let (messages, refused) = match check {
+            Err(why) => (None, Some(why)),
+            Ok(()) if call.in_place() => (None, None),
+            Ok(()) => match plan() {
+                Ok(mut p) => {
+                    p.sched = scope.to_world(p.sched);
+                    (Some((p, call.seq)), None)
+                }
+                Err(why) => (None, Some(why)),
+            },
+        };
+        let shape = messages.as_ref().map_or(Shape::Whole, |(p, _)| p.shape.clone());
+        let refusal = refused.as_ref().map(|why| {
+            Error::Usage(format!(
+                "{} (collective #{}) on rank {me}: {why}",
+                call.what, call.seq
+            ))
+        });
+        let outcome: Outcome<T> = Arc::new(parking_lot::Mutex::new(None));
+        let queued = Queued::new(
+            (id, k),
             call,
             data,
             reduction.cloned(),
             me,
             outcome.clone(),
-        )));
+            messages,
+            refused,
+        );
+        world.slot_requests.queue.push_back(Box::new(queued));
         world.slot_calls += 1;
-        if let Err(e) = world.progress_slot_requests() {
+        let moved = world.progress_slot_requests();
+        if let Some(e) = refusal {
+            return Ok(Err(e));
+        }
+        if let Err(e) = moved {
             return Ok(Err(e));
         }
         Ok(Ok(Request {
@@ -92,7 +128,7 @@ impl CommView<'_> {
                 id,
                 seq: call.seq,
                 outcome,
-                shape: Shape::Whole,
+                shape,
             },
         }))
     }
@@ -139,7 +175,11 @@ impl World {
             }
             let (k, call) = (head.k(), *head.call());
             if nc.reading() != Some(k) {
-                nc.read_call(k, &call, me);
+                let reads = head.reads();
+                nc.read_call(k, &call, me, reads == Reads::ByKind);
+                if reads == Reads::Nobody {
+                    nc.only(None);
+                }
             }
             let mut progress = false;
             let failed = match nc.gather(k, &call, &mut progress) {
@@ -161,7 +201,10 @@ impl World {
                 break;
             };
             match failed {
-                None => head.complete(nc),
+                None => {
+                    let (engine, mut io) = self.engine_io();
+                    head.complete(nc, engine, &mut io);
+                }
                 Some((rank, message)) => head.fail(Error::Collective {
                     operation: call.what,
                     seq: call.seq,

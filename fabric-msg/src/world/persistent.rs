@@ -227,7 +227,8 @@ impl World {
                     world: self,
                     comm: None,
                 };
-                match world.start_on_node(call, Ok(()), data, p.reduction.as_ref()) {
+                let plan = || Ok(p.plan.clone());
+                match world.start_on_node(call, Ok(()), data, p.reduction.as_ref(), plan) {
                     Ok(started) => return started,
                     Err(declined) => declined,
                 }

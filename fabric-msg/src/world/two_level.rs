@@ -286,7 +286,7 @@ impl World {
             None => check.map_err(Error::Usage), // alone on its node
             Some(Err(e)) => Err(in_ranks(e, t)),
             Some(Ok(OnNode::Done)) => Ok(()),
-            Some(Ok(OnNode::Messages)) => {
+            Some(Ok(OnNode::Messages(_))) => {
                 // Only data larger than a slot goes on: a barrier has none.
                 let Some(op) = op.cloned() else {
                     return Ok(());
@@ -332,7 +332,7 @@ impl World {
             None => check.map_err(Error::Usage), // alone on its node
             Some(Err(e)) => Err(in_ranks(e, t)),
             Some(Ok(OnNode::Done)) => Ok(()),
-            Some(Ok(OnNode::Messages)) => {
+            Some(Ok(OnNode::Messages(_))) => {
                 let r = self.on(node).ibroadcast(from, data.to_vec())?;
                 let out = self.on(node).wait(r)?;
                 copy_result(what, data, &out)

@@ -51,9 +51,16 @@ impl Misused {
                     world.ibarrier().and_then(|r| world.wait(r)).map(drop)
                 }
                 Misused::Iallreduce => {
-                    let r = world.iallreduce(data.to_vec(), op)?;
-                    let out = world.wait(r)?;
-                    data.copy_from_slice(&out);
+                    let out = world.iallreduce(data.to_vec(), op).and_then(|r| world.wait(r));
+                    // The World goes on after a failed collective: every rank
+                    // took one number (and one slot) for it, so a barrier
+                    // after it meets on every rank.
+                    if let Err(e) = world.barrier() {
+                        return Err(fabric_msg::Error::Usage(format!(
+                            "the barrier after the failed iallreduce failed too: {e}"
+                        )));
+                    }
+                    data.copy_from_slice(&out?);
                     Ok(())
                 }
                 Misused::PersistentBarrier if world.rank() == last => {
@@ -73,9 +80,13 @@ impl Misused {
             Misused::Barrier => on.barrier(),
             Misused::Ibarrier if comm.rank() == last => on.ibarrier().and_then(|r| on.wait(r)).map(drop),
             Misused::Iallreduce => {
-                let r = on.iallreduce(data.to_vec(), op)?;
-                let out = on.wait(r)?;
-                data.copy_from_slice(&out);
+                let out = on.iallreduce(data.to_vec(), op).and_then(|r| on.wait(r));
+                if let Err(e) = on.barrier() {
+                    return Err(fabric_msg::Error::Usage(format!(
+                        "the barrier after the failed iallreduce failed too: {e}"
+                    )));
+                }
+                data.copy_from_slice(&out?);
                 Ok(())
             }
             Misused::PersistentBarrier if comm.rank() == last => {

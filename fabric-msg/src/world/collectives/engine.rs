@@ -147,10 +147,28 @@ impl Engine {
         reduction: Option<Reduction<T>>,
     ) -> (u32, u32, Outcome<T>) {
         let seq = self.number(scope);
-        let id = self.next_id;
-        self.next_id = self.next_id.wrapping_add(1);
+        let id = self.new_id();
+        let outcome = self.start_as(io, scope, what, (sched, work, reduction), (id, seq), None);
+        (id, seq, outcome)
+    }
+
+    /// [`Engine::start`] under an id and a number taken before, its
+    /// result to `outcome` if given (a non-blocking call whose headers
+    /// agreed in the node's slots, `world/node_requests.rs`).
+    pub(crate) fn start_as<T: Element>(
+        &mut self,
+        io: &mut Io<'_>,
+        scope: &Scope,
+        what: &'static str,
+        (sched, work, reduction): (Schedule, Vec<T>, Option<Reduction<T>>),
+        (id, seq): (u32, u32),
+        outcome: Option<Outcome<T>>,
+    ) -> Outcome<T> {
         let spare = self.spares.pop().unwrap_or_default();
-        let run = Run::new(what, (id, seq, scope.clone()), sched, work, reduction, spare);
+        let mut run = Run::new(what, (id, seq, scope.clone()), sched, work, reduction, spare);
+        if let Some(o) = outcome {
+            run.outcome = o;
+        }
         let outcome = run.outcome.clone();
         self.runs.push(Box::new(run));
         self.probes.started(id);
@@ -158,7 +176,7 @@ impl Engine {
             log::warn!("cannot listen for other ranks' collective failures: {e}");
         }
         self.progress(io);
-        (id, seq, outcome)
+        outcome
     }
 
     /// A number no run has, for a request the World finishes itself (a
@@ -528,9 +546,9 @@ impl Engine {
             return Some((n.rank, n.text));
         }
         let message = format!(
-            "rank {} runs collective #{seq} as {} message schedule (data larger than a slot, or a collective \
-             that has no slots) where this rank runs the {what} in the node's slots: every rank must call the \
-             same collectives in the same order and pass matching lengths",
+            "rank {} runs collective #{seq} as {} message schedule (a collective without slots) where this \
+             rank runs the {what} in the node's slots: every rank must call the same collectives in the same \
+             order",
             n.rank,
             with_article(&n.text)
         );

@@ -248,11 +248,15 @@ impl NodeColl {
     }
 
     /// Read the headers of `k`, a `call` this rank (`me`) posted already:
-    /// those it needs (see [`NodeColl::only`]).
-    pub(crate) fn read_call(&mut self, k: u64, call: &Call, me: u32) {
+    /// every other rank's, or with `by_kind` those its kind needs (see
+    /// [`NodeColl::only`]).
+    pub(crate) fn read_call(&mut self, k: u64, call: &Call, me: u32, by_kind: bool) {
         self.seen.fill(false);
         self.seen[self.me] = true;
         self.seen_for = Some(k);
+        if !by_kind {
+            return;
+        }
         match call.kind {
             Kind::Broadcast if me != call.root => self.only(Some(call.root)),
             Kind::Broadcast => self.only(None),

@@ -3,9 +3,13 @@
 //! what one step of it does in the slots (`on_node.rs`). The World's side,
 //! when calls are posted and finished, is `world/node_requests.rs`.
 
+use super::engine::Engine;
+use super::io::Io;
 use super::on_node::{fold_in_rank_order, Call, Kind, NodeColl};
 use super::ops::{bytes_of, Element, Reduction};
+use super::plan::Plan;
 use super::run::Outcome;
+use super::scope::Scope;
 use crate::error::Error;
 use std::collections::VecDeque;
 
@@ -38,17 +42,49 @@ impl SlotRequests {
     }
 }
 
+/// Which headers of its slot a queued call reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reads {
+    /// Those its kind needs (a broadcast's other ranks the root's alone,
+    /// its root and a reduce's other ranks nobody's: `NodeColl::only`).
+    ByKind,
+    /// Every rank's: a call that goes on as messages, so that no rank
+    /// sends to one that disagreed.
+    All,
+    /// Nobody's: a refusal, posted for the others to read.
+    Nobody,
+}
+
 /// One queued call with its element type erased.
 pub(crate) trait SlotRequest: Send {
     fn id(&self) -> u32;
     fn k(&self) -> u64;
     fn call(&self) -> &Call;
     fn posted(&self) -> bool;
+    fn reads(&self) -> Reads;
     /// Post this rank's part of slot `k` (room was checked).
     fn post(&mut self, nc: &mut NodeColl);
-    /// Every header is in and agrees: the result, from the slots.
-    fn complete(&mut self, nc: &mut NodeColl);
+    /// Every header it reads is in and agrees: the result from the slots,
+    /// or the message schedule started.
+    fn complete(&mut self, nc: &mut NodeColl, engine: &mut Engine, io: &mut Io<'_>);
     fn fail(&mut self, e: Error);
+}
+
+/// How a queued call goes on once its headers agree.
+// A queued call is boxed already (`Box<dyn SlotRequest>`): boxing the plan
+// too would allocate once more per call larger than a slot.
+#[allow(clippy::large_enum_variant)]
+enum Then {
+    /// Its data is in the slots: the result is read there.
+    InPlace,
+    /// Its data is larger than a slot: it goes on as this message schedule
+    /// (in world ranks) under its own number (its slot call sends no
+    /// message), as a blocking call's does (`OnNode::Messages`).
+    Messages { plan: Plan, seq: u32 },
+    /// Its arguments failed their check on this rank: the refusal is
+    /// posted, so the others fail with the reason and the slots stay in
+    /// step.
+    Refused(String),
 }
 
 pub(crate) struct Queued<T: Element> {
@@ -56,6 +92,7 @@ pub(crate) struct Queued<T: Element> {
     k: u64,
     call: Call,
     posted: bool,
+    then: Then,
     data: Vec<T>,
     reduction: Option<Reduction<T>>,
     me: u32,
@@ -64,21 +101,31 @@ pub(crate) struct Queued<T: Element> {
 
 impl<T: Element> Queued<T> {
     /// Call `call` (numbered `id` by the engine, slot number `k`) over
-    /// `data`, on rank `me`; its result goes to `outcome`.
+    /// `data`, on rank `me`; its result goes to `outcome`. `messages`: the
+    /// schedule and number it goes on with where its data is larger than
+    /// a slot; `refused`: why its arguments failed their check.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
-        id: u32,
-        k: u64,
+        (id, k): (u32, u64),
         call: Call,
         data: Vec<T>,
         reduction: Option<Reduction<T>>,
         me: u32,
         outcome: Outcome<T>,
+        messages: Option<(Plan, u32)>,
+        refused: Option<String>,
     ) -> Queued<T> {
+        let then = match (refused, messages) {
+            (Some(why), _) => Then::Refused(why),
+            (None, Some((plan, seq))) => Then::Messages { plan, seq },
+            (None, None) => Then::InPlace,
+        };
         Queued {
             id,
             k,
             call,
             posted: false,
+            then,
             data,
             reduction,
             me,
@@ -104,20 +151,48 @@ impl<T: Element> SlotRequest for Queued<T> {
         self.posted
     }
 
+    fn reads(&self) -> Reads {
+        match self.then {
+            Then::InPlace => Reads::ByKind,
+            Then::Messages { .. } => Reads::All,
+            Then::Refused(_) => Reads::Nobody,
+        }
+    }
+
     fn post(&mut self, nc: &mut NodeColl) {
+        self.posted = true;
         let carries = match self.call.kind {
             Kind::Allreduce | Kind::Reduce => true,
             Kind::Broadcast => self.me == self.call.root,
             Kind::Barrier | Kind::Refused => false,
         };
-        let mine: &[u8] = if carries { bytes_of(&self.data) } else { &[] };
-        nc.post(self.k, &self.call, mine, 0);
-        self.posted = true;
+        match &self.then {
+            Then::InPlace if carries => nc.post(self.k, &self.call, bytes_of(&self.data), 0),
+            // The header alone: the length every rank checks.
+            Then::InPlace | Then::Messages { .. } => nc.post(self.k, &self.call, &[], 0),
+            Then::Refused(why) => nc.refuse(self.k, &self.call, why),
+        }
     }
 
-    fn complete(&mut self, nc: &mut NodeColl) {
+    fn complete(&mut self, nc: &mut NodeColl, engine: &mut Engine, io: &mut Io<'_>) {
         let (k, call, me) = (self.k, self.call, self.me);
         let mut data = std::mem::take(&mut self.data);
+        match std::mem::replace(&mut self.then, Then::InPlace) {
+            Then::Refused(why) => {
+                return self.fail(Error::Usage(format!("{}: {why}", call.what)));
+            }
+            Then::Messages { plan, seq } => {
+                let work = match plan.work(data) {
+                    Ok(w) => w,
+                    Err(m) => return self.fail(Error::Usage(format!("{}: {m}", call.what))),
+                };
+                let run = (plan.sched, work, self.reduction.take());
+                let outcome = Some(self.outcome.clone());
+                engine.start_as(io, &Scope::default(), call.what, run, (self.id, seq), outcome);
+                return;
+            }
+            Then::InPlace => {}
+        }
         match (call.kind, &self.reduction) {
             (Kind::Allreduce, Some(r)) => fold_in_rank_order(nc, k, &mut data, r, &mut Vec::new()),
             (Kind::Reduce, Some(r)) if me == call.root => {
