@@ -103,12 +103,8 @@ fn threads(n: u64) -> f64 {
     us
 }
 
-fn workers(n: u64) -> f64 {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a runtime");
+/// Both sides as spawned tasks of one runtime.
+fn on_one_runtime(rt: tokio::runtime::Runtime, n: u64) -> f64 {
     rt.block_on(async {
         let w = Arc::new(Words::default());
         let s = tokio::spawn(server(w.clone(), n));
@@ -118,18 +114,21 @@ fn workers(n: u64) -> f64 {
     })
 }
 
+fn workers(n: u64) -> f64 {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    on_one_runtime(rt, n)
+}
+
 fn one_thread(n: u64) -> f64 {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("a runtime");
-    rt.block_on(async {
-        let w = Arc::new(Words::default());
-        let s = tokio::spawn(server(w.clone(), n));
-        let us = tokio::spawn(client(w, n)).await.expect("the client task");
-        s.await.expect("the server task");
-        us
-    })
+    on_one_runtime(rt, n)
 }
 
 fn per_side(n: u64) -> f64 {
