@@ -221,30 +221,35 @@ impl World {
     /// the `i…` form's would. A wrong length is refused on this rank and
     /// the other ranks are told, as for any collective's bad argument.
     pub fn start<T: Element>(&mut self, p: &Persistent<T>, data: Vec<T>) -> Result<Request<T>> {
+        let wrong_length = (data.len() != p.len).then(|| {
+            format!(
+                "started with {} elements, planned for {}: every start passes the planned length",
+                data.len(),
+                p.len
+            )
+        });
+        // On a World all on one node, through the slots (a wrong length is
+        // refused there, so every rank's slots stay in step).
         let data = match p.slot {
-            Some(call) if data.len() == p.len => {
+            Some(call) => {
                 let mut world = CommView {
                     world: self,
                     comm: None,
                 };
+                let check = wrong_length.clone().map_or(Ok(()), Err);
                 let plan = || Ok(p.plan.clone());
-                match world.start_on_node(call, Ok(()), data, p.reduction.as_ref(), plan) {
+                match world.start_on_node(call, check, data, p.reduction.as_ref(), plan) {
                     Ok(started) => return started,
                     Err(declined) => declined,
                 }
             }
-            _ => data,
+            None => data,
         };
         let _call = self.live.call();
         let (engine, mut io) = self.engine_io();
-        let work = if data.len() != p.len {
-            Err(format!(
-                "started with {} elements, planned for {}: every start passes the planned length",
-                data.len(),
-                p.len
-            ))
-        } else {
-            p.plan.work(data)
+        let work = match wrong_length {
+            Some(m) => Err(m),
+            None => p.plan.work(data),
         };
         let work = match work {
             Ok(w) => w,

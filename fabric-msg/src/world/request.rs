@@ -419,10 +419,10 @@ impl World {
         }
         self.cancel_dropped();
         // The slots first: a call whose headers are all in finishes
-        // without waiting on the completion queues.
-        // A wait for calls in the slots never sleeps in the completion
-        // queue, which a post in the slots does not wake: it naps on the
-        // doorbell below, which every post rings.
+        // without waiting on the completion queues. While calls are queued
+        // there, a wait never sleeps in the completion queue, which a post
+        // in the slots does not wake: it naps on the doorbell below, which
+        // every post rings.
         let slots = self.progress_slot_requests()?;
         let may_sleep = idle && !slots && self.slot_requests.is_empty();
         let (engine, mut io) = self.engine_io();

@@ -143,6 +143,15 @@ impl Ctx<'_> {
             self.tally
                 .expect(&format!("persistent allreduce start {j}"), &got, &want);
         }
+        // A start of the wrong length fails on this rank, and the World goes
+        // on: every rank refused it in its slot, so the next call meets.
+        match self.world.start(&plan, vec![0u64; 5]) {
+            Err(fabric_msg::Error::Usage(m)) if m.contains("planned for") => {}
+            other => self
+                .tally
+                .failures
+                .push(format!("a persistent start of the wrong length: {other:?}")),
+        }
         // Started and never waited for, then a blocking call: it comes after
         // them, so it finishes them first.
         let (case, _) = self.next_case();
