@@ -74,12 +74,11 @@ impl CommView<'_> {
                 return Some(Err(e));
             }
         }
-        // Non-blocking calls in the World's slots come first: their
-        // numbers are before this one's (`node_requests.rs`).
-        if self.comm.is_none() {
-            if let Err(e) = self.world.drain_slot_requests() {
-                return Some(Err(e));
-            }
+        // Non-blocking calls in the same slots come first: their numbers
+        // are before this one's (`node_requests.rs`).
+        let node = self.comm.and_then(|c| c.node.as_ref());
+        if let Err(e) = self.world.drain_slot_requests(node) {
+            return Some(Err(e));
         }
         let scope = self.scope();
         let out = match self.comm {

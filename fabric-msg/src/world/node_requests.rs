@@ -1,10 +1,18 @@
-//! The World's non-blocking barrier, allreduce, broadcast and reduce (and
-//! the starts of their persistent forms) through the node's collective
-//! slots, where every rank is on one node: `iallreduce` posts this rank's
-//! part at once and the World's turns finish it, so a small non-blocking
-//! collective costs what the blocking one does (`node_collectives.rs`,
-//! whose protocol this is: `collectives/on_node.rs`), not a message
-//! schedule's start and steps.
+//! Non-blocking barrier, allreduce, broadcast and reduce (and the starts
+//! of their persistent forms) through the node's collective slots: the
+//! World's where every rank is on one node, and a communicator's with
+//! slots of its own (`comm_slots.rs`: all its members on this node, as
+//! `split_shared` gives). `iallreduce` posts this rank's part at once and
+//! the World's turns finish it, so a small non-blocking collective costs
+//! what the blocking one does (`node_collectives.rs`, whose protocol this
+//! is: `collectives/on_node.rs`), not a message schedule's start and
+//! steps.
+//!
+//! Each set of slots has its own queue (the World's, and one per
+//! communicator with calls queued), and every turn of the World moves all
+//! of them: a rank waiting on one communicator's call still posts its
+//! parts of the others', so calls on different communicators may be
+//! started in different orders on different ranks, as MPI allows.
 //!
 //! - **Order.** Each call takes the next slot number `k` and the next
 //!   collective number when it starts, as a blocking one does, so every
@@ -21,8 +29,9 @@
 //!   refusal and fail at once. So a call takes one slot and one number on
 //!   every rank whatever becomes of it, and the World goes on after a
 //!   failed one.
-//! - **A blocking slot call** first finishes every queued one
-//!   (`drain_slot_requests`): its number comes after theirs.
+//! - **A blocking slot call** first finishes every call queued in the
+//!   same slots (`drain_slot_requests`): its number comes after theirs.
+//!   Other communicators' queues are not waited for.
 //! - **Mismatches** fail the call as the blocking one fails: another kind,
 //!   length, root or reduction in a rank's header; a refusal; a probe from
 //!   a rank that runs the same number as a message schedule (a collective
@@ -30,9 +39,6 @@
 //!   (`Engine::slot_queue`) and heard once the call is the queue's head
 //!   (`Engine::slot_request_heard`). Every later call goes on.
 //! - **A lost rank** fails every wait, as for any request (`World::turn`).
-//!
-//! Communicators with slots of their own keep their non-blocking and
-//! persistent calls as message schedules.
 
 use super::collectives::on_node::{Call, NodeColl};
 use super::collectives::ops::{Element, Reduction};
@@ -40,7 +46,7 @@ use super::collectives::plan::Plan;
 use super::collectives::request::Shape;
 use super::collectives::run::Outcome;
 use super::collectives::scope::Scope;
-use super::collectives::slot_queue::{Queued, Reads};
+use super::collectives::slot_queue::{Queue, Queued, Reads};
 use super::comm::CommView;
 use super::local::SLEEP_SLICE;
 use super::request::{Of, Request};
@@ -49,16 +55,18 @@ use super::tags;
 use crate::error::{Error, Result};
 use crate::transport::event_loop::idle::Pause;
 use crate::transport::node::slots::SLOTS;
+use parking_lot::Mutex;
 use std::sync::Arc;
 
 impl CommView<'_> {
     /// Start `call` over `data` in the node's slots, if this is a World all
-    /// on one node (`Err` gives `data` back: not here; the caller starts a
-    /// message schedule). Where the data fits in a slot, the call runs
-    /// there; where it does not, its header goes through the slots and,
-    /// once every rank's agrees, it goes on as the message schedule `plan`
-    /// gives (as a blocking call does); where `check` failed, the refusal
-    /// goes through the slots and this rank fails at once.
+    /// on one node or a communicator with slots of its own (`Err` gives
+    /// `data` back: not here; the caller starts a message schedule). Where
+    /// the data fits in a slot, the call runs there; where it does not,
+    /// its header goes through the slots and, once every rank's agrees, it
+    /// goes on as the message schedule `plan` gives (as a blocking call
+    /// does); where `check` failed, the refusal goes through the slots and
+    /// this rank fails at once.
     pub(crate) fn start_on_node<T: Element>(
         &mut self,
         call: Call,
@@ -67,20 +75,49 @@ impl CommView<'_> {
         reduction: Option<&Reduction<T>>,
         plan: impl FnOnce() -> std::result::Result<Plan, String>,
     ) -> std::result::Result<Result<Request<T>>, Vec<T>> {
-        if self.comm.is_some() {
-            return Err(data);
-        }
-        let world = &mut *self.world;
-        let Some(nc) = world.node_coll.as_mut() else {
-            return Err(data);
+        let node = match self.comm {
+            Some(c) => match &c.node {
+                Some(n) => Some(n.clone()),
+                None => return Err(data),
+            },
+            None => None,
         };
-        let k = nc.begin_later();
-        let _call = world.live.call();
-        let scope = Scope::default();
+        let scope = self.scope();
+        self.world
+            .start_in_slots(node, scope, call, check, data, reduction, plan)
+    }
+}
+
+impl World {
+    /// [`CommView::start_on_node`] in the slots `node` (`None`: the
+    /// World's), of the communicator `scope`: also a persistent plan's
+    /// start, which keeps its communicator's slots.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn start_in_slots<T: Element>(
+        &mut self,
+        node: Option<Arc<Mutex<NodeColl>>>,
+        scope: Scope,
+        call: Call,
+        check: std::result::Result<(), String>,
+        data: Vec<T>,
+        reduction: Option<&Reduction<T>>,
+        plan: impl FnOnce() -> std::result::Result<Plan, String>,
+    ) -> std::result::Result<Result<Request<T>>, Vec<T>> {
+        // The slot number, and this rank's rank there (a root is one).
+        let (k, me) = match &node {
+            Some(n) => {
+                let mut nc = n.lock();
+                (nc.begin_later(), nc.me())
+            }
+            None => match self.node_coll.as_mut() {
+                Some(nc) => (nc.begin_later(), nc.me()),
+                None => return Err(data),
+            },
+        };
+        let _call = self.live.call();
         let mut call = call;
-        call.seq = world.coll.number(&scope) & tags::SEQ_MASK;
-        let id = world.coll.new_id();
-        let me = world.rank();
+        call.seq = self.coll.number(&scope) & tags::SEQ_MASK;
+        let id = self.coll.new_id();
         // Past a slot, the message schedule goes on under the call's own
         // number, as a blocking call's does: every rank takes one number
         // for the call, whether its headers agree or not.
@@ -98,8 +135,10 @@ impl CommView<'_> {
         let shape = messages.as_ref().map_or(Shape::Whole, |(p, _)| p.shape.clone());
         let refusal = refused.as_ref().map(|why| {
             Error::Usage(format!(
-                "{} (collective #{}) on rank {me}: {why}",
-                call.what, call.seq
+                "{} (collective #{}) on rank {}: {why}",
+                call.what,
+                call.seq,
+                self.rank()
             ))
         });
         let outcome: Outcome<T> = Arc::new(parking_lot::Mutex::new(None));
@@ -113,9 +152,9 @@ impl CommView<'_> {
             messages,
             refused,
         );
-        world.slot_requests.queue.push_back(Box::new(queued));
-        world.slot_calls += 1;
-        let moved = world.progress_slot_requests();
+        self.slot_requests.push(node, scope, Box::new(queued));
+        self.slot_calls += 1;
+        let moved = self.progress_slot_requests();
         if let Some(e) = refusal {
             return Ok(Err(e));
         }
@@ -135,30 +174,47 @@ impl CommView<'_> {
 }
 
 impl World {
-    /// Move the queued calls on: post each one there is room for, in
-    /// order, then finish calls from the head while their headers are all
-    /// in (or fail the head where they disagree). Whether anything moved.
+    /// Move the queued calls on, in every set of slots: post each one
+    /// there is room for, in order, then finish calls from the head while
+    /// their headers are all in (or fail the head where they disagree).
+    /// Whether anything moved.
     pub(crate) fn progress_slot_requests(&mut self) -> Result<bool> {
         if self.slot_requests.is_empty() {
             return Ok(false);
         }
+        let mut moved = false;
         // Out of the World while a blocking slot call runs: that call
         // drained the queue first.
-        let Some(mut nc) = self.node_coll.take() else {
-            return Ok(false);
-        };
-        let moved = self.move_queue(&mut nc);
-        self.node_coll = Some(nc);
+        if !self.slot_requests.queue.is_empty() {
+            if let Some(mut nc) = self.node_coll.take() {
+                let mut queue = std::mem::take(&mut self.slot_requests.queue);
+                moved |= self.move_queue(&mut nc, &mut queue, &Scope::default());
+                self.slot_requests.queue = queue;
+                self.node_coll = Some(nc);
+            }
+        }
+        if !self.slot_requests.comms.is_empty() {
+            let mut comms = std::mem::take(&mut self.slot_requests.comms);
+            for c in comms.iter_mut() {
+                // Held by a blocking call of that communicator, which
+                // drained its queue first.
+                if let Some(mut nc) = c.node.try_lock() {
+                    moved |= self.move_queue(&mut nc, &mut c.queue, &c.scope);
+                }
+            }
+            comms.retain(|c| !c.queue.is_empty());
+            self.slot_requests.comms = comms;
+        }
         Ok(moved)
     }
 
-    fn move_queue(&mut self, nc: &mut NodeColl) -> bool {
+    fn move_queue(&mut self, nc: &mut NodeColl, queue: &mut Queue, scope: &Scope) -> bool {
         let mut moved = false;
         // This rank reads its own part of a call back from its slot too
         // (`fold_in_rank_order`), so it reuses a slot only once it has
         // finished the call before in it, whatever the others' `done`.
-        let oldest = self.slot_requests.queue.front().map_or(0, |q| q.k());
-        for q in self.slot_requests.queue.iter_mut() {
+        let oldest = queue.front().map_or(0, |q| q.k());
+        for q in queue.iter_mut() {
             if q.posted() {
                 continue;
             }
@@ -168,8 +224,8 @@ impl World {
             q.post(nc);
             moved = true;
         }
-        let me = self.rank();
-        while let Some(head) = self.slot_requests.queue.front() {
+        let me = nc.me();
+        while let Some(head) = queue.front() {
             if !head.posted() {
                 break;
             }
@@ -190,20 +246,20 @@ impl World {
                     // probe, which this rank hears only while it waits for
                     // it in the slots.
                     let (engine, mut io) = self.engine_io();
-                    match engine.slot_request_heard(&mut io, call.seq, call.what) {
+                    match engine.slot_request_heard(&mut io, scope, call.seq, call.what) {
                         Some(h) => Some(h),
                         None => break,
                     }
                 }
                 Err(d) => Some((d.rank, d.message)),
             };
-            let Some(mut head) = self.slot_requests.queue.pop_front() else {
+            let Some(mut head) = queue.pop_front() else {
                 break;
             };
             match failed {
                 None => {
                     let (engine, mut io) = self.engine_io();
-                    head.complete(nc, engine, &mut io);
+                    head.complete(nc, scope, engine, &mut io);
                 }
                 Some((rank, message)) => head.fail(Error::Collective {
                     operation: call.what,
@@ -215,9 +271,17 @@ impl World {
             nc.finish(k);
             moved = true;
         }
-        let q = &self.slot_requests.queue;
-        let numbers = q.front().zip(q.back()).map(|(a, b)| (a.call().seq, b.call().seq));
-        self.coll.slot_queue(numbers);
+        let numbers = queue
+            .front()
+            .zip(queue.back())
+            .map(|(a, b)| (a.call().seq, b.call().seq));
+        self.coll.slot_queue(scope, numbers);
+        // The waiting rule starts over here: a communicator's queue is gone
+        // once empty, so the World's turns would not reset its slots' rule,
+        // and the next call's wait would begin by sleeping.
+        if moved {
+            nc.idle.busy();
+        }
         moved
     }
 
@@ -226,44 +290,66 @@ impl World {
         if let Some(nc) = self.node_coll.as_mut() {
             nc.idle.busy();
         }
+        for c in &self.slot_requests.comms {
+            if let Some(mut nc) = c.node.try_lock() {
+                nc.idle.busy();
+            }
+        }
     }
 
     /// Pass the time after a turn that found nothing while calls are
     /// queued, by the slots' waiting rule (`NodeColl::idle`, as a blocking
     /// call in the slots waits: where ranks outnumber cores it yields at
     /// once, where the World's own rule would spin first): spin, yield,
-    /// then sleep at most a slice on the doorbell, unless what the queue's
-    /// head waits for (room to post, or a header) has come. Every post and
-    /// every `done` rings it.
+    /// then sleep at most a slice on the doorbell, unless what the head of
+    /// the first queue waits for (room to post, or a header) has come.
+    /// Every post and every `done` rings it, in any of this rank's slots.
     pub(crate) fn idle_for_slot_requests(&mut self) {
-        let (Some(nc), Some(l)) = (self.node_coll.as_mut(), self.local.as_ref()) else {
-            self.coll.idle();
-            return;
+        let Some(l) = self.local.as_ref() else {
+            return self.coll.idle();
         };
-        match nc.idle.next() {
-            Pause::Spin => return std::hint::spin_loop(),
-            Pause::Yield => return std::thread::yield_now(),
-            Pause::Block => {}
-        }
-        let Some(head) = self.slot_requests.queue.front() else {
-            return;
-        };
-        let (k, posted) = (head.k(), head.posted());
-        l.side.sleep_unless(SLEEP_SLICE, || {
-            if posted {
-                nc.header_came(k)
-            } else {
-                nc.room_came(k)
+        let sleep = |nc: &mut NodeColl, head: Option<(u64, bool)>| {
+            match nc.idle.next() {
+                Pause::Spin => return std::hint::spin_loop(),
+                Pause::Yield => return std::thread::yield_now(),
+                Pause::Block => {}
             }
-        });
+            let Some((k, posted)) = head else {
+                return;
+            };
+            l.side.sleep_unless(SLEEP_SLICE, || {
+                if posted {
+                    nc.header_came(k)
+                } else {
+                    nc.room_came(k)
+                }
+            });
+        };
+        let head = |q: &Queue| q.front().map(|h| (h.k(), h.posted()));
+        if let (false, Some(nc)) = (self.slot_requests.queue.is_empty(), self.node_coll.as_mut()) {
+            return sleep(nc, head(&self.slot_requests.queue));
+        }
+        for c in &self.slot_requests.comms {
+            if let Some(mut nc) = c.node.try_lock() {
+                return sleep(&mut nc, head(&c.queue));
+            }
+        }
+        self.coll.idle();
     }
 
-    /// Finish every queued call, waiting as any wait of the World does:
-    /// before a blocking call in the slots, which comes after them.
-    pub(crate) fn drain_slot_requests(&mut self) -> Result<()> {
-        while !self.slot_requests.is_empty() {
+    /// Finish every call queued in the slots `node` (`None`: the
+    /// World's), waiting as any wait of the World does: before a blocking
+    /// call in the same slots, which comes after them.
+    pub(crate) fn drain_slot_requests(&mut self, node: Option<&Arc<Mutex<NodeColl>>>) -> Result<()> {
+        loop {
+            let queued = match node {
+                None => !self.slot_requests.queue.is_empty(),
+                Some(n) => self.slot_requests.holds_comm(n),
+            };
+            if !queued {
+                return Ok(());
+            }
             self.turn(true)?;
         }
-        Ok(())
     }
 }

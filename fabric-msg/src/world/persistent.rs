@@ -24,7 +24,7 @@
 //! its communicator). A plan holds its communicator's context until it is
 //! dropped, as a request does.
 
-use super::collectives::on_node::{Call, Kind};
+use super::collectives::on_node::{Call, Kind, NodeColl};
 use super::collectives::ops::{Element, Reduction};
 use super::collectives::plan::Plan;
 use super::collectives::scope::Scope;
@@ -33,6 +33,8 @@ use super::comm::CommView;
 use super::request::{Of, Request};
 use super::state::World;
 use crate::error::{Error, Result};
+use parking_lot::Mutex;
+use std::sync::Arc;
 
 /// A collective planned once, started with [`World::start`] as often as
 /// needed.
@@ -46,10 +48,11 @@ pub struct Persistent<T: Element> {
     /// Elements every start passes.
     len: usize,
     /// The call as the node's slots check it, for a barrier, allreduce,
-    /// broadcast or reduce: a start on a World all on one node runs there
-    /// where the data fits a slot, as the `i…` form does
+    /// broadcast or reduce on a World all on one node or a communicator
+    /// with slots of its own, with the communicator's slots (`None`: the
+    /// World's): a start goes through them, as the `i…` form does
     /// (`node_requests.rs`).
-    slot: Option<Call>,
+    slot: Option<(Call, Option<Arc<Mutex<NodeColl>>>)>,
 }
 
 impl<T: Element> Persistent<T> {
@@ -83,10 +86,10 @@ impl CommView<'_> {
     ) -> Result<Persistent<T>> {
         let op = op.into();
         let p = plans::allreduce(self.rank(), self.size(), len, &op);
-        let world = self.comm.is_none();
+        let lane = self.slot_lane();
         let slot = Call::new::<T>(Kind::Allreduce, "allreduce", len, 0).reducing(&op);
         self.plan("allreduce", p, Some(op), len)
-            .map(|p| p.in_slots(slot, world))
+            .map(|p| p.in_slots(slot, lane))
     }
 
     /// Plan a reduce of `len` elements to `root` with `op` (see
@@ -99,29 +102,29 @@ impl CommView<'_> {
     ) -> Result<Persistent<T>> {
         let op = op.into();
         let p = plans::reduce(self.rank(), self.size(), root, len, &op);
-        let world = self.comm.is_none();
+        let lane = self.slot_lane();
         let slot = Call::new::<T>(Kind::Reduce, "reduce", len, root).reducing(&op);
         self.plan("reduce", p, Some(op), len)
-            .map(|p| p.in_slots(slot, world))
+            .map(|p| p.in_slots(slot, lane))
     }
 
     /// Plan a broadcast of `len` elements from `root` (see
     /// [`CommView::ibroadcast`]).
     pub fn broadcast_init<T: Element>(&mut self, root: u32, len: usize) -> Result<Persistent<T>> {
         let p = plans::broadcast::<T>(self.rank(), self.size(), root, len);
-        let world = self.comm.is_none();
+        let lane = self.slot_lane();
         let slot = Call::new::<T>(Kind::Broadcast, "broadcast", len, root);
         self.plan("broadcast", p, None, len)
-            .map(|p| p.in_slots(slot, world))
+            .map(|p| p.in_slots(slot, lane))
     }
 
     /// Plan a barrier (see [`CommView::ibarrier`]).
     pub fn barrier_init(&mut self) -> Result<Persistent<u8>> {
         let p = plans::barrier(self.rank(), self.size());
-        let world = self.comm.is_none();
+        let lane = self.slot_lane();
         let slot = Call::new::<u8>(Kind::Barrier, "barrier", 0, 0);
         self.plan("barrier", Ok(p), None, 0)
-            .map(|p| p.in_slots(slot, world))
+            .map(|p| p.in_slots(slot, lane))
     }
 
     /// Plan an allgather of `len` elements from every rank (see
@@ -228,17 +231,15 @@ impl World {
                 p.len
             )
         });
-        // On a World all on one node, through the slots (a wrong length is
-        // refused there, so every rank's slots stay in step).
-        let data = match p.slot {
-            Some(call) => {
-                let mut world = CommView {
-                    world: self,
-                    comm: None,
-                };
+        // On a World all on one node or a communicator with slots, through
+        // the slots (a wrong length is refused there, so every rank's slots
+        // stay in step).
+        let data = match &p.slot {
+            Some((call, node)) => {
                 let check = wrong_length.clone().map_or(Ok(()), Err);
                 let plan = || Ok(p.plan.clone());
-                match world.start_on_node(call, check, data, p.reduction.as_ref(), plan) {
+                let (node, scope) = (node.clone(), p.scope.clone());
+                match self.start_in_slots(node, scope, *call, check, data, p.reduction.as_ref(), plan) {
                     Ok(started) => return started,
                     Err(declined) => declined,
                 }
@@ -276,13 +277,23 @@ impl World {
 }
 
 impl<T: Element> Persistent<T> {
-    /// This plan with its call in the node's slots, if it is planned on
-    /// the `world` (a communicator's non-blocking calls are message
-    /// schedules).
-    fn in_slots(mut self, call: Call, world: bool) -> Persistent<T> {
-        if world {
-            self.slot = Some(call);
-        }
+    /// This plan with its call in the node's slots, where its
+    /// communicator has slots (`lane`, from [`CommView::slot_lane`]).
+    fn in_slots(mut self, call: Call, lane: Option<Option<Arc<Mutex<NodeColl>>>>) -> Persistent<T> {
+        self.slot = lane.map(|node| (call, node));
         self
+    }
+}
+
+impl CommView<'_> {
+    /// The slots a persistent call of this communicator goes through:
+    /// `Some(None)` the World's (where it is all on one node: a start
+    /// finds out), `Some(Some(..))` the communicator's own, `None` none
+    /// (its calls are message schedules).
+    fn slot_lane(&self) -> Option<Option<Arc<Mutex<NodeColl>>>> {
+        match self.comm {
+            None => Some(None),
+            Some(c) => c.node.clone().map(Some),
+        }
     }
 }

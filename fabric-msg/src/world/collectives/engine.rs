@@ -65,11 +65,12 @@ pub(crate) struct Engine {
     /// engine (`World::run_on_node`): its communicator and number. Notices
     /// about it are kept for that call's wait (`slot_call_heard`).
     in_slots: Option<(Scope, u32)>,
-    /// The World's non-blocking calls queued in the slots
-    /// (`world/node_requests.rs`): the numbers of the oldest and the
-    /// newest. Notices about any number between are kept for
-    /// `slot_request_heard`: a probe is sent once per run.
-    slot_queue: Option<(u32, u32)>,
+    /// Non-blocking calls queued in the slots (`world/node_requests.rs`),
+    /// the World's and its communicators': for each context with some,
+    /// the numbers of the oldest and the newest. Notices about any number
+    /// between are kept for `slot_request_heard`: a probe is sent once
+    /// per run.
+    slot_queue: Vec<(u8, u32, u32)>,
 }
 
 /// Finished runs' containers kept: as many as runs usually in flight at once.
@@ -109,7 +110,7 @@ impl Engine {
             spares: Vec::new(),
             probes: Probes::default(),
             in_slots: None,
-            slot_queue: None,
+            slot_queue: Vec::new(),
         }
     }
 
@@ -320,8 +321,8 @@ impl Engine {
                     .in_slots
                     .as_ref()
                     .is_some_and(|(s, seq)| (s.ctx, *seq) == (n.ctx, n.seq))
-                || self.slot_queue.is_some_and(|(lo, hi)| {
-                    n.ctx == 0
+                || self.slot_queue.iter().any(|&(ctx, lo, hi)| {
+                    n.ctx == ctx
                         && n.seq.wrapping_sub(lo) & tags::SEQ_MASK <= hi.wrapping_sub(lo) & tags::SEQ_MASK
                 })
             {
@@ -517,21 +518,27 @@ impl Engine {
         self.heard_of(io, &scope, seq, what)
     }
 
-    /// The World's non-blocking calls queued in the slots run from number
-    /// `lo` to `hi` (`None`: none is queued).
-    pub(crate) fn slot_queue(&mut self, numbers: Option<(u32, u32)>) {
-        self.slot_queue = numbers.map(|(lo, hi)| (lo & tags::SEQ_MASK, hi & tags::SEQ_MASK));
+    /// The non-blocking calls queued in the slots of `scope`'s
+    /// communicator run from number `lo` to `hi` (`None`: none is queued).
+    pub(crate) fn slot_queue(&mut self, scope: &Scope, numbers: Option<(u32, u32)>) {
+        let ctx = scope.ctx;
+        self.slot_queue.retain(|&(c, ..)| c != ctx);
+        if let Some((lo, hi)) = numbers {
+            self.slot_queue
+                .push((ctx, lo & tags::SEQ_MASK, hi & tags::SEQ_MASK));
+        }
     }
 
-    /// [`Engine::slot_call_heard`] for the World's non-blocking call `seq`
-    /// in the slots, at the head of its queue.
+    /// [`Engine::slot_call_heard`] for the non-blocking call `seq` of
+    /// `scope`'s communicator in the slots, at the head of its queue.
     pub(crate) fn slot_request_heard(
         &mut self,
         io: &mut Io<'_>,
+        scope: &Scope,
         seq: u32,
         what: &str,
     ) -> Option<(u32, String)> {
-        self.heard_of(io, &Scope::default(), seq & tags::SEQ_MASK, what)
+        self.heard_of(io, scope, seq & tags::SEQ_MASK, what)
     }
 
     fn heard_of(&mut self, io: &mut Io<'_>, scope: &Scope, seq: u32, what: &str) -> Option<(u32, String)> {

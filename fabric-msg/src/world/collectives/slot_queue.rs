@@ -1,7 +1,8 @@
-//! The World's non-blocking collectives queued in the node's slots, as
-//! plain parts: each call with its data and where its result goes, and
-//! what one step of it does in the slots (`on_node.rs`). The World's side,
-//! when calls are posted and finished, is `world/node_requests.rs`.
+//! Non-blocking collectives queued in the node's slots, the World's and
+//! its communicators', as plain parts: each call with its data and where
+//! its result goes, and what one step of it does in the slots
+//! (`on_node.rs`). The World's side, when calls are posted and finished,
+//! is `world/node_requests.rs`.
 
 use super::engine::Engine;
 use super::io::Io;
@@ -11,18 +12,35 @@ use super::plan::Plan;
 use super::run::Outcome;
 use super::scope::Scope;
 use crate::error::Error;
+use parking_lot::Mutex;
 use std::collections::VecDeque;
+use std::sync::Arc;
 
-/// The queued calls, oldest first.
+/// Calls queued in one set of slots, oldest first.
+pub(crate) type Queue = VecDeque<Box<dyn SlotRequest>>;
+
+/// The queued calls: the World's in its own slots, and each
+/// communicator's with slots of its own in those.
 #[derive(Default)]
 pub(crate) struct SlotRequests {
-    pub(crate) queue: VecDeque<Box<dyn SlotRequest>>,
+    pub(crate) queue: Queue,
+    /// One entry per communicator with calls queued, dropped once empty.
+    pub(crate) comms: Vec<CommRequests>,
+}
+
+/// A communicator's queued calls, with its slots and its scope: they
+/// keep the communicator's context taken until its calls are finished,
+/// even after its handle is dropped.
+pub(crate) struct CommRequests {
+    pub(crate) node: Arc<Mutex<NodeColl>>,
+    pub(crate) scope: Scope,
+    pub(crate) queue: Queue,
 }
 
 impl std::fmt::Debug for SlotRequests {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SlotRequests")
-            .field("queued", &self.queue.len())
+            .field("queued", &self.len())
             .finish()
     }
 }
@@ -30,15 +48,45 @@ impl std::fmt::Debug for SlotRequests {
 impl SlotRequests {
     /// Whether the call the engine numbered `id` is still queued.
     pub(crate) fn holds(&self, id: u32) -> bool {
-        self.queue.iter().any(|q| q.id() == id)
+        self.queues().any(|q| q.iter().any(|r| r.id() == id))
     }
 
     pub(crate) fn is_empty(&self) -> bool {
-        self.queue.is_empty()
+        self.queue.is_empty() && self.comms.is_empty()
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.queue.len()
+        self.queues().map(|q| q.len()).sum()
+    }
+
+    /// Whether the communicator with slots `node` has calls queued.
+    pub(crate) fn holds_comm(&self, node: &Arc<Mutex<NodeColl>>) -> bool {
+        self.comms.iter().any(|c| Arc::ptr_eq(&c.node, node))
+    }
+
+    /// Queue `call` in the slots `node` (`None`: the World's), of the
+    /// communicator `scope`.
+    pub(crate) fn push(
+        &mut self,
+        node: Option<Arc<Mutex<NodeColl>>>,
+        scope: Scope,
+        call: Box<dyn SlotRequest>,
+    ) {
+        let Some(node) = node else {
+            return self.queue.push_back(call);
+        };
+        match self.comms.iter_mut().find(|c| Arc::ptr_eq(&c.node, &node)) {
+            Some(c) => c.queue.push_back(call),
+            None => self.comms.push(CommRequests {
+                node,
+                scope,
+                queue: VecDeque::from([call]),
+            }),
+        }
+    }
+
+    fn queues(&self) -> impl Iterator<Item = &Queue> {
+        std::iter::once(&self.queue).chain(self.comms.iter().map(|c| &c.queue))
     }
 }
 
@@ -65,8 +113,8 @@ pub(crate) trait SlotRequest: Send {
     /// Post this rank's part of slot `k` (room was checked).
     fn post(&mut self, nc: &mut NodeColl);
     /// Every header it reads is in and agrees: the result from the slots,
-    /// or the message schedule started.
-    fn complete(&mut self, nc: &mut NodeColl, engine: &mut Engine, io: &mut Io<'_>);
+    /// or the message schedule started (in `scope`'s communicator).
+    fn complete(&mut self, nc: &mut NodeColl, scope: &Scope, engine: &mut Engine, io: &mut Io<'_>);
     fn fail(&mut self, e: Error);
 }
 
@@ -174,7 +222,7 @@ impl<T: Element> SlotRequest for Queued<T> {
         }
     }
 
-    fn complete(&mut self, nc: &mut NodeColl, engine: &mut Engine, io: &mut Io<'_>) {
+    fn complete(&mut self, nc: &mut NodeColl, scope: &Scope, engine: &mut Engine, io: &mut Io<'_>) {
         let (k, call, me) = (self.k, self.call, self.me);
         let mut data = std::mem::take(&mut self.data);
         match std::mem::replace(&mut self.then, Then::InPlace) {
@@ -188,7 +236,7 @@ impl<T: Element> SlotRequest for Queued<T> {
                 };
                 let run = (plan.sched, work, self.reduction.take());
                 let outcome = Some(self.outcome.clone());
-                engine.start_as(io, &Scope::default(), call.what, run, (self.id, seq), outcome);
+                engine.start_as(io, scope, call.what, run, (self.id, seq), outcome);
                 return;
             }
             Then::InPlace => {}
