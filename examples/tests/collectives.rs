@@ -297,7 +297,7 @@ fn ranks_that_pass_different_lengths_all_fail_with_the_reason() {
 /// reason, none waits for ever, and a barrier after the failed call meets
 /// on every rank (each took one number and one slot for it: the tool
 /// reports a barrier that failed too). On TCP these are message
-/// schedules.
+/// schedules. The same on a communicator with slots of its own.
 #[test]
 fn a_non_blocking_allreduce_misused_fails_every_rank_and_the_world_goes_on() {
     for shm in [true, false] {
@@ -330,6 +330,24 @@ fn a_non_blocking_allreduce_misused_fails_every_rank_and_the_world_goes_on() {
             "bad op, shm {shm}: {}",
             e.stderr
         );
+    }
+    // On a communicator of the whole World in reverse order, on the node:
+    // in the communicator's own slots, across a slot's edge, and a bad op.
+    let cases: [(u32, &[&str], &str); 2] = [
+        (3, &["--mismatch", "--lengths", "2000,2049"], "matching lengths"),
+        (
+            4,
+            &["--bad-op"],
+            "BitXor is a bitwise op, for integers only; f64 is a float type",
+        ),
+    ];
+    for (n, misuse, why) in cases {
+        let started = Instant::now();
+        let mut args = misuse.to_vec();
+        args.extend(["--call", "iallreduce", "--on-comm"]);
+        let e = wait_all(vec![mpirun(CHECK, n, true, &args)], started, DEADLINE).remove(0);
+        assert_every_rank_fails(&e, n, why);
+        assert!(!e.stderr.contains("failed too"), "{args:?}: {}", e.stderr);
     }
 }
 
@@ -588,17 +606,25 @@ fn a_barrier_met_by_an_allreduce_fails_every_rank_with_the_reason() {
 /// (`a_non_blocking_allreduce_of_mismatched_lengths_fails_every_rank`).
 #[test]
 fn a_blocking_barrier_meets_a_non_blocking_or_persistent_one() {
-    for shm in [true, false] {
+    // On a communicator of the whole World in reverse order too, whose
+    // calls go through slots of its own on the node.
+    for (shm, comm, ranks) in [
+        (true, false, &[2, 4][..]),
+        (false, false, &[2, 4]),
+        (true, true, &[4]),
+    ] {
         for call in ["ibarrier", "persistent-barrier"] {
-            for n in [2, 4] {
+            for &n in ranks {
                 let started = Instant::now();
-                let e = wait_all(
-                    vec![mpirun(CHECK, n, shm, &["--mismatch", "--call", call])],
-                    started,
-                    DEADLINE,
-                )
-                .remove(0);
-                assert!(e.status.success(), "{n} ranks, {call}, shm {shm}: {e:?}");
+                let mut args = vec!["--mismatch", "--call", call];
+                if comm {
+                    args.push("--on-comm");
+                }
+                let e = wait_all(vec![mpirun(CHECK, n, shm, &args)], started, DEADLINE).remove(0);
+                assert!(
+                    e.status.success(),
+                    "{n} ranks, {call}, shm {shm}, on a communicator {comm}: {e:?}"
+                );
                 if shm && shm_on() != "libfabric" {
                     let in_slots = e
                         .stdout

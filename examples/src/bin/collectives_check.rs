@@ -183,6 +183,9 @@ struct Ctx<'a> {
     case: u64,
     tally: Tally,
     sizes: Vec<usize>,
+    /// How many of the World's non-blocking checks ran in its node's slots
+    /// (`slots.rs`): a communicator with slots runs as many in its own.
+    nb_in_slots: u64,
 }
 
 impl Ctx<'_> {
@@ -598,6 +601,7 @@ fn check(world: &mut World, seed: u64, quick: bool) -> fabric_msg::Result<Result
         case: 0,
         tally: Tally::default(),
         sizes,
+        nb_in_slots: 0,
     };
     ctx.world.barrier()?;
     ctx.run::<i8>()?;

@@ -22,6 +22,18 @@ impl Ctx<'_> {
             .split(Some(0), -i64::from(rank))?
             .expect("every rank has the colour");
         self.on_comm(&reversed, "reversed")?;
+        // Its non-blocking and persistent calls, as the World's are checked
+        // (in its own slots on one node: `slots.rs`), then beside the
+        // World's.
+        let in_slots = self.non_blocking_in_flight(Some(&reversed))?;
+        // All on one node, the communicator has slots of its own as the
+        // World has, and its non-blocking calls go through them.
+        self.tally.expect(
+            "a communicator's non-blocking calls in its slots, as many as the World's in its own",
+            &[in_slots],
+            &[self.nb_in_slots],
+        );
+        self.two_queues(&reversed)?;
         let after = two_level(self.world);
         drop(reversed);
         self.world.barrier()?;
@@ -72,6 +84,58 @@ impl Ctx<'_> {
             &format!("{label}: reduce {name} {op:?} n={n} root={root}"),
             &data,
             &want,
+        );
+        Ok(())
+    }
+}
+
+impl Ctx<'_> {
+    /// Non-blocking calls on `comm` and on the World started in one order
+    /// on even ranks and the other on odd ones, and waited for in opposite
+    /// orders, as MPI allows: on one node each has its own slots and queue,
+    /// and a wait on one moves the other. Then a blocking World barrier
+    /// while a call on `comm` is in flight on even ranks only, started
+    /// after it on odd ones: the barrier waits only for the World's queue.
+    fn two_queues(&mut self, comm: &Comm) -> fabric_msg::Result<()> {
+        let w = self.world.rank();
+        let n = u64::from(self.world.size());
+        let sum = n * (n - 1) / 2;
+        let even = w % 2 == 0;
+        let mine = |extra: u64| vec![u64::from(w) + extra; 3];
+        let (c, x) = if even {
+            let c = self.world.on(comm).iallreduce(mine(0), Op::Sum)?;
+            (c, self.world.iallreduce(mine(1), Op::Sum)?)
+        } else {
+            let x = self.world.iallreduce(mine(1), Op::Sum)?;
+            (self.world.on(comm).iallreduce(mine(0), Op::Sum)?, x)
+        };
+        let (gc, gx) = if even {
+            let gx = self.world.wait(x)?;
+            (self.world.wait(c)?, gx)
+        } else {
+            let gc = self.world.wait(c)?;
+            (gc, self.world.wait(x)?)
+        };
+        self.tally
+            .expect("a communicator's iallreduce beside the World's", &gc, &[sum; 3]);
+        self.tally.expect(
+            "the World's iallreduce beside a communicator's",
+            &gx,
+            &[sum + n; 3],
+        );
+        let c = if even {
+            let c = self.world.on(comm).iallreduce(mine(2), Op::Sum)?;
+            self.world.barrier()?;
+            c
+        } else {
+            self.world.barrier()?;
+            self.world.on(comm).iallreduce(mine(2), Op::Sum)?
+        };
+        let got = self.world.wait(c)?;
+        self.tally.expect(
+            "a communicator's iallreduce across a World barrier",
+            &got,
+            &[sum + 2 * n; 3],
         );
         Ok(())
     }

@@ -10,7 +10,18 @@
 //! messages.
 
 use super::{fold, Ctx};
-use fabric_msg::Op;
+use fabric_msg::{Comm, Op, Persistent};
+
+/// `$s.world.$m(args)` on the World (`$comm` `None`) or on the
+/// communicator `$comm`: the same calls, the same types.
+macro_rules! on {
+    ($s:expr, $comm:expr, $m:ident($($a:expr),*)) => {
+        match $comm {
+            Some(c) => $s.world.on(c).$m($($a),*),
+            None => $s.world.$m($($a),*),
+        }
+    };
+}
 
 /// The bytes of data a slot holds (fabric-msg's `SLOT_DATA`).
 const SLOT: usize = 8 << 10;
@@ -68,7 +79,7 @@ impl Ctx<'_> {
         let got = self.world.wait(pending)?;
         let want = fold(&inputs, |a, b| a.wrapping_add(b));
         self.tally.expect("an iallreduce across them", &got, &want);
-        self.non_blocking_in_flight()?;
+        self.nb_in_slots = self.non_blocking_in_flight(None)?;
         // Every rank gets the same bits, though the sum depends on the order:
         // in a slot, and larger than one (on one node each rank folds its
         // part of the data from the others' memory, `on_node_copy.rs`).
@@ -81,9 +92,16 @@ impl Ctx<'_> {
     /// Non-blocking calls of every kind in flight at once, more of them
     /// than a rank has slots, one larger than a slot among them (a message
     /// schedule between calls in the slots), waited for last first, then a
-    /// blocking call behind ones never waited for.
-    fn non_blocking_in_flight(&mut self) -> fabric_msg::Result<()> {
-        let (rank, size) = (self.world.rank(), self.world.size());
+    /// blocking call behind ones never waited for: on the World, or on
+    /// `comm` (in its own slots where it has them, `comm.rs`). How many of
+    /// its calls ran in slots.
+    pub(super) fn non_blocking_in_flight(&mut self, comm: Option<&Comm>) -> fabric_msg::Result<u64> {
+        let before = self.world.stats().node_collectives;
+        let (rank, size) = match comm {
+            Some(c) => (c.rank(), c.size()),
+            None => (self.world.rank(), self.world.size()),
+        };
+        let label = if comm.is_some() { "on a communicator: " } else { "" };
         let me = rank as usize;
         let mut started = Vec::new();
         let mut barriers = Vec::new();
@@ -96,20 +114,21 @@ impl Ctx<'_> {
             };
             let root = rng.below(u64::from(size)) as u32;
             let inputs: Vec<Vec<u64>> = self.all_inputs(case, &vec![n; size as usize]);
+            let mine = inputs[me].clone();
             let (what, req, want) = match i % 4 {
                 0 | 1 => (
-                    format!("iallreduce #{i} n={n}"),
-                    self.world.iallreduce(inputs[me].clone(), Op::Sum)?,
+                    format!("{label}iallreduce #{i} n={n}"),
+                    on!(self, comm, iallreduce(mine, Op::Sum))?,
                     fold(&inputs, |a, b| a.wrapping_add(b)),
                 ),
                 2 => (
-                    format!("ibroadcast #{i} n={n} root={root}"),
-                    self.world.ibroadcast(root, inputs[me].clone())?,
+                    format!("{label}ibroadcast #{i} n={n} root={root}"),
+                    on!(self, comm, ibroadcast(root, mine))?,
                     inputs[root as usize].clone(),
                 ),
                 _ => (
-                    format!("ireduce #{i} n={n} root={root}"),
-                    self.world.ireduce(root, inputs[me].clone(), Op::Max)?,
+                    format!("{label}ireduce #{i} n={n} root={root}"),
+                    on!(self, comm, ireduce(root, mine, Op::Max))?,
                     if rank == root {
                         fold(&inputs, |a, b| a.max(b))
                     } else {
@@ -119,7 +138,7 @@ impl Ctx<'_> {
             };
             started.push((what, req, want));
             if i % 5 == 0 {
-                barriers.push(self.world.ibarrier()?);
+                barriers.push(on!(self, comm, ibarrier())?);
             }
         }
         while let Some((what, req, want)) = started.pop() {
@@ -131,7 +150,7 @@ impl Ctx<'_> {
         }
         // A persistent allreduce started more times than a rank has slots
         // before any is waited for (in the slots too, on one node).
-        let plan = self.world.allreduce_init::<u64>(4, Op::Sum)?;
+        let plan: Persistent<u64> = on!(self, comm, allreduce_init(4, Op::Sum))?;
         let mut starts = Vec::new();
         for j in 0..6u64 {
             starts.push(self.world.start(&plan, vec![u64::from(rank) + j; 4])?);
@@ -141,35 +160,37 @@ impl Ctx<'_> {
             let got = self.world.wait(r)?;
             let want = [n * (n - 1) / 2 + n * j; 4];
             self.tally
-                .expect(&format!("persistent allreduce start {j}"), &got, &want);
+                .expect(&format!("{label}persistent allreduce start {j}"), &got, &want);
         }
         // A start of the wrong length fails on this rank, and the World goes
         // on: every rank refused it in its slot, so the next call meets.
         match self.world.start(&plan, vec![0u64; 5]) {
             Err(fabric_msg::Error::Usage(m)) if m.contains("planned for") => {}
-            other => self
-                .tally
-                .failures
-                .push(format!("a persistent start of the wrong length: {other:?}")),
+            other => self.tally.failures.push(format!(
+                "{label}a persistent start of the wrong length: {other:?}"
+            )),
         }
         // Started and never waited for, then a blocking call: it comes after
         // them, so it finishes them first.
         let (case, _) = self.next_case();
         let inputs: Vec<Vec<u64>> = self.all_inputs(case, &vec![3; size as usize]);
-        let dropped = self.world.iallreduce(inputs[me].clone(), Op::Sum)?;
-        let kept = self.world.iallreduce(inputs[me].clone(), Op::Max)?;
+        let dropped = on!(self, comm, iallreduce(inputs[me].clone(), Op::Sum))?;
+        let kept = on!(self, comm, iallreduce(inputs[me].clone(), Op::Max))?;
         drop(dropped);
         let mut x = [u64::from(rank)];
-        self.world.allreduce(&mut x, Op::Sum)?;
-        self.tally
-            .expect("an allreduce behind non-blocking ones", &x, &[n * (n - 1) / 2]);
+        on!(self, comm, allreduce(&mut x, Op::Sum))?;
+        self.tally.expect(
+            &format!("{label}an allreduce behind non-blocking ones"),
+            &x,
+            &[n * (n - 1) / 2],
+        );
         let got = self.world.wait(kept)?;
         self.tally.expect(
-            "an iallreduce started before it",
+            &format!("{label}an iallreduce started before it"),
             &got,
             &fold(&inputs, |a, b| a.max(b)),
         );
-        Ok(())
+        Ok(self.world.stats().node_collectives - before)
     }
 
     /// An f64 sum of `len` elements whose value depends on the order gives
