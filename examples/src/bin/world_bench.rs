@@ -61,8 +61,9 @@ the FABRIC_MSG_RANK/SIZE/ROOT rendezvous, or alone).
                   slowest rank's mean), mb_per_sec for bw; a header first
   --stats         rank 0's counters at the end (World::stats: its loops,
                   and messages and bytes with each rank)
-  --by-value      bcast and allreduce: the non-blocking forms and wait (the
-                  vector moves in and out), not the blocking slice forms
+  --by-value      bcast, allreduce and reduce: the non-blocking forms and
+                  wait (the vector moves in and out), not the blocking
+                  slice forms (with --reversed too)
   --reversed      barrier, bcast, allreduce, reduce: on a communicator of
                   the whole World in reverse rank order (its own node
                   leaders and its own two levels where ranks span nodes;
@@ -230,8 +231,8 @@ fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Opts>, String>
         bench,
         Bench::Barrier | Bench::Bcast | Bench::Allreduce | Bench::Reduce
     );
-    if o.reversed && (o.by_value || !blocking) {
-        return Err("--reversed: barrier, bcast, allreduce or reduce, blocking (not with --by-value)".into());
+    if o.reversed && !blocking {
+        return Err("--reversed: barrier, bcast, allreduce or reduce".into());
     }
     Ok(Some(o))
 }

@@ -24,7 +24,8 @@ pub(super) fn collective(
     // program writes (`world.allreduce(&mut grad, Op::Sum)`). On a World
     // all on one node, the small ones go through the node's collective
     // slots (`collectives/on_node.rs`); `--by-value` times the `i…` forms
-    // and `wait` instead, which always go as messages.
+    // and `wait` instead (through the slots too, where they fit; on a
+    // communicator, `--reversed`, its broadcast, reduce and allreduce).
     let mut bcast = vec![0u8; bytes];
     let mut floats = vec![0f32; bytes / 4];
     let size = world.size() as usize;
@@ -45,6 +46,27 @@ pub(super) fn collective(
         }
         let t = Instant::now();
         match (bench, comm) {
+            (Bench::Bcast, Some(c)) if by_value => {
+                let r = world.on(c).ibroadcast(0, std::mem::take(&mut bcast))?;
+                bcast = world.wait(r)?;
+            }
+            (Bench::Reduce, Some(c)) if by_value => {
+                let r = world
+                    .on(c)
+                    .ireduce(0, std::mem::take(&mut floats), fabric_msg::Op::Sum)?;
+                let out = world.wait(r)?;
+                floats = if out.is_empty() {
+                    vec![0f32; bytes / 4]
+                } else {
+                    out
+                };
+            }
+            (Bench::Allreduce, Some(c)) if by_value => {
+                let r = world
+                    .on(c)
+                    .iallreduce(std::mem::take(&mut floats), fabric_msg::Op::Sum)?;
+                floats = world.wait(r)?;
+            }
             (Bench::Barrier, Some(c)) => world.on(c).barrier()?,
             (Bench::Bcast, Some(c)) => world.on(c).broadcast(0, &mut bcast)?,
             (Bench::Reduce, Some(c)) => world.on(c).reduce(0, &mut floats, fabric_msg::Op::Sum)?,
