@@ -302,39 +302,43 @@ impl World {
     /// call in the slots waits: where ranks outnumber cores it yields at
     /// once, where the World's own rule would spin first): spin, yield,
     /// then sleep at most a slice on the doorbell, unless what the head of
-    /// the first queue waits for (room to post, or a header) has come.
-    /// Every post and every `done` rings it, in any of this rank's slots.
+    /// some queue waits for (room to post, or a header) has come. Every
+    /// post and every `done` rings it, in any of this rank's slots.
     pub(crate) fn idle_for_slot_requests(&mut self) {
         let Some(l) = self.local.as_ref() else {
             return self.coll.idle();
         };
-        let sleep = |nc: &mut NodeColl, head: Option<(u64, bool)>| {
-            match nc.idle.next() {
-                Pause::Spin => return std::hint::spin_loop(),
-                Pause::Yield => return std::thread::yield_now(),
-                Pause::Block => {}
-            }
-            let Some((k, posted)) = head else {
-                return;
-            };
-            l.side.sleep_unless(SLEEP_SLICE, || {
-                if posted {
-                    nc.header_came(k)
-                } else {
-                    nc.room_came(k)
-                }
-            });
+        // The rule of the first queue's slots (a communicator's held by a
+        // blocking call of its own is passed over).
+        let world_queued = !self.slot_requests.queue.is_empty();
+        let pause = match self.node_coll.as_mut().filter(|_| world_queued) {
+            Some(nc) => Some(nc.idle.next()),
+            None => self
+                .slot_requests
+                .comms
+                .iter()
+                .find_map(|c| c.node.try_lock().map(|mut nc| nc.idle.next())),
         };
-        let head = |q: &Queue| q.front().map(|h| (h.k(), h.posted()));
-        if let (false, Some(nc)) = (self.slot_requests.queue.is_empty(), self.node_coll.as_mut()) {
-            return sleep(nc, head(&self.slot_requests.queue));
+        match pause {
+            None => return self.coll.idle(),
+            Some(Pause::Spin) => return std::hint::spin_loop(),
+            Some(Pause::Yield) => return std::thread::yield_now(),
+            Some(Pause::Block) => {}
         }
-        for c in &self.slot_requests.comms {
-            if let Some(mut nc) = c.node.try_lock() {
-                return sleep(&mut nc, head(&c.queue));
-            }
-        }
-        self.coll.idle();
+        let came = |nc: &NodeColl, q: &Queue| {
+            q.front().is_some_and(|h| match h.posted() {
+                true => nc.header_came(h.k()),
+                false => nc.room_came(h.k()),
+            })
+        };
+        let (world, requests) = (self.node_coll.as_ref(), &self.slot_requests);
+        l.side.sleep_unless(SLEEP_SLICE, || {
+            world.is_some_and(|nc| came(nc, &requests.queue))
+                || requests
+                    .comms
+                    .iter()
+                    .any(|c| c.node.try_lock().is_some_and(|nc| came(&nc, &c.queue)))
+        });
     }
 
     /// Finish every call queued in the slots `node` (`None`: the
