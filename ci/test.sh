@@ -40,7 +40,10 @@ finish() {
   if [ -n "$ahead_pid" ] && kill -0 "$ahead_pid" 2>/dev/null; then
     kill -- -"$ahead_pid" 2>/dev/null || true
   fi
-  printf "    (%ss)\n\nci/test.sh: %ss in all\n" "$((SECONDS - last))" "$((SECONDS - started))" >&2
+  printf "    (%ss)\n" "$((SECONDS - last))" >&2
+  # The dependencies' builds, for the next run on this machine.
+  bash ci/build-cache.sh save || echo "ci/test.sh: the build cache was not saved (ci/build-cache.sh save)" >&2
+  printf "\nci/test.sh: %ss in all\n" "$((SECONDS - started))" >&2
   if [ "$slurm_was_up" = 0 ] && [ -d "$slurm_dir" ]; then
     bash ci/slurm.sh stop >&2 || echo "ci/test.sh: could not stop the tests' Slurm (ci/slurm.sh stop)" >&2
   fi
@@ -49,6 +52,9 @@ finish() {
   rmdir /tmp/fm-ompi-* 2>/dev/null || true
 }
 trap finish EXIT
+
+step "the dependencies' builds from the last run on this machine (ci/build-cache.sh)"
+bash ci/build-cache.sh restore
 
 step "source layout (layers, import cycles, file sizes)"
 python3 ci/check-layers.py
