@@ -17,6 +17,9 @@
 - No file over 600 lines.
 - libfabric is called (`ffi::fi_*(...)`) only from `libfabric/`, which
   owns every libfabric object, and from `error/mod.rs` (`fi_strerror`).
+- Every file in fabric-msg/tests/ runs: it is a module of the integration
+  binary (tests/integration.rs) or a test of its own in Cargo.toml, which
+  finds no test by itself (`autotests = false`).
 
 Exits non-zero with one line per violation. Usage: ci/check-layers.py [SRC]
 """
@@ -113,6 +116,21 @@ def code_lines(path):
     return out
 
 
+def unlisted_tests(tests):
+    """Files in tests/ that no test binary compiles."""
+    if not os.path.isdir(tests):
+        return []
+    harness = open(os.path.join(tests, "integration.rs")).read()
+    manifest = open(os.path.join(tests, "..", "Cargo.toml")).read()
+    listed = set(re.findall(r'#\[path = "([a-z0-9_]+\.rs)"\]', harness))
+    listed |= {os.path.basename(p) for p in re.findall(r'^path = "tests/([a-z0-9_]+\.rs)"', manifest, re.M)}
+    return [
+        f"fabric-msg/tests/{f} is in no test binary: add it to tests/integration.rs (#[path] mod) or to Cargo.toml ([[test]])"
+        for f in sorted(os.listdir(tests))
+        if f.endswith(".rs") and f not in listed
+    ]
+
+
 def main():
     files = []
     for root, _, names in os.walk(SRC):
@@ -202,6 +220,7 @@ def main():
         for c in cycles(nodes, medges):
             if len(c) > 2 or c[0] != c[-1]:
                 problems.append("module cycle: " + " -> ".join(c))
+    problems += unlisted_tests(os.path.join(os.path.dirname(SRC), "tests"))
     for p in problems:
         print(p)
     print(f"check-layers: {len(files)} files, {sum(len(e) for e in edges.values())} imports, {len(problems)} problem(s)")

@@ -8,7 +8,7 @@
 //! dropped receive future, and a peer that goes.
 #![cfg(feature = "tokio")]
 
-mod common;
+use crate::common;
 
 use common::{msg_profile, pair, profile};
 use fabric_msg::async_loop::{AsyncLoop, LoopHandle};

@@ -10,7 +10,7 @@
 //! `FABRIC_MSG_ATOMICS_TOTAL` scales the increments per provider (default
 //! 10,000, the count).
 
-mod common;
+use crate::common;
 use common::*;
 use fabric_msg::discovery::atomic::AtomicCarrier;
 use fabric_msg::discovery::negotiate::{Capability, EndpointChoice, Requirements};

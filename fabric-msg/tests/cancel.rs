@@ -3,7 +3,7 @@
 //! as `Cancelled`, with its buffer; asking again, or for a token never
 //! posted, says there is nothing to cancel; the loop goes on working.
 
-mod common;
+use crate::common;
 use common::*;
 use fabric_msg::{Buffer, CompletionError, EventLoop, LoopConfig, OpKind, RecvOpts, Token};
 use std::time::{Duration, Instant};

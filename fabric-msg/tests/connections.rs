@@ -1,6 +1,6 @@
 //! Several peers, several endpoints, teardown, bootstrap failures.
 
-mod common;
+use crate::common;
 use common::*;
 use fabric_msg::discovery::negotiate::Capability;
 use fabric_msg::{

@@ -6,7 +6,7 @@
 //! backlog instead of holding the caller; receives are retried after
 //! progress; what never fits is reported naming the libfabric call.
 
-mod common;
+use crate::common;
 use common::*;
 use fabric_msg::{Buffer, Completion, Error, LoopConfig, OpKind, RecvOpts, SendOpts, Token};
 use std::sync::mpsc;

@@ -22,7 +22,7 @@
 //!   unapplied, and an honest origin is answered
 //!   (`requests_naming_other_origins_are_dropped_and_an_honest_one_is_answered`).
 
-mod common;
+use crate::common;
 use common::*;
 use fabric_msg::discovery::negotiate::{Capability, EndpointChoice, Requirements};
 use fabric_msg::discovery::profile::Agreement;

@@ -9,7 +9,7 @@
 //! over a forged access (`tcp;ofi_rxm`), the error says so and a new
 //! connection works afterwards.
 
-mod common;
+use crate::common;
 use common::*;
 use crossbeam_channel::{Receiver, Sender};
 use fabric_msg::discovery::negotiate::{negotiate, Capability, EndpointChoice, Requirements};

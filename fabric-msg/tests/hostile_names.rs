@@ -5,7 +5,7 @@
 //! to clients. Each case here is a clear error that names the peer, on the
 //! side that received the name, and the other side is told why.
 
-mod common;
+use crate::common;
 use common::*;
 use fabric_msg::{connect, EndpointId, EventLoop, Listener, LoopConfig, Profile};
 use std::io::{Read, Write};

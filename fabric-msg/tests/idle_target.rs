@@ -24,7 +24,7 @@
 //! attach path that lets a lone read from another process complete without
 //! the target (see `without_thread`).
 
-mod common;
+use crate::common;
 use common::*;
 use fabric_msg::discovery::atomic::AtomicCarrier;
 use fabric_msg::discovery::negotiate::{Capability, EndpointChoice, Requirements};
@@ -228,7 +228,7 @@ fn run(
             let mut child = std::process::Command::new(std::env::current_exe().unwrap())
                 .args([
                     "--exact",
-                    "target_role",
+                    &test_name(module_path!(), "target_role"),
                     "--ignored",
                     "--test-threads=1",
                     "--nocapture",

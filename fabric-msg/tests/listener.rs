@@ -5,7 +5,7 @@
 //! (MSG) endpoints a connection request must carry the nonce of the
 //! handshake that announced it.
 
-mod common;
+use crate::common;
 use common::*;
 use fabric_msg::{
     connect, Accepted, Buffer, EndpointId, EventLoop, Listener, LoopConfig, OpKind, Peer, RecvOpts, SendOpts,

@@ -1,6 +1,6 @@
 //! Messaging on live software providers, server and client on two threads.
 
-mod common;
+use crate::common;
 use common::*;
 use fabric_msg::{Buffer, LoopConfig, OpKind, RecvOpts, SendOpts, Token};
 

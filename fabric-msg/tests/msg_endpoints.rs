@@ -1,7 +1,7 @@
 //! Connected (MSG) endpoints through the same bootstrap: each connection is
 //! its own endpoint, named by `Peer::endpoint`.
 
-mod common;
+use crate::common;
 use common::*;
 use fabric_msg::{connect, Buffer, EventLoop, Listener, LoopConfig, OpKind, RecvOpts, SendOpts, Token};
 

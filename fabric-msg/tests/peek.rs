@@ -11,7 +11,7 @@
 //! that frame messages) the loop refuses with the reason, and the test says
 //! it was skipped.
 
-mod common;
+use crate::common;
 use common::*;
 use fabric_msg::{Buffer, Completion, EventLoop, OpKind, RecvOpts, SendOpts, Token};
 use std::sync::mpsc;

@@ -7,7 +7,7 @@
 //! connects, sends one message, then idles, closes, or waits to learn that
 //! it was given up.
 
-mod common;
+use crate::common;
 use common::*;
 use fabric_msg::{
     connect, Buffer, Completion, CompletionError, EventLoop, Listener, LoopConfig, LossKind, OpKind, Peer,
@@ -155,7 +155,7 @@ impl Survivor {
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args([
                 "--exact",
-                "peer_role",
+                &test_name(module_path!(), "peer_role"),
                 "--ignored",
                 "--test-threads=1",
                 "--nocapture",

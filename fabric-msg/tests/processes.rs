@@ -2,7 +2,7 @@
 //! as the server (`FABRIC_MSG_TEST_SERVER=<file>`), which writes its
 //! bootstrap address to the file, echoes tagged messages and exits.
 
-mod common;
+use crate::common;
 use common::*;
 use fabric_msg::{connect, Buffer, EventLoop, Listener, LoopConfig, OpKind, RecvOpts, SendOpts, Token};
 use std::process::Command;
@@ -57,7 +57,12 @@ fn client_and_server_in_two_processes() {
     let addr_file = std::env::temp_dir().join(format!("fabric-msg-server-{}", std::process::id()));
     let _ = std::fs::remove_file(&addr_file);
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "server_role", "--ignored", "--test-threads=1"])
+        .args([
+            "--exact",
+            &test_name(module_path!(), "server_role"),
+            "--ignored",
+            "--test-threads=1",
+        ])
         .env("FABRIC_MSG_TEST_SERVER", &addr_file)
         .spawn()
         .expect("spawn the server process");

@@ -22,7 +22,7 @@
 //! hangs in 157 runs of 5 ranks' `collectives_check` before the gate, none
 //! in 217 after it, none in 116 with the thread off.
 
-mod common;
+use crate::common;
 use common::*;
 use fabric_msg::discovery::info::Threading;
 use fabric_msg::{Buffer, LoopConfig, OpKind, ProgressThread, RecvOpts, SendOpts, Token};

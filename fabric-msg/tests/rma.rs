@@ -1,7 +1,7 @@
 //! Memory registration, RMA and atomics on live software providers: the
 //! server exposes memory, the client reads, writes and updates it.
 
-mod common;
+use crate::common;
 use common::*;
 use fabric_msg::discovery::negotiate::Capability;
 use fabric_msg::{

@@ -12,7 +12,7 @@
 //! 64 reads done in 3 of 3 runs (alone: 0.84–0.93 s, every time) — the
 //! defect 9 pattern, which needs more load than this test means to give.
 
-mod common;
+use crate::common;
 use common::*;
 use fabric_msg::{Access, EventLoop, Listener, LoopConfig, RecvOpts, Token};
 use std::time::Instant;

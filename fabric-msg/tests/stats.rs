@@ -2,7 +2,7 @@
 //! and truncations, on tcp;ofi_rxm, shm and tcp's connected endpoints.
 //! (The backlog's counters are checked by the flood in `flow_control.rs`.)
 
-mod common;
+use crate::common;
 use common::*;
 use fabric_msg::{
     Buffer, Completion, CompletionError, LoopStats, Profile, RecvOpts, SendOpts, Token, Traffic,

@@ -11,7 +11,7 @@
 //! instead of passed off. Both failed on 1.17 when written, and pass on
 //! 2.1 (the CI's second run).
 
-mod common;
+use crate::common;
 use common::*;
 use fabric_msg::{Buffer, Completion, CompletionError, EventLoop, OpKind, RecvOpts, SendOpts, Token};
 use std::sync::mpsc;

@@ -9,7 +9,7 @@
 //! docs/decisions.md) fails the test with the child's status instead of
 //! taking the harness down or stalling it.
 
-mod common;
+use crate::common;
 use common::*;
 use fabric_msg::{
     connect, Buffer, CompletionError, EventLoop, Listener, LoopConfig, RecvOpts, SendOpts, Token,
@@ -133,7 +133,7 @@ fn run(provider: &str) {
         Command::new(std::env::current_exe().unwrap())
             .args([
                 "--exact",
-                "receiver_role",
+                &test_name(module_path!(), "receiver_role"),
                 "--ignored",
                 "--test-threads=1",
                 "--nocapture",

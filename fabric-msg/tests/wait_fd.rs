@@ -3,7 +3,7 @@
 //! (`EventLoop::prepare_sleep`): a message sent while it sleeps wakes it,
 //! and it sleeps rather than spins meanwhile.
 
-mod common;
+use crate::common;
 
 use common::{pair, profile, skipped, TIMEOUT};
 use fabric_msg::{Buffer, EventLoop, LoopConfig, RecvOpts, SleepCheck, Token, WaitMode};

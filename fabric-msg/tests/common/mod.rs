@@ -211,3 +211,14 @@ pub fn recv_tagged(ev: &mut EventLoop, ep: EndpointId, tag: u64) -> Vec<u8> {
     c.result.unwrap();
     c.buffer.unwrap().as_slice().to_vec()
 }
+
+/// The name libtest gives test `f` of the module whose `module_path!()` is
+/// `module`: that path without the crate's name, so `rma::f` in the
+/// integration binary and `f` in a binary of its own. For a test that runs
+/// one of its own tests as a child process (`--exact NAME --ignored`).
+pub fn test_name(module: &str, f: &str) -> String {
+    match module.split_once("::") {
+        Some((_, m)) => format!("{m}::{f}"),
+        None => f.to_string(),
+    }
+}
