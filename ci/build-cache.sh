@@ -17,7 +17,7 @@
 # and compiler into its file names). The cache is dropped whole when
 # Cargo.lock, a compiler or the system libfabric changes, so it does not
 # grow with old versions: ${FABRIC_MSG_BUILD_CACHE:-$HOME/.cache/fabric-msg-build},
-# about 0.5 GB. FABRIC_MSG_BUILD_CACHE=off turns it off.
+# about 1 GB. FABRIC_MSG_BUILD_CACHE=off turns it off.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -122,10 +122,10 @@ def unlisted_tests(tests):
         return []
     harness = open(os.path.join(tests, "integration.rs")).read()
     manifest = open(os.path.join(tests, "..", "Cargo.toml")).read()
-    listed = set(re.findall(r'#\[path = "([a-z0-9_]+\.rs)"\]', harness))
+    listed = {f"{m}.rs" for m in re.findall(r"^mod ([a-z0-9_]+);", harness, re.M)}
     listed |= {os.path.basename(p) for p in re.findall(r'^path = "tests/([a-z0-9_]+\.rs)"', manifest, re.M)}
     return [
-        f"fabric-msg/tests/{f} is in no test binary: add it to tests/integration.rs (#[path] mod) or to Cargo.toml ([[test]])"
+        f"fabric-msg/tests/{f} is in no test binary: add it to tests/integration.rs (`mod NAME;`) or to Cargo.toml ([[test]])"
         for f in sorted(os.listdir(tests))
         if f.endswith(".rs") and f not in listed
     ]

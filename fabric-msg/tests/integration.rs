@@ -1,6 +1,6 @@
 //! fabric-msg's integration tests, as one test binary: each file beside
-//! this one is a module of it (`#[path]`, so each keeps its place and its
-//! name: a test is `rma::rma_write_with_data_on_tcp_rxm`, filtered as
+//! this one is a module of it (a crate root finds `mod rma;` in `rma.rs`
+//! beside it, so each file keeps its place and its name: a test is `rma::rma_write_with_data_on_tcp_rxm`, filtered as
 //! before by any part of its name). One binary instead of one per file
 //! saves a link and a copy of the monomorphised library code per file, in
 //! each of CI's builds (the host's, ASan's, the libfabric 2.1 root's;
@@ -15,51 +15,27 @@
 
 mod common;
 
-#[path = "async_loop.rs"]
 mod async_loop;
-#[path = "atomics_everywhere.rs"]
 mod atomics_everywhere;
-#[path = "cancel.rs"]
 mod cancel;
-#[path = "connections.rs"]
 mod connections;
-#[path = "fixtures.rs"]
 mod fixtures;
-#[path = "flow_control.rs"]
 mod flow_control;
-#[path = "forged_atomics.rs"]
 mod forged_atomics;
-#[path = "forged_keys.rs"]
 mod forged_keys;
-#[path = "hostile_names.rs"]
 mod hostile_names;
-#[path = "idle_target.rs"]
 mod idle_target;
-#[path = "listener.rs"]
 mod listener;
-#[path = "messaging.rs"]
 mod messaging;
-#[path = "msg_endpoints.rs"]
 mod msg_endpoints;
-#[path = "negotiate_live.rs"]
 mod negotiate_live;
-#[path = "peek.rs"]
 mod peek;
-#[path = "peer_loss.rs"]
 mod peer_loss;
-#[path = "processes.rs"]
 mod processes;
-#[path = "progress_receives.rs"]
 mod progress_receives;
-#[path = "rma.rs"]
 mod rma;
-#[path = "rma_load.rs"]
 mod rma_load;
-#[path = "stats.rs"]
 mod stats;
-#[path = "tag_masks.rs"]
 mod tag_masks;
-#[path = "truncation.rs"]
 mod truncation;
-#[path = "wait_fd.rs"]
 mod wait_fd;
