@@ -102,8 +102,21 @@ fn mpirun_checks(shm: bool, provider: &str) {
                 .all(|&c| c == copied[0] && c <= slots[0] && (c > 0) == (node && may_read_siblings())),
             "{n} ranks on {provider}: {copied:?} read with one copy of {slots:?} in the slots"
         );
+        // So are the non-blocking and persistent ones (three `i…` calls,
+        // one dropped in flight, two starts of a persistent allreduce),
+        // where the blocking ones are.
+        let nb = counts(&e.stdout, n, "non-blocking calls by one copy");
+        let want = if copied[0] > 0 { NB_LARGER } else { 0 };
+        assert!(
+            nb.iter().all(|&c| c == want),
+            "{n} ranks on {provider}: {nb:?} non-blocking calls by one copy, where {want} were due"
+        );
     }
 }
+
+/// The World's non-blocking and persistent calls larger than a slot in
+/// `collectives_check` (`slots.rs`, `non_blocking_in_flight`).
+const NB_LARGER: u64 = 6;
 
 /// With the slots turned off the same checks pass as messages alone, so
 /// both ways of running a blocking collective on one node stay checked.
@@ -180,9 +193,22 @@ const START: Duration = Duration::from_secs(60);
 /// rank 2 is killed among them.
 #[test]
 fn a_rank_killed_inside_a_collective_is_named_by_every_other() {
-    for shm in [true, false] {
+    killed_among(&[true, false], &["--loop", "1048576"]);
+}
+
+/// The same among non-blocking allreduces, two in flight: on one node they
+/// go by one copy, each rank's vector lent to the others' reads until
+/// every rank is done (`queued_copy.rs`), and a survivor whose vector is
+/// lent to the dead rank must still give up and name it.
+#[test]
+fn a_rank_killed_among_non_blocking_collectives_is_named_by_every_other() {
+    killed_among(&[true], &["--loop", "1048576", "--call", "iallreduce"]);
+}
+
+fn killed_among(shms: &[bool], args: &[&str]) {
+    for &shm in shms {
         let started = Instant::now();
-        let mut children = rendezvous(CHECK, 4, shm, &["--loop", "1048576"]);
+        let mut children = rendezvous(CHECK, 4, shm, args);
         let watches: Vec<Watch> = children.iter_mut().map(Watch::stdout).collect();
         if let Some(r) = (0..4).find(|&r| !watches[r].wait_for("looping", 1, START)) {
             let exits = wait_all(children, started, Duration::ZERO);

@@ -186,6 +186,8 @@ struct Ctx<'a> {
     /// How many of the World's non-blocking checks ran in its node's slots
     /// (`slots.rs`): a communicator with slots runs as many in its own.
     nb_in_slots: u64,
+    /// How many of those went by one copy (larger than a slot).
+    nb_copied: u64,
 }
 
 impl Ctx<'_> {
@@ -462,7 +464,7 @@ fn parse() -> Result<(Mode, bool, Misused, bool), String> {
             "--alltoallv-mismatch" => mode = Mode::AlltoallvMismatch,
             "-h" | "--help" => {
                 return Err(
-                    "usage: collectives_check [--messages] [--seed N] [--quick] | --loop BYTES | --mismatch [--lengths FIRST,OTHERS] | --bad-op [--call reduce|broadcast|barrier|ibarrier|persistent-barrier|iallreduce] | --bad-scatterv | --alltoallv-mismatch | --late SECS"
+                    "usage: collectives_check [--messages] [--seed N] [--quick] | --loop BYTES [--call iallreduce] | --mismatch [--lengths FIRST,OTHERS] | --bad-op [--call reduce|broadcast|barrier|ibarrier|persistent-barrier|iallreduce] | --bad-scatterv | --alltoallv-mismatch | --late SECS"
                         .into(),
                 )
             }
@@ -509,9 +511,13 @@ fn main() -> ExitCode {
             let mut v = vec![1.0f64; bytes / 8];
             let mut n = 0u64;
             loop {
-                let done = match &comm {
-                    Some(c) => world.on(c).allreduce(&mut v, Op::Sum),
-                    None => world.allreduce(&mut v, Op::Sum),
+                let done = match (&comm, misused) {
+                    // Two in flight, waited for last first: a queue of
+                    // non-blocking calls (by one copy on one node, where
+                    // larger than a slot).
+                    (None, Misused::Iallreduce) => two_iallreduces(&mut world, &mut v),
+                    (Some(c), _) => world.on(c).allreduce(&mut v, Op::Sum),
+                    (None, _) => world.allreduce(&mut v, Op::Sum),
                 };
                 if let Err(e) = done {
                     break Err(e);
@@ -592,6 +598,18 @@ fn main() -> ExitCode {
     }
 }
 
+/// `--loop` with `--call iallreduce`: two non-blocking allreduces of `v`'s
+/// length in flight, the second waited for first; `v` becomes the first's
+/// result.
+fn two_iallreduces(world: &mut World, v: &mut Vec<f64>) -> fabric_msg::Result<()> {
+    let len = v.len();
+    let first = world.iallreduce(std::mem::take(v), Op::Sum)?;
+    let second = world.iallreduce(vec![1.0f64; len], Op::Sum)?;
+    world.wait(second)?;
+    *v = world.wait(first)?;
+    Ok(())
+}
+
 /// Every check; `Ok(Ok(count))` when all passed.
 fn check(world: &mut World, seed: u64, quick: bool) -> fabric_msg::Result<Result<usize, Vec<String>>> {
     let sizes = if quick { vec![0, 1, 7] } else { vec![0, 1, 7, 1000] };
@@ -602,6 +620,7 @@ fn check(world: &mut World, seed: u64, quick: bool) -> fabric_msg::Result<Result
         tally: Tally::default(),
         sizes,
         nb_in_slots: 0,
+        nb_copied: 0,
     };
     ctx.world.barrier()?;
     ctx.run::<i8>()?;
@@ -624,6 +643,11 @@ fn check(world: &mut World, seed: u64, quick: bool) -> fabric_msg::Result<Result
     COMM_TWO_LEVEL.store(comm, std::sync::atomic::Ordering::Relaxed);
     let (rank, size) = (ctx.world.rank(), ctx.world.size());
     println!("rank {rank}/{size}: {comm} collectives of a communicator in two levels");
+    // Of the World's non-blocking and persistent checks in `slots.rs`.
+    println!(
+        "rank {rank}/{size}: {} non-blocking calls by one copy",
+        ctx.nb_copied
+    );
     if quick {
         // One long broadcast, past the switch to scatter + allgather where
         // the world is large enough for it.

@@ -23,10 +23,14 @@
 //!   while every header the head needs is in: checked against this rank's
 //!   call, combined, and the slot given back (`done`), which must go in
 //!   order.
-//! - **Larger than a slot**, a call posts its header alone and, once every
-//!   rank's agrees, goes on as the message schedule of the blocking call
-//!   under the same number (`OnNode::Messages`). **Bad arguments** post a
-//!   refusal and fail at once. So a call takes one slot and one number on
+//! - **Larger than a slot**, a call posts its header alone, with its
+//!   vector's address. Once every rank's header agrees it goes by one
+//!   copy where every rank may read every other's memory, as the blocking
+//!   call does, one step a turn (`collectives/queued_copy.rs`: it stays
+//!   the head of its queue until no rank reads its vector any more); else
+//!   on as the message schedule of the blocking call under the same
+//!   number (`OnNode::Messages`). **Bad arguments** post a refusal and
+//!   fail at once. So a call takes one slot and one number on
 //!   every rank whatever becomes of it, and the World goes on after a
 //!   failed one.
 //! - **A blocking slot call** first finishes every call queued in the
@@ -46,7 +50,7 @@ use super::collectives::plan::Plan;
 use super::collectives::request::Shape;
 use super::collectives::run::Outcome;
 use super::collectives::scope::Scope;
-use super::collectives::slot_queue::{Queue, Queued, Reads};
+use super::collectives::slot_queue::{Queue, Queued, Reads, Step};
 use super::comm::CommView;
 use super::local::SLEEP_SLICE;
 use super::request::{Of, Request};
@@ -225,50 +229,62 @@ impl World {
             moved = true;
         }
         let me = nc.me();
-        while let Some(head) = queue.front() {
+        while let Some(head) = queue.front_mut() {
             if !head.posted() {
                 break;
             }
             let (k, call) = (head.k(), *head.call());
-            if nc.reading() != Some(k) {
-                let reads = head.reads();
-                nc.read_call(k, &call, me, reads == Reads::ByKind);
-                if reads == Reads::Nobody {
-                    nc.only(None);
-                }
-            }
-            let mut progress = false;
-            let failed = match nc.gather(k, &call, &mut progress) {
-                Ok(true) => None,
-                Ok(false) => {
-                    moved |= progress;
-                    // A rank that runs this number as messages says so by a
-                    // probe, which this rank hears only while it waits for
-                    // it in the slots.
-                    let (engine, mut io) = self.engine_io();
-                    match engine.slot_request_heard(&mut io, scope, call.seq, call.what) {
-                        Some(h) => Some(h),
-                        None => break,
+            if !head.gathered() {
+                if nc.reading() != Some(k) {
+                    let reads = head.reads();
+                    nc.read_call(k, &call, me, reads == Reads::ByKind);
+                    if reads == Reads::Nobody {
+                        nc.only(None);
                     }
                 }
-                Err(d) => Some((d.rank, d.message)),
-            };
-            let Some(mut head) = queue.pop_front() else {
-                break;
-            };
-            match failed {
-                None => {
-                    let (engine, mut io) = self.engine_io();
-                    head.complete(nc, scope, engine, &mut io);
+                let mut progress = false;
+                let failed = match nc.gather(k, &call, &mut progress) {
+                    Ok(true) => None,
+                    Ok(false) => {
+                        moved |= progress;
+                        // A rank that runs this number as messages says so
+                        // by a probe, which this rank hears only while it
+                        // waits for it in the slots.
+                        let (engine, mut io) = self.engine_io();
+                        match engine.slot_request_heard(&mut io, scope, call.seq, call.what) {
+                            Some(h) => Some(h),
+                            None => break,
+                        }
+                    }
+                    Err(d) => Some((d.rank, d.message)),
+                };
+                if let Some((rank, message)) = failed {
+                    head.fail(Error::Collective {
+                        operation: call.what,
+                        seq: call.seq,
+                        rank,
+                        message,
+                    });
+                    nc.finish(k);
+                    queue.pop_front();
+                    moved = true;
+                    continue;
                 }
-                Some((rank, message)) => head.fail(Error::Collective {
-                    operation: call.what,
-                    seq: call.seq,
-                    rank,
-                    message,
-                }),
             }
-            nc.finish(k);
+            // Its own steps: done at once, or (by one copy) over several
+            // turns, the head meanwhile.
+            let (engine, mut io) = self.engine_io();
+            match head.step(nc, scope, engine, &mut io) {
+                Step::Waits => break,
+                Step::Moved => {
+                    moved = true;
+                    break;
+                }
+                Step::Copies => self.single_copy_calls += 1,
+                Step::Over => {
+                    queue.pop_front();
+                }
+            }
             moved = true;
         }
         let numbers = queue
@@ -325,12 +341,7 @@ impl World {
             Some(Pause::Yield) => return std::thread::yield_now(),
             Some(Pause::Block) => {}
         }
-        let came = |nc: &NodeColl, q: &Queue| {
-            q.front().is_some_and(|h| match h.posted() {
-                true => nc.header_came(h.k()),
-                false => nc.room_came(h.k()),
-            })
-        };
+        let came = |nc: &NodeColl, q: &Queue| q.front().is_some_and(|h| h.came(nc));
         let (world, requests) = (self.node_coll.as_ref(), &self.slot_requests);
         l.side.sleep_unless(SLEEP_SLICE, || {
             world.is_some_and(|nc| came(nc, &requests.queue))

@@ -25,13 +25,14 @@ impl Ctx<'_> {
         // Its non-blocking and persistent calls, as the World's are checked
         // (in its own slots on one node: `slots.rs`), then beside the
         // World's.
-        let in_slots = self.non_blocking_in_flight(Some(&reversed))?;
+        let (in_slots, copied) = self.non_blocking_in_flight(Some(&reversed))?;
         // All on one node, the communicator has slots of its own as the
-        // World has, and its non-blocking calls go through them.
+        // World has, and its non-blocking calls go through them, those
+        // larger than a slot by one copy as the World's.
         self.tally.expect(
             "a communicator's non-blocking calls in its slots, as many as the World's in its own",
-            &[in_slots],
-            &[self.nb_in_slots],
+            &[in_slots, copied],
+            &[self.nb_in_slots, self.nb_copied],
         );
         self.two_queues(&reversed)?;
         let after = two_level(self.world);

@@ -79,7 +79,7 @@ impl Ctx<'_> {
         let got = self.world.wait(pending)?;
         let want = fold(&inputs, |a, b| a.wrapping_add(b));
         self.tally.expect("an iallreduce across them", &got, &want);
-        self.nb_in_slots = self.non_blocking_in_flight(None)?;
+        (self.nb_in_slots, self.nb_copied) = self.non_blocking_in_flight(None)?;
         // Every rank gets the same bits, though the sum depends on the order:
         // in a slot, and larger than one (on one node each rank folds its
         // part of the data from the others' memory, `on_node_copy.rs`).
@@ -90,13 +90,16 @@ impl Ctx<'_> {
     }
 
     /// Non-blocking calls of every kind in flight at once, more of them
-    /// than a rank has slots, one larger than a slot among them (a message
-    /// schedule between calls in the slots), waited for last first, then a
-    /// blocking call behind ones never waited for: on the World, or on
-    /// `comm` (in its own slots where it has them, `comm.rs`). How many of
-    /// its calls ran in slots.
-    pub(super) fn non_blocking_in_flight(&mut self, comm: Option<&Comm>) -> fabric_msg::Result<u64> {
+    /// than a rank has slots, an allreduce, a broadcast and a reduce larger
+    /// than a slot among them (by one copy between calls in the slots, or
+    /// message schedules), waited for last first, then a blocking call
+    /// behind ones never waited for (one of them larger than a slot): on
+    /// the World, or on `comm` (in its own slots where it has them,
+    /// `comm.rs`). How many of its calls ran in slots, and how many of
+    /// them by one copy.
+    pub(super) fn non_blocking_in_flight(&mut self, comm: Option<&Comm>) -> fabric_msg::Result<(u64, u64)> {
         let before = self.world.stats().node_collectives;
+        let copied_before = self.world.stats().node_single_copy_collectives;
         let (rank, size) = match comm {
             Some(c) => (c.rank(), c.size()),
             None => (self.world.rank(), self.world.size()),
@@ -107,7 +110,7 @@ impl Ctx<'_> {
         let mut barriers = Vec::new();
         for i in 0..12u32 {
             let (case, mut rng) = self.next_case();
-            let n = if i == 5 {
+            let n = if (5..8).contains(&i) {
                 SLOT / 8 + 3
             } else {
                 1 + rng.below(40) as usize
@@ -174,7 +177,10 @@ impl Ctx<'_> {
         // them, so it finishes them first.
         let (case, _) = self.next_case();
         let inputs: Vec<Vec<u64>> = self.all_inputs(case, &vec![3; size as usize]);
-        let dropped = on!(self, comm, iallreduce(inputs[me].clone(), Op::Sum))?;
+        // Larger than a slot, so that its memory is lent to the others'
+        // reads where it goes by one copy when its request is dropped.
+        let big: Vec<u64> = vec![u64::from(rank); SLOT / 8 + 1];
+        let dropped = on!(self, comm, iallreduce(big, Op::Sum))?;
         let kept = on!(self, comm, iallreduce(inputs[me].clone(), Op::Max))?;
         drop(dropped);
         let mut x = [u64::from(rank)];
@@ -190,7 +196,28 @@ impl Ctx<'_> {
             &got,
             &fold(&inputs, |a, b| a.max(b)),
         );
-        Ok(self.world.stats().node_collectives - before)
+        // A persistent allreduce larger than a slot, started twice in flight.
+        let len = SLOT / 8 + 5;
+        let plan: Persistent<u64> = on!(self, comm, allreduce_init(len, Op::Sum))?;
+        let first = self.world.start(&plan, vec![u64::from(rank); len])?;
+        let second = self.world.start(&plan, vec![u64::from(rank) * 3; len])?;
+        let (got_second, got_first) = (self.world.wait(second)?, self.world.wait(first)?);
+        let sum = n * (n - 1) / 2;
+        self.tally.expect(
+            &format!("{label}persistent allreduce larger than a slot, start 0"),
+            &got_first,
+            &vec![sum; len],
+        );
+        self.tally.expect(
+            &format!("{label}persistent allreduce larger than a slot, start 1"),
+            &got_second,
+            &vec![3 * sum; len],
+        );
+        let stats = self.world.stats();
+        Ok((
+            stats.node_collectives - before,
+            stats.node_single_copy_collectives - copied_before,
+        ))
     }
 
     /// An f64 sum of `len` elements whose value depends on the order gives

@@ -11,6 +11,7 @@ use crate::world::lane::Lane;
 use crate::world::liveness::Liveness;
 use crate::world::local::Local;
 use crate::world::tags;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The World's parts a run posts with: the main loop, and the
@@ -23,7 +24,8 @@ pub(crate) struct Io<'a> {
     pub peers: &'a [Peer],
     pub local: Option<&'a mut Local>,
     pub rank: u32,
-    pub live: &'a Liveness,
+    /// `Arc`'d, so that a run may record a loss (`Liveness::lose`).
+    pub live: &'a Arc<Liveness>,
 }
 
 impl Io<'_> {

@@ -52,6 +52,7 @@ pub(crate) mod ops;
 pub(crate) mod plan;
 pub(crate) mod plans;
 pub(crate) mod probe;
+pub(crate) mod queued_copy;
 pub(crate) mod reduce;
 pub(crate) mod reduce_scatter;
 pub(crate) mod request;

@@ -36,12 +36,14 @@
 //!   every post rings), and a lost rank ends the wait with
 //!   `Error::RankLost`.
 //!
-//! A non-blocking or persistent form of these collectives runs as a
-//! message schedule, as every collective on a communicator does: a rank
-//! must not pass a blocking collective where another passes the
-//! non-blocking one (MPI's rule too). Where one does, the message
-//! schedule's probe (`probe.rs`) reaches a rank waiting here, whose call
-//! then fails (`Engine::slot_call_heard`) and tells the others.
+//! The non-blocking and persistent forms of these collectives, and those
+//! of a communicator whose members all share this node
+//! (`world/comm_slots.rs`), go through the same slots, queued
+//! (`world/node_requests.rs`, `slot_queue.rs`, and `queued_copy.rs` past
+//! a slot). Where one rank's call of a number is here and another's a
+//! message schedule (another collective), the message schedule's probe
+//! (`probe.rs`) reaches a rank waiting here, whose call then fails
+//! (`Engine::slot_call_heard`) and tells the others.
 
 use super::ops::{Element, Op, Reduction};
 use crate::transport::event_loop::idle::Idler;

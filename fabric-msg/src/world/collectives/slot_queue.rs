@@ -6,9 +6,10 @@
 
 use super::engine::Engine;
 use super::io::Io;
-use super::on_node::{fold_in_rank_order, Call, Kind, NodeColl};
+use super::on_node::{fold_in_rank_order, Call, Differs, Kind, NodeColl};
 use super::ops::{bytes_of, Element, Reduction};
 use super::plan::Plan;
+use super::queued_copy::{self, Copying, Moved};
 use super::run::Outcome;
 use super::scope::Scope;
 use crate::error::Error;
@@ -109,13 +110,33 @@ pub(crate) trait SlotRequest: Send {
     fn k(&self) -> u64;
     fn call(&self) -> &Call;
     fn posted(&self) -> bool;
+    /// Whether every header it reads came and agreed (it is past
+    /// `gather`, in its own steps).
+    fn gathered(&self) -> bool;
     fn reads(&self) -> Reads;
     /// Post this rank's part of slot `k` (room was checked).
     fn post(&mut self, nc: &mut NodeColl);
-    /// Every header it reads is in and agrees: the result from the slots,
-    /// or the message schedule started (in `scope`'s communicator).
-    fn complete(&mut self, nc: &mut NodeColl, scope: &Scope, engine: &mut Engine, io: &mut Io<'_>);
+    /// Every header it reads is in and agrees: take the call as far as it
+    /// goes now (the result from the slots, the message schedule started
+    /// in `scope`'s communicator, or one copy's steps). It says `done`
+    /// itself (`NodeColl::finish`) before it is over.
+    fn step(&mut self, nc: &mut NodeColl, scope: &Scope, engine: &mut Engine, io: &mut Io<'_>) -> Step;
+    /// Whether what it waits for may have come (its doorbell is armed).
+    fn came(&self, nc: &NodeColl) -> bool;
     fn fail(&mut self, e: Error);
+}
+
+/// What a queued call's step did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// Nothing: it waits for other ranks, at the head of its queue.
+    Waits,
+    /// It moved, and still waits, at the head (a call by one copy).
+    Moved,
+    /// It took the one copy: count it (`WorldStats`), and step again.
+    Copies,
+    /// It is over, its `done` said: out of the queue.
+    Over,
 }
 
 /// How a queued call goes on once its headers agree.
@@ -125,10 +146,15 @@ pub(crate) trait SlotRequest: Send {
 enum Then {
     /// Its data is in the slots: the result is read there.
     InPlace,
-    /// Its data is larger than a slot: it goes on as this message schedule
-    /// (in world ranks) under its own number (its slot call sends no
-    /// message), as a blocking call's does (`OnNode::Messages`).
-    Messages { plan: Plan, seq: u32 },
+    /// Its data is larger than a slot: its header offers the vector's
+    /// address, and once every header is in, it goes by one copy where
+    /// every rank's may (`queued_copy.rs`), as a blocking call does; else
+    /// on as this message schedule (in world ranks) under its own number
+    /// (its slot call sends no message), as a blocking call's does
+    /// (`OnNode::Messages`).
+    Larger { plan: Plan, seq: u32 },
+    /// By one copy, at this step.
+    Copy(Copying),
     /// Its arguments failed their check on this rank: the refusal is
     /// posted, so the others fail with the reason and the slots stay in
     /// step.
@@ -140,7 +166,10 @@ pub(crate) struct Queued<T: Element> {
     k: u64,
     call: Call,
     posted: bool,
+    gathered: bool,
     then: Then,
+    /// Where larger than a slot, the memory it offers the others to read:
+    /// never grown or replaced while queued, so its address stays.
     data: Vec<T>,
     reduction: Option<Reduction<T>>,
     me: u32,
@@ -165,7 +194,7 @@ impl<T: Element> Queued<T> {
     ) -> Queued<T> {
         let then = match (refused, messages) {
             (Some(why), _) => Then::Refused(why),
-            (None, Some((plan, seq))) => Then::Messages { plan, seq },
+            (None, Some((plan, seq))) => Then::Larger { plan, seq },
             (None, None) => Then::InPlace,
         };
         Queued {
@@ -173,6 +202,7 @@ impl<T: Element> Queued<T> {
             k,
             call,
             posted: false,
+            gathered: false,
             then,
             data,
             reduction,
@@ -199,10 +229,14 @@ impl<T: Element> SlotRequest for Queued<T> {
         self.posted
     }
 
+    fn gathered(&self) -> bool {
+        self.gathered
+    }
+
     fn reads(&self) -> Reads {
         match self.then {
             Then::InPlace => Reads::ByKind,
-            Then::Messages { .. } => Reads::All,
+            Then::Larger { .. } | Then::Copy(_) => Reads::All,
             Then::Refused(_) => Reads::Nobody,
         }
     }
@@ -216,48 +250,101 @@ impl<T: Element> SlotRequest for Queued<T> {
         };
         match &self.then {
             Then::InPlace if carries => nc.post(self.k, &self.call, bytes_of(&self.data), 0),
-            // The header alone: the length every rank checks.
-            Then::InPlace | Then::Messages { .. } => nc.post(self.k, &self.call, &[], 0),
+            Then::InPlace => nc.post(self.k, &self.call, &[], 0),
+            // The header alone (the length every rank checks), with the
+            // vector's address for one copy.
+            Then::Larger { .. } | Then::Copy(_) => {
+                nc.post(self.k, &self.call, &[], self.data.as_ptr() as u64)
+            }
             Then::Refused(why) => nc.refuse(self.k, &self.call, why),
         }
     }
 
-    fn complete(&mut self, nc: &mut NodeColl, scope: &Scope, engine: &mut Engine, io: &mut Io<'_>) {
+    fn step(&mut self, nc: &mut NodeColl, scope: &Scope, engine: &mut Engine, io: &mut Io<'_>) -> Step {
+        self.gathered = true;
         let (k, call, me) = (self.k, self.call, self.me);
+        if let Then::Copy(state) = &mut self.then {
+            let mut moved = queued_copy::step(state, nc, (k, &call), &mut self.data, self.reduction.as_ref());
+            // A lent vector waits for every rank's `done`, which a lost
+            // rank never gives: the loss is said as soon as it is seen.
+            if let Copying::Lending(Err(d)) = state {
+                say_lost(d, scope, io);
+            }
+            if let Moved::Over(Err(d)) = &mut moved {
+                say_lost(d, scope, io);
+            }
+            let read = match moved {
+                Moved::Not => return Step::Waits,
+                Moved::On => return Step::Moved,
+                Moved::Over(read) => read,
+            };
+            let data = std::mem::take(&mut self.data);
+            let result = read.map(|()| data).map_err(|d| Error::Collective {
+                operation: call.what,
+                seq: call.seq,
+                rank: d.rank,
+                message: d.message,
+            });
+            *self.outcome.lock() = Some(result);
+            return Step::Over;
+        }
+        if matches!(self.then, Then::Larger { .. }) && nc.single_copy(k) {
+            self.then = Then::Copy(Copying::Start);
+            return Step::Copies;
+        }
         let mut data = std::mem::take(&mut self.data);
         match std::mem::replace(&mut self.then, Then::InPlace) {
-            Then::Refused(why) => {
-                return self.fail(Error::Usage(format!("{}: {why}", call.what)));
+            Then::Refused(why) => self.fail(Error::Usage(format!("{}: {why}", call.what))),
+            Then::Larger { plan, seq } => match plan.work(data) {
+                Ok(work) => {
+                    let run = (plan.sched, work, self.reduction.take());
+                    let outcome = Some(self.outcome.clone());
+                    engine.start_as(io, scope, call.what, run, (self.id, seq), outcome);
+                }
+                Err(m) => self.fail(Error::Usage(format!("{}: {m}", call.what))),
+            },
+            Then::InPlace | Then::Copy(_) => {
+                match (call.kind, &self.reduction) {
+                    (Kind::Allreduce, Some(r)) => fold_in_rank_order(nc, k, &mut data, r, &mut Vec::new()),
+                    (Kind::Reduce, Some(r)) if me == call.root => {
+                        fold_in_rank_order(nc, k, &mut data, r, &mut Vec::new())
+                    }
+                    // As the message schedule gives it: the result on the
+                    // root, nothing elsewhere.
+                    (Kind::Reduce, _) => data = Vec::new(),
+                    (Kind::Broadcast, _) if me != call.root => {
+                        T::read(nc.data(k, call.root, call.bytes()), &mut data)
+                    }
+                    _ => {}
+                }
+                *self.outcome.lock() = Some(Ok(data));
             }
-            Then::Messages { plan, seq } => {
-                let work = match plan.work(data) {
-                    Ok(w) => w,
-                    Err(m) => return self.fail(Error::Usage(format!("{}: {m}", call.what))),
-                };
-                let run = (plan.sched, work, self.reduction.take());
-                let outcome = Some(self.outcome.clone());
-                engine.start_as(io, scope, call.what, run, (self.id, seq), outcome);
-                return;
-            }
-            Then::InPlace => {}
         }
-        match (call.kind, &self.reduction) {
-            (Kind::Allreduce, Some(r)) => fold_in_rank_order(nc, k, &mut data, r, &mut Vec::new()),
-            (Kind::Reduce, Some(r)) if me == call.root => {
-                fold_in_rank_order(nc, k, &mut data, r, &mut Vec::new())
-            }
-            // As the message schedule gives it: the result on the root,
-            // nothing elsewhere.
-            (Kind::Reduce, _) => data = Vec::new(),
-            (Kind::Broadcast, _) if me != call.root => {
-                T::read(nc.data(k, call.root, call.bytes()), &mut data)
-            }
-            _ => {}
+        nc.finish(k);
+        Step::Over
+    }
+
+    fn came(&self, nc: &NodeColl) -> bool {
+        match (&self.then, self.posted, self.gathered) {
+            (_, false, _) => nc.room_came(self.k),
+            (Then::Copy(state), _, true) => queued_copy::came(state, nc, (self.k, &self.call)),
+            _ => nc.header_came(self.k),
         }
-        *self.outcome.lock() = Some(Ok(data));
     }
 
     fn fail(&mut self, e: Error) {
         *self.outcome.lock() = Some(Err(e));
+    }
+}
+
+/// Where a read found `d.rank`'s process gone, record that the World has
+/// lost it (as its lifeline will soon say too), once.
+fn say_lost(d: &mut Differs, scope: &Scope, io: &Io<'_>) {
+    if d.gone {
+        io.live.lose(
+            scope.world_rank(d.rank),
+            format!("its process is gone ({})", d.message),
+        );
+        d.gone = false;
     }
 }
