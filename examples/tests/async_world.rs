@@ -3,7 +3,7 @@
 //! processes: under `mpirun` on the node transport and over TCP, and
 //! through the rendezvous. Every rank must report all its checks passed.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 use support::{mpirun, rendezvous, wait_all, Exit};

@@ -3,7 +3,7 @@
 //! sockets, emulated elsewhere, and emulated on shm by request), and the
 //! server's check passes; what cannot work says why and exits non-zero.
 
-mod support;
+use crate::support;
 
 use std::process::Output;
 use std::time::Duration;

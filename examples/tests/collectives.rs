@@ -9,7 +9,7 @@
 //! misuse and a killed leader.
 //! Every process has a deadline, so a hang fails the test.
 
-mod support;
+use crate::support;
 
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};

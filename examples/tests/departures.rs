@@ -6,7 +6,7 @@
 //! print their own error and exit with the status the program gives.
 //! Every rank is a real process with a deadline, so a hang fails the test.
 
-mod support;
+use crate::support;
 
 use std::io::Write;
 use std::net::{TcpListener, TcpStream};

@@ -7,7 +7,7 @@
 //! forgery, and no rank ever sees a wrong sum. Without `FI_SOURCE`
 //! (tcp;ofi_rxm on libfabric 1.17) that second part is skipped, loudly.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 use support::{mpirun, wait_all};

@@ -3,7 +3,7 @@
 //! and first-operation times in order; a stop is not reported before the peer
 //! timeout (less the heartbeat period), a kill long before it; bad arguments refused.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 use support::assert_tail;

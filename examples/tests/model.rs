@@ -13,7 +13,7 @@
 //! on one node; on two pretend nodes only those of a communicator of one
 //! pretend node (`split_shared`'s among them); off shm none.
 
-mod support;
+use crate::support;
 
 use std::process::Command;
 use std::time::{Duration, Instant};

@@ -4,7 +4,7 @@
 //! pingpong's, bandwidth's and rma_pingpong's rows are checked where their
 //! other output is (`tools.rs`, `rma_pingpong.rs`).
 
-mod support;
+use crate::support;
 
 use std::process::Command;
 use std::time::{Duration, Instant};

@@ -2,7 +2,7 @@
 //! (`-o read`) in loopback on live providers with every byte checked, in
 //! both memory modes, and bad arguments refused.
 
-mod support;
+use crate::support;
 
 use std::process::Output;
 use std::time::Duration;

@@ -5,7 +5,7 @@
 //! both sizes and every next message intact; a hang or a crash inside
 //! libfabric (what 1.17's shm and ofi_rxm did) fails within the deadline.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 use support::{best_tcp, mpirun, wait_all};

@@ -6,7 +6,7 @@
 //! Skipped, loudly, only where Slurm cannot run (not root, packages
 //! absent); under `CI=true` that fails instead.
 
-mod support;
+use crate::support;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

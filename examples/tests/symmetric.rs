@@ -11,7 +11,7 @@
 //! atomics from its node and emulated ones from the other at once.
 //! Every process has a deadline, so a hang fails the test.
 
-mod support;
+use crate::support;
 
 use std::process::Command;
 use std::time::{Duration, Instant};

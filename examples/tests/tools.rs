@@ -3,7 +3,7 @@
 //! failing fast. Every process runs under a deadline, so a hang fails the test
 //! instead of hanging CI.
 
-mod support;
+use crate::support;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};

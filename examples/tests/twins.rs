@@ -6,7 +6,7 @@
 //! optimum, and one model on every rank). The C twin is built with `mpicc` (openmpi's `libopenmpi-dev`,
 //! which ci/setup.sh installs).
 
-mod support;
+use crate::support;
 
 use std::path::PathBuf;
 use std::process::Command;

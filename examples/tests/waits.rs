@@ -7,7 +7,7 @@
 //! fabric, and within bounds far from the margins (seconds). The cases of
 //! one test run side by side (one `mpirun` each) to keep CI time down.
 
-mod support;
+use crate::support;
 
 use std::path::PathBuf;
 use std::process::Command;

@@ -3,7 +3,7 @@
 //! program itself; ranks that exit early or are killed; ranks that disagree
 //! on the fabric; a finished rank serving the others' one-sided reads. Every process has a deadline, so a hang fails the test.
 
-mod support;
+use crate::support;
 
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};

@@ -7,7 +7,7 @@
 //! byte, that every message arrives exactly once, the per-rank order of
 //! any-source receives, and the collectives' answers.
 
-mod support;
+use crate::support;
 
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
