@@ -17,8 +17,9 @@
 - No file over 600 lines.
 - libfabric is called (`ffi::fi_*(...)`) only from `libfabric/`, which
   owns every libfabric object, and from `error/mod.rs` (`fi_strerror`).
-- Every file in fabric-msg/tests/ runs: it is a module of the integration
-  binary (tests/integration.rs) or a test of its own in Cargo.toml, which
+- Every file in fabric-msg/tests/ and examples/tests/ runs: it is a module
+  of its package's one integration binary (fabric-msg/tests/integration.rs,
+  examples/tests/examples.rs) or a test of its own in Cargo.toml, which
   finds no test by itself (`autotests = false`).
 
 Exits non-zero with one line per violation. Usage: ci/check-layers.py [SRC]
@@ -116,16 +117,17 @@ def code_lines(path):
     return out
 
 
-def unlisted_tests(tests):
-    """Files in tests/ that no test binary compiles."""
+def unlisted_tests(tests, harness, label):
+    """Files in `tests` (`label`) that no test binary compiles: neither a
+    `mod NAME;` of the binary `harness` nor a [[test]] path of Cargo.toml."""
     if not os.path.isdir(tests):
         return []
-    harness = open(os.path.join(tests, "integration.rs")).read()
+    text = open(os.path.join(tests, harness)).read()
     manifest = open(os.path.join(tests, "..", "Cargo.toml")).read()
-    listed = {f"{m}.rs" for m in re.findall(r"^mod ([a-z0-9_]+);", harness, re.M)}
+    listed = {f"{m}.rs" for m in re.findall(r"^mod ([a-z0-9_]+);", text, re.M)}
     listed |= {os.path.basename(p) for p in re.findall(r'^path = "tests/([a-z0-9_]+\.rs)"', manifest, re.M)}
     return [
-        f"fabric-msg/tests/{f} is in no test binary: add it to tests/integration.rs (`mod NAME;`) or to Cargo.toml ([[test]])"
+        f"{label}/{f} is in no test binary: add it to {label}/{harness} (`mod NAME;`) or to Cargo.toml ([[test]])"
         for f in sorted(os.listdir(tests))
         if f.endswith(".rs") and f not in listed
     ]
@@ -220,7 +222,9 @@ def main():
         for c in cycles(nodes, medges):
             if len(c) > 2 or c[0] != c[-1]:
                 problems.append("module cycle: " + " -> ".join(c))
-    problems += unlisted_tests(os.path.join(os.path.dirname(SRC), "tests"))
+    problems += unlisted_tests(os.path.join(os.path.dirname(SRC), "tests"), "integration.rs", "fabric-msg/tests")
+    examples = os.path.join(os.path.dirname(os.path.dirname(SRC)), "examples", "tests")
+    problems += unlisted_tests(examples, "examples.rs", "examples/tests")
     for p in problems:
         print(p)
     print(f"check-layers: {len(files)} files, {sum(len(e) for e in edges.values())} imports, {len(problems)} problem(s)")
