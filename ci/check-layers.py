@@ -133,6 +133,35 @@ def unlisted_tests(tests, harness, label):
     ]
 
 
+def untested_tools(bins):
+    """Tools in `bins` (examples/src/bin) that Cargo.toml does not list with
+    `test = false`: `cargo test` would build each one again as an empty
+    test harness (the tools' tests are the library's and the integration
+    tests'). A tool with `#[test]`s of its own is listed without it."""
+    if not os.path.isdir(bins):
+        return []
+    manifest = open(os.path.join(bins, "..", "..", "Cargo.toml")).read()
+    untested = set(re.findall(r'^\[\[bin\]\]\nname = "([a-z0-9_]+)"\ntest = false$', manifest, re.M))
+    problems = []
+    for f in sorted(os.listdir(bins)):
+        path = os.path.join(bins, f)
+        name = f[:-3] if f.endswith(".rs") else f
+        if not (f.endswith(".rs") or os.path.isfile(os.path.join(path, "main.rs"))):
+            continue
+        sources = [path] if f.endswith(".rs") else []
+        sub = path[:-3] if f.endswith(".rs") else path
+        if os.path.isdir(sub):
+            sources += [os.path.join(r, n) for r, _, ns in os.walk(sub) for n in ns if n.endswith(".rs")]
+        tested = any("#[test]" in open(s_, encoding="utf-8").read() for s_ in sources)
+        if tested and name in untested:
+            problems.append(f"examples/src/bin/{f} has #[test]s, but Cargo.toml says `test = false` for it")
+        elif not tested and name not in untested:
+            problems.append(
+                f"examples/src/bin/{f}: list it in examples/Cargo.toml as [[bin]] name = \"{name}\" test = false"
+            )
+    return problems
+
+
 def main():
     files = []
     for root, _, names in os.walk(SRC):
@@ -225,6 +254,7 @@ def main():
     problems += unlisted_tests(os.path.join(os.path.dirname(SRC), "tests"), "integration.rs", "fabric-msg/tests")
     examples = os.path.join(os.path.dirname(os.path.dirname(SRC)), "examples", "tests")
     problems += unlisted_tests(examples, "examples.rs", "examples/tests")
+    problems += untested_tools(os.path.join(os.path.dirname(examples), "src", "bin"))
     for p in problems:
         print(p)
     print(f"check-layers: {len(files)} files, {sum(len(e) for e in edges.values())} imports, {len(problems)} problem(s)")

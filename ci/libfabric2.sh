@@ -203,8 +203,10 @@ for t in "${host_only[@]}"; do tool_tests+=(--skip "$t::"); done
 # Workspace commands only, so fabric-msg is built with the features the
 # host's run and the VM's binaries use, once: the build takes every test
 # below, the first run all but the tools' binary, the second that binary,
-# with the filters above.
-tests=(--lib --bins)
+# with the filters above. No `--bins`: the tools have no tests of their own
+# (`test = false` in examples/Cargo.toml), and `--test examples` builds
+# them as the programs its tests run.
+tests=(--lib)
 for f in libfabric-sys/tests/*.rs; do tests+=(--test "$(basename "$f" .rs)"); done
 # fabric-msg's are the [[test]] targets its Cargo.toml lists (most of its
 # files are modules of one binary, tests/integration.rs).
