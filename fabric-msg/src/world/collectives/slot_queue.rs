@@ -303,6 +303,7 @@ impl<T: Element> SlotRequest for Queued<T> {
                 }
                 Err(m) => self.fail(Error::Usage(format!("{}: {m}", call.what))),
             },
+            // (A call by one copy went its own way above.)
             Then::InPlace | Then::Copy(_) => {
                 match (call.kind, &self.reduction) {
                     (Kind::Allreduce, Some(r)) => fold_in_rank_order(nc, k, &mut data, r, &mut Vec::new()),
