@@ -162,13 +162,8 @@ impl World {
                 if !nc.single_copy(k) {
                     return Ok(OnNode::Messages(call.seq));
                 }
-                // Who must wait until no one reads its memory: every rank of
-                // an allreduce, a broadcast's root, a reduce's other ranks.
-                copied = Some(match call.kind {
-                    Kind::Broadcast => me == call.root,
-                    Kind::Reduce => me != call.root,
-                    _ => true,
-                });
+                // Who must wait until no one reads its memory.
+                copied = Some(on_node_copy::lends(&call, me));
                 self.single_copy_calls += 1;
                 return self.run_single_copy(nc, scope, k, &call, data, reduction);
             }
@@ -226,25 +221,15 @@ impl World {
                 message: d.message,
             }
         };
-        match (call.kind, reduction) {
-            (Kind::Allreduce, Some(r)) => {
-                on_node_copy::fold_own_part(nc, k, data, r).map_err(&failed)?;
-                nc.phase_done(k);
-                self.wait_on_node(
-                    nc,
-                    call,
-                    |nc, _| nc.phases(k),
-                    |nc| !matches!(nc.phases(k), Ok(false)),
-                )?;
-                on_node_copy::read_other_parts(nc, k, data).map_err(failed)?;
-            }
-            (Kind::Reduce, Some(r)) if nc.me() == call.root => {
-                on_node_copy::fold_all(nc, k, data, r).map_err(&failed)?;
-            }
-            (Kind::Broadcast, _) if nc.me() != call.root => {
-                on_node_copy::read_root(nc, k, call.root, data).map_err(failed)?;
-            }
-            _ => {}
+        // An allreduce then reads the others' final parts.
+        if on_node_copy::start(nc, (k, call), data, reduction).map_err(&failed)? {
+            self.wait_on_node(
+                nc,
+                call,
+                |nc, _| nc.phases(k),
+                |nc| !matches!(nc.phases(k), Ok(false)),
+            )?;
+            on_node_copy::read_other_parts(nc, k, data).map_err(failed)?;
         }
         Ok(OnNode::Done)
     }

@@ -33,7 +33,7 @@
 //! there) fails this rank's call with the `errno`, and the others see it
 //! finish without its part and fail too, naming it (`NodeColl::phases`).
 
-use super::on_node::{Differs, NodeColl};
+use super::on_node::{Call, Differs, Kind, NodeColl};
 use super::ops::{bytes_of, bytes_of_mut, Element, Reduction};
 use std::ops::Range;
 
@@ -44,6 +44,41 @@ const PIECE: usize = 32 << 10;
 /// can be, in rank order.
 pub(crate) fn part(len: usize, n: usize, i: usize) -> Range<usize> {
     len * i / n..len * (i + 1) / n
+}
+
+/// Whether this rank's memory is read by others in `call` by one copy, so
+/// that it must wait for their `done` before it gives `data` back: every
+/// rank of an allreduce, a broadcast's root, a reduce's other ranks.
+pub(crate) fn lends(call: &Call, me: u32) -> bool {
+    match call.kind {
+        Kind::Broadcast => me == call.root,
+        Kind::Reduce => me != call.root,
+        _ => true,
+    }
+}
+
+/// A call's reads before it waits for anyone, once every header says one
+/// copy: an allreduce folds its own part and says it is final (`Ok(true)`:
+/// the other parts are read once every rank's is, `read_other_parts`); a
+/// reduce's root folds all of it; a broadcast's other ranks read the
+/// root's data. The blocking call and a queued one (`queued_copy.rs`)
+/// both start here.
+pub(crate) fn start<T: Element>(
+    nc: &NodeColl,
+    (k, call): (u64, &Call),
+    data: &mut [T],
+    reduction: Option<&Reduction<T>>,
+) -> Result<bool, Differs> {
+    match (call.kind, reduction) {
+        (Kind::Allreduce, Some(r)) => {
+            fold_own_part(nc, k, data, r)?;
+            nc.phase_done(k);
+            Ok(true)
+        }
+        (Kind::Reduce, Some(r)) if nc.me() == call.root => fold_all(nc, k, data, r).map(|()| false),
+        (Kind::Broadcast, _) if nc.me() != call.root => read_root(nc, k, call.root, data).map(|()| false),
+        _ => Ok(false),
+    }
 }
 
 /// Step 1 of an allreduce: this rank's part of `data` becomes every

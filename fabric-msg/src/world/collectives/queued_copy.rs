@@ -24,8 +24,8 @@
 //! A failed read fails the call as the blocking one fails, after the same
 //! wait: no rank's memory is given back while another may read it.
 
-use super::on_node::{Call, Differs, Kind, NodeColl};
-use super::on_node_copy;
+use super::on_node::{Call, Differs, NodeColl};
+use super::on_node_copy::{self, lends};
 use super::ops::{Element, Reduction};
 
 /// Where a queued call by one copy is.
@@ -52,16 +52,6 @@ pub(crate) enum Moved {
     Over(Result<(), Differs>),
 }
 
-/// Whether this rank's memory is read by others in `call`, so that it
-/// must wait for their `done`.
-fn lends(call: &Call, me: u32) -> bool {
-    match call.kind {
-        Kind::Broadcast => me == call.root,
-        Kind::Reduce => me != call.root,
-        _ => true,
-    }
-}
-
 /// Take `state` as far as it goes now, for collective `k` over `data`.
 pub(crate) fn step<T: Element>(
     state: &mut Copying,
@@ -74,26 +64,13 @@ pub(crate) fn step<T: Element>(
     let mut moved = false;
     loop {
         let next = match state {
-            Copying::Start => {
-                let read = match (call.kind, reduction) {
-                    (Kind::Allreduce, Some(r)) => match on_node_copy::fold_own_part(nc, k, data, r) {
-                        Ok(()) => {
-                            nc.phase_done(k);
-                            *state = Copying::Phases;
-                            moved = true;
-                            continue;
-                        }
-                        Err(d) => Err(d),
-                    },
-                    (Kind::Reduce, Some(r)) if me == call.root => on_node_copy::fold_all(nc, k, data, r),
-                    (Kind::Broadcast, _) if me != call.root => {
-                        on_node_copy::read_root(nc, k, call.root, data)
-                    }
-                    _ => Ok(()),
-                };
-                nc.finish(k);
-                Copying::Lending(read)
-            }
+            Copying::Start => match on_node_copy::start(nc, (k, call), data, reduction) {
+                Ok(true) => Copying::Phases,
+                read => {
+                    nc.finish(k);
+                    Copying::Lending(read.map(|_| ()))
+                }
+            },
             Copying::Phases => {
                 let read = match nc.phases(k) {
                     Ok(false) => return if moved { Moved::On } else { Moved::Not },
