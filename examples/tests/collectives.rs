@@ -14,8 +14,8 @@ use crate::support;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 use support::{
-    best_tcp, children_of, clean, environ_has, mpirun, remove_shm_regions, rendezvous, shm_on, sigkill,
-    wait_all, Exit, Watch,
+    best_tcp, children_of, clean, environ_has, mpirun, remove_shm_regions, rendezvous, rendezvous_on_nodes,
+    shm_on, sigkill, wait_all, Exit, Watch,
 };
 
 const CHECK: &str = env!("CARGO_BIN_EXE_collectives_check");
@@ -205,10 +205,26 @@ fn a_rank_killed_among_non_blocking_collectives_is_named_by_every_other() {
     killed_among(&[true], &["--loop", "1048576", "--call", "iallreduce"]);
 }
 
+/// The same on pretend nodes of two, where the non-blocking allreduces
+/// run in two levels (`two_level_requests.rs`), small and large: rank 2
+/// is node 1's leader, so rank 3 waits in its node's slots for a result
+/// its leader never hands down, and ranks 0 and 1 on the leaders' step
+/// or their own node's.
+#[test]
+fn a_leader_killed_among_non_blocking_collectives_in_two_levels_is_named_by_every_other() {
+    for size in ["64", "1048576"] {
+        killed_on(&[true], &["--loop", size, "--call", "iallreduce"], Some(2));
+    }
+}
+
 fn killed_among(shms: &[bool], args: &[&str]) {
+    killed_on(shms, args, None)
+}
+
+fn killed_on(shms: &[bool], args: &[&str], per_node: Option<u32>) {
     for &shm in shms {
         let started = Instant::now();
-        let mut children = rendezvous(CHECK, 4, shm, args);
+        let mut children = rendezvous_on_nodes(CHECK, 4, shm, args, per_node);
         let watches: Vec<Watch> = children.iter_mut().map(Watch::stdout).collect();
         if let Some(r) = (0..4).find(|&r| !watches[r].wait_for("looping", 1, START)) {
             let exits = wait_all(children, started, Duration::ZERO);
@@ -535,6 +551,13 @@ fn mpirun_checks_every_collective_on_pretend_nodes() {
             comm.iter().all(|&c| c == comm[0] && (c > 0) == on),
             "{n} ranks on nodes {nodes}, the reversed communicator: {comm:?}"
         );
+        // Their non-blocking and persistent forms too, on the World and
+        // on the communicator (`two_level_requests.rs`).
+        let requests = counts(&e.stdout, n, "non-blocking collectives in two levels");
+        assert!(
+            requests.iter().all(|&c| c == requests[0] && (c > 0) == on),
+            "{n} ranks on nodes {nodes}, non-blocking: {requests:?}"
+        );
     }
 }
 
@@ -548,7 +571,7 @@ fn mpirun_checks_every_collective_on_pretend_nodes() {
 #[test]
 fn misuse_on_pretend_nodes_fails_every_rank_with_the_reason() {
     let order = "every rank must call the same collectives in the same order";
-    let cases: [(u32, &str, &[&str], &str); 6] = [
+    let cases: [(u32, &str, &[&str], &str); 9] = [
         (
             4,
             "r / 2",
@@ -583,6 +606,27 @@ fn misuse_on_pretend_nodes_fails_every_rank_with_the_reason() {
             4,
             "r / 2",
             &["--bad-op"],
+            "BitXor is a bitwise op, for integers only; f64 is a float type",
+        ),
+        // The non-blocking allreduce, in two levels as a chain of steps
+        // (`two_level_requests.rs`): the failure goes down the chain, and
+        // the barrier after it meets on every rank.
+        (
+            4,
+            "r / 2",
+            &["--mismatch", "--call", "iallreduce", "--on-comm"],
+            "every rank must pass matching lengths",
+        ),
+        (
+            4,
+            "r > 0",
+            &["--mismatch", "--lengths", "600,601", "--call", "iallreduce"],
+            "every rank must pass matching lengths",
+        ),
+        (
+            5,
+            "r % 2",
+            &["--bad-op", "--call", "iallreduce", "--on-comm"],
             "BitXor is a bitwise op, for integers only; f64 is a float type",
         ),
     ];
@@ -660,6 +704,21 @@ fn a_blocking_barrier_meets_a_non_blocking_or_persistent_one() {
                     assert_eq!(in_slots, n as usize, "{n} ranks, {call}: {}", e.stdout);
                 }
             }
+        }
+    }
+    // On pretend nodes, where the blocking barrier runs in two levels and
+    // the non-blocking and persistent ones as the same steps in a chain
+    // (`two_level_requests.rs`): they meet as well, on the World and on a
+    // communicator with two levels of its own.
+    for (n, nodes, comm) in [(4, "r / 2", false), (5, "r % 2", true), (3, "r > 0", false)] {
+        for call in ["ibarrier", "persistent-barrier"] {
+            let started = Instant::now();
+            let mut args = vec!["--mismatch", "--call", call];
+            if comm {
+                args.push("--on-comm");
+            }
+            let e = wait_all(vec![mpirun_on_nodes(n, nodes, &args)], started, DEADLINE).remove(0);
+            assert!(e.status.success(), "{n} ranks on nodes {nodes}, {call}: {e:?}");
         }
     }
 }

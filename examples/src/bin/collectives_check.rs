@@ -567,6 +567,10 @@ fn main() -> ExitCode {
             let two = world.stats().two_level_collectives
                 - COMM_TWO_LEVEL.load(std::sync::atomic::Ordering::Relaxed);
             println!("rank {rank}/{size}: {two} collectives in two levels");
+            // Of all those (the World's and its communicators'), the
+            // non-blocking and persistent ones.
+            let requests = world.stats().two_level_requests;
+            println!("rank {rank}/{size}: {requests} non-blocking collectives in two levels");
             match world.finish() {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {

@@ -84,6 +84,18 @@ pub fn clean(cmd: &mut Command) -> &mut Command {
 
 /// `n` ranks of `program` through the rendezvous, with `FABRIC_MSG_SHM`.
 pub fn rendezvous(program: &str, n: u32, shm: bool, args: &[&str]) -> Vec<Child> {
+    rendezvous_on_nodes(program, n, shm, args, None)
+}
+
+/// [`rendezvous`] with rank `r` on the pretend node `node{r / per_node}`
+/// (`FABRIC_MSG_NODE`), where `per_node` is given.
+pub fn rendezvous_on_nodes(
+    program: &str,
+    n: u32,
+    shm: bool,
+    args: &[&str],
+    per_node: Option<u32>,
+) -> Vec<Child> {
     let root = format!("127.0.0.1:{}", free_port());
     (0..n)
         .map(|r| {
@@ -94,6 +106,9 @@ pub fn rendezvous(program: &str, n: u32, shm: bool, args: &[&str]) -> Vec<Child>
                 .env("FABRIC_MSG_SIZE", n.to_string())
                 .env("FABRIC_MSG_ROOT", &root)
                 .env("FABRIC_MSG_SHM", if shm { shm_on() } else { "0" });
+            if let Some(k) = per_node {
+                cmd.env("FABRIC_MSG_NODE", format!("node{}", r / k));
+            }
             cmd.spawn().expect("starting a rank")
         })
         .collect()

@@ -95,6 +95,10 @@ impl CommView<'_> {
     ) -> Result<Request<T>> {
         let reduction = op.into();
         let call = Call::new::<T>(Kind::Allreduce, "allreduce", data.len(), 0).reducing(&reduction);
+        if let Some(t) = self.levels() {
+            let check = reduction.check();
+            return self.world.start_two_level(&t, call, check, data, Some(reduction));
+        }
         let (rank, size, n) = (self.rank(), self.size(), data.len());
         let plan = || plans::allreduce(rank, size, n, &reduction);
         match self.start_on_node(call, reduction.check(), data, Some(&reduction), plan) {
@@ -143,6 +147,9 @@ impl CommView<'_> {
     /// rank has started it.
     pub fn ibarrier(&mut self) -> Result<Request<u8>> {
         let call = Call::new::<u8>(Kind::Barrier, "barrier", 0, 0);
+        if let Some(t) = self.levels() {
+            return self.world.start_two_level(&t, call, Ok(()), Vec::new(), None);
+        }
         let (rank, size) = (self.rank(), self.size());
         let plan = || Ok(plans::barrier(rank, size));
         match self.start_on_node(call, Ok(()), Vec::new(), None, plan) {
@@ -195,6 +202,9 @@ impl CommView<'_> {
     pub fn ibroadcast<T: Element>(&mut self, root: u32, data: Vec<T>) -> Result<Request<T>> {
         let call = Call::new::<T>(Kind::Broadcast, "broadcast", data.len(), root);
         let check = check_root(root, self.size());
+        if let Some(t) = self.levels() {
+            return self.world.start_two_level(&t, call, check, data, None);
+        }
         let (rank, size, n) = (self.rank(), self.size(), data.len());
         let plan = || plans::broadcast::<T>(rank, size, root, n);
         match self.start_on_node(call, check, data, None, plan) {
@@ -302,6 +312,9 @@ impl CommView<'_> {
         let reduction = op.into();
         let call = Call::new::<T>(Kind::Reduce, "reduce", data.len(), root).reducing(&reduction);
         let check = check_root(root, self.size()).and_then(|()| reduction.check());
+        if let Some(t) = self.levels() {
+            return self.world.start_two_level(&t, call, check, data, Some(reduction));
+        }
         let (rank, size, n) = (self.rank(), self.size(), data.len());
         let plan = || plans::reduce(rank, size, root, n, &reduction);
         match self.start_on_node(call, check, data, Some(&reduction), plan) {
@@ -412,8 +425,8 @@ impl CommView<'_> {
     }
 
     /// [`CommView::start_planned`] under the number `seq` a call in the
-    /// slots took, or a new one.
-    fn start_planned_as<T: Element>(
+    /// slots (or a chain in two levels) took, or a new one.
+    pub(crate) fn start_planned_as<T: Element>(
         &mut self,
         what: &'static str,
         plan: std::result::Result<Plan, String>,
@@ -423,18 +436,24 @@ impl CommView<'_> {
     ) -> Result<Request<T>> {
         match plan.and_then(|p| p.work(data).map(|work| (p, work))) {
             Ok((p, work)) => self.start_run_as(what, (p.sched, work, reduction), p.shape, seq),
-            Err(m) => Err(self.refuse(what, m)),
+            Err(m) => Err(self.refuse_as(what, m, seq)),
         }
     }
 
     /// Refuse a collective for a bad argument (`Error::Usage`), telling the
     /// other ranks so that none waits for this one.
     pub(crate) fn refuse(&mut self, what: &'static str, message: String) -> Error {
+        self.refuse_as(what, message, None)
+    }
+
+    /// [`CommView::refuse`] under the number `seq` taken before, or a new
+    /// one.
+    pub(crate) fn refuse_as(&mut self, what: &'static str, message: String, seq: Option<u32>) -> Error {
         let scope = self.scope();
         let world = &mut *self.world;
         let _call = world.live.call();
         let (engine, mut io) = world.engine_io();
-        engine.refuse(&mut io, &scope, what, message)
+        engine.refuse(&mut io, &scope, (what, message), seq)
     }
 
     /// [`World::test`](super::World::test).

@@ -7,6 +7,7 @@
 
 use super::collectives::on_node::NodeColl;
 use super::collectives::scope::Scope;
+use crate::error::Error;
 use std::sync::Arc;
 
 /// A communicator: a group of the World's ranks, numbered from 0 in the
@@ -140,5 +141,37 @@ impl TwoLevel {
     /// `r` is in this rank's node, if it is.
     pub(crate) fn on_my_node(&self, r: u32) -> Option<u32> {
         self.node.rank_of(self.world_rank(r)?)
+    }
+
+    /// A failure in the node's slots names ranks of the node's communicator:
+    /// the rank it blames becomes a rank of the communicator the caller
+    /// called (world ranks for the World), and the text says how the two
+    /// numberings meet.
+    pub(crate) fn in_callers_ranks(&self, e: Error) -> Error {
+        match e {
+            Error::Collective {
+                operation,
+                seq,
+                rank,
+                message,
+            } => {
+                let theirs = |r: u32| self.node.world_rank(r).and_then(|w| self.rank_of(w));
+                let ranks: Vec<u32> = (0..self.node.size()).filter_map(theirs).collect();
+                let whose = if self.members.is_some() {
+                    "ranks of the communicator"
+                } else {
+                    "world ranks"
+                };
+                Error::Collective {
+                    operation,
+                    seq,
+                    rank: theirs(rank).unwrap_or(rank),
+                    message: format!(
+                        "{message} [in this node's step, where ranks 0.. are {whose} {ranks:?}]"
+                    ),
+                }
+            }
+            other => other,
+        }
     }
 }

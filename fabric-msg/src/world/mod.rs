@@ -79,6 +79,8 @@ mod struct_reductions;
 pub mod symmetric;
 mod tags;
 mod two_level;
+mod two_level_chain;
+mod two_level_requests;
 mod typed;
 mod whole_world;
 

@@ -107,6 +107,43 @@ impl World {
         reduction: Option<&Reduction<T>>,
         plan: impl FnOnce() -> std::result::Result<Plan, String>,
     ) -> std::result::Result<Result<Request<T>>, Vec<T>> {
+        let _call = self.live.call();
+        let queued = self.queue_in_slots(node, scope, call, check, data, reduction, plan, None)?;
+        let moved = self.progress_slot_requests();
+        if let Some(e) = queued.refusal {
+            return Ok(Err(e));
+        }
+        if let Err(e) = moved {
+            return Ok(Err(e));
+        }
+        Ok(Ok(Request {
+            what: queued.call.what,
+            of: Of::Run {
+                id: queued.id,
+                seq: queued.call.seq,
+                outcome: queued.outcome,
+                shape: queued.shape,
+            },
+        }))
+    }
+
+    /// Queue `call` in the slots `node` (`None`: the World's; `Err` gives
+    /// `data` back where there are none), under the next slot number and
+    /// the next collective number of `scope`'s communicator, without
+    /// moving the queue. With `after`, its data is handed over there
+    /// later (a step of a chain in two levels, `two_level_requests.rs`).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn queue_in_slots<T: Element>(
+        &mut self,
+        node: Option<Arc<Mutex<NodeColl>>>,
+        scope: Scope,
+        call: Call,
+        check: std::result::Result<(), String>,
+        data: Vec<T>,
+        reduction: Option<&Reduction<T>>,
+        plan: impl FnOnce() -> std::result::Result<Plan, String>,
+        after: Option<Outcome<T>>,
+    ) -> std::result::Result<InSlots<T>, Vec<T>> {
         // The slot number, and this rank's rank there (a root is one).
         let (k, me) = match &node {
             Some(n) => {
@@ -146,7 +183,7 @@ impl World {
             ))
         });
         let outcome: Outcome<T> = Arc::new(parking_lot::Mutex::new(None));
-        let queued = Queued::new(
+        let mut queued = Queued::new(
             (id, k),
             call,
             data,
@@ -156,33 +193,51 @@ impl World {
             messages,
             refused,
         );
+        if let Some(a) = after {
+            queued = queued.after(a);
+        }
         self.slot_requests.push(node, scope, Box::new(queued));
         self.slot_calls += 1;
-        let moved = self.progress_slot_requests();
-        if let Some(e) = refusal {
-            return Ok(Err(e));
-        }
-        if let Err(e) = moved {
-            return Ok(Err(e));
-        }
-        Ok(Ok(Request {
-            what: call.what,
-            of: Of::Run {
-                id,
-                seq: call.seq,
-                outcome,
-                shape,
-            },
-        }))
+        Ok(InSlots {
+            id,
+            call,
+            outcome,
+            shape,
+            refusal,
+        })
     }
+}
+
+/// A call queued in the slots: its engine-wide id, its call with its
+/// number, where its result goes and in what shape, and the refusal its
+/// own arguments gave.
+pub(crate) struct InSlots<T: Element> {
+    pub(crate) id: u32,
+    pub(crate) call: Call,
+    pub(crate) outcome: Outcome<T>,
+    pub(crate) shape: Shape,
+    pub(crate) refusal: Option<Error>,
 }
 
 impl World {
     /// Move the queued calls on, in every set of slots: post each one
     /// there is room for, in order, then finish calls from the head while
-    /// their headers are all in (or fail the head where they disagree).
-    /// Whether anything moved.
+    /// their headers are all in (or fail the head where they disagree);
+    /// and the chains of calls in two levels (`two_level_requests.rs`),
+    /// whose steps hand their data to calls queued here. Whether anything
+    /// moved.
     pub(crate) fn progress_slot_requests(&mut self) -> Result<bool> {
+        let moved = self.move_slot_requests()?;
+        if !self.advance_chains() {
+            return Ok(moved);
+        }
+        // A step handed its data to a queued call: post it now.
+        self.move_slot_requests()?;
+        self.advance_chains();
+        Ok(true)
+    }
+
+    fn move_slot_requests(&mut self) -> Result<bool> {
         if self.slot_requests.is_empty() {
             return Ok(false);
         }
@@ -222,7 +277,9 @@ impl World {
             if q.posted() {
                 continue;
             }
-            if q.k() >= oldest + SLOTS as u64 || !nc.may_post(q.k()) {
+            // In order: a call whose data the step before it in a chain
+            // has not handed over yet holds back the ones after it.
+            if !q.ready() || q.k() >= oldest + SLOTS as u64 || !nc.may_post(q.k()) {
                 break;
             }
             q.post(nc);

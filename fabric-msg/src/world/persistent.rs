@@ -30,6 +30,7 @@ use super::collectives::plan::Plan;
 use super::collectives::scope::Scope;
 use super::collectives::{plans, scan};
 use super::comm::CommView;
+use super::comm_handle::TwoLevel;
 use super::request::{Of, Request};
 use super::state::World;
 use crate::error::{Error, Result};
@@ -53,6 +54,10 @@ pub struct Persistent<T: Element> {
     /// World's): a start goes through them, as the `i…` form does
     /// (`node_requests.rs`).
     slot: Option<(Call, Option<Arc<Mutex<NodeColl>>>)>,
+    /// The same call in two levels, where its communicator's blocking
+    /// calls run so (`two_level.rs`): a start goes the `i…` form's way
+    /// (`two_level_requests.rs`).
+    levels: Option<(Call, Arc<TwoLevel>)>,
 }
 
 impl<T: Element> Persistent<T> {
@@ -214,6 +219,7 @@ impl CommView<'_> {
             scope,
             len,
             slot: None,
+            levels: None,
         })
     }
 }
@@ -231,6 +237,11 @@ impl World {
                 p.len
             )
         });
+        // Where it spans nodes, in two levels, as the `i…` form.
+        if let Some((call, t)) = &p.levels {
+            let check = wrong_length.map_or(Ok(()), Err);
+            return self.start_two_level(t, *call, check, data, p.reduction.clone());
+        }
         // On a World all on one node or a communicator with slots, through
         // the slots (a wrong length is refused there, so every rank's slots
         // stay in step).
@@ -254,7 +265,7 @@ impl World {
         };
         let work = match work {
             Ok(w) => w,
-            Err(m) => return Err(engine.refuse(&mut io, &p.scope, p.what, m)),
+            Err(m) => return Err(engine.refuse(&mut io, &p.scope, (p.what, m), None)),
         };
         let (id, seq, outcome) = engine.start(
             &mut io,
@@ -278,22 +289,29 @@ impl World {
 
 impl<T: Element> Persistent<T> {
     /// This plan with its call in the node's slots, where its
-    /// communicator has slots (`lane`, from [`CommView::slot_lane`]).
-    fn in_slots(mut self, call: Call, lane: Option<Option<Arc<Mutex<NodeColl>>>>) -> Persistent<T> {
+    /// communicator has slots (`lane`, from [`CommView::slot_lane`]), or
+    /// in two levels, where it spans nodes (`levels`).
+    fn in_slots(mut self, call: Call, (lane, levels): Lane) -> Persistent<T> {
         self.slot = lane.map(|node| (call, node));
+        self.levels = levels.map(|t| (call, t));
         self
     }
 }
+
+/// Where a persistent call of a communicator goes: its slots
+/// ([`CommView::slot_lane`]), and its two levels where it has them.
+type Lane = (Option<Option<Arc<Mutex<NodeColl>>>>, Option<Arc<TwoLevel>>);
 
 impl CommView<'_> {
     /// The slots a persistent call of this communicator goes through:
     /// `Some(None)` the World's (where it is all on one node: a start
     /// finds out), `Some(Some(..))` the communicator's own, `None` none
     /// (its calls are message schedules).
-    fn slot_lane(&self) -> Option<Option<Arc<Mutex<NodeColl>>>> {
-        match self.comm {
+    fn slot_lane(&self) -> Lane {
+        let lane = match self.comm {
             None => Some(None),
             Some(c) => c.node.clone().map(Some),
-        }
+        };
+        (lane, self.levels())
     }
 }

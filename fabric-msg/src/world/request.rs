@@ -259,7 +259,7 @@ impl World {
     /// Whether the collective `id` is still in flight: a run of the
     /// engine's, or a call in the node's slots (`node_requests.rs`).
     fn run_in_flight(&self, id: u32) -> bool {
-        self.coll.running(id) || self.slot_requests.holds(id)
+        self.coll.running(id) || self.slot_requests.holds(id) || self.chains.iter().any(|c| c.id() == id)
     }
 
     /// `req`'s result if it has finished (then it is `Finished`).
@@ -424,14 +424,17 @@ impl World {
         // in the slots does not wake: it naps on the doorbell below, which
         // every post rings.
         let slots = self.progress_slot_requests()?;
-        let may_sleep = idle && !slots && self.slot_requests.is_empty();
+        // Where every queue's next call waits for a chain's step on the
+        // fabric (`two_level_requests.rs`), sleep there, as for any run.
+        let elsewhere = self.slot_requests.waits_elsewhere();
+        let may_sleep = idle && !slots && (self.slot_requests.is_empty() || elsewhere);
         let (engine, mut io) = self.engine_io();
         let any = engine.poll_once(&mut io, may_sleep)? | slots | self.progress_slot_requests()?;
         self.msgs.absorb(self.coll.kept_mut());
         if any {
             self.moved = self.moved.wrapping_add(1);
             self.slot_requests_busy();
-        } else if idle && !self.slot_requests.is_empty() {
+        } else if idle && !self.slot_requests.is_empty() && !elsewhere {
             self.idle_for_slot_requests();
         } else if idle {
             self.coll.idle();

@@ -243,6 +243,8 @@ impl World {
             single_copy_calls: 0,
             two_level: None,
             two_level_calls: 0,
+            two_level_requests: 0,
+            chains: Vec::new(),
             moved: 0,
         };
         let (engine, mut io) = world.engine_io();

@@ -71,6 +71,11 @@ pub struct World {
     /// The World's collectives run in two levels so far
     /// (`WorldStats::two_level_collectives`).
     pub(super) two_level_calls: u64,
+    /// Of those, the non-blocking and persistent ones
+    /// (`WorldStats::two_level_requests`).
+    pub(super) two_level_requests: u64,
+    /// Those in flight, as chains of their steps (`two_level_requests.rs`).
+    pub(super) chains: Vec<Box<dyn super::two_level_chain::Chained>>,
     /// Turns that moved something (a completion taken): an awaited wait
     /// keeps looking while these grow (`awaiting.rs`).
     pub(super) moved: u64,

@@ -40,13 +40,16 @@ pub struct WorldStats {
     /// other's memory in one copy (`collectives/on_node_copy.rs`), where
     /// every rank may read every other's.
     pub node_single_copy_collectives: u64,
-    /// The World's blocking `allreduce`, `barrier`, `reduce` and
-    /// `broadcast` calls that ran in two levels (each node's ranks to
-    /// their leader in shared memory, the leaders on the fabric, back in
-    /// shared memory: `world/two_level.rs`),
-    /// where the World spans nodes. Their node steps count in
+    /// The `allreduce`, `barrier`, `reduce` and `broadcast` calls, blocking
+    /// or not, of the World and its communicators that ran in two levels
+    /// (each node's ranks to their leader in shared memory, the leaders on
+    /// the fabric, back in shared memory: `world/two_level.rs`), where they
+    /// span nodes. Their node steps count in
     /// `node_collectives` too.
     pub two_level_collectives: u64,
+    /// Of `two_level_collectives`, the non-blocking and persistent ones
+    /// (`world/two_level_requests.rs`).
+    pub two_level_requests: u64,
 }
 
 impl World {
@@ -99,6 +102,7 @@ impl World {
             node_collectives: self.slot_calls,
             node_single_copy_collectives: self.single_copy_calls,
             two_level_collectives: self.two_level_calls,
+            two_level_requests: self.two_level_requests,
         }
     }
 }

@@ -75,8 +75,8 @@
 //! reduce only sends towards the root goes on, as a root and a sender do
 //! in the flat schedules; the ranks downstream of a failure all fail.
 //!
-//! The non-blocking and persistent forms stay flat message schedules
-//! (docs/onnode.md, "What is left").
+//! The non-blocking and persistent forms take the same steps, as a chain
+//! each rank's turns move on (`two_level_requests.rs`).
 
 use super::collectives::on_node::{Call, Kind};
 use super::collectives::ops::{Element, Reduction};
@@ -284,7 +284,7 @@ impl World {
         let node = &t.node;
         match self.on(node).on_node(call, check.clone(), data, op) {
             None => check.map_err(Error::Usage), // alone on its node
-            Some(Err(e)) => Err(in_ranks(e, t)),
+            Some(Err(e)) => Err(t.in_callers_ranks(e)),
             Some(Ok(OnNode::Done)) => Ok(()),
             Some(Ok(OnNode::Messages(_))) => {
                 // Only data larger than a slot goes on: a barrier has none.
@@ -330,7 +330,7 @@ impl World {
         let node = &t.node;
         match self.on(node).on_node(call, check.clone(), data, None) {
             None => check.map_err(Error::Usage), // alone on its node
-            Some(Err(e)) => Err(in_ranks(e, t)),
+            Some(Err(e)) => Err(t.in_callers_ranks(e)),
             Some(Ok(OnNode::Done)) => Ok(()),
             Some(Ok(OnNode::Messages(_))) => {
                 let r = self.on(node).ibroadcast(from, data.to_vec())?;
@@ -395,35 +395,5 @@ impl CommView<'_> {
                 Ok(None)
             }
         }
-    }
-}
-
-/// A failure in the node's slots names ranks of the node's communicator:
-/// the rank it blames becomes a rank of the communicator the caller
-/// called (world ranks for the World), and the text says how the two
-/// numberings meet.
-fn in_ranks(e: Error, t: &TwoLevel) -> Error {
-    match e {
-        Error::Collective {
-            operation,
-            seq,
-            rank,
-            message,
-        } => {
-            let theirs = |r: u32| t.node.world_rank(r).and_then(|w| t.rank_of(w));
-            let ranks: Vec<u32> = (0..t.node.size()).filter_map(theirs).collect();
-            let whose = if t.members.is_some() {
-                "ranks of the communicator"
-            } else {
-                "world ranks"
-            };
-            Error::Collective {
-                operation,
-                seq,
-                rank: theirs(rank).unwrap_or(rank),
-                message: format!("{message} [in this node's step, where ranks 0.. are {whose} {ranks:?}]"),
-            }
-        }
-        other => other,
     }
 }

@@ -26,14 +26,26 @@ impl Ctx<'_> {
         // (in its own slots on one node: `slots.rs`), then beside the
         // World's.
         let (in_slots, copied) = self.non_blocking_in_flight(Some(&reversed))?;
-        // All on one node, the communicator has slots of its own as the
-        // World has, and its non-blocking calls go through them, those
-        // larger than a slot by one copy as the World's.
-        self.tally.expect(
-            "a communicator's non-blocking calls in its slots, as many as the World's in its own",
-            &[in_slots, copied],
-            &[self.nb_in_slots, self.nb_copied],
-        );
+        if before == 0 {
+            // All on one node, the communicator has slots of its own as the
+            // World has, and its non-blocking calls go through them, those
+            // larger than a slot by one copy as the World's.
+            self.tally.expect(
+                "a communicator's non-blocking calls in its slots, as many as the World's in its own",
+                &[in_slots, copied],
+                &[self.nb_in_slots, self.nb_copied],
+            );
+        } else {
+            // In two levels, the node steps of both go through their
+            // nodes' slots (as many as their roots and leaders make), but
+            // for a rank alone on its node.
+            let shared = self.world.node_ranks().len() > 1;
+            self.tally.expect(
+                "non-blocking calls in two levels, the communicator's and the World's, in node slots",
+                &[in_slots > 0, self.nb_in_slots > 0],
+                &[shared, shared],
+            );
+        }
         self.two_queues(&reversed)?;
         let after = two_level(self.world);
         drop(reversed);

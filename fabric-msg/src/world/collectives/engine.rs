@@ -188,16 +188,17 @@ impl Engine {
         id
     }
 
-    /// A collective refused for bad arguments: it still takes its number,
-    /// and the other ranks hear of it, so no rank waits for this one.
+    /// A collective refused for bad arguments: it still takes its number
+    /// (or has `seq`, taken before), and the other ranks hear of it, so no
+    /// rank waits for this one.
     pub(crate) fn refuse(
         &mut self,
         io: &mut Io<'_>,
         scope: &Scope,
-        what: &'static str,
-        message: String,
+        (what, message): (&'static str, String),
+        seq: Option<u32>,
     ) -> Error {
-        let seq = self.number(scope);
+        let seq = seq.unwrap_or_else(|| self.number(scope));
         self.notes.notify(io, &mut self.sh, scope, seq, &message);
         self.progress(io);
         Error::Usage(format!(

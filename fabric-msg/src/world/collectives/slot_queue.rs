@@ -60,6 +60,14 @@ impl SlotRequests {
         self.queues().map(|q| q.len()).sum()
     }
 
+    /// Whether every queue's next call waits for data a chain's step on
+    /// the fabric hands over (`Queued::after`), so nothing a peer writes
+    /// in the slots moves it.
+    pub(crate) fn waits_elsewhere(&self) -> bool {
+        let mut fronts = self.queues().filter_map(|q| q.front()).peekable();
+        fronts.peek().is_some() && fronts.all(|f| !f.posted() && !f.ready())
+    }
+
     /// Whether the communicator with slots `node` has calls queued.
     pub(crate) fn holds_comm(&self, node: &Arc<Mutex<NodeColl>>) -> bool {
         self.comms.iter().any(|c| Arc::ptr_eq(&c.node, node))
@@ -110,6 +118,10 @@ pub(crate) trait SlotRequest: Send {
     fn k(&self) -> u64;
     fn call(&self) -> &Call;
     fn posted(&self) -> bool;
+    /// Whether it may be posted: a call whose data comes from the step
+    /// before it in a chain of two levels (`world/two_level_requests.rs`)
+    /// waits for that step; any other is ready at once.
+    fn ready(&self) -> bool;
     /// Whether every header it reads came and agreed (it is past
     /// `gather`, in its own steps).
     fn gathered(&self) -> bool;
@@ -174,6 +186,11 @@ pub(crate) struct Queued<T: Element> {
     reduction: Option<Reduction<T>>,
     me: u32,
     outcome: Outcome<T>,
+    /// Where its data comes from the step before it in a chain of two
+    /// levels: that step's result is handed over here (`Err`: this call
+    /// posts a refusal with its reason instead), and until it is, the call
+    /// is not posted.
+    after: Option<Outcome<T>>,
 }
 
 impl<T: Element> Queued<T> {
@@ -208,7 +225,15 @@ impl<T: Element> Queued<T> {
             reduction,
             me,
             outcome,
+            after: None,
         }
+    }
+
+    /// The same call, whose data is handed over by `after` once the step
+    /// before it is over (`data` is then only its length's placeholder).
+    pub(crate) fn after(mut self, after: Outcome<T>) -> Queued<T> {
+        self.after = Some(after);
+        self
     }
 }
 
@@ -229,6 +254,10 @@ impl<T: Element> SlotRequest for Queued<T> {
         self.posted
     }
 
+    fn ready(&self) -> bool {
+        self.after.as_ref().map_or(true, |a| a.lock().is_some())
+    }
+
     fn gathered(&self) -> bool {
         self.gathered
     }
@@ -242,6 +271,14 @@ impl<T: Element> SlotRequest for Queued<T> {
     }
 
     fn post(&mut self, nc: &mut NodeColl) {
+        // The step before handed over its data, or its failure, which this
+        // call passes on to the others as a refusal.
+        if let Some(handed) = self.after.take().and_then(|a| a.lock().take()) {
+            match handed {
+                Ok(data) => self.data = data,
+                Err(e) => self.then = Then::Refused(e.to_string()),
+            }
+        }
         self.posted = true;
         let carries = match self.call.kind {
             Kind::Allreduce | Kind::Reduce => true,
@@ -311,8 +348,9 @@ impl<T: Element> SlotRequest for Queued<T> {
                         fold_in_rank_order(nc, k, &mut data, r, &mut Vec::new())
                     }
                     // As the message schedule gives it: the result on the
-                    // root, nothing elsewhere.
-                    (Kind::Reduce, _) => data = Vec::new(),
+                    // root, nothing elsewhere (the vector's memory kept,
+                    // for a chain of two levels to hand on).
+                    (Kind::Reduce, _) => data.clear(),
                     (Kind::Broadcast, _) if me != call.root => {
                         T::read(nc.data(k, call.root, call.bytes()), &mut data)
                     }
@@ -327,6 +365,8 @@ impl<T: Element> SlotRequest for Queued<T> {
 
     fn came(&self, nc: &NodeColl) -> bool {
         match (&self.then, self.posted, self.gathered) {
+            // What it waits for comes over the fabric, not the doorbell.
+            (_, false, _) if !self.ready() => false,
             (_, false, _) => nc.room_came(self.k),
             (Then::Copy(state), _, true) => queued_copy::came(state, nc, (self.k, &self.call)),
             _ => nc.header_came(self.k),
