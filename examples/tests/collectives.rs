@@ -561,6 +561,27 @@ fn mpirun_checks_every_collective_on_pretend_nodes() {
     }
 }
 
+/// MPI lets ranks start the non-blocking calls of two communicators in
+/// different orders. A dup of the World shares its two levels, whose node
+/// steps are numbered in the order each rank starts them, so where one
+/// exists the non-blocking calls of both go flat; a dup made after the
+/// World's non-blocking calls went in two levels makes its own
+/// (`comm_handle::Uses`). Both ways, the World's and the dup's
+/// `iallreduce`s started in opposite orders on odd and even ranks, and
+/// across a World barrier, give every rank the right sums, with every
+/// other check (`--dup-first`: the dup before any call; without it, after).
+#[test]
+fn a_dup_and_the_world_start_non_blocking_calls_in_any_order_on_pretend_nodes() {
+    for (n, nodes) in [(4, "r / 2"), (5, "r % 2")] {
+        for args in [&["--dup-first"][..], &[]] {
+            let started = Instant::now();
+            let e = wait_all(vec![mpirun_on_nodes(n, nodes, args)], started, DEADLINE).remove(0);
+            assert!(e.status.success(), "{n} ranks on nodes {nodes}, {args:?}: {e:?}");
+            assert_all_checked(&e.stdout, n, best_tcp(), "pmix");
+        }
+    }
+}
+
 /// Misuse on pretend nodes fails every rank with the reason, whichever
 /// step of the two levels sees it: a length that differs within a node
 /// (its leader sees it in the slots), between nodes (the leaders see it),

@@ -11,9 +11,12 @@
 //!     FABRIC_MSG_ROOT=127.0.0.1:9300 target/release/collectives_check & done; wait
 //! ```
 //!
-//! usage: collectives_check [--messages] [--seed N] [--quick]
+//! usage: collectives_check [--messages] [--seed N] [--quick] [--dup-first]
 //!                                            --messages: no collective through the node's
 //!                                            shared-memory slots (node_collectives off)
+//!                                            --dup-first: a dup of the World first, its
+//!                                            non-blocking calls and the World's started in
+//!                                            different orders on odd and even ranks
 //!        collectives_check --loop BYTES      allreduce f64 of BYTES until an error (failure tests)
 //!        collectives_check --mismatch        the last rank passes one element more to an allreduce
 //!        collectives_check --mismatch --lengths FIRST,OTHERS
@@ -390,6 +393,8 @@ enum Mode {
     Check {
         seed: u64,
         quick: bool,
+        /// A dup of the World first, alive through every check.
+        dup_first: bool,
     },
     Loop(usize),
     /// Elements rank 0 and the others pass; `None`: the last rank passes one more.
@@ -407,6 +412,7 @@ fn parse() -> Result<(Mode, bool, Misused, bool), String> {
     let mut mode = Mode::Check {
         seed: 1,
         quick: false,
+        dup_first: false,
     };
     let mut messages = false;
     let mut misused = Misused::Allreduce;
@@ -427,6 +433,11 @@ fn parse() -> Result<(Mode, bool, Misused, bool), String> {
             "--quick" => {
                 if let Mode::Check { quick, .. } = &mut mode {
                     *quick = true;
+                }
+            }
+            "--dup-first" => {
+                if let Mode::Check { dup_first, .. } = &mut mode {
+                    *dup_first = true;
                 }
             }
             "--loop" => mode = Mode::Loop(num("a size in bytes")? as usize),
@@ -464,7 +475,7 @@ fn parse() -> Result<(Mode, bool, Misused, bool), String> {
             "--alltoallv-mismatch" => mode = Mode::AlltoallvMismatch,
             "-h" | "--help" => {
                 return Err(
-                    "usage: collectives_check [--messages] [--seed N] [--quick] | --loop BYTES [--call iallreduce] | --mismatch [--lengths FIRST,OTHERS] | --bad-op [--call reduce|broadcast|barrier|ibarrier|persistent-barrier|iallreduce] | --bad-scatterv | --alltoallv-mismatch | --late SECS"
+                    "usage: collectives_check [--messages] [--seed N] [--quick] [--dup-first] | --loop BYTES [--call iallreduce] | --mismatch [--lengths FIRST,OTHERS] | --bad-op [--call reduce|broadcast|barrier|ibarrier|persistent-barrier|iallreduce] | --bad-scatterv | --alltoallv-mismatch | --late SECS"
                         .into(),
                 )
             }
@@ -506,7 +517,11 @@ fn main() -> ExitCode {
     let (rank, size) = (world.rank(), world.size());
     let started = Instant::now();
     let outcome = match mode {
-        Mode::Check { seed, quick } => check(&mut world, seed, quick),
+        Mode::Check {
+            seed,
+            quick,
+            dup_first,
+        } => check(&mut world, seed, quick, dup_first),
         Mode::Loop(bytes) => reversed(&mut world, on_comm).and_then(|comm| {
             let mut v = vec![1.0f64; bytes / 8];
             let mut n = 0u64;
@@ -615,7 +630,12 @@ fn two_iallreduces(world: &mut World, v: &mut Vec<f64>) -> fabric_msg::Result<()
 }
 
 /// Every check; `Ok(Ok(count))` when all passed.
-fn check(world: &mut World, seed: u64, quick: bool) -> fabric_msg::Result<Result<usize, Vec<String>>> {
+fn check(
+    world: &mut World,
+    seed: u64,
+    quick: bool,
+    dup_first: bool,
+) -> fabric_msg::Result<Result<usize, Vec<String>>> {
     let sizes = if quick { vec![0, 1, 7] } else { vec![0, 1, 7, 1000] };
     let mut ctx = Ctx {
         world,
@@ -627,6 +647,18 @@ fn check(world: &mut World, seed: u64, quick: bool) -> fabric_msg::Result<Result
         nb_copied: 0,
     };
     ctx.world.barrier()?;
+    // A dup made before any non-blocking call shares the World's two
+    // levels where it spans nodes, so neither's non-blocking calls go
+    // through them (they may be started in different orders on different
+    // ranks): both, started so, are right.
+    let _dup = match dup_first {
+        true => {
+            let dup = ctx.world.dup()?;
+            ctx.two_queues(&dup)?;
+            Some(dup)
+        }
+        false => None,
+    };
     ctx.run::<i8>()?;
     ctx.run::<i16>()?;
     ctx.run::<u16>()?;

@@ -95,7 +95,7 @@ impl CommView<'_> {
     ) -> Result<Request<T>> {
         let reduction = op.into();
         let call = Call::new::<T>(Kind::Allreduce, "allreduce", data.len(), 0).reducing(&reduction);
-        if let Some(t) = self.levels() {
+        if let Some(t) = self.queue_levels() {
             let check = reduction.check();
             return self.world.start_two_level(&t, call, check, data, Some(reduction));
         }
@@ -147,7 +147,7 @@ impl CommView<'_> {
     /// rank has started it.
     pub fn ibarrier(&mut self) -> Result<Request<u8>> {
         let call = Call::new::<u8>(Kind::Barrier, "barrier", 0, 0);
-        if let Some(t) = self.levels() {
+        if let Some(t) = self.queue_levels() {
             return self.world.start_two_level(&t, call, Ok(()), Vec::new(), None);
         }
         let (rank, size) = (self.rank(), self.size());
@@ -202,7 +202,7 @@ impl CommView<'_> {
     pub fn ibroadcast<T: Element>(&mut self, root: u32, data: Vec<T>) -> Result<Request<T>> {
         let call = Call::new::<T>(Kind::Broadcast, "broadcast", data.len(), root);
         let check = check_root(root, self.size());
-        if let Some(t) = self.levels() {
+        if let Some(t) = self.queue_levels() {
             return self.world.start_two_level(&t, call, check, data, None);
         }
         let (rank, size, n) = (self.rank(), self.size(), data.len());
@@ -312,7 +312,7 @@ impl CommView<'_> {
         let reduction = op.into();
         let call = Call::new::<T>(Kind::Reduce, "reduce", data.len(), root).reducing(&reduction);
         let check = check_root(root, self.size()).and_then(|()| reduction.check());
-        if let Some(t) = self.levels() {
+        if let Some(t) = self.queue_levels() {
             return self.world.start_two_level(&t, call, check, data, Some(reduction));
         }
         let (rank, size, n) = (self.rank(), self.size(), data.len());

@@ -139,6 +139,13 @@ impl CommView<'_> {
         }
     }
 
+    /// The two levels its non-blocking and persistent allreduce,
+    /// barrier, reduce and broadcast run in (`two_level_requests.rs`):
+    /// its own, unless a dup shares them (`TwoLevel::may_queue`).
+    pub(crate) fn queue_levels(&self) -> Option<Arc<super::comm_handle::TwoLevel>> {
+        self.levels().filter(|t| t.may_queue())
+    }
+
     /// [`World::split`] on this communicator.
     pub fn split(&mut self, color: Option<u32>, key: i64) -> Result<Option<Comm>> {
         let pool = self.world.contexts.clone();
@@ -210,9 +217,15 @@ impl CommView<'_> {
         // the same ranks in the same order as this one (a `dup`) shares its
         // two levels; another makes its own, which take two more context
         // ids, while at least half of them stay free on all its ranks.
+        // (Not where this one's non-blocking calls went through its two
+        // levels: `Uses`, in comm_handle.rs, says why.)
         let members: Vec<u32> = order.iter().map(|&(_, p)| p).collect();
-        if members.iter().enumerate().all(|(i, &p)| i as u32 == p) && members.len() as u32 == self.size() {
-            comm.levels = self.levels();
+        let same =
+            members.iter().enumerate().all(|(i, &p)| i as u32 == p) && members.len() as u32 == self.size();
+        let parent = self.levels();
+        let shared = parent.as_ref().filter(|_| same).and_then(|t| t.share());
+        if same && (parent.is_none() || shared.is_some()) {
+            comm.levels = shared;
         } else if self.world.two_level().is_some() {
             let free = members.iter().fold([!1u64, !0u64], |acc, &p| {
                 let r = rows[p as usize];

@@ -8,6 +8,7 @@
 use super::collectives::on_node::NodeColl;
 use super::collectives::scope::Scope;
 use crate::error::Error;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// A communicator: a group of the World's ranks, numbered from 0 in the
@@ -108,9 +109,46 @@ pub(crate) struct TwoLevel {
     /// The communicator's members' world ranks, by rank; `None` for the
     /// World (ranks are world ranks).
     pub(crate) members: Option<Arc<[u32]>>,
+    /// Who uses them: see [`TwoLevel::share`] and [`TwoLevel::may_queue`].
+    pub(crate) uses: Arc<Uses>,
+}
+
+/// Whether a communicator's two levels are shared with its dups, and
+/// whether non-blocking calls went through them. The two exclude each
+/// other: calls queued in the node's slots are numbered there in the
+/// order each rank starts them, and MPI lets ranks start the non-blocking
+/// calls of two communicators, or one's non-blocking and the other's
+/// blocking calls, in different orders. Both change only in a collective
+/// of the communicator that made the levels (its first non-blocking call
+/// in two levels; its first dup), so every rank sees them alike.
+#[derive(Debug, Default)]
+pub(crate) struct Uses {
+    shared: AtomicBool,
+    queued: AtomicBool,
 }
 
 impl TwoLevel {
+    /// These levels for a dup of their communicator, unless non-blocking
+    /// calls went through them (`None`: the dup makes its own).
+    pub(crate) fn share(self: &Arc<Self>) -> Option<Arc<TwoLevel>> {
+        if self.uses.queued.load(Ordering::Relaxed) {
+            return None;
+        }
+        self.uses.shared.store(true, Ordering::Relaxed);
+        Some(self.clone())
+    }
+
+    /// Whether a non-blocking or persistent call may go through these
+    /// levels: not once a dup shares them (it then goes on as a flat
+    /// message schedule). Where it may, no dup shares them from now on.
+    pub(crate) fn may_queue(&self) -> bool {
+        if self.uses.shared.load(Ordering::Relaxed) {
+            return false;
+        }
+        self.uses.queued.store(true, Ordering::Relaxed);
+        true
+    }
+
     /// How many ranks the communicator has.
     pub(crate) fn size(&self) -> u32 {
         self.places.len() as u32

@@ -238,7 +238,7 @@ impl World {
             )
         });
         // Where it spans nodes, in two levels, as the `i…` form.
-        if let Some((call, t)) = &p.levels {
+        if let Some((call, t)) = p.levels.as_ref().filter(|(_, t)| t.may_queue()) {
             let check = wrong_length.map_or(Ok(()), Err);
             return self.start_two_level(t, *call, check, data, p.reduction.clone());
         }

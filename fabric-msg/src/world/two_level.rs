@@ -389,6 +389,7 @@ impl CommView<'_> {
                 leaders,
                 places,
                 members: self.comm.map(|c| c.members().into()),
+                uses: Default::default(),
             })),
             _ => {
                 log::debug!("collectives stay flat: not every rank has its node's slots");

@@ -133,7 +133,7 @@ impl World {
                     let Some(l) = t.leaders.as_ref() else {
                         continue;
                     };
-                    let seq = self.coll.number(&l.scope) & super::tags::SEQ_MASK;
+                    let seq = self.coll.reserve(&l.scope);
                     number.get_or_insert(seq);
                     let (lr, ls) = (l.rank(), l.size());
                     let plan = match (call.kind, place, reduction.as_ref()) {

@@ -41,12 +41,18 @@ impl Ctx<'_> {
             // for a rank alone on its node.
             let shared = self.world.node_ranks().len() > 1;
             self.tally.expect(
-                "non-blocking calls in two levels, the communicator's and the World's, in node slots",
-                &[in_slots > 0, self.nb_in_slots > 0],
-                &[shared, shared],
+                "a communicator's non-blocking calls in two levels, in node slots",
+                &[in_slots > 0],
+                &[shared],
             );
         }
         self.two_queues(&reversed)?;
+        // The same beside a dup of the World (its ranks in the World's
+        // order), whose calls may be started in another order than the
+        // World's as well.
+        let dup = self.world.dup()?;
+        self.two_queues(&dup)?;
+        drop(dup);
         let after = two_level(self.world);
         drop(reversed);
         self.world.barrier()?;
@@ -109,7 +115,7 @@ impl Ctx<'_> {
     /// and a wait on one moves the other. Then a blocking World barrier
     /// while a call on `comm` is in flight on even ranks only, started
     /// after it on odd ones: the barrier waits only for the World's queue.
-    fn two_queues(&mut self, comm: &Comm) -> fabric_msg::Result<()> {
+    pub(super) fn two_queues(&mut self, comm: &Comm) -> fabric_msg::Result<()> {
         let w = self.world.rank();
         let n = u64::from(self.world.size());
         let sum = n * (n - 1) / 2;

@@ -127,12 +127,20 @@ impl Engine {
         seq
     }
 
+    /// [`Engine::number`] for a collective started (or refused) later under it.
+    pub(crate) fn reserve(&mut self, scope: &Scope) -> u32 {
+        let seq = self.number(scope) & tags::SEQ_MASK;
+        self.notes.reserved.push((scope.ctx, seq)); // its notices are kept
+        seq
+    }
+
     /// A new communicator on context `ctx` (every member calls this at
     /// once): it numbers its collectives from 0, and notices kept of an
     /// earlier communicator on the same context are dropped.
     pub(crate) fn open_context(&mut self, ctx: u8) {
         self.next_seq[usize::from(ctx)] = 0;
         self.notes.heard.retain(|n| n.ctx != ctx);
+        self.notes.reserved.retain(|r| r.0 != ctx);
     }
 
     /// Start a run of `sched` (in `scope`'s world ranks); returns its
@@ -165,6 +173,7 @@ impl Engine {
         (id, seq): (u32, u32),
         outcome: Option<Outcome<T>>,
     ) -> Outcome<T> {
+        self.notes.unreserve(scope.ctx, seq);
         let spare = self.spares.pop().unwrap_or_default();
         let mut run = Run::new(what, (id, seq, scope.clone()), sched, work, reduction, spare);
         if let Some(o) = outcome {
@@ -199,12 +208,11 @@ impl Engine {
         seq: Option<u32>,
     ) -> Error {
         let seq = seq.unwrap_or_else(|| self.number(scope));
+        self.notes.unreserve(scope.ctx, seq);
         self.notes.notify(io, &mut self.sh, scope, seq, &message);
         self.progress(io);
-        Error::Usage(format!(
-            "{what} (collective #{seq}) on rank {}: {message}",
-            io.rank
-        ))
+        let rank = io.rank;
+        Error::Usage(format!("{what} (collective #{seq}) on rank {rank}: {message}"))
     }
 
     /// End run `i` with `failure`: a lost rank if liveness names one
@@ -318,6 +326,7 @@ impl Engine {
                 self.retire(run);
             } else if n.seq.wrapping_sub(self.next_seq[usize::from(n.ctx)]) & tags::SEQ_MASK
                 < (tags::SEQ_MASK >> 1)
+                || self.notes.for_reserved(&n)
                 || self
                     .in_slots
                     .as_ref()

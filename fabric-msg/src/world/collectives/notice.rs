@@ -88,9 +88,25 @@ pub(super) struct Notices {
     pub(super) out: Vec<(Outgoing, u32, Instant)>,
     /// Whether the receives for notices are posted.
     pub(super) posted: bool,
+    /// Numbers taken for a collective that starts later (a leaders' step
+    /// of a call in two levels: `world/two_level_chain.rs`), by context:
+    /// notices about them are kept until it starts, as for one not begun.
+    pub(super) reserved: Vec<(u8, u32)>,
 }
 
 impl Notices {
+    /// Whether `n` is about a number taken for a collective not started.
+    pub(super) fn for_reserved(&self, n: &Notice) -> bool {
+        self.reserved
+            .iter()
+            .any(|&(ctx, seq)| (ctx, seq) == (n.ctx, n.seq))
+    }
+
+    /// The collective `seq` of context `ctx` starts (or is refused).
+    pub(super) fn unreserve(&mut self, ctx: u8, seq: u32) {
+        self.reserved.retain(|&r| r != (ctx, seq & tags::SEQ_MASK));
+    }
+
     /// Post the receives for failure notices (once; not in a world of
     /// one): one masked receive per loop, or, on a loop whose provider
     /// matches masked receives wrongly (libfabric 1.17's shm:
