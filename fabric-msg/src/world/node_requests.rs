@@ -87,36 +87,23 @@ impl CommView<'_> {
             None => None,
         };
         let scope = self.scope();
-        self.world
-            .start_in_slots(node, scope, call, check, data, reduction, plan)
+        let world = &mut *self.world;
+        let queued = world.queue_in_slots(node, scope, call, check, data, reduction, plan, None)?;
+        Ok(world.started_in_slots(queued))
     }
 }
 
 impl World {
-    /// [`CommView::start_on_node`] in the slots `node` (`None`: the
-    /// World's), of the communicator `scope`: also a persistent plan's
-    /// start, which keeps its communicator's slots.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn start_in_slots<T: Element>(
-        &mut self,
-        node: Option<Arc<Mutex<NodeColl>>>,
-        scope: Scope,
-        call: Call,
-        check: std::result::Result<(), String>,
-        data: Vec<T>,
-        reduction: Option<&Reduction<T>>,
-        plan: impl FnOnce() -> std::result::Result<Plan, String>,
-    ) -> std::result::Result<Result<Request<T>>, Vec<T>> {
+    /// A call just queued ([`World::queue_in_slots`]) under way: the
+    /// queues moved, and its request, or its refusal.
+    pub(crate) fn started_in_slots<T: Element>(&mut self, queued: InSlots<T>) -> Result<Request<T>> {
         let _call = self.live.call();
-        let queued = self.queue_in_slots(node, scope, call, check, data, reduction, plan, None)?;
         let moved = self.progress_slot_requests();
         if let Some(e) = queued.refusal {
-            return Ok(Err(e));
+            return Err(e);
         }
-        if let Err(e) = moved {
-            return Ok(Err(e));
-        }
-        Ok(Ok(Request {
+        moved?;
+        Ok(Request {
             what: queued.call.what,
             of: Of::Run {
                 id: queued.id,
@@ -124,14 +111,16 @@ impl World {
                 outcome: queued.outcome,
                 shape: queued.shape,
             },
-        }))
+        })
     }
 
     /// Queue `call` in the slots `node` (`None`: the World's; `Err` gives
-    /// `data` back where there are none), under the next slot number and
-    /// the next collective number of `scope`'s communicator, without
-    /// moving the queue. With `after`, its data is handed over there
-    /// later (a step of a chain in two levels, `two_level_requests.rs`).
+    /// `data` back where there are none), of the communicator `scope`
+    /// (also a persistent plan's start, which keeps its communicator's
+    /// slots), under the next slot number and the next collective number
+    /// there, without moving the queue. With `after`, its data is handed
+    /// over there later (a step of a chain in two levels,
+    /// `two_level_requests.rs`).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn queue_in_slots<T: Element>(
         &mut self,

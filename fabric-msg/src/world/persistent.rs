@@ -250,8 +250,9 @@ impl World {
                 let check = wrong_length.clone().map_or(Ok(()), Err);
                 let plan = || Ok(p.plan.clone());
                 let (node, scope) = (node.clone(), p.scope.clone());
-                match self.start_in_slots(node, scope, *call, check, data, p.reduction.as_ref(), plan) {
-                    Ok(started) => return started,
+                let reduction = p.reduction.as_ref();
+                match self.queue_in_slots(node, scope, *call, check, data, reduction, plan, None) {
+                    Ok(queued) => return self.started_in_slots(queued),
                     Err(declined) => declined,
                 }
             }
