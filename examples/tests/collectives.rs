@@ -798,13 +798,15 @@ fn a_rank_late_to_its_collectives_is_waited_for_and_probed_without_harm() {
 /// finish or fail with it, and none waits for ever. A reduce's root is the
 /// last rank, a node's other rank in both layouts. On libfabric's shm
 /// (flat schedules) the misusing rank, the last, is the one sure to fail.
+/// The non-blocking reduce the same, with a barrier after it that meets
+/// on every rank: the misusing rank still takes its node's steps.
 #[test]
 fn reduce_and_broadcast_misuse_on_pretend_nodes_fails_where_it_reaches() {
     let lengths = "every rank must pass matching lengths";
     let bad_op = "BitXor is a bitwise op, for integers only; f64 is a float type";
     // Ranks, layout, arguments, the ranks that must fail, the reason.
     type Case<'a> = (u32, &'a str, &'a [&'a str], &'a [u32], &'a str);
-    let cases: [Case; 5] = [
+    let cases: [Case; 8] = [
         (4, "r / 2", &["--mismatch", "--call", "reduce"], &[2, 3], lengths),
         (4, "r / 2", &["--bad-op", "--call", "reduce"], &[2, 3], bad_op),
         (
@@ -816,6 +818,9 @@ fn reduce_and_broadcast_misuse_on_pretend_nodes_fails_where_it_reaches() {
         ),
         (4, "r / 2", &["--mismatch", "--call", "broadcast"], &[3], lengths),
         (4, "r > 0", &["--mismatch", "--call", "broadcast"], &[3], lengths),
+        (4, "r / 2", &["--bad-op", "--call", "ireduce"], &[2, 3], bad_op),
+        (4, "r / 2", &["--mismatch", "--call", "ireduce"], &[2, 3], lengths),
+        (5, "r % 2", &["--bad-op", "--call", "ireduce"], &[0, 2, 4], bad_op),
     ];
     for (n, nodes, args, failing, reason) in cases {
         let last = [n - 1];
@@ -827,6 +832,10 @@ fn reduce_and_broadcast_misuse_on_pretend_nodes_fails_where_it_reaches() {
         let started = Instant::now();
         let e = wait_all(vec![mpirun_on_nodes(n, nodes, args)], started, DEADLINE).remove(0);
         assert!(!e.status.success(), "{args:?} on nodes {nodes}: {e:?}");
+        assert!(
+            !e.stderr.contains("the barrier after the failed"),
+            "{args:?} on nodes {nodes}: {e:?}"
+        );
         for r in 0..n {
             let said = said_by(&e, r);
             let finished = e.stdout.contains(&format!("rank {r}/{n}: 0 checks passed"));

@@ -462,10 +462,11 @@ fn parse() -> Result<(Mode, bool, Misused, bool), String> {
                     Some("ibarrier") => Misused::Ibarrier,
                     Some("persistent-barrier") => Misused::PersistentBarrier,
                     Some("iallreduce") => Misused::Iallreduce,
+                    Some("ireduce") => Misused::Ireduce,
                     other => {
                         return Err(format!(
-                            "--call {other:?}: allreduce, reduce, broadcast, barrier, ibarrier, persistent-barrier \
-                             or iallreduce"
+                            "--call {other:?}: allreduce, reduce, broadcast, barrier, ibarrier, persistent-barrier, \
+                             iallreduce or ireduce"
                         ))
                     }
                 }
@@ -475,7 +476,7 @@ fn parse() -> Result<(Mode, bool, Misused, bool), String> {
             "--alltoallv-mismatch" => mode = Mode::AlltoallvMismatch,
             "-h" | "--help" => {
                 return Err(
-                    "usage: collectives_check [--messages] [--seed N] [--quick] [--dup-first] | --loop BYTES [--call iallreduce] | --mismatch [--lengths FIRST,OTHERS] | --bad-op [--call reduce|broadcast|barrier|ibarrier|persistent-barrier|iallreduce] | --bad-scatterv | --alltoallv-mismatch | --late SECS"
+                    "usage: collectives_check [--messages] [--seed N] [--quick] [--dup-first] | --loop BYTES [--call iallreduce] | --mismatch [--lengths FIRST,OTHERS] | --bad-op [--call reduce|broadcast|barrier|ibarrier|persistent-barrier|iallreduce|ireduce] | --bad-scatterv | --alltoallv-mismatch | --late SECS"
                         .into(),
                 )
             }

@@ -66,8 +66,10 @@ impl World {
     ) -> Result<Request<T>> {
         let _call = self.live.call();
         let (what, n, root) = (call.what, call.n, call.root);
-        let here = t.on_my_node(root).filter(|_| check.is_ok());
-        let place = t.place_of(root).filter(|_| check.is_ok());
+        // Where the root is, whatever this rank's check said (a bad op on
+        // one rank must not change its node's steps: the blocking call
+        // takes the same ones); a root out of range is on no node.
+        let (here, place) = (t.on_my_node(root), t.place_of(root));
         let mut steps = Vec::with_capacity(3);
         let to_leader = match call.kind {
             Kind::Barrier => Kind::Barrier,

@@ -23,6 +23,11 @@ pub(super) enum Misused {
     /// node's slots where the data fits in one, a message schedule where
     /// it does not.
     Iallreduce,
+    /// The non-blocking reduce to the last rank, waited for, then a
+    /// barrier, which must meet on every rank whatever the reduce gave:
+    /// in two levels, a rank that fails its arguments still takes its
+    /// node's steps, so the node's next call is numbered alike.
+    Ireduce,
     /// The last rank starts a persistent barrier (and waits) where the
     /// others call the blocking one (`--mismatch` only): a message schedule
     /// where the others are in the node's slots.
@@ -63,6 +68,11 @@ impl Misused {
                     data.copy_from_slice(&out?);
                     Ok(())
                 }
+                Misused::Ireduce => {
+                    let out = world.ireduce(last, data.to_vec(), op).and_then(|r| world.wait(r));
+                    after_barrier(world.barrier(), "ireduce")?;
+                    out.map(drop)
+                }
                 Misused::PersistentBarrier if world.rank() == last => {
                     let p = world.barrier_init()?;
                     world.start(&p, Vec::new()).and_then(|r| world.wait(r)).map(drop)
@@ -89,6 +99,11 @@ impl Misused {
                 data.copy_from_slice(&out?);
                 Ok(())
             }
+            Misused::Ireduce => {
+                let out = on.ireduce(last, data.to_vec(), op).and_then(|r| on.wait(r));
+                after_barrier(on.barrier(), "ireduce")?;
+                out.map(drop)
+            }
             Misused::PersistentBarrier if comm.rank() == last => {
                 let p = on.barrier_init()?;
                 world.start(&p, Vec::new()).and_then(|r| world.wait(r)).map(drop)
@@ -96,6 +111,11 @@ impl Misused {
             Misused::Ibarrier | Misused::PersistentBarrier => on.barrier(),
         }
     }
+}
+
+/// The barrier after a misused call: its own failure, said as such.
+fn after_barrier(done: fabric_msg::Result<()>, call: &str) -> fabric_msg::Result<()> {
+    done.map_err(|e| fabric_msg::Error::Usage(format!("the barrier after the failed {call} failed too: {e}")))
 }
 
 /// With `--on-comm`, a communicator of the whole World in reverse rank
