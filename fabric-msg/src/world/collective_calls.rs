@@ -425,8 +425,8 @@ impl CommView<'_> {
     }
 
     /// [`CommView::start_planned`] under the number `seq` a call in the
-    /// slots (or a chain in two levels) took, or a new one.
-    pub(crate) fn start_planned_as<T: Element>(
+    /// slots took (refused under it too), or a new one.
+    fn start_planned_as<T: Element>(
         &mut self,
         what: &'static str,
         plan: std::result::Result<Plan, String>,
