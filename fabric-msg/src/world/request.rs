@@ -257,7 +257,8 @@ impl World {
     }
 
     /// Whether the collective `id` is still in flight: a run of the
-    /// engine's, or a call in the node's slots (`node_requests.rs`).
+    /// engine's, a call in the node's slots (`node_requests.rs`), or a
+    /// call in two levels (`two_level_requests.rs`).
     fn run_in_flight(&self, id: u32) -> bool {
         self.coll.running(id) || self.slot_requests.holds(id) || self.chains.iter().any(|c| c.id() == id)
     }
