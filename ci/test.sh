@@ -2,6 +2,9 @@
 # The whole test suite, as CI runs it: set-up, formatting, lints, tests, docs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# In a private mount namespace with a short /proc/kallsyms, for libfabric's
+# start-up in each of the tests' processes (may run this script again).
+source ci/kallsyms.sh
 source ci/setup.sh
 
 export RUSTFLAGS="${RUSTFLAGS:-} -D warnings"
@@ -50,6 +53,8 @@ finish() {
   # The tests' mpiruns' session directories (examples/tests/support):
   # Open MPI empties them; the directories themselves stay.
   rmdir /tmp/fm-ompi-* 2>/dev/null || true
+  # ci/kallsyms.sh's file (its bind mount ends with this namespace).
+  [ -z "${FABRIC_MSG_KALLSYMS_CUT:-}" ] || rm -f "$FABRIC_MSG_KALLSYMS_CUT"
 }
 trap finish EXIT
 
