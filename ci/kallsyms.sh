@@ -34,6 +34,8 @@ if [ -z "${FABRIC_MSG_KALLSYMS_CUT+set}" ]; then
         echo "ci/kallsyms.sh: /proc/kallsyms left whole (the bind mount failed): slower, same results" >&2
         rm -f "$FABRIC_MSG_KALLSYMS_CUT"
         FABRIC_MSG_KALLSYMS_CUT=
+      else
+        echo "ci/kallsyms.sh: in a private mount namespace, /proc/kallsyms cut to its $(wc -l <"$FABRIC_MSG_KALLSYMS_CUT") lines that libfabric looks for (FABRIC_MSG_FULL_KALLSYMS=1: the whole file)" >&2
       fi
       exec bash "$@"' bash "$PWD/ci/test.sh" "$@"
   fi
