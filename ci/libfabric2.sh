@@ -243,9 +243,10 @@ bind() { # SRC [ro]: mount SRC at the same path inside the root
     return 0
 }
 mount -t proc proc "$root/proc"
-# ci/test.sh's short /proc/kallsyms (ci/kallsyms.sh), in the root's /proc too.
-if [ -n "${FABRIC_MSG_KALLSYMS_CUT:-}" ] && [ -f "$FABRIC_MSG_KALLSYMS_CUT" ]; then
-    mount --bind "$FABRIC_MSG_KALLSYMS_CUT" "$root/proc/kallsyms"
+# ci/test.sh's short /proc/kallsyms (ci/kallsyms.sh), in the root's /proc
+# too: this namespace's /proc/kallsyms is that file.
+if [ -n "${FABRIC_MSG_KALLSYMS_CUT:-}" ]; then
+    mount --bind /proc/kallsyms "$root/proc/kallsyms"
 fi
 mount --rbind /sys "$root/sys"
 mount --rbind /dev "$root/dev"
