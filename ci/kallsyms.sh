@@ -2,11 +2,12 @@
 # private mount namespace whose /proc/kallsyms holds only the kernel's
 # lines that libfabric looks for.
 #
-# Why: libfabric's verbs provider (1.17 and 2.1, built into Debian's
-# library) reads /proc/kallsyms to its end twice in every process's first
-# fi_getinfo, looking for two symbols (`vrb_set_peer_mem_support`,
-# `vrb_set_dmabuf_support` in prov/verbs/src/fi_verbs.c; FI_PROVIDER does
-# not stop it). That is about 0.1 s of system time in each of the suite's
+# Why: libfabric's verbs provider (built into Debian's library) reads
+# /proc/kallsyms to its end in every process's first fi_getinfo, looking
+# for two symbols: twice in 1.17 (`vrb_set_peer_mem_support`,
+# `vrb_set_dmabuf_support` in prov/verbs/src/fi_verbs.c), once in 2.1
+# (`vrb_os_mem_support`, prov/verbs/include/linux/verbs_osd.h).
+# FI_PROVIDER does not stop it. That is about 0.1 s of system time in each of the suite's
 # thousands of processes: the tools' tests spent 4 min 19 s of system time
 # with the whole file and 2 min 47 s with the cut, and ran in 266 s
 # against 204 s (docs/decisions.md, "libfabric's start-up in the tests").
@@ -18,8 +19,9 @@
 # measures the whole file.
 #
 # Needs root and unshare(1); otherwise, or with FABRIC_MSG_FULL_KALLSYMS=1,
-# the suite runs as before and says so. ci/libfabric2.sh binds the same
-# cut over its root's /proc (FABRIC_MSG_KALLSYMS_CUT names the file).
+# the suite runs as before and says so. ci/libfabric2.sh binds this
+# namespace's /proc/kallsyms over its root's where FABRIC_MSG_KALLSYMS_CUT
+# (the cut file's path, empty when the file is whole) is set.
 
 if [ -z "${FABRIC_MSG_KALLSYMS_CUT+set}" ]; then
   if [ "$(id -u)" = 0 ] && [ "${FABRIC_MSG_FULL_KALLSYMS:-0}" != 1 ] &&
@@ -35,7 +37,7 @@ if [ -z "${FABRIC_MSG_KALLSYMS_CUT+set}" ]; then
         rm -f "$FABRIC_MSG_KALLSYMS_CUT"
         FABRIC_MSG_KALLSYMS_CUT=
       else
-        echo "ci/kallsyms.sh: in a private mount namespace, /proc/kallsyms cut to its $(wc -l <"$FABRIC_MSG_KALLSYMS_CUT") lines that libfabric looks for (FABRIC_MSG_FULL_KALLSYMS=1: the whole file)" >&2
+        echo "ci/kallsyms.sh: in a private mount namespace, /proc/kallsyms cut to the $(wc -l <"$FABRIC_MSG_KALLSYMS_CUT") line(s) naming the two symbols libfabric looks for (FABRIC_MSG_FULL_KALLSYMS=1: the whole file)" >&2
       fi
       exec bash "$@"' bash "$PWD/ci/test.sh" "$@"
   fi

@@ -119,10 +119,9 @@ if [ -d /host/repo ]; then
 fi
 
 # The kernel's symbol list, cut to the lines libfabric looks for. The
-# verbs provider's init reads /proc/kallsyms to its end twice in every
-# process (`vrb_set_peer_mem_support`, `vrb_set_dmabuf_support` in
-# prov/verbs/src/fi_verbs.c, 1.17 and 2.1; docs/world.md, "Start-up
-# cost"), looking for two symbols. Under TCG that is about 0.8 s of each
+# verbs provider's init reads /proc/kallsyms to its end in every process,
+# looking for two symbols (twice in 1.17, once in 2.1: ci/kallsyms.sh;
+# docs/world.md, "Start-up cost"). Under TCG that is about 0.8 s of each
 # process's 1.3 s start (fi_info -l here: 1.25-1.43 s, 0.48-0.56 s with
 # this). The lines kept are the kernel's own, taken once every module is
 # loaded, so libfabric finds what it would have found (dmabuf support
