@@ -266,6 +266,29 @@ fn receives_from_one_rank_and_from_any_keep_each_ranks_order() {
     }
 }
 
+/// Above 128 KiB `tcp;ofi_rxm` sends a message by rendezvous: it matches
+/// the receive when the sender's request comes and completes it after
+/// reading the data, so that rank's later, smaller messages complete their
+/// receives first. A receive from any rank whose node part was handed a
+/// node peer's message meanwhile then passed the large message on to a
+/// receive after the ones its successors took ("receive 24 holds message 5
+/// where message 4 was due", in every run before `world/local/order.rs`).
+/// The ring, the race and receives from one rank interleaved, with every
+/// fifth message 200,001 bytes.
+#[test]
+fn any_source_receives_of_rendezvous_messages_keep_each_ranks_order() {
+    for shm in [Shm::Node, Shm::Libfabric] {
+        let exits = rendezvous(4, shm, &["-n", "200", "-a", "1000", "-w", "64", "-l", "200001"]);
+        assert_exits(&exits, 4, "rendezvous", shm);
+        let exits = rendezvous(
+            4,
+            shm,
+            &["-n", "0", "-a", "1000", "-w", "64", "-m", "-l", "200001"],
+        );
+        assert_exits(&exits, 4, "rendezvous", shm);
+    }
+}
+
 /// How soon after the kill a survivor must have ended with its own error
 /// (`same_node_check`'s status 1): noticing takes milliseconds and the
 /// teardown a few more (36-188 ms in 12 runs of both tests). The World's

@@ -2,7 +2,8 @@
 //! end to end (`examples/tests/world_local.rs`). Each rank prints which
 //! ranks it reaches over shared memory, then runs
 //!
-//! 1. a ring with exact-source receives (`-n` messages of 8 B to 70 KB),
+//! 1. a ring with exact-source receives (`-n` messages of 8 B to 70 KB,
+//!    or to `-l` bytes),
 //! 2. an all-to-all whose receives are all from any rank (`-a` messages to
 //!    every other rank, at most `-w` receives posted), and
 //! 3. allreduce, barrier and broadcast,
@@ -16,7 +17,11 @@
 //!     FABRIC_MSG_ROOT=127.0.0.1:9300 target/release/same_node_check & done; wait
 //! ```
 //!
-//! usage: same_node_check [-n RING] [-a ANY] [-w WINDOW] [-m]
+//! usage: same_node_check [-n RING] [-a ANY] [-w WINDOW] [-m] [-l LARGEST]
+//!
+//! `-l`: the largest message, 70,001 bytes by default (in ofi_rxm's
+//! segmented range); above 128 KiB `tcp;ofi_rxm` sends it by rendezvous,
+//! which completes receives out of the order it matched them in.
 //!
 //! `-m`: every other receive of the all-to-all is from one rank (each
 //! other rank in turn) instead of any rank, so receives from one rank and
@@ -27,16 +32,23 @@ use fabric_msg::{Buffer, Completion, Op, OpKind, Token, World};
 use fabric_msg_examples::pattern::{check, fill};
 use std::collections::HashMap;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 const RING: u32 = 1;
 const ANY: u32 = 2;
-const SIZES: [usize; 5] = [8, 100, 4096, 8200, 70_001];
-const LARGEST: usize = 70_001;
+/// Every fifth message is the largest (`-l`), the others these sizes.
+const SIZES: [usize; 4] = [8, 100, 4096, 8200];
+/// The largest message (`-l`), set once by `parse`.
+static LARGEST: AtomicUsize = AtomicUsize::new(70_001);
 const LIMIT: Duration = Duration::from_secs(120);
 
+fn largest() -> usize {
+    LARGEST.load(Ordering::Relaxed)
+}
+
 fn size_of(i: u64) -> usize {
-    SIZES[(i % SIZES.len() as u64) as usize]
+    SIZES.get((i % 5) as usize).copied().unwrap_or_else(largest)
 }
 
 /// Message `i` from `src`: its number in the first 8 bytes, then the
@@ -90,9 +102,10 @@ fn parse() -> Result<Opts, String> {
             "-a" => o.any = num("-a")?,
             "-w" => o.window = num("-w")?.max(1) as usize,
             "-m" => o.mixed = true,
+            "-l" => LARGEST.store(num("-l")?.max(16) as usize, Ordering::Relaxed),
             other => {
                 return Err(format!(
-                    "unknown argument {other}; usage: same_node_check [-n RING] [-a ANY] [-w WINDOW] [-m]"
+                    "unknown argument {other}; usage: same_node_check [-n RING] [-a ANY] [-w WINDOW] [-m] [-l LARGEST]"
                 ))
             }
         }
@@ -181,7 +194,7 @@ fn ring(world: &mut World, o: &Opts) -> Result<u64, String> {
     while got < o.ring || sends < o.ring {
         while posted < o.ring && posted - got < o.window as u64 {
             world
-                .recv_buffer(Some(prev), Some(RING), Buffer::new(LARGEST), Token(posted))
+                .recv_buffer(Some(prev), Some(RING), Buffer::new(largest()), Token(posted))
                 .map_err(|e| e.error.to_string())?;
             posted += 1;
         }
@@ -236,7 +249,7 @@ fn all_to_all(world: &mut World, o: &Opts) -> Result<(u64, u64), String> {
                     left > waiting_f + waiting_any + 1
                 });
             world
-                .recv_buffer(from, Some(ANY), Buffer::new(LARGEST), Token(posted))
+                .recv_buffer(from, Some(ANY), Buffer::new(largest()), Token(posted))
                 .map_err(|e| e.error.to_string())?;
             if let Some(f) = from {
                 named.insert(posted, f);

@@ -23,6 +23,10 @@
 //! any-source receive). Every receive, from one rank too, is numbered and
 //! kept until it completes, so "oldest" is the order the application posted
 //! them in and one rank's messages are never handed out out of order.
+//! That takes one more rule where a loop completes receives out of the
+//! order it matched them in (ofi_rxm's rendezvous): `local/order.rs`.
+
+mod order;
 
 use super::lane::Side;
 use super::tags;
@@ -100,8 +104,10 @@ struct Pair {
     /// on shm.
     first: u8,
     halves: u8,
-    /// Halves still in flight.
+    /// Halves still in flight (posted, their completion not yet sorted).
     left: u8,
+    /// Whether half 0, on the main loop, is among them.
+    main_out: bool,
 }
 
 /// The same-node loop and what it carries.
@@ -121,6 +127,9 @@ pub(crate) struct Local {
     pairs: BTreeMap<u64, Pair>,
     /// Messages a cancelled half had matched first, oldest first.
     unclaimed: VecDeque<Completion>,
+    /// Completions of halves held back until an older pair's half on the
+    /// same loop is sorted (`local/order.rs`), in arrival order.
+    held: Vec<Completion>,
     /// Receives satisfied from `unclaimed`, handed out at the next poll.
     ready: Vec<Completion>,
     spares: Vec<Buffer>,
@@ -143,6 +152,7 @@ impl Local {
             next_pair: 0,
             pairs: BTreeMap::new(),
             unclaimed: VecDeque::new(),
+            held: Vec::new(),
             ready: Vec::new(),
             spares: Vec::new(),
             batch: Vec::new(),
@@ -295,6 +305,7 @@ impl Local {
             first: 0,
             halves: 1,
             left: 0,
+            main_out: false,
         };
         // The shm parts first, on buffers of the loop's own.
         let sides: Vec<(u64, u64)> = match (from, tag) {
@@ -347,6 +358,7 @@ impl Local {
         match posted {
             Ok(()) => {
                 waiting.left += 1;
+                waiting.main_out = true;
                 self.pairs.insert(id, waiting);
                 Ok(())
             }
@@ -407,78 +419,6 @@ impl Local {
                 log::warn!("cannot cancel part of a receive: {e}");
             }
         }
-    }
-
-    /// Sort one loop's batch into `out`: completions of pairs become the
-    /// application's (the first half of each) or left-overs.
-    fn sort(&mut self, main: &mut EventLoop, main_ep: EndpointId, out: &mut Vec<Completion>) {
-        let mut batch = std::mem::take(&mut self.batch);
-        for mut c in batch.drain(..) {
-            if !is_pair(c.token) {
-                out.push(c);
-                continue;
-            }
-            let (id, h) = ((c.token.0 >> 8) & ID_MASK, c.token.0 as u8);
-            let Some(p) = self.pairs.get_mut(&id) else {
-                log::warn!(
-                    "a completion of an unknown any-source receive ({:#x}) dropped",
-                    c.token.0
-                );
-                continue;
-            };
-            p.left = p.left.saturating_sub(1);
-            let (fresh, user, first, halves) = (!p.delivered, p.user, p.first, p.halves);
-            p.delivered = true;
-            if p.left == 0 {
-                self.pairs.remove(&id);
-            }
-            if fresh {
-                c.token = user;
-                out.push(c);
-                if halves - first > 1 {
-                    self.cancel_halves(main, main_ep, id, first, halves, Some(h));
-                }
-            } else if matches!(c.result, Err(CompletionError::Cancelled)) {
-                if let Some(b) = c.buffer.take() {
-                    self.give_spare(b);
-                }
-            } else {
-                self.rematch(main, main_ep, c, out);
-            }
-        }
-        self.batch = batch;
-    }
-
-    /// A message a half matched after its pair was handed out: it goes to
-    /// the oldest pair still waiting that it matches (whose halves are then
-    /// cancelled, and what they matched meanwhile comes back here), or is
-    /// kept for the next receive. Messages of one rank arrive on one loop
-    /// in order and are given out in that order.
-    fn rematch(
-        &mut self,
-        main: &mut EventLoop,
-        main_ep: EndpointId,
-        mut c: Completion,
-        out: &mut Vec<Completion>,
-    ) {
-        let fits = |p: &Pair| !p.delivered && c.tag & !p.want.1 == p.want.0 & !p.want.1;
-        let Some((&id, p)) = self.pairs.iter_mut().find(|(_, p)| fits(p)) else {
-            c.token = Token(0);
-            self.unclaimed.push_back(c);
-            return;
-        };
-        p.delivered = true;
-        let len = c.buffer.as_ref().map_or(0, Buffer::len);
-        if c.result.is_ok() && len > p.capacity {
-            c.result = Err(CompletionError::Truncated {
-                message_len: Some(len),
-                buffer_len: p.capacity,
-            });
-        }
-        c.token = p.user;
-        let (first, halves) = (p.first, p.halves);
-        out.push(c);
-        self.cancel_halves(main, main_ep, id, first, halves, None);
     }
 
     /// Poll both loops (`main` first), for up to `timeout`, in zero-time
@@ -594,6 +534,7 @@ impl Local {
     /// Drop what is kept for receives that will never come (at the end).
     pub(crate) fn forget(&mut self) {
         self.unclaimed.clear();
+        self.held.clear();
         self.ready.clear();
     }
 }
