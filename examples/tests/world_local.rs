@@ -266,7 +266,7 @@ fn receives_from_one_rank_and_from_any_keep_each_ranks_order() {
     }
 }
 
-/// Above 128 KiB (past 16 KiB since fabric-msg turned rxm's segments off)
+/// Above 128 KiB (above 16 KiB with `FI_OFI_RXM_SAR_LIMIT=0`)
 /// `tcp;ofi_rxm` sends a message by rendezvous: it matches
 /// the receive when the sender's request comes and completes it after
 /// reading the data, so that rank's later, smaller messages complete their

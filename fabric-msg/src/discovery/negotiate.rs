@@ -128,19 +128,6 @@ fn prepare(cfg: &LadderConfig, req: &Requirements) -> &'static Prepared {
             );
         }
 
-        // Every release to 2.6 of ofi_rxm cannot close a connection on which
-        // a message sent in segments (its SAR protocol, past the eager size)
-        // is half received: it spins for ever (1.x) or crashes (2.x), in the
-        // `fi_cq_read` that takes in a lost peer's hang-up as in `fi_close`.
-        // Without segments such messages go by rendezvous, which closes.
-        // docs/decisions.md, "rxm's segments turned off".
-        set(
-            "FI_OFI_RXM_SAR_LIMIT",
-            "0".into(),
-            "fabric-msg: ofi_rxm spins or crashes closing a connection with a segmented message half received"
-                .into(),
-        );
-
         let devices = verbs_limits::query_devices();
         for (name, value, why) in verbs_limits::env_settings(&devices, req.domain.as_deref()) {
             set(name, value.into(), why);

@@ -23,9 +23,7 @@ pub struct Quirks {
     /// `ofi_rxm` cannot close a connection on which a segmented message is
     /// half received (1.17 to 1.22 spin for ever, 2.0 to 2.6 crash): after
     /// a peer was lost the loop leaves its endpoints open instead of
-    /// closing them (`teardown.rs`, `rxm_left_open`). Negotiation turns
-    /// the segments off unless the user sets `FI_OFI_RXM_SAR_LIMIT`
-    /// (`negotiate.rs`); this stays for a user who turns them back on.
+    /// closing them (`teardown.rs`, `rxm_left_open`).
     pub close_hangs_after_loss: bool,
 }
 
