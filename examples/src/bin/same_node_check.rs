@@ -102,7 +102,13 @@ fn parse() -> Result<Opts, String> {
             "-a" => o.any = num("-a")?,
             "-w" => o.window = num("-w")?.max(1) as usize,
             "-m" => o.mixed = true,
-            "-l" => LARGEST.store(num("-l")?.max(16) as usize, Ordering::Relaxed),
+            "-l" => {
+                let l = num("-l")?;
+                if l < SIZES[SIZES.len() - 1] as u64 {
+                    return Err(format!("-l {l}: the largest message must be at least {} bytes", SIZES[SIZES.len() - 1]));
+                }
+                LARGEST.store(l as usize, Ordering::Relaxed);
+            }
             other => {
                 return Err(format!(
                     "unknown argument {other}; usage: same_node_check [-n RING] [-a ANY] [-w WINDOW] [-m] [-l LARGEST]"
