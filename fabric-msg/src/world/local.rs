@@ -193,12 +193,7 @@ impl Local {
         mut buf: Buffer,
         token: Token,
     ) -> std::result::Result<(), Buffer> {
-        let (tag, ignore) = want;
-        let Some(i) = self
-            .unclaimed
-            .iter()
-            .position(|c| c.tag & !ignore == tag & !ignore)
-        else {
+        let Some(i) = self.unclaimed.iter().position(|c| tags::matches(c.tag, want)) else {
             return Err(buf);
         };
         let Some(mut c) = self.unclaimed.remove(i) else {
@@ -232,8 +227,7 @@ impl Local {
     /// The World tag and length of the oldest left-over message that a
     /// receive matching `want` would take (a probe's look here).
     pub(crate) fn peek_kept(&self, want: (u64, u64)) -> Option<(u64, usize)> {
-        let (tag, ignore) = want;
-        let c = self.unclaimed.iter().find(|c| c.tag & !ignore == tag & !ignore)?;
+        let c = self.unclaimed.iter().find(|c| tags::matches(c.tag, want))?;
         let len = match (&c.result, &c.buffer) {
             (Ok(()), Some(b)) => b.len(),
             (

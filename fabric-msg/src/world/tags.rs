@@ -90,6 +90,12 @@ pub(crate) fn matcher(class: u64, source: Option<u32>, tag: Option<u32>) -> (u64
     (encode(class, source.unwrap_or(0), tag.unwrap_or(0)), ignore)
 }
 
+/// Whether a message with World tag `tag` matches a receive's `(tag,
+/// ignore)`, as a provider matches it.
+pub(crate) fn matches(tag: u64, (want, ignore): (u64, u64)) -> bool {
+    (tag & !ignore) == (want & !ignore)
+}
+
 const STEP_BITS: u32 = 12;
 /// The collective-number part of a World-class tag.
 pub(crate) const SEQ_MASK: u32 = (1 << 20) - 1;
@@ -151,10 +157,6 @@ pub(crate) fn post_recv_in(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn matches(tag: u64, (want, ignore): (u64, u64)) -> bool {
-        (tag & !ignore) == (want & !ignore)
-    }
 
     #[test]
     fn fields_round_trip_and_matching_respects_class_rank_and_tag() {

@@ -28,6 +28,7 @@
 use super::{is_pair, Local, ID_MASK};
 use crate::memory::buffer::Buffer;
 use crate::transport::event_loop::{Completion, CompletionError, EndpointId, EventLoop, Token};
+use crate::world::tags;
 
 /// The pair number and the half of a pair's token.
 fn parts(t: Token) -> (u64, u8) {
@@ -72,7 +73,7 @@ impl Local {
             } else {
                 p.left > u8::from(p.main_out)
             };
-            out && c.tag & !p.want.1 == p.want.0 & !p.want.1
+            out && tags::matches(c.tag, p.want)
         })
     }
 
@@ -150,7 +151,7 @@ impl Local {
         mut c: Completion,
         out: &mut Vec<Completion>,
     ) {
-        let fits = |p: &super::Pair| !p.delivered && c.tag & !p.want.1 == p.want.0 & !p.want.1;
+        let fits = |p: &super::Pair| !p.delivered && tags::matches(c.tag, p.want);
         let Some((&id, p)) = self.pairs.iter_mut().find(|(_, p)| fits(p)) else {
             c.token = Token(0);
             self.unclaimed.push_back(c);
