@@ -39,6 +39,9 @@ const RING: u32 = 1;
 const ANY: u32 = 2;
 /// Every fifth message is the largest (`-l`), the others these sizes.
 const SIZES: [usize; 4] = [8, 100, 4096, 8200];
+/// The least `-l` may be: the largest of `SIZES`, so every receive fits
+/// every message.
+const LEAST_LARGEST: usize = SIZES[SIZES.len() - 1];
 /// The largest message (`-l`), set once by `parse`.
 static LARGEST: AtomicUsize = AtomicUsize::new(70_001);
 const LIMIT: Duration = Duration::from_secs(120);
@@ -48,7 +51,10 @@ fn largest() -> usize {
 }
 
 fn size_of(i: u64) -> usize {
-    SIZES.get((i % 5) as usize).copied().unwrap_or_else(largest)
+    SIZES
+        .get((i % (SIZES.len() as u64 + 1)) as usize)
+        .copied()
+        .unwrap_or_else(largest)
 }
 
 /// Message `i` from `src`: its number in the first 8 bytes, then the
@@ -104,8 +110,10 @@ fn parse() -> Result<Opts, String> {
             "-m" => o.mixed = true,
             "-l" => {
                 let l = num("-l")?;
-                if l < SIZES[SIZES.len() - 1] as u64 {
-                    return Err(format!("-l {l}: the largest message must be at least {} bytes", SIZES[SIZES.len() - 1]));
+                if l < LEAST_LARGEST as u64 {
+                    return Err(format!(
+                        "-l {l}: the largest message must be at least {LEAST_LARGEST} bytes"
+                    ));
                 }
                 LARGEST.store(l as usize, Ordering::Relaxed);
             }
