@@ -296,6 +296,100 @@ fn a_cancelled_receive_gives_its_buffer_back_and_takes_nothing() {
     assert_eq!((c[0].token, c[0].buffer.as_slice()), (Token(10), &b"after"[..]));
 }
 
+/// A paired receive (the World's receive from any rank, whose other part
+/// waits on the fabric) takes no message until its owner answers; the
+/// message and every one behind it from that rank wait in the ring. Taken
+/// back, the message goes to the next receive that matches it, and the
+/// rank's order holds: a receive for any tag posted after a paired one
+/// for tag 0 that skipped an earlier tag-2 message gets that one first.
+#[test]
+fn a_paired_receive_waits_for_its_owner_and_a_refused_one_passes_messages_on_in_order() {
+    for (refuse, single_copy_from) in [(true, usize::MAX), (false, usize::MAX), (true, 300), (false, 300)] {
+        let cfg = NodeConfig {
+            single_copy_from,
+            ..NodeConfig::default()
+        };
+        let mut l = node(2, cfg);
+        // Receive 0, paired, for tag 0; receive 1 for any tag; receive 2
+        // for any tag.
+        let now = l[0].recv_paired(0, 0, Buffer::new(4096), Token(0)).unwrap();
+        assert!(!now, "nothing has arrived yet");
+        l[0].recv(None, 0, u64::MAX, Buffer::new(4096), Token(1)).unwrap();
+        // Rank 1 sends m0 with tag 2, m1 with tag 0 (1,000 bytes: by
+        // single copy where it starts at 300), m2 with tag 0.
+        for (i, (tag, len)) in [(2u64, 8usize), (0, 1000), (0, 8)].into_iter().enumerate() {
+            let body = vec![i as u8; len];
+            l[1].send(0, tag, Buffer::from_slice(&body), Token(i as u64))
+                .unwrap();
+        }
+        let mut sends = Vec::new();
+        l[1].poll(&mut sends);
+        // m0 skips receive 0 (tag 2) for receive 1; m1 would go to
+        // receive 0: asked, and nothing more moves.
+        let got = wait_for(&mut l[0], 1);
+        assert_eq!(
+            (got[0].token, got[0].buffer.as_slice()),
+            (Token(1), &[0u8; 8][..])
+        );
+        let mut asked = Vec::new();
+        for _ in 0..10 {
+            assert_eq!(l[0].poll(&mut Vec::new()), 0, "nothing moves before the answer");
+            l[0].take_asked(&mut asked);
+        }
+        asked.dedup();
+        assert_eq!(
+            asked,
+            vec![Token(0)],
+            "asked about receive 0 alone, at every look"
+        );
+        l[0].recv(None, 0, u64::MAX, Buffer::new(4096), Token(2)).unwrap();
+        let (first, second) = if refuse {
+            let b = l[0]
+                .cancel_recv(Token(0))
+                .expect("the paired receive is still posted");
+            assert_eq!(b.capacity(), 4096);
+            l[0].recv(None, 0, u64::MAX, Buffer::new(4096), Token(3)).unwrap();
+            (Token(2), Token(3))
+        } else {
+            assert!(l[0].unpair(Token(0)));
+            (Token(0), Token(2))
+        };
+        let got = wait_for(&mut l[0], 2);
+        let seen: Vec<(Token, usize, u8)> = got
+            .iter()
+            .map(|c| (c.token, c.buffer.len(), c.buffer.as_slice()[0]))
+            .collect();
+        assert_eq!(seen, vec![(first, 1000, 1), (second, 8, 2)], "refused: {refuse}");
+        let until = Instant::now() + Duration::from_secs(10);
+        while sends.len() < 3 {
+            l[1].poll(&mut sends);
+            l[0].poll(&mut Vec::new());
+            assert!(
+                Instant::now() < until,
+                "{} of 3 sends done (refused: {refuse})",
+                sends.len()
+            );
+        }
+        assert!(sends.iter().all(|c| c.result.is_ok()));
+    }
+}
+
+/// A paired receive that a message already waits for takes it at once:
+/// its other part need not be posted.
+#[test]
+fn a_paired_receive_takes_a_message_that_came_before_it() {
+    let mut l = node(2, NodeConfig::default());
+    assert!(l[1].inject(0, 5, b"early").unwrap());
+    let until = Instant::now() + Duration::from_secs(10);
+    while l[0].pending().2 == 0 {
+        l[0].poll(&mut Vec::new());
+        assert!(Instant::now() < until, "the message never arrived");
+    }
+    assert!(l[0].recv_paired(5, 0, Buffer::new(16), Token(7)).unwrap());
+    let c = wait_for(&mut l[0], 1);
+    assert_eq!((c[0].token, c[0].buffer.as_slice()), (Token(7), &b"early"[..]));
+}
+
 #[test]
 fn ranks_that_disagree_on_the_layout_are_refused_with_a_reason() {
     let mut a = NodeLoop::create(0, 2, NodeConfig::default()).unwrap();

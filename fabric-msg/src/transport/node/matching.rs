@@ -11,6 +11,15 @@
 //! its last frame is in. A receive posted before its message (the common
 //! case in a loop that posts first) takes the bytes straight from the
 //! ring.
+//!
+//! A receive can be **paired** with another that waits on another loop
+//! for the same message (the World's receive from any rank, whose other
+//! part is on the fabric): before a message goes to it, the loop asks its
+//! owner ([`Match::Ask`]) and leaves the message where it is until the
+//! owner answers, by taking the receive back or by unpairing it
+//! (`world/local/claims.rs`). So the pair's fate is settled before any
+//! other message is matched: a message is never given to a receive that
+//! the other loop has already satisfied.
 
 use super::lent::Mem;
 use crate::transport::event_loop::Token;
@@ -27,6 +36,20 @@ pub struct Posted {
     pub tag: (u64, u64),
     /// Where the message goes; its length is set on completion.
     pub(crate) buf: Mem,
+    /// Its owner must say whether it may take a message (module docs).
+    pub paired: bool,
+}
+
+/// What the oldest posted receive a message matches says.
+#[derive(Debug)]
+pub enum Match {
+    /// This receive takes it.
+    Take(Posted),
+    /// No posted receive matches it.
+    None,
+    /// The first that matches is paired: its owner must answer first (the
+    /// receive's token is in [`Matcher::take_asked`]).
+    Ask,
 }
 
 impl Posted {
@@ -64,14 +87,49 @@ pub struct Matcher {
     arrived: VecDeque<Arrived>,
     /// Buffers for unexpected messages, kept for the next ones.
     pool: Vec<Vec<u8>>,
+    /// Paired receives a message waits for an answer about.
+    asked: Vec<Token>,
 }
 
 impl Matcher {
-    /// The oldest posted receive a message from `from` with `tag` goes to.
+    /// The oldest posted receive a message from `from` with `tag` goes to,
+    /// unless it is paired.
     #[inline]
-    pub fn take_posted(&mut self, from: usize, tag: u64) -> Option<Posted> {
-        let i = self.posted.iter().position(|p| p.matches(from, tag))?;
-        self.posted.remove(i)
+    pub fn take_posted(&mut self, from: usize, tag: u64) -> Match {
+        let Some(i) = self.posted.iter().position(|p| p.matches(from, tag)) else {
+            return Match::None;
+        };
+        if self.posted[i].paired {
+            let t = self.posted[i].token;
+            if !self.asked.contains(&t) {
+                self.asked.push(t);
+            }
+            return Match::Ask;
+        }
+        self.posted.remove(i).map_or(Match::None, Match::Take)
+    }
+
+    /// The paired receives asked about since the last call (into `out`).
+    pub fn take_asked(&mut self, out: &mut Vec<Token>) {
+        out.append(&mut self.asked);
+    }
+
+    /// Whether a message waits for an answer about a paired receive.
+    pub fn asks(&self) -> bool {
+        !self.asked.is_empty()
+    }
+
+    /// The paired receive `token` may take messages like any other: its
+    /// other part was taken back. False if no such receive is posted.
+    pub fn unpair(&mut self, token: Token) -> bool {
+        self.asked.retain(|t| *t != token);
+        match self.posted.iter_mut().find(|p| p.token == token) {
+            Some(p) => {
+                p.paired = false;
+                true
+            }
+            None => false,
+        }
     }
 
     /// Keep a receive no arrived message matches.
@@ -153,6 +211,7 @@ impl Matcher {
             .posted
             .iter()
             .position(|p| p.token == token && !p.buf.is_lent())?;
+        self.asked.retain(|t| *t != token);
         self.posted.remove(i)
     }
 

@@ -10,6 +10,8 @@
 //! - `ring`: one single-producer single-consumer ring of cache-line
 //!   cells, and its memory ordering;
 //! - `matching`: posted receives and unexpected messages, in MPI's order;
+//! - `paired`: a receive that waits on another loop too (the World's
+//!   receive from any rank), settled before it takes a message;
 //! - `single_copy`: large messages read from the sender's memory
 //!   (`process_vm_readv`), with a request and an ack on the rings;
 //! - `peer_loss` and `pidfd`: a rank whose process ended, noticed
@@ -29,6 +31,7 @@ mod eventfd;
 pub(crate) mod lent;
 pub(crate) mod matching;
 pub mod node_loop;
+mod paired;
 mod peer_loss;
 mod pidfd;
 mod receiving;

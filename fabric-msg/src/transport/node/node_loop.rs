@@ -411,7 +411,8 @@ impl NodeLoop {
         token: Token,
     ) -> Result<()> {
         buf.set_len(buf.capacity());
-        self.post(from, tag, ignore, Mem::Owned(buf), token)
+        self.post(from, tag, ignore, Mem::Owned(buf), token, false)
+            .map(drop)
     }
 
     /// Receive into the `cap` bytes at `into` (no buffer of the loop's in
@@ -433,10 +434,21 @@ impl NodeLoop {
     ) -> Result<()> {
         // SAFETY: the caller's promise, passed on.
         let lent = unsafe { Lent::new(into, cap) };
-        self.post(from, tag, ignore, Mem::Lent(lent), token)
+        self.post(from, tag, ignore, Mem::Lent(lent), token, false)
+            .map(drop)
     }
 
-    fn post(&mut self, from: Option<usize>, tag: u64, ignore: u64, buf: Mem, token: Token) -> Result<()> {
+    /// Post a receive: true if a message that arrived before it matched
+    /// it at once.
+    pub(super) fn post(
+        &mut self,
+        from: Option<usize>,
+        tag: u64,
+        ignore: u64,
+        buf: Mem,
+        token: Token,
+        paired: bool,
+    ) -> Result<bool> {
         if let Some(f) = from {
             if f >= self.ranks() {
                 return Err(self.no_rank(f));
@@ -447,16 +459,20 @@ impl NodeLoop {
             from,
             tag: (tag, ignore),
             buf,
+            paired,
         };
         match self.matcher.find_arrived(&p) {
-            None => self.matcher.post(p),
+            None => {
+                self.matcher.post(p);
+                return Ok(false);
+            }
             Some(i) if self.matcher.arrived_mut(i).complete => {
                 let a = self.matcher.remove_arrived(i);
                 self.deliver_arrived(p, a);
             }
             Some(i) => self.matcher.arrived_mut(i).claimed = Some(p),
         }
-        Ok(())
+        Ok(true)
     }
 
     /// Move the finished operations on lent memory to `out`.

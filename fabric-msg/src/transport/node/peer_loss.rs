@@ -11,6 +11,8 @@
 //! then fails what still needs the rank: receives from exactly that rank,
 //! the message it was in the middle of, sends to it, and large messages
 //! it was waiting to be read. Receives from any rank stay posted.
+//! Where a frame of the rank's waits for an answer about a paired
+//! receive (`matching.rs`), all of this waits for a call after it.
 
 use super::node_loop::NodeLoop;
 use super::pidfd::Watch;
@@ -27,9 +29,13 @@ impl NodeLoop {
             if self.lost[s] || !self.watch[s].as_ref().is_some_and(Watch::gone) {
                 continue;
             }
+            // What it wrote before it died is whole in our segment; a
+            // frame for a paired receive waits for its owner's answer,
+            // and the rank is seen gone at a later call.
+            if !self.read_all_from(s) {
+                continue;
+            }
             found += 1;
-            // What it wrote before it died is whole in our segment.
-            self.read_all_from(s);
             self.lost[s] = true;
             let label = self.label(s);
             let how = || CompletionError::PeerLost {

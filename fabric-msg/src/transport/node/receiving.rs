@@ -4,7 +4,7 @@
 //! complete such sends, and the failures: a corrupt ring, a failed read,
 //! a lost rank's operations.
 
-use super::matching::{Arrived, Posted};
+use super::matching::{Arrived, Match, Posted};
 use super::node_loop::{Assembly, Into, NodeLoop, Outgoing};
 use super::ring::{Frame, ACK, FIRST, LAST, RNDV};
 use super::single_copy::{self, ACK_LEN, REQUEST_LEN};
@@ -24,27 +24,35 @@ impl NodeLoop {
                 Err(e) => return self.break_peer(s, e.to_string()),
             };
             let taken = if f.flags & ACK != 0 {
-                self.acked(s, &f)
+                self.acked(s, &f).map(|()| true)
             } else {
                 self.take(s, &f)
             };
-            if let Err(what) = taken {
-                return self.break_peer(s, what);
+            match taken {
+                Err(what) => return self.break_peer(s, what),
+                // A paired receive's owner must answer first: the frame
+                // stays where it is, and so do the ones behind it.
+                Ok(false) => return,
+                Ok(true) => self.inbox[s].consume(&f),
             }
-            self.inbox[s].consume(&f);
         }
     }
 
-    /// Deliver frame `f` from `s`.
-    fn take(&mut self, s: usize, f: &Frame) -> std::result::Result<(), String> {
+    /// Deliver frame `f` from `s`: false if it must wait (a paired
+    /// receive is asked about, `matching.rs`) and stays in the ring.
+    fn take(&mut self, s: usize, f: &Frame) -> std::result::Result<bool, String> {
         // The common small message: whole in one frame, for a posted
         // receive, straight into its buffer.
         if f.flags == FIRST | LAST && f.len as u64 == f.total && self.assembling[s].is_none() {
-            if let Some(mut p) = self.matcher.take_posted(s, f.tag) {
-                let n = f.len.min(p.buf.capacity());
-                self.inbox[s].copy_out(f, 0, &mut p.buf.as_mut_slice()[..n]);
-                self.complete_recv(p, s, f.tag, f.total);
-                return Ok(());
+            match self.matcher.take_posted(s, f.tag) {
+                Match::Take(mut p) => {
+                    let n = f.len.min(p.buf.capacity());
+                    self.inbox[s].copy_out(f, 0, &mut p.buf.as_mut_slice()[..n]);
+                    self.complete_recv(p, s, f.tag, f.total);
+                    return Ok(true);
+                }
+                Match::Ask => return Ok(false),
+                Match::None => {}
             }
         }
         let mut a = match self.assembling[s].take() {
@@ -58,20 +66,22 @@ impl NodeLoop {
                 let total =
                     usize::try_from(f.total).map_err(|_| format!("a message of {} bytes", f.total))?;
                 match self.matcher.take_posted(s, f.tag) {
-                    Some(p) => self.fetch(s, p, f.tag, f.total, at),
-                    None => self.matcher.keep_request(s, f.tag, total, at),
+                    Match::Take(p) => self.fetch(s, p, f.tag, f.total, at),
+                    Match::None => self.matcher.keep_request(s, f.tag, total, at),
+                    Match::Ask => return Ok(false),
                 }
-                return Ok(());
+                return Ok(true);
             }
             None => {
                 let total =
                     usize::try_from(f.total).map_err(|_| format!("a message of {} bytes", f.total))?;
                 let into = match self.matcher.take_posted(s, f.tag) {
-                    Some(p) => Into::Posted(p),
-                    None => {
+                    Match::Take(p) => Into::Posted(p),
+                    Match::None => {
                         self.matcher.start_arrived(s, f.tag, total)?;
                         Into::Arrived
                     }
+                    Match::Ask => return Ok(false),
                 };
                 Assembly {
                     tag: f.tag,
@@ -117,7 +127,7 @@ impl NodeLoop {
         a.got += f.len as u64;
         if f.flags & LAST == 0 {
             self.assembling[s] = Some(a);
-            return Ok(());
+            return Ok(true);
         }
         match a.into {
             Into::Posted(p) => self.complete_recv(p, s, a.tag, a.total),
@@ -132,7 +142,7 @@ impl NodeLoop {
                 }
             }
         }
-        Ok(())
+        Ok(true)
     }
 
     /// Give receive `p` the whole message `a` that arrived before it: a
@@ -213,11 +223,16 @@ impl NodeLoop {
     }
 
     /// Read every frame `s` has written (its process is gone: nothing
-    /// more comes).
-    pub(super) fn read_all_from(&mut self, s: usize) {
+    /// more comes). False if a frame waits for an answer about a paired
+    /// receive (`matching.rs`): the rest is read at a later call.
+    pub(super) fn read_all_from(&mut self, s: usize) -> bool {
         while self.broken[s].is_none() && self.inbox[s].peek().is_ok_and(|f| f.is_some()) {
+            if self.matcher.asks() {
+                return false;
+            }
             self.drain(s);
         }
+        true
     }
 
     /// The receive the message `s` was in the middle of was going to.
