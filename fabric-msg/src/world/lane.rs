@@ -302,6 +302,38 @@ impl Side {
         }
     }
 
+    /// Post the node loop's part of a receive from any rank whose other
+    /// part goes on the main loop (`transport/node/paired.rs`): true if a
+    /// message that came before it matched it now (the other part is then
+    /// not needed). On libfabric's shm, an ordinary receive.
+    pub(crate) fn post_paired(
+        &mut self,
+        class: u64,
+        want: (u64, u64),
+        buf: Buffer,
+        token: Token,
+    ) -> std::result::Result<bool, PostError> {
+        match self {
+            Side::Node(n) => (n.nl.recv_paired(want.0, want.1, buf, token))
+                .map_err(|error| PostError { error, buffer: None }),
+            Side::Shm { .. } => self.post(class, want, buf, token).map(|()| false),
+        }
+    }
+
+    /// Paired receives a message waits for an answer about (into `out`).
+    pub(crate) fn take_asked(&mut self, out: &mut Vec<Token>) {
+        if let Side::Node(n) = self {
+            n.nl.take_asked(out);
+        }
+    }
+
+    /// Let the paired receive `token` take messages (`paired.rs`).
+    pub(crate) fn unpair(&mut self, token: Token) {
+        if let Side::Node(n) = self {
+            n.nl.unpair(token);
+        }
+    }
+
     /// Take back the receive posted with `token`: it completes cancelled
     /// at a later look, unless a message matched it first.
     pub(crate) fn cancel(&mut self, token: Token) -> Result<()> {

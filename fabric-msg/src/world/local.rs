@@ -16,16 +16,26 @@
 //! A message from a given rank always arrives on one loop, so exact-source
 //! receives go to that loop. A receive from any rank is posted on both
 //! loops: the first part to complete is handed out, the others are
-//! cancelled (`EventLoop::cancel_recv`); if another part had already
-//! matched a message, that message goes to the oldest receive still
+//! cancelled (`EventLoop::cancel_recv`).
+//!
+//! On fabric-msg's node loop no part ever takes a message the other part
+//! took too: before the node loop gives a message to its part, the main
+//! loop's part is cancelled, and the message goes elsewhere if that part
+//! had matched one already (`local/claims.rs`; MPICH's CH4 settles its
+//! shared-memory and network halves the same way).
+//!
+//! libfabric's shm matches on its own, so there both parts can match: a
+//! message a cancelled part had matched goes to the oldest receive still
 //! waiting that matches it, or is kept here for the next receive it
-//! matches, before anything is posted (as MPICH's CH4 pairs the sides of an
-//! any-source receive). Every receive, from one rank too, is numbered and
-//! kept until it completes, so "oldest" is the order the application posted
-//! them in and one rank's messages are never handed out out of order.
-//! That takes one more rule where a loop completes receives out of the
-//! order it matched them in (ofi_rxm's rendezvous): `local/order.rs`.
+//! matches, before anything is posted. Every receive, from one rank too,
+//! is numbered and kept until it completes, so "oldest" is the order the
+//! application posted them in. That takes one more rule where a loop
+//! completes receives out of the order it matched them in (ofi_rxm's
+//! rendezvous): `local/order.rs`. It does not keep one rank's order where
+//! a part that names a tag took a message past an earlier one of the same
+//! rank that a later receive from any tag then took (docs/world.md).
 
+mod claims;
 mod order;
 
 use super::lane::Side;
@@ -134,6 +144,10 @@ pub(crate) struct Local {
     ready: Vec<Completion>,
     spares: Vec<Buffer>,
     batch: Vec<Completion>,
+    /// Scratch for the looks of `poll` and `local/claims.rs`.
+    more: Vec<Completion>,
+    /// Paired receives the node loop asks about (`local/claims.rs`).
+    asked: Vec<Token>,
     /// How `poll` passes the time between empty looks at both loops: the
     /// World's rule (`transport/event_loop/idle.rs`), yielding where it
     /// would sleep (no one fd serves both loops).
@@ -156,6 +170,8 @@ impl Local {
             ready: Vec::new(),
             spares: Vec::new(),
             batch: Vec::new(),
+            more: Vec::new(),
+            asked: Vec::new(),
             idle,
         }
     }
@@ -316,6 +332,34 @@ impl Local {
                 };
             }
             (Some(_), _) => Vec::new(),
+            (None, _) if self.is_node() => {
+                // One part on the node loop, paired with the main loop's
+                // (`local/claims.rs`); none there if a message that came
+                // before it matches it now.
+                let spare = self.spare(capacity);
+                match self.side.post_paired(class, want, spare, half(id, 1)) {
+                    Ok(now) => {
+                        waiting.halves = 2;
+                        waiting.left = 1;
+                        if now {
+                            waiting.first = 1;
+                            self.pairs.insert(id, waiting);
+                            self.give_spare(buf);
+                            return Ok(());
+                        }
+                    }
+                    Err(e) => {
+                        if let Some(b) = e.buffer {
+                            self.give_spare(b);
+                        }
+                        return Err(PostError {
+                            error: e.error,
+                            buffer: Some(buf),
+                        });
+                    }
+                }
+                Vec::new()
+            }
             (None, Some(_)) if self.side.exact_only() && self.ranks().len() < usize::from(u8::MAX) => self
                 .ranks()
                 .into_iter()
@@ -451,6 +495,14 @@ impl Local {
                 let mut batch = std::mem::take(&mut self.batch);
                 self.side.poll_now(&mut batch)?;
                 self.batch = batch;
+                // Messages that wait for an answer about a receive from
+                // any rank move once it is given.
+                while self.answer_claims(main, main_ep)? {
+                    let mut more = std::mem::take(&mut self.more);
+                    self.side.poll_now(&mut more)?;
+                    self.batch.append(&mut more);
+                    self.more = more;
+                }
                 self.sort(main, main_ep, out);
             }
             if !out.is_empty() {

@@ -1,6 +1,11 @@
 //! Sorting the completions of a receive's parts, in the order each loop
 //! matched them.
 //!
+//! The hand-on and the hold below are for libfabric's shm as the
+//! same-node loop, which matches on its own. On fabric-msg's node loop no
+//! part takes a message another part of its receive took
+//! (`local/claims.rs`): nothing is handed on and nothing waits.
+//!
 //! A receive from any rank is posted on both loops (`local.rs`); the first
 //! part to complete is handed out and the others cancelled, and a message
 //! a cancelled part had matched already goes to the oldest receive still
@@ -63,7 +68,9 @@ impl Local {
     /// `c`'s, or is cancelling it. A cancellation carries no message and
     /// never waits.
     fn must_wait(&self, c: &Completion) -> bool {
-        if matches!(c.result, Err(CompletionError::Cancelled)) {
+        // On the node loop no part takes a message another part took
+        // (`local/claims.rs`): nothing is left over, nothing to wait for.
+        if self.is_node() || matches!(c.result, Err(CompletionError::Cancelled)) {
             return false;
         }
         let (id, h) = parts(c.token);
@@ -118,8 +125,13 @@ impl Local {
         if h == 0 {
             p.main_out = false;
         }
-        let (fresh, user, first, halves) = (!p.delivered, p.user, p.first, p.halves);
-        p.delivered = true;
+        // A part taken back carries no message: it ends the receive only
+        // as its last part (the application cancelled it, and no part had
+        // matched a message).
+        let cancelled = matches!(c.result, Err(CompletionError::Cancelled));
+        let fresh = !p.delivered && (!cancelled || p.left == 0);
+        let (user, first, halves) = (p.user, p.first, p.halves);
+        p.delivered |= fresh;
         if p.left == 0 {
             self.pairs.remove(&id);
         }
@@ -129,7 +141,7 @@ impl Local {
             if halves - first > 1 {
                 self.cancel_halves(main, main_ep, id, first, halves, Some(h));
             }
-        } else if matches!(c.result, Err(CompletionError::Cancelled)) {
+        } else if cancelled {
             if let Some(b) = c.buffer.take() {
                 self.give_spare(b);
             }
