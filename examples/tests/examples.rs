@@ -39,3 +39,4 @@ mod twins;
 mod waits;
 mod world;
 mod world_local;
+mod world_soak;
