@@ -182,7 +182,7 @@ step "cargo test (libfabric 2.x): everything that reaches libfabric"
 # and host_only's skipped by theirs, for a filter is a substring (`world::`
 # also matches `async_world::`).
 on_2x=(async_tools atomics fabric_info forgery rma_pingpong shm_stale_region
-    short_recv symmetric tools waits world)
+    short_recv symmetric tools waits world world_soak)
 host_only=(async_world collectives departures loss_bench model node_pingpong
     percentiles slurm twins world_local)
 for f in examples/tests/*.rs; do

@@ -10,7 +10,7 @@
 use super::slab::Role;
 use super::slab::{Internal, NO_GROUP};
 use super::state::EventLoop;
-use super::types::{EndpointId, OpKind, Token};
+use super::types::{Completion, EndpointId, OpKind, Token};
 use crate::error::{Error, Result};
 use crate::ffi;
 
@@ -45,5 +45,26 @@ impl EventLoop {
             rc if rc == -(ffi::FI_ENOENT as isize) => Ok(false),
             rc => Err(Error::from_rc("fi_cancel", rc as i64)),
         }
+    }
+
+    /// [`EventLoop::cancel_recv`], then the completion the provider wrote
+    /// for it in `fi_cancel`, where that is the first in the queue: read
+    /// with `fi_cq_readerr`, which runs none of the provider's progress (a
+    /// look with `poll` runs it, and on `tcp;ofi_rxm` that is a system
+    /// call). What was read is appended to `out`; the caller looks there
+    /// for the receive's completion, and polls if it is not there (other
+    /// completions came first, or a message had matched the receive).
+    pub fn cancel_recv_now(
+        &mut self,
+        id: EndpointId,
+        token: Token,
+        out: &mut Vec<Completion>,
+    ) -> Result<bool> {
+        let found = self.cancel_recv(id, token)?;
+        if found && self.pending.is_empty() {
+            self.read_error()?;
+            self.deliver(out);
+        }
+        Ok(found)
     }
 }

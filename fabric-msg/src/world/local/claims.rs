@@ -9,8 +9,10 @@
 //! - the main loop's part is cancelled (`fi_cancel`), and its completion
 //!   read at once: every provider here writes a cancelled receive's
 //!   completion inside `fi_cancel` (1.17's and 2.1's `rxm_ep.c`,
-//!   `xnet_srx.c`, `rxd_ep.c`, `sock_ep.c`, `smr_ep.c`). Cancelled: the
-//!   node part is unpaired and takes the message.
+//!   `xnet_srx.c`, `rxd_ep.c`, `sock_ep.c`, `smr_ep.c`), most often
+//!   first in the queue, where `fi_cq_readerr` takes it without a
+//!   progress call (`EventLoop::cancel_recv_now`). Cancelled: the node
+//!   part is unpaired and takes the message.
 //! - Otherwise the main loop's part has matched a message already (its
 //!   completion is here, or coming: a rendezvous still reading): the node
 //!   part is taken back, and the node loop gives the message to the next
@@ -64,17 +66,31 @@ impl Local {
         if let Some(c) = self.main_part(id) {
             return Ok(cancelled(c));
         }
-        main.cancel_recv(main_ep, half(id, 0))?;
+        // Its completion is in the queue now if it was cancelled, most
+        // often first, where it is taken without the provider's progress;
+        // else one look reads the queue to its end (more only where the
+        // loop had completions in hand already, which that look gives
+        // first).
+        let mut more = std::mem::take(&mut self.more);
+        let cancel = main.cancel_recv_now(main_ep, half(id, 0), &mut more);
+        self.batch.append(&mut more);
+        self.more = more;
+        cancel?;
+        if let Some(c) = self.main_part(id) {
+            return Ok(cancelled(c));
+        }
         loop {
             let mut more = std::mem::take(&mut self.more);
             let n = main.poll(&mut more, Some(Duration::ZERO));
             self.batch.append(&mut more);
             self.more = more;
+            if let Some(c) = self.main_part(id) {
+                return Ok(cancelled(c));
+            }
             if n? == 0 {
-                break;
+                return Ok(false);
             }
         }
-        Ok(self.main_part(id).is_some_and(cancelled))
     }
 
     /// The completion of pair `id`'s main loop part, read and not yet
