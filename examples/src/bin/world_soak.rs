@@ -9,7 +9,9 @@
 //! messages (by rank and tag, or from any rank, or with any tag, or both,
 //! in an order that lets every receive complete); whether the sends go
 //! before, between or after the receives; how the rank waits (`wait_all`,
-//! `wait_any`, or `test` with computation in between); and a
+//! `wait_any`, or `test` with computation in between); where every
+//! receive is from any rank and every rank has sent, up to three matched
+//! probes (`mprobe`, `mrecv`) before the receives; and a
 //! non-blocking allreduce or barrier in flight the whole time. Then a
 //! blocking allreduce, broadcast and barrier on the World or on a split
 //! communicator.
@@ -298,12 +300,13 @@ fn main() -> ExitCode {
     match result.and_then(|()| world.finish().map_err(|e| format!("finish: {e}"))) {
         Ok(()) => {
             println!(
-                "rank {rank}/{size}: ok: {} rounds in {:.1} s: {} messages received ({} by rendezvous size), \
-                 {} receives too small refused, {} checked for order; {} collectives right",
+                "rank {rank}/{size}: ok: {} rounds in {:.1} s: {} messages received ({} by rendezvous size, \
+                 {} by matched probe), {} receives too small refused, {} checked for order; {} collectives right",
                 o.rounds,
                 started.elapsed().as_secs_f64(),
                 tally.received,
                 tally.largest,
+                tally.probed,
                 tally.truncated,
                 tally.ordered,
                 tally.collectives
@@ -322,6 +325,7 @@ struct Tally {
     received: u64,
     largest: u64,
     truncated: u64,
+    probed: u64,
     ordered: u64,
     collectives: u64,
 }
@@ -347,9 +351,20 @@ fn settings(seed: u64, round: u32) -> (Naming, u64, u64) {
     )
 }
 
+/// How many of a round's receives from any rank are matched probes
+/// (drawn after `settings`, from the same stream).
+fn probes_of(seed: u64, round: u32) -> usize {
+    let mut rng = rng_of(seed, round);
+    for _ in 0..3 {
+        rng.next();
+    }
+    rng.below(4) as usize
+}
+
 fn soak_round(world: &mut World, o: &Opts, round: u32, tally: &mut Tally) -> Result<(), String> {
     let (me, size) = (world.rank(), world.size());
     let (naming, sends_at, wait_by) = settings(o.seed, round);
+    let probes = probes_of(o.seed, round);
     let mut rng = rng_of(o.seed, round);
     rng.0 = rng.next();
     let plan = plan_messages(&mut rng, size);
@@ -389,7 +404,27 @@ fn soak_round(world: &mut World, o: &Opts, round: u32, tally: &mut Tally) -> Res
     if sends_at == 0 {
         send_all(world, &mut reqs, &mut kinds)?;
     }
-    for (i, r) in receives.iter().enumerate() {
+    // Where every receive is from any rank and every rank has sent, the
+    // first few are matched probes instead (`mprobe`, then `mrecv`).
+    let mut probed = Vec::new();
+    if naming == Naming::Any && sends_at == 0 {
+        for i in 0..probes.min(receives.len()) {
+            let m = world.mprobe(None, None).map_err(err)?;
+            let env = m.envelope();
+            let res = world.mrecv::<u64>(m).map(|v| {
+                let st = Status {
+                    source: env.source,
+                    tag: env.tag,
+                    count: env.bytes / 8,
+                };
+                (v, st)
+            });
+            reqs.push(None);
+            kinds.push(Some(i));
+            probed.push((reqs.len() - 1, res));
+        }
+    }
+    for (i, r) in receives.iter().enumerate().skip(probed.len()) {
         if sends_at == 1 && i == half {
             send_all(world, &mut reqs, &mut kinds)?;
         }
@@ -481,6 +516,10 @@ fn soak_round(world: &mut World, o: &Opts, round: u32, tally: &mut Tally) -> Res
         tally.largest += u64::from(m.len == LARGEST);
         Ok(())
     };
+    let n_probed = probed.len() as u64;
+    for (k, res) in probed {
+        take(k, res)?;
+    }
     match wait_by {
         0 => {
             // wait_all stops at the first failure: truncations expected, so
@@ -519,6 +558,8 @@ fn soak_round(world: &mut World, o: &Opts, round: u32, tally: &mut Tally) -> Res
             }
         }
     }
+
+    tally.probed += n_probed;
 
     // Exactly once, and in each rank's order.
     let incoming: usize = plan[me as usize].iter().map(Vec::len).sum();
