@@ -2,13 +2,15 @@
 //! `bandwidth` have in common, their output (fabtests' columns or JSON
 //! Lines), the byte pattern `--verify` checks, and the session around each
 //! tool's measuring loop, and the per-iteration times behind the
-//! percentiles every tool prints; and the tally of the checking tools.
+//! percentiles every tool prints; and the tally and the random generator
+//! of the checking tools.
 #![deny(missing_docs)]
 
 pub mod control;
 pub mod opts;
 pub mod output;
 pub mod pattern;
+pub mod rng;
 pub mod session;
 pub mod stats;
 pub mod tally;

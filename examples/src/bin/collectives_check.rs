@@ -39,6 +39,7 @@
 //!                                            rank 1 expects one element more from rank 0 than it sends
 
 use fabric_msg::{Buffer, Element, Op, OpKind, Reduction, Token, World, WorldConfig};
+use fabric_msg_examples::rng::Rng;
 use misuse::{reversed, roles, Misused};
 use options::{parse, Mode};
 use std::fmt::Debug;
@@ -59,31 +60,6 @@ mod slots;
 /// Collectives of communicators run in two levels by the checks
 /// (`comm.rs`), left out of the World's count.
 static COMM_TWO_LEVEL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-/// A small deterministic generator (splitmix64): every rank draws the same
-/// numbers from the same seed.
-struct Rng(u64);
-
-impl Rng {
-    fn new(parts: &[u64]) -> Rng {
-        let mut r = Rng(0x9e37_79b9_7f4a_7c15);
-        for p in parts {
-            r.0 ^= *p;
-            r.next();
-        }
-        r
-    }
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
 
 /// What the reference needs of an element: random values and the ops.
 trait Value: Element + Debug {

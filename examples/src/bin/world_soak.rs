@@ -32,6 +32,7 @@
 //! usage: world_soak [-r ROUNDS] [-s SEED] [-t SECONDS]
 
 use fabric_msg::{Error, Op, Request, Status, World};
+use fabric_msg_examples::rng::Rng;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -39,33 +40,6 @@ use std::time::{Duration, Instant};
 const SIZES: [usize; 6] = [1, 8, 128, 1125, 5000, 25_000];
 const LARGEST: usize = 25_000;
 const TAGS: u32 = 3;
-
-/// splitmix64: every rank draws the same numbers from the same seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-
-    fn shuffle<T>(&mut self, v: &mut [T]) {
-        for i in (1..v.len()).rev() {
-            v.swap(i, self.below(i as u64 + 1) as usize);
-        }
-    }
-}
 
 /// A size class, small ones more often.
 fn draw_size(rng: &mut Rng) -> usize {
