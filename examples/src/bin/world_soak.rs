@@ -177,8 +177,6 @@ fn plan_receives(rng: &mut Rng, naming: Naming, incoming: &[Msg]) -> Vec<Recv> {
     // Within a level the order is free, but each pair's receives keep
     // their order: shuffle the pairs' turns.
     let first = std::mem::take(&mut levels[0]);
-    let mut turns: Vec<usize> = (0..first.len()).collect();
-    rng.shuffle(&mut turns);
     let mut by_pair: Vec<(Option<u32>, Option<u32>)> = Vec::new();
     let mut queues: Vec<std::collections::VecDeque<Recv>> = Vec::new();
     for r in first {
