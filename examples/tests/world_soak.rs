@@ -39,8 +39,8 @@ fn assert_ok(exits: &[Exit], what: &str) {
 /// none, on a World over two nodes: before fabric-msg's node loop asked
 /// about such a receive's fabric part (`world/local/claims.rs`), a
 /// same-node rank's message could pass an earlier one: on the code before
-/// it, seeds 1, 5 and 7 broke the order by rounds 34, 54 and 74 (seed 3 by
-/// round 33 in other runs; it depends on timing, hence three seeds).
+/// it, seeds 1, 5 and 7 broke the order by rounds 34, 54 and 74 in one run,
+/// where seed 3 passed: it depends on timing, hence three seeds.
 #[test]
 fn random_mixes_over_two_nodes_keep_every_message_and_each_ranks_order() {
     if shm_on() == "libfabric" {
