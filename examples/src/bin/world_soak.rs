@@ -259,7 +259,7 @@ fn main() -> ExitCode {
             break;
         }
         if let Err(e) = soak_round(&mut world, &o, round, &mut tally) {
-            let (naming, sends_at, wait_by) = settings(o.seed, round);
+            let (naming, sends_at, wait_by, _) = settings(o.seed, round);
             result = Err(format!(
                 "round {round} (seed {}; receives {naming:?}, sends {}, waits by {}): {e}",
                 o.seed,
@@ -313,30 +313,21 @@ fn rng_of(seed: u64, round: u32) -> Rng {
 }
 
 /// How a round names its receives, when it sends (before, between, after
-/// the receives) and how it waits (`wait`, `wait_any`, `test`).
-fn settings(seed: u64, round: u32) -> (Naming, u64, u64) {
+/// the receives), how it waits (`wait`, `wait_any`, `test`), and how many
+/// of its receives from any rank are matched probes.
+fn settings(seed: u64, round: u32) -> (Naming, u64, u64, usize) {
     let mut rng = rng_of(seed, round);
     (
         [Naming::Exact, Naming::BySource, Naming::ByTag, Naming::Any][rng.below(4) as usize],
         rng.below(3),
         rng.below(3),
+        rng.below(4) as usize,
     )
-}
-
-/// How many of a round's receives from any rank are matched probes
-/// (drawn after `settings`, from the same stream).
-fn probes_of(seed: u64, round: u32) -> usize {
-    let mut rng = rng_of(seed, round);
-    for _ in 0..3 {
-        rng.next();
-    }
-    rng.below(4) as usize
 }
 
 fn soak_round(world: &mut World, o: &Opts, round: u32, tally: &mut Tally) -> Result<(), String> {
     let (me, size) = (world.rank(), world.size());
-    let (naming, sends_at, wait_by) = settings(o.seed, round);
-    let probes = probes_of(o.seed, round);
+    let (naming, sends_at, wait_by, probes) = settings(o.seed, round);
     let mut rng = rng_of(o.seed, round);
     rng.0 = rng.next();
     let plan = plan_messages(&mut rng, size);
