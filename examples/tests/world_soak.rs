@@ -4,12 +4,15 @@
 //! `wait`, `wait_any` or `test`; too-small receives; a non-blocking
 //! collective in flight), every message checked for exactly once, whole,
 //! and in its sender's order. Four ranks: two per pretend node (node
-//! transport beside TCP), all on one node, and TCP alone.
+//! transport beside TCP), all on one node, and TCP alone; and with
+//! libfabric's shm as the same-node side, with the receives it keeps in
+//! order (`--named-tags`).
 
 use crate::support;
 
+use std::process::Command;
 use std::time::{Duration, Instant};
-use support::{rendezvous_on_nodes, shm_on, wait_all, Exit};
+use support::{clean, free_port, rendezvous_on_nodes, shm_on, wait_all, Exit};
 
 const SOAK: &str = env!("CARGO_BIN_EXE_world_soak");
 const DEADLINE: Duration = Duration::from_secs(240);
@@ -47,7 +50,9 @@ fn random_mixes_over_two_nodes_keep_every_message_and_each_ranks_order() {
         eprintln!(
             "NOT RUN on libfabric's shm (FABRIC_MSG_TEST_SHM=libfabric): it matches on its own, so a \
              receive from any rank that names a tag can take a rank's message past an earlier one \
-             (docs/world.md, \"Receives from any rank\")"
+             (docs/world.md, \"Receives from any rank\"); \
+             named_tags_over_two_nodes_on_libfabrics_shm_keep_every_message_and_each_ranks_order runs \
+             what it keeps in order"
         );
         return;
     }
@@ -63,4 +68,40 @@ fn random_mixes_on_one_node_and_on_tcp_alone_keep_every_message_and_each_ranks_o
     assert_ok(&exits, "one node");
     let exits = run(false, Some(2), &["-r", "100", "-s", "2"]);
     assert_ok(&exits, "TCP alone");
+}
+
+/// libfabric's shm as the same-node side (`FABRIC_MSG_SHM=libfabric`, the
+/// fall-back where the node transport cannot be used), on a World over
+/// two nodes: every receive names a tag (`--named-tags`: from a rank, or
+/// from any rank where the plan says any tag), the mix docs/world.md says
+/// that side keeps in order. Every size class, too-small receives, waits
+/// of every kind and collectives, as above.
+#[test]
+fn named_tags_over_two_nodes_on_libfabrics_shm_keep_every_message_and_each_ranks_order() {
+    for seed in ["1", "5"] {
+        let started = Instant::now();
+        let root = format!("127.0.0.1:{}", free_port());
+        let ranks = (0..4)
+            .map(|r| {
+                let mut cmd = Command::new(SOAK);
+                clean(&mut cmd)
+                    .args(["-r", "120", "-s", seed, "--named-tags"])
+                    .env("FABRIC_MSG_RANK", r.to_string())
+                    .env("FABRIC_MSG_SIZE", "4")
+                    .env("FABRIC_MSG_ROOT", &root)
+                    .env("FABRIC_MSG_SHM", "libfabric")
+                    .env("FABRIC_MSG_NODE", format!("node{}", r / 2));
+                cmd.spawn().expect("starting a rank")
+            })
+            .collect();
+        let exits = wait_all(ranks, started, DEADLINE);
+        assert_ok(&exits, &format!("libfabric's shm, two nodes, seed {seed}"));
+        for (r, e) in exits.iter().enumerate() {
+            assert!(
+                e.stdout.contains("over libfabric's shm (same node)"),
+                "rank {r} is not on libfabric's shm:\n{}",
+                e.stdout
+            );
+        }
+    }
 }

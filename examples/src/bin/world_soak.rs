@@ -29,7 +29,12 @@
 //! mpirun -np 4 sh -c 'FABRIC_MSG_NODE=node$((OMPI_COMM_WORLD_RANK / 2)) exec world_soak'
 //! ```
 //!
-//! usage: world_soak [-r ROUNDS] [-s SEED] [-t SECONDS]
+//! usage: world_soak [-r ROUNDS] [-s SEED] [-t SECONDS] [--named-tags]
+//!
+//! `--named-tags`: every receive names a tag (where the plan says any
+//! tag, it names its message's tag from any rank), and no probes: what a
+//! World whose same-node side is libfabric's shm keeps in order
+//! (`FABRIC_MSG_SHM=libfabric`; docs/world.md, "Receives from any rank").
 
 use fabric_msg::{Error, Op, Request, Status, World};
 use fabric_msg_examples::rng::Rng;
@@ -129,8 +134,10 @@ fn plan_messages(rng: &mut Rng, size: u32) -> Vec<Vec<Vec<Msg>>> {
     to
 }
 
-/// The receives `me` posts for `incoming`, in posting order.
-fn plan_receives(rng: &mut Rng, naming: Naming, incoming: &[Msg]) -> Vec<Recv> {
+/// The receives `me` posts for `incoming`, in posting order. `named`:
+/// every receive names a tag (see [`Opts::named`]): where a receive would
+/// name no tag, it names its message's tag from any rank instead.
+fn plan_receives(rng: &mut Rng, naming: Naming, named: bool, incoming: &[Msg]) -> Vec<Recv> {
     let mut levels: [Vec<Recv>; 3] = Default::default();
     for m in incoming {
         let level = match naming {
@@ -140,8 +147,9 @@ fn plan_receives(rng: &mut Rng, naming: Naming, incoming: &[Msg]) -> Vec<Recv> {
         };
         let (from, tag) = match (naming, level) {
             (_, 0) => (Some(m.src), Some(m.tag)),
-            (Naming::BySource, 1) => (Some(m.src), None),
+            (Naming::BySource, 1) if !named => (Some(m.src), None),
             (Naming::ByTag, 1) => (None, Some(m.tag)),
+            _ if named => (None, Some(m.tag)),
             _ => (None, None),
         };
         levels[level].push(Recv {
@@ -205,6 +213,14 @@ struct Opts {
     rounds: u32,
     seed: u64,
     limit: Duration,
+    /// `--named-tags`: every receive names a tag (from a rank or
+    /// from any rank), the receives a World whose same-node side is
+    /// libfabric's shm (`FABRIC_MSG_SHM=libfabric`) keeps in order
+    /// (docs/world.md, "Receives from any rank"). The rounds' plans are
+    /// drawn as without it, then each receive that would name no tag
+    /// names its message's tag from any rank. No matched probes (libfabric
+    /// 1.17's shm cannot peek: a World there refuses them).
+    named: bool,
 }
 
 fn parse() -> Result<Opts, String> {
@@ -212,6 +228,7 @@ fn parse() -> Result<Opts, String> {
         rounds: 100,
         seed: 1,
         limit: Duration::from_secs(300),
+        named: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -224,9 +241,10 @@ fn parse() -> Result<Opts, String> {
             "-r" => o.rounds = num("-r")?.min(u64::from(u32::MAX >> 8)) as u32,
             "-s" => o.seed = num("-s")?,
             "-t" => o.limit = Duration::from_secs(num("-t")?),
+            "--named-tags" => o.named = true,
             other => {
                 return Err(format!(
-                    "unknown argument {other}; usage: world_soak [-r ROUNDS] [-s SEED] [-t SECONDS]"
+                    "unknown argument {other}; usage: world_soak [-r ROUNDS] [-s SEED] [-t SECONDS] [--named-tags]"
                 ))
             }
         }
@@ -250,6 +268,9 @@ fn main() -> ExitCode {
         }
     };
     let (rank, size) = (world.rank(), world.size());
+    // How this rank reaches the others: the test reads which same-node
+    // side it runs on from here.
+    println!("rank {rank}/{size}: {}", world.shm_report());
     let mut tally = Tally::default();
     let started = Instant::now();
     let mut result = Ok(());
@@ -336,7 +357,7 @@ fn soak_round(world: &mut World, o: &Opts, round: u32, tally: &mut Tally) -> Res
     let mut receives = Vec::new();
     for dst in 0..size {
         let incoming: Vec<Msg> = plan[dst as usize].iter().flatten().copied().collect();
-        let r = plan_receives(&mut rng, naming, &incoming);
+        let r = plan_receives(&mut rng, naming, o.named, &incoming);
         if dst == me {
             receives = r;
         }
@@ -370,7 +391,7 @@ fn soak_round(world: &mut World, o: &Opts, round: u32, tally: &mut Tally) -> Res
     // Where every receive is from any rank and every rank has sent, the
     // first few are matched probes instead (`mprobe`, then `mrecv`).
     let mut probed = Vec::new();
-    if naming == Naming::Any && sends_at == 0 {
+    if naming == Naming::Any && sends_at == 0 && !o.named {
         for i in 0..probes.min(receives.len()) {
             let m = world.mprobe(None, None).map_err(err)?;
             let env = m.envelope();
