@@ -265,3 +265,36 @@ fn profiles_of_two_negotiations_on_one_host_agree() {
     let provider = format!("`{}`", a.profile.provider);
     assert!(e.contains(&provider) && e.contains("`shm`"), "{e}");
 }
+
+/// The built-in ladder has sockets' progress thread sleep as soon as it
+/// finds no more work (`FI_SOCKETS_PE_WAITTIME=0`, providers.toml): by
+/// default it spins 10 ms first, and beside a spinning loop on a 2-core
+/// machine a message then took about 5 ms (docs/decisions.md, "sockets'
+/// progress thread"). Negotiation sets it before libfabric opens a
+/// sockets fabric, where sockets reads it, unless the user set it.
+#[test]
+fn sockets_progress_thread_is_told_not_to_spin_beside_the_loop() {
+    let n = negotiate(
+        &only(
+            "sockets",
+            &[Capability::Tagged, Capability::Msg],
+            EndpointChoice::Rdm,
+        ),
+        &LadderConfig::default(),
+    )
+    .expect("sockets negotiates");
+    let e = n
+        .environment
+        .iter()
+        .find(|e| e.name == "FI_SOCKETS_PE_WAITTIME")
+        .unwrap_or_else(|| panic!("not in the environment negotiation reports: {:?}", n.environment));
+    assert_eq!(
+        std::env::var("FI_SOCKETS_PE_WAITTIME").as_deref(),
+        Ok(e.value.as_str()),
+        "what is reported is what libfabric reads"
+    );
+    if e.origin != "set by the user" {
+        assert_eq!(e.value, "0", "{e:?}");
+        assert!(e.origin.contains("[provider.\"sockets\"]"), "{e:?}");
+    }
+}
