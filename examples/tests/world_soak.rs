@@ -10,9 +10,8 @@
 
 use crate::support;
 
-use std::process::Command;
 use std::time::{Duration, Instant};
-use support::{clean, free_port, rendezvous_on_nodes, shm_on, wait_all, Exit};
+use support::{rendezvous_on_nodes, rendezvous_with_shm, shm_on, wait_all, Exit};
 
 const SOAK: &str = env!("CARGO_BIN_EXE_world_soak");
 const DEADLINE: Duration = Duration::from_secs(240);
@@ -80,20 +79,8 @@ fn random_mixes_on_one_node_and_on_tcp_alone_keep_every_message_and_each_ranks_o
 fn named_tags_over_two_nodes_on_libfabrics_shm_keep_every_message_and_each_ranks_order() {
     for seed in ["1", "5"] {
         let started = Instant::now();
-        let root = format!("127.0.0.1:{}", free_port());
-        let ranks = (0..4)
-            .map(|r| {
-                let mut cmd = Command::new(SOAK);
-                clean(&mut cmd)
-                    .args(["-r", "120", "-s", seed, "--named-tags"])
-                    .env("FABRIC_MSG_RANK", r.to_string())
-                    .env("FABRIC_MSG_SIZE", "4")
-                    .env("FABRIC_MSG_ROOT", &root)
-                    .env("FABRIC_MSG_SHM", "libfabric")
-                    .env("FABRIC_MSG_NODE", format!("node{}", r / 2));
-                cmd.spawn().expect("starting a rank")
-            })
-            .collect();
+        let args = ["-r", "120", "-s", seed, "--named-tags"];
+        let ranks = rendezvous_with_shm(SOAK, 4, "libfabric", &args, Some(2));
         let exits = wait_all(ranks, started, DEADLINE);
         assert_ok(&exits, &format!("libfabric's shm, two nodes, seed {seed}"));
         for (r, e) in exits.iter().enumerate() {

@@ -96,6 +96,18 @@ pub fn rendezvous_on_nodes(
     args: &[&str],
     per_node: Option<u32>,
 ) -> Vec<Child> {
+    rendezvous_with_shm(program, n, if shm { shm_on() } else { "0" }, args, per_node)
+}
+
+/// [`rendezvous_on_nodes`] with `FABRIC_MSG_SHM` set to `shm` (`1`, `0` or
+/// `libfabric`) whatever `FABRIC_MSG_TEST_SHM` says.
+pub fn rendezvous_with_shm(
+    program: &str,
+    n: u32,
+    shm: &str,
+    args: &[&str],
+    per_node: Option<u32>,
+) -> Vec<Child> {
     let root = format!("127.0.0.1:{}", free_port());
     (0..n)
         .map(|r| {
@@ -105,7 +117,7 @@ pub fn rendezvous_on_nodes(
                 .env("FABRIC_MSG_RANK", r.to_string())
                 .env("FABRIC_MSG_SIZE", n.to_string())
                 .env("FABRIC_MSG_ROOT", &root)
-                .env("FABRIC_MSG_SHM", if shm { shm_on() } else { "0" });
+                .env("FABRIC_MSG_SHM", shm);
             if let Some(k) = per_node {
                 cmd.env("FABRIC_MSG_NODE", format!("node{}", r / k));
             }
