@@ -68,6 +68,16 @@ fn one(ev: &mut EventLoop, token: Token) -> Completion {
     c
 }
 
+/// The old value a fetching atomic's completion carries. A failed one
+/// carries none: its error goes into the panic (a compare-swap under load
+/// in CI once completed without a value, and the test said no more).
+fn fetched_value(c: &Completion, what: &str) -> u64 {
+    match (&c.result, c.value) {
+        (Ok(()), Some(v)) => v,
+        (r, v) => panic!("{what}: completed with {r:?} and value {v:?}"),
+    }
+}
+
 fn fnv(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf29ce484222325u64, |h, &b| {
         (h ^ b as u64).wrapping_mul(0x100000001b3)
@@ -601,8 +611,7 @@ fn atomics_under_contention(provider: &str, clients: u64) {
                         .unwrap();
                     let done = one(&mut c.ev, Token(i));
                     assert_eq!(done.kind, OpKind::Atomic);
-                    done.result.unwrap();
-                    fetched.push(done.value.expect("fetch-add returns the old value"));
+                    fetched.push(fetched_value(&done, "fetch-add"));
                     // Increment word 1 by compare-and-swap, retrying on races.
                     let mut seen = 0;
                     loop {
@@ -611,7 +620,7 @@ fn atomics_under_contention(provider: &str, clients: u64) {
                             new: seen + 1,
                         };
                         c.ev.atomic(&c.peer, cas, &remote, 8, Token(i)).unwrap();
-                        let old = one(&mut c.ev, Token(i)).value.unwrap();
+                        let old = fetched_value(&one(&mut c.ev, Token(i)), "compare-swap");
                         if old == seen {
                             break;
                         }
@@ -622,7 +631,7 @@ fn atomics_under_contention(provider: &str, clients: u64) {
                     one(&mut c.ev, Token(i)).result.unwrap();
                 }
                 c.ev.atomic(&c.peer, Atomic::Read, &remote, 0, Token(9)).unwrap();
-                let now = one(&mut c.ev, Token(9)).value.unwrap();
+                let now = fetched_value(&one(&mut c.ev, Token(9)), "atomic read");
                 assert!(now >= N, "read {now} after {N} own increments");
                 send_tagged(&mut c.ev, &c.peer, DONE, b"done");
                 fetched
