@@ -11,15 +11,17 @@
 use crate::support;
 
 use std::time::{Duration, Instant};
-use support::{rendezvous_on_nodes, rendezvous_with_shm, shm_on, wait_all, Exit};
+use support::{rendezvous_with_shm, shm_on, wait_all, Exit};
 
 const SOAK: &str = env!("CARGO_BIN_EXE_world_soak");
 const DEADLINE: Duration = Duration::from_secs(240);
 
-fn run(shm: bool, per_node: Option<u32>, args: &[&str]) -> Vec<Exit> {
+/// Four ranks of the soak with `FABRIC_MSG_SHM=shm`, `per_node` to a
+/// pretend node.
+fn run(shm: &str, per_node: Option<u32>, args: &[&str]) -> Vec<Exit> {
     let started = Instant::now();
     wait_all(
-        rendezvous_on_nodes(SOAK, 4, shm, args, per_node),
+        rendezvous_with_shm(SOAK, 4, shm, args, per_node),
         started,
         DEADLINE,
     )
@@ -56,16 +58,16 @@ fn random_mixes_over_two_nodes_keep_every_message_and_each_ranks_order() {
         return;
     }
     for seed in ["1", "5", "7"] {
-        let exits = run(true, Some(2), &["-r", "120", "-s", seed]);
+        let exits = run(shm_on(), Some(2), &["-r", "120", "-s", seed]);
         assert_ok(&exits, &format!("two nodes, seed {seed}"));
     }
 }
 
 #[test]
 fn random_mixes_on_one_node_and_on_tcp_alone_keep_every_message_and_each_ranks_order() {
-    let exits = run(true, None, &["-r", "100", "-s", "2"]);
+    let exits = run(shm_on(), None, &["-r", "100", "-s", "2"]);
     assert_ok(&exits, "one node");
-    let exits = run(false, Some(2), &["-r", "100", "-s", "2"]);
+    let exits = run("0", Some(2), &["-r", "100", "-s", "2"]);
     assert_ok(&exits, "TCP alone");
 }
 
@@ -78,10 +80,7 @@ fn random_mixes_on_one_node_and_on_tcp_alone_keep_every_message_and_each_ranks_o
 #[test]
 fn named_tags_over_two_nodes_on_libfabrics_shm_keep_every_message_and_each_ranks_order() {
     for seed in ["1", "5"] {
-        let started = Instant::now();
-        let args = ["-r", "120", "-s", seed, "--named-tags"];
-        let ranks = rendezvous_with_shm(SOAK, 4, "libfabric", &args, Some(2));
-        let exits = wait_all(ranks, started, DEADLINE);
+        let exits = run("libfabric", Some(2), &["-r", "120", "-s", seed, "--named-tags"]);
         assert_ok(&exits, &format!("libfabric's shm, two nodes, seed {seed}"));
         for (r, e) in exits.iter().enumerate() {
             assert!(

@@ -500,7 +500,7 @@ fn soak_round(world: &mut World, o: &Opts, round: u32, tally: &mut Tally) -> Res
         tally.largest += u64::from(m.len == LARGEST);
         Ok(())
     };
-    let n_probed = probed.len() as u64;
+    tally.probed += probed.len() as u64;
     for (k, res) in probed {
         take(k, res)?;
     }
@@ -542,8 +542,6 @@ fn soak_round(world: &mut World, o: &Opts, round: u32, tally: &mut Tally) -> Res
             }
         }
     }
-
-    tally.probed += n_probed;
 
     // Exactly once, and in each rank's order.
     let incoming: usize = plan[me as usize].iter().map(Vec::len).sum();
