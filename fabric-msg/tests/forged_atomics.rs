@@ -204,8 +204,7 @@ fn try_complete(origin: &mut EventLoop, t: &mut Target, n: usize) -> Vec<Complet
 }
 
 fn value(c: &Completion) -> u64 {
-    c.result.as_ref().unwrap_or_else(|e| panic!("{:?}: {e}", c.token));
-    c.value.expect("a fetching atomic returns the old value")
+    fetched_value(c, "a fetching atomic")
 }
 
 /// Send `msgs` from the forger, keeping at most a window in flight, until

@@ -68,16 +68,6 @@ fn one(ev: &mut EventLoop, token: Token) -> Completion {
     c
 }
 
-/// The old value a fetching atomic's completion carries. A failed one
-/// carries none: its error goes into the panic (a compare-swap under load
-/// in CI once completed without a value, and the test said no more).
-fn fetched_value(c: &Completion, what: &str) -> u64 {
-    match (&c.result, c.value) {
-        (Ok(()), Some(v)) => v,
-        (r, v) => panic!("{what}: completed with {r:?} and value {v:?}"),
-    }
-}
-
 fn fnv(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf29ce484222325u64, |h, &b| {
         (h ^ b as u64).wrapping_mul(0x100000001b3)

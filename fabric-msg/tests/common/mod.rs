@@ -87,6 +87,17 @@ pub fn pair<T: Send + 'static>(
     (Side { ev, ep, peer }, server)
 }
 
+/// The old value a fetching atomic's completion carries. A failed one
+/// carries none: its error and token go into the panic (a compare-swap
+/// under load in CI once completed without a value, and its test said no
+/// more).
+pub fn fetched_value(c: &Completion, what: &str) -> u64 {
+    match (&c.result, c.value) {
+        (Ok(()), Some(v)) => v,
+        (r, v) => panic!("{what} ({:?}): completed with {r:?} and value {v:?}", c.token),
+    }
+}
+
 /// Poll until `n` completions arrived (panics after TIMEOUT).
 pub fn wait_n(ev: &mut EventLoop, n: usize) -> Vec<Completion> {
     let mut got = Vec::new();
