@@ -1,18 +1,21 @@
-//! The `tokio` feature: an EventLoop's operations as futures
-//! (`fabric_msg::async_loop`), on tcp;ofi_rxm and shm: many tasks with
-//! operations in flight, futures dropped with their operation in flight,
-//! a timeout around a receive that never comes, injects past the
+//! The `tokio` feature: an EventLoop's two-sided operations as futures
+//! (`fabric_msg::async_loop`; one-sided ones in `async_one_sided.rs`), on
+//! tcp;ofi_rxm and shm: many tasks with operations in flight, receive
+//! futures dropped with their receive in flight (a timeout around a
+//! receive that never comes) and cancelled, peeks, injects past the
 //! provider's room, and (on tcp;ofi_rxm) a peer that goes while a task
-//! awaits a send to it. On tcp's connected
-//! (MSG) endpoints, which have no tags: many operations in flight, a
-//! dropped receive future, and a peer that goes.
+//! awaits a send to it. On tcp's connected (MSG) endpoints, which have no
+//! tags: many operations in flight, dropped receive futures, and a peer
+//! that goes.
 #![cfg(feature = "tokio")]
 
 use crate::common;
 
 use common::{msg_profile, pair, profile};
 use fabric_msg::async_loop::{AsyncLoop, LoopHandle};
-use fabric_msg::{Buffer, CompletionError, EndpointId, LoopConfig, Peer, RecvOpts, SendOpts, WaitMode};
+use fabric_msg::{
+    Buffer, CompletionError, EndpointId, Error, LoopConfig, Peer, RecvOpts, SendOpts, WaitMode,
+};
 use std::time::{Duration, Instant};
 
 /// Two loops opened to sleep and connected through the bootstrap: ours,
@@ -215,10 +218,11 @@ async fn a_long_wait_beside_a_busy_task_is_woken_on_shm() {
     long_wait_beside_a_busy_task("shm").await;
 }
 
-/// A receive whose future is dropped (a timeout) stays posted: the next
-/// message goes to it and is dropped with its buffer; the one after
-/// reaches a new receive. Then every handle goes with a receive still
-/// posted, and the loop closes under it.
+/// A receive whose future is dropped (a timeout) is cancelled: the next
+/// message reaches the next receive. So do 32 dropped at once: 32
+/// messages sent after them reach 32 new receives, each once and in
+/// order. Then every handle goes with a receive still in flight, and the
+/// loop closes under it.
 async fn dropped_futures(provider: &str) {
     let ((a, a_ep, _), (b, _, b_peer)) = connected(provider);
     let (send, recv) = tagged(5);
@@ -233,19 +237,17 @@ async fn dropped_futures(provider: &str) {
         "{provider}: the timeout took {:?}",
         t.elapsed()
     );
-    for m in [&b"first"[..], b"second"] {
-        b.send(b_peer, Buffer::from_slice(m), send)
-            .await
-            .unwrap()
-            .result
-            .unwrap();
-    }
-    let c = a.recv(a_ep, Buffer::new(64), recv).await.unwrap();
-    assert_eq!(
-        c.buffer.unwrap().as_slice(),
-        b"second",
-        "{provider}: the dropped receive was not left posted"
-    );
+    b.send(b_peer, Buffer::from_slice(b"first"), send)
+        .await
+        .unwrap()
+        .result
+        .unwrap();
+    let c = tokio::time::timeout(common::TIMEOUT, a.recv(a_ep, Buffer::new(64), recv))
+        .await
+        .unwrap_or_else(|_| panic!("{provider}: the dropped receive took the next message"))
+        .unwrap();
+    assert_eq!(c.buffer.unwrap().as_slice(), b"first", "{provider}");
+    received_once_in_order_after_drops(provider, &a, a_ep, &b, b_peer, (send, recv)).await;
     // One more in flight, its future dropped, then the handles.
     drop(tokio::time::timeout(Duration::from_millis(10), a.recv(a_ep, Buffer::new(64), recv)).await);
     drop(a);
@@ -254,14 +256,114 @@ async fn dropped_futures(provider: &str) {
     tokio::time::sleep(Duration::from_millis(100)).await;
 }
 
+/// 32 receives posted and their futures dropped, then 32 messages sent:
+/// 32 new receives get them all, once each and in order.
+async fn received_once_in_order_after_drops(
+    what: &str,
+    a: &LoopHandle,
+    a_ep: EndpointId,
+    b: &LoopHandle,
+    b_peer: Peer,
+    (send, recv): (SendOpts, RecvOpts),
+) {
+    const N: u32 = 32;
+    let dropped: Vec<_> = (0..N)
+        .map(|_| Box::pin(a.recv(a_ep, Buffer::new(64), recv)))
+        .collect();
+    for mut f in dropped {
+        // One poll posts it.
+        assert!(
+            common::poll_once(&mut f).await.is_none(),
+            "{what}: a receive completed with nothing sent"
+        );
+    }
+    for i in 0..N {
+        b.send(b_peer, Buffer::from_slice(&i.to_le_bytes()), send)
+            .await
+            .unwrap()
+            .result
+            .unwrap();
+    }
+    for i in 0..N {
+        let c = tokio::time::timeout(common::TIMEOUT, a.recv(a_ep, Buffer::new(64), recv))
+            .await
+            .unwrap_or_else(|_| panic!("{what}: message {i} never reached a receive posted after the drops"))
+            .unwrap();
+        c.result.unwrap();
+        let got = u32::from_le_bytes(c.buffer.unwrap().as_slice().try_into().unwrap());
+        assert_eq!(
+            got, i,
+            "{what}: after 32 dropped receives, receive {i} got message {got}"
+        );
+    }
+    let extra = tokio::time::timeout(Duration::from_millis(100), a.recv(a_ep, Buffer::new(64), recv)).await;
+    assert!(extra.is_err(), "{what}: a message arrived twice: {extra:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_dropped_future_leaves_its_receive_to_the_loop_on_tcp_rxm() {
+async fn a_dropped_receive_future_is_cancelled_on_tcp_rxm() {
     dropped_futures("tcp;ofi_rxm").await;
 }
 
 #[tokio::test(flavor = "current_thread")]
-async fn a_dropped_future_leaves_its_receive_to_the_loop_on_shm() {
+async fn a_dropped_receive_future_is_cancelled_on_shm() {
     dropped_futures("shm").await;
+}
+
+/// A peek finds a waiting message's length and tag without taking it,
+/// and a receive then takes it; a peek for another tag finds nothing.
+/// Where the provider cannot peek (shm before libfabric 1.19), the peek
+/// is refused, saying why, and nothing is posted.
+async fn peeks(provider: &str) {
+    let ((a, a_ep, _), (b, _, b_peer)) = connected(provider);
+    let (send, recv) = tagged(9);
+    let defect = a.with_loop(|ev| ev.profile().peek_defect.clone()).await.unwrap();
+    if let Some(why) = defect {
+        let r = a.peek(a_ep, recv).await;
+        assert!(
+            matches!(&r, Err(Error::Unsupported { what, .. }) if what.contains("FI_PEEK")),
+            "{provider} ({why}): a peek gave {r:?}"
+        );
+        return;
+    }
+    b.send(b_peer, Buffer::from_slice(&[3u8; 40]), send)
+        .await
+        .unwrap()
+        .result
+        .unwrap();
+    let deadline = Instant::now() + common::TIMEOUT;
+    let found = loop {
+        let c = a.peek(a_ep, recv).await.unwrap();
+        c.result.unwrap();
+        if let Some(p) = c.peeked {
+            break (p, c.tag);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{provider}: the message sent never showed in a peek"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    };
+    assert_eq!(found.0.len, 40, "{provider}: {found:?}");
+    assert_eq!(found.1, 9, "{provider}: {found:?}");
+    let other = a.peek(a_ep, tagged(10).1).await.unwrap();
+    assert!(
+        other.peeked.is_none(),
+        "{provider}: a peek for tag 10 found {other:?}"
+    );
+    let c = a.recv(a_ep, Buffer::new(64), recv).await.unwrap();
+    c.result.unwrap();
+    assert_eq!(c.buffer.unwrap().as_slice(), &[3u8; 40][..], "{provider}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peek_finds_a_waiting_message_without_taking_it_on_tcp_rxm() {
+    peeks("tcp;ofi_rxm").await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_peek_finds_a_waiting_message_or_is_refused_on_shm() {
+    peeks("shm").await;
 }
 
 /// A large send to a peer whose loop nobody polls (so the send cannot
@@ -392,7 +494,9 @@ async fn operations_in_flight_a_dropped_future_and_a_lost_peer_on_tcp_msg() {
         "tcp msg: the replies are not the messages sent"
     );
 
-    // A dropped receive future leaves its receive posted.
+    // A dropped receive future is cancelled: the next message reaches
+    // the next receive, and 32 dropped at once take none of the 32 sent
+    // after them.
     let r = tokio::time::timeout(
         Duration::from_millis(100),
         a.recv(a_peer.endpoint(), Buffer::new(64), RecvOpts::default()),
@@ -402,22 +506,28 @@ async fn operations_in_flight_a_dropped_future_and_a_lost_peer_on_tcp_msg() {
         r.is_err(),
         "tcp msg: a receive with nothing sent completed: {r:?}"
     );
-    for m in [&b"first"[..], b"second"] {
-        b.send(b_peer, Buffer::from_slice(m), SendOpts::default())
-            .await
-            .unwrap()
-            .result
-            .unwrap();
-    }
-    let c = a
-        .recv(a_peer.endpoint(), Buffer::new(64), RecvOpts::default())
+    b.send(b_peer, Buffer::from_slice(b"first"), SendOpts::default())
         .await
+        .unwrap()
+        .result
         .unwrap();
-    assert_eq!(
-        c.buffer.unwrap().as_slice(),
-        b"second",
-        "tcp msg: the dropped receive was not left posted"
-    );
+    let c = tokio::time::timeout(
+        common::TIMEOUT,
+        a.recv(a_peer.endpoint(), Buffer::new(64), RecvOpts::default()),
+    )
+    .await
+    .expect("tcp msg: the dropped receive took the next message")
+    .unwrap();
+    assert_eq!(c.buffer.unwrap().as_slice(), b"first", "tcp msg");
+    received_once_in_order_after_drops(
+        "tcp msg",
+        &a,
+        a_peer.endpoint(),
+        &b,
+        b_peer,
+        (SendOpts::default(), RecvOpts::default()),
+    )
+    .await;
 
     // The peer goes while a large send to it is awaited.
     let waiting = tokio::spawn({

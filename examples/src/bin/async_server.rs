@@ -217,8 +217,9 @@ async fn serve_peer(h: LoopHandle, ep: EndpointId, peer: Peer, n: usize, idle: D
     loop {
         let c = match tokio::time::timeout(idle, h.recv(ep, Buffer::new(256), recv)).await {
             Err(_) => {
-                // The receive stays posted with the loop (see async_loop's
-                // docs); the peer's later messages go to it and are dropped.
+                // The timeout dropped the receive's future, which cancels
+                // the receive (see async_loop's docs): the peer's later
+                // messages wait for a receive nobody posts.
                 eprintln!("async_server: peer {n}: nothing for {idle:?} after {answered} requests: given up");
                 return Ok(Ended::GaveUp(answered));
             }

@@ -62,7 +62,7 @@ impl std::fmt::Debug for LoopHandle {
 }
 
 impl LoopHandle {
-    fn shared(&self) -> &Arc<Shared> {
+    pub(super) fn shared(&self) -> &Arc<Shared> {
         &self.inner.0
     }
 
@@ -71,7 +71,7 @@ impl LoopHandle {
     /// comes back as the `Err`, with its buffer.
     pub async fn send(&self, peer: Peer, buf: Buffer, opts: SendOpts) -> Result<Completion, PostError> {
         let t = self.post(buf, |ev, buf, t| ev.send(&peer, buf, opts, t))?;
-        op::wait(self.shared().clone(), t).await
+        op::wait(self.shared().clone(), t, None).await
     }
 
     /// Send `bytes` (at most [`EventLoop::inject_max`]) to `peer` without a
@@ -111,7 +111,8 @@ impl LoopHandle {
     }
 
     /// Receive into `buf` on endpoint `ep`; the completion with the
-    /// buffer holding the message.
+    /// buffer holding the message. Dropping the future before the message
+    /// came cancels the receive (see [`super`], "Dropping a future").
     ///
     /// Where the provider has no room for another receive (libfabric
     /// 1.17's shm, while its receive entries are all taken), the blocking
@@ -148,21 +149,7 @@ impl LoopHandle {
                 }) => {
                     buf = b;
                     let started = *since.get_or_insert_with(Instant::now);
-                    let looked = {
-                        let mut st = self.shared().lock();
-                        // The loop's own rule, asked before the look reads
-                        // (and so marks seen) a new loss.
-                        match st.ev.as_ref() {
-                            Some(ev) if !ev.patient(started) => Err(Error::QueueFull {
-                                call,
-                                waited: started.elapsed(),
-                                in_flight,
-                                code,
-                            }),
-                            _ => st.look().map(drop),
-                        }
-                    };
-                    if let Err(error) = looked {
+                    if let Err(error) = self.look_for_room(started, call, in_flight, code) {
                         return Err(PostError {
                             error,
                             buffer: Some(buf),
@@ -173,7 +160,52 @@ impl LoopHandle {
                 Err(e) => return Err(e),
             }
         };
-        op::wait(self.shared().clone(), t).await
+        op::wait(self.shared().clone(), t, Some(ep)).await
+    }
+
+    /// Look at the waiting messages on endpoint `ep` that a receive with
+    /// `opts` would take, without taking one ([`EventLoop::peek`]): the
+    /// completion's [`peeked`](Completion::peeked) has the first one's
+    /// length (its tag, data and source are the completion's), or is `None`
+    /// if none is waiting. Refused, as the loop refuses it, where the
+    /// provider cannot peek; and with `QueueFull` where the loop has no
+    /// room for it now, rather than waiting holding the loop.
+    pub async fn peek(&self, ep: EndpointId, opts: RecvOpts) -> crate::error::Result<Completion> {
+        let t = self.shared().lock().post_bare(|ev, t| {
+            let was = ev.set_fail_fast(true);
+            let r = ev.peek(ep, opts, t);
+            ev.set_fail_fast(was);
+            r
+        })?;
+        op::wait(self.shared().clone(), t, None)
+            .await
+            .map_err(|e| e.error)
+    }
+
+    /// A post was refused for room (`call`, with `in_flight` operations in
+    /// flight, code `code`) and has been retried since `started`: look at
+    /// the loop once, so completions make the room, or say `QueueFull` if
+    /// the blocking loop would have stopped waiting by now (its
+    /// `post_timeout`, or a peer newly lost).
+    pub(super) fn look_for_room(
+        &self,
+        started: Instant,
+        call: &'static str,
+        in_flight: usize,
+        code: Option<crate::error::ErrorCode>,
+    ) -> crate::error::Result<()> {
+        let mut st = self.shared().lock();
+        // The loop's own rule, asked before the look reads (and so marks
+        // seen) a new loss.
+        match st.ev.as_ref() {
+            Some(ev) if !ev.patient(started) => Err(Error::QueueFull {
+                call,
+                waited: started.elapsed(),
+                in_flight,
+                code,
+            }),
+            _ => st.look(),
+        }
     }
 
     /// Post `buf` through `post` under a new slot's token.

@@ -52,14 +52,33 @@
 //!
 //! # Dropping a future
 //!
-//! A future dropped before its operation completes does not cancel it:
-//! its slot is marked abandoned, and the operation and its buffer stay
-//! with the loop until the provider completes it; the completion and the
-//! buffer are then dropped. So memory the NIC may still write is never
-//! freed early. A receive that will never match stays posted until the
-//! loop closes (its token is the handle's, not yours, so it cannot be
-//! cancelled by token): a receive left behind takes the next matching
-//! message.
+//! A future dropped before its operation completes never frees memory the
+//! NIC may still write: its slot is marked abandoned, and the operation
+//! and its buffer stay with the loop until the provider completes it; the
+//! completion and the buffer are then dropped. On top of that:
+//!
+//! - **A receive is cancelled** (`fi_cancel`, [`EventLoop::cancel_recv`](crate::EventLoop::cancel_recv)):
+//!   the next message it would have matched goes to a later receive, as
+//!   with a timeout around `recv` on a tokio socket. A message that
+//!   matched it before the cancel took effect (its completion already
+//!   queued, or in the slot and not yet taken) is dropped with it, as the
+//!   bytes had reached the dropped future's buffer. Where the provider
+//!   cannot cancel, the receive stays posted and takes the next matching
+//!   message, with a warning in the log.
+//! - **A send, a one-sided operation or an atomic goes on**: it may still
+//!   reach the peer. A one-sided operation's local memory is a registered
+//!   region, which the operation holds until it completes.
+//!
+//! # Operations
+//!
+//! Two-sided: [`LoopHandle::send`], [`LoopHandle::inject`],
+//! [`LoopHandle::recv`], [`LoopHandle::peek`]. One-sided
+//! (`async_loop/one_sided.rs`): [`LoopHandle::read`], [`LoopHandle::write`],
+//! [`LoopHandle::atomic`]. Not offered as futures, since they complete
+//! more than once or into nobody's operation: multi-receive buffers
+//! ([`EventLoop::recv_multi`](crate::EventLoop::recv_multi)) and the notices of a peer's
+//! [`EventLoop::write_data`](crate::EventLoop::write_data); a completion of either reaching the handles'
+//! table is dropped with a warning.
 //!
 //! # Closing
 //!
@@ -83,6 +102,7 @@
 
 mod driver;
 mod handle;
+mod one_sided;
 mod op;
 mod shared;
 

@@ -3,7 +3,7 @@
 //! completion, then leaves the loop to the driver.
 
 use super::shared::{closed, Shared};
-use crate::transport::event_loop::{Completion, PostError, Token};
+use crate::transport::event_loop::{Completion, EndpointId, PostError, Token};
 use std::future::poll_fn;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -12,17 +12,26 @@ use std::time::Instant;
 type Outcome = Result<Completion, PostError>;
 
 /// Marks the operation abandoned if its wait is dropped before it took
-/// the result (see [`super`], "Dropping a future").
+/// the result, and cancels it if it is a receive (see [`super`],
+/// "Dropping a future").
 struct Abandon {
     shared: Arc<Shared>,
     token: Token,
+    /// The endpoint of a receive, cancelled if dropped in flight.
+    recv_on: Option<EndpointId>,
     taken: bool,
 }
 
 impl Drop for Abandon {
     fn drop(&mut self) {
-        if !self.taken {
-            self.shared.lock().abandon(self.token);
+        if self.taken {
+            return;
+        }
+        let mut st = self.shared.lock();
+        if st.abandon(self.token) {
+            if let Some(ep) = self.recv_on {
+                st.cancel_recv(ep, self.token);
+            }
         }
     }
 }
@@ -70,11 +79,13 @@ async fn again() {
     .await
 }
 
-/// Await the operation posted under `token`.
-pub(super) async fn wait(shared: Arc<Shared>, token: Token) -> Outcome {
+/// Await the operation posted under `token`; `recv_on`: the endpoint of
+/// a receive, which is cancelled if this wait is dropped first.
+pub(super) async fn wait(shared: Arc<Shared>, token: Token, recv_on: Option<EndpointId>) -> Outcome {
     let mut guard = Abandon {
         shared,
         token,
+        recv_on,
         taken: false,
     };
     // The first poll comes straight after the post, within the task's

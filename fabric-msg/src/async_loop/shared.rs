@@ -4,7 +4,7 @@
 
 use crate::error::Error;
 use crate::memory::buffer::Buffer;
-use crate::transport::event_loop::{Completion, EventLoop, OpKind, PostError, Token};
+use crate::transport::event_loop::{Completion, EndpointId, EventLoop, OpKind, PostError, Token};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::Waker;
 use std::time::Duration;
@@ -206,19 +206,38 @@ impl State {
         buf: Buffer,
         post: impl FnOnce(&mut EventLoop, Buffer, Token) -> Result<(), PostError>,
     ) -> Result<Token, PostError> {
-        let refused = |buf| PostError {
-            buffer: Some(buf),
-            ..closed()
-        };
-        if self.closing {
-            return Err(refused(buf));
-        }
+        self.post_in(|ev, t| match ev {
+            Some(ev) => post(ev, buf, t),
+            None => Err(PostError {
+                buffer: Some(buf),
+                ..closed()
+            }),
+        })
+    }
+
+    /// Post an operation that lends no buffer (a one-sided operation or an
+    /// atomic, whose memory is a registered region the operation holds, or
+    /// a peek) with `post` under a new slot's token.
+    pub(super) fn post_bare(
+        &mut self,
+        post: impl FnOnce(&mut EventLoop, Token) -> crate::error::Result<()>,
+    ) -> crate::error::Result<Token> {
+        self.post_in(|ev, t| match ev {
+            Some(ev) => post(ev, t),
+            None => Err(closed().error),
+        })
+    }
+
+    /// Open a slot and call `post` with its token and the loop (`None`
+    /// once closed or closing); a refusal frees the slot again.
+    fn post_in<E>(
+        &mut self,
+        post: impl FnOnce(Option<&mut EventLoop>, Token) -> Result<(), E>,
+    ) -> Result<Token, E> {
         let t = self.open();
         self.busy = self.busy.wrapping_add(1);
-        let posted = match self.ev.as_mut() {
-            Some(ev) => post(ev, buf, t),
-            None => Err(refused(buf)),
-        };
+        let ev = if self.closing { None } else { self.ev.as_mut() };
+        let posted = post(ev, t);
         if posted.is_err() {
             // The slot goes; the error (and buffer) go back to the caller.
             self.free_slot(t.0 as usize);
@@ -258,12 +277,15 @@ impl State {
         }
     }
 
-    /// `t`'s future was dropped before it took its result.
-    pub(super) fn abandon(&mut self, t: Token) {
+    /// `t`'s future was dropped before it took its result. Whether its
+    /// operation was still in flight (its completion is then dropped when
+    /// it comes).
+    pub(super) fn abandon(&mut self, t: Token) -> bool {
         let i = t.0 as usize;
         match self.slots[i] {
             Slot::Done(_) => {
                 self.free_slot(i);
+                false
             }
             Slot::Waiting { spinning, .. } => {
                 self.slots[i] = Slot::Abandoned;
@@ -273,8 +295,25 @@ impl State {
                     self.sleepers += 1;
                     self.unspin();
                 }
+                true
             }
-            Slot::Free | Slot::Abandoned => {}
+            Slot::Free | Slot::Abandoned => false,
+        }
+    }
+
+    /// Cancel the receive posted on `ep` under `t`, whose future was
+    /// dropped (see [`super`], "Dropping a future"). Where the provider
+    /// cannot cancel it, it stays posted, as before cancelling existed,
+    /// and says so.
+    pub(super) fn cancel_recv(&mut self, ep: EndpointId, t: Token) {
+        let Some(ev) = self.ev.as_mut() else {
+            return; // closed: the close ended it
+        };
+        if let Err(e) = ev.cancel_recv(ep, t) {
+            log::warn!(
+                "async loop: a dropped receive future's receive could not be cancelled ({e}); it stays posted \
+                 and takes the next message it matches"
+            );
         }
     }
 

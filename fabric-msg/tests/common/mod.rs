@@ -233,3 +233,16 @@ pub fn test_name(module: &str, f: &str) -> String {
         None => f.to_string(),
     }
 }
+
+/// Poll `f` once, in the calling task: its output if it was ready. For a
+/// future of the async adapter, the one poll posts its operation.
+#[cfg(feature = "tokio")]
+pub async fn poll_once<F: std::future::Future + Unpin>(f: &mut F) -> Option<F::Output> {
+    std::future::poll_fn(|cx| {
+        std::task::Poll::Ready(match std::pin::Pin::new(&mut *f).poll(cx) {
+            std::task::Poll::Ready(v) => Some(v),
+            std::task::Poll::Pending => None,
+        })
+    })
+    .await
+}

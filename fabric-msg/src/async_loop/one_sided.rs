@@ -1,0 +1,116 @@
+//! One-sided operations and atomics as futures: a peer's registered
+//! memory read, written or updated from a task.
+//!
+//! The local side of a read or write is part of a [`MemoryRegion`] (a
+//! [`Local`]), not a buffer lent to the loop: the operation in flight holds
+//! the region (`memory/mr.rs`, "Ownership"), so a future dropped before
+//! its completion leaves the region registered and its memory allocated
+//! until the provider is done with it, as the blocking loop does. Nothing
+//! is cancelled: a write whose future was dropped may still land.
+//!
+//! Each is posted as the blocking loop posts it (the same checks of the
+//! remote bounds, access and alignment before anything reaches libfabric)
+//! but never waits holding the loop: where the loop has no room for
+//! another operation the post is retried after a look and the runtime's
+//! turn, as a receive is ([`LoopHandle::recv`]).
+//!
+//! [`MemoryRegion`]: crate::MemoryRegion
+
+use super::handle::LoopHandle;
+use super::op;
+use crate::error::{Error, Result};
+use crate::memory::mr::Local;
+use crate::memory::remote::RemoteMemory;
+use crate::transport::event_loop::rma::Atomic;
+use crate::transport::event_loop::{Completion, EventLoop, Peer, Token};
+use std::time::Instant;
+
+impl LoopHandle {
+    /// Read `local.len()` bytes of `peer`'s memory at `offset` of
+    /// `remote` into `local` ([`EventLoop::read`]). The completion says
+    /// whether it worked (a revoked key or a lost peer fail there); the
+    /// `Err` is a post the loop refused (bounds, access, a closed loop).
+    pub async fn read(
+        &self,
+        peer: Peer,
+        local: Local<'_>,
+        remote: &RemoteMemory,
+        offset: u64,
+    ) -> Result<Completion> {
+        self.one_sided(|ev, t| ev.read(&peer, local, remote, offset, t))
+            .await
+    }
+
+    /// Write `local` into `peer`'s memory at `offset` of `remote`
+    /// ([`EventLoop::write`]); completes once the provider is done with
+    /// `local` (with the delivery guarantee the provider gives writes).
+    pub async fn write(
+        &self,
+        peer: Peer,
+        local: Local<'_>,
+        remote: &RemoteMemory,
+        offset: u64,
+    ) -> Result<Completion> {
+        self.one_sided(|ev, t| ev.write(&peer, local, remote, offset, t))
+            .await
+    }
+
+    /// A u64 atomic on `peer`'s memory at `offset` of `remote`
+    /// ([`EventLoop::atomic`]): a fetched value comes back in the
+    /// completion's [`value`](Completion::value). Atomics through a handle
+    /// and through the blocking loop of the same fabric use one carrier,
+    /// so they are atomic with respect to each other.
+    ///
+    /// Where the fabric's atomics are emulated, the target's loop applies
+    /// the request when it is looked at: behind an [`AsyncLoop`] that is
+    /// whenever one of its futures or its driver looks, so a target with
+    /// nothing in flight answers within its driver's sleep (its wait fd
+    /// wakes it; on a loop without one, within
+    /// [`IDLE_PERIOD`](super::IDLE_PERIOD)).
+    ///
+    /// [`AsyncLoop`]: super::AsyncLoop
+    pub async fn atomic(
+        &self,
+        peer: Peer,
+        op: Atomic,
+        remote: &RemoteMemory,
+        offset: u64,
+    ) -> Result<Completion> {
+        self.one_sided(|ev, t| ev.atomic(&peer, op, remote, offset, t))
+            .await
+    }
+
+    /// Post with `post` (retried while the loop has no room, see the
+    /// module) and await its completion.
+    async fn one_sided(
+        &self,
+        mut post: impl FnMut(&mut EventLoop, Token) -> Result<()>,
+    ) -> Result<Completion> {
+        let mut since: Option<Instant> = None;
+        let t = loop {
+            let posted = self.shared().lock().post_bare(|ev, t| {
+                let was = ev.set_fail_fast(true);
+                let r = post(ev, t);
+                ev.set_fail_fast(was);
+                r
+            });
+            match posted {
+                Ok(t) => break t,
+                Err(Error::QueueFull {
+                    call,
+                    in_flight,
+                    code,
+                    ..
+                }) => {
+                    let started = *since.get_or_insert_with(Instant::now);
+                    self.look_for_room(started, call, in_flight, code)?;
+                    tokio::task::yield_now().await;
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        op::wait(self.shared().clone(), t, None)
+            .await
+            .map_err(|e| e.error)
+    }
+}

@@ -1,0 +1,300 @@
+//! The `tokio` feature's one-sided operations and atomics
+//! (`async_loop/one_sided.rs`) on tcp;ofi_rxm and shm, both loops behind
+//! `AsyncLoop`s on one runtime: reads and writes from many tasks at once,
+//! every byte checked on both sides; fetch-adds and compare-swaps from
+//! many tasks, atomic with respect to each other; a post out of bounds or
+//! without access refused with what was wrong; and a write whose future
+//! is dropped in flight, after its region's handle was dropped too, still
+//! lands from memory that was not freed under it (ASan runs this).
+#![cfg(feature = "tokio")]
+
+use crate::common;
+
+use common::{pair, pattern, profile_caps};
+use fabric_msg::async_loop::{AsyncLoop, LoopHandle};
+use fabric_msg::discovery::negotiate::Capability;
+use fabric_msg::{Access, Atomic, Error, LoopConfig, MemoryRegion, OpKind, Peer, RemoteMemory, WaitMode};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Bytes of the target's region: a part of `PART` bytes per task.
+const PART: usize = 128 << 10;
+const TASKS: usize = 8;
+
+/// The initiator's handle and its peer; the target's handle (its driver
+/// serves the initiator's operations where the provider needs the
+/// target's progress), its region and that region as the initiator
+/// imported it.
+struct Scene {
+    me: LoopHandle,
+    peer: Peer,
+    target: LoopHandle,
+    region: MemoryRegion,
+    remote: Arc<RemoteMemory>,
+}
+
+fn scene(provider: &str, access: Access) -> Scene {
+    let p = profile_caps(
+        provider,
+        &[
+            Capability::Tagged,
+            Capability::Msg,
+            Capability::Rma,
+            Capability::Atomic,
+        ],
+    );
+    let cfg = LoopConfig {
+        wait: WaitMode::Block,
+        ..LoopConfig::default()
+    };
+    let (mut me, server) = pair(p.clone(), p, cfg, |s| s);
+    let mut them = server.join().unwrap();
+    let region = them.ev.register(TASKS * PART, access).unwrap();
+    let remote = me.ev.import(&region.remote().encode()).unwrap();
+    Scene {
+        me: AsyncLoop::start(me.ev),
+        peer: me.peer,
+        target: AsyncLoop::start(them.ev),
+        region,
+        remote: Arc::new(remote),
+    }
+}
+
+/// A region of the initiator's for `len` bytes, registered through its
+/// handle.
+async fn local_region(h: &LoopHandle, len: usize) -> MemoryRegion {
+    h.with_loop(move |ev| ev.register(len, Access::ReadWrite))
+        .await
+        .unwrap()
+        .unwrap()
+}
+
+/// Each task writes its part of the target's region (8 B, 4 KiB, then
+/// its whole 128 KiB part: each size class of the provider's RMA), reads
+/// it back into other memory and compares; then the target reads every
+/// part where it lies.
+async fn reads_and_writes_from_many_tasks(provider: &str) {
+    let s = scene(provider, Access::ReadWrite);
+    let mut tasks = Vec::new();
+    for task in 0..TASKS {
+        let (me, peer, remote) = (s.me.clone(), s.peer, s.remote.clone());
+        let provider = provider.to_string();
+        tasks.push(tokio::spawn(async move {
+            let local = local_region(&me, 2 * PART).await;
+            let at = (task * PART) as u64;
+            for len in [8, 4096, PART] {
+                let bytes = pattern(task as u64 * 10 + len as u64, len);
+                local.write_at(0, &bytes).unwrap();
+                let w = me
+                    .write(peer, local.local(0, len).unwrap(), &remote, at)
+                    .await
+                    .unwrap();
+                assert_eq!(w.kind, OpKind::Write);
+                w.result.unwrap();
+                let r = me
+                    .read(peer, local.local(PART, len).unwrap(), &remote, at)
+                    .await
+                    .unwrap();
+                assert_eq!(r.kind, OpKind::Read);
+                r.result.unwrap();
+                let mut back = vec![0u8; len];
+                local.read_at(PART, &mut back).unwrap();
+                assert!(
+                    back == bytes,
+                    "{provider}: task {task} read back other bytes than it wrote ({len} B)"
+                );
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    for task in 0..TASKS {
+        let mut part = vec![0u8; PART];
+        s.region.read_at(task * PART, &mut part).unwrap();
+        assert!(
+            part == pattern(task as u64 * 10 + PART as u64, PART),
+            "{provider}: the target's part {task} is not what its task wrote last"
+        );
+    }
+    s.me.close().await;
+    s.target.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_and_writes_from_many_tasks_on_tcp_rxm() {
+    reads_and_writes_from_many_tasks("tcp;ofi_rxm").await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn reads_and_writes_from_many_tasks_on_shm() {
+    reads_and_writes_from_many_tasks("shm").await;
+}
+
+/// Eight tasks, each 100 fetch-adds of 1 on word 0 and 25 increments of
+/// word 1 by compare-and-swap (retried when another task got there
+/// first): every old value a fetch-add saw is seen once, and both words
+/// end at their counts, by an atomic read and in the target's memory.
+async fn atomics_from_many_tasks(provider: &str) {
+    const ADDS: u64 = 100;
+    const SWAPS: u64 = 25;
+    let s = scene(provider, Access::ReadWrite);
+    let mut tasks = Vec::new();
+    for _ in 0..TASKS {
+        let (me, peer, remote) = (s.me.clone(), s.peer, s.remote.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut seen = Vec::new();
+            for _ in 0..ADDS {
+                let c = me.atomic(peer, Atomic::FetchAdd(1), &remote, 0).await.unwrap();
+                assert_eq!(c.kind, OpKind::Atomic);
+                seen.push(common::fetched_value(&c, "fetch-add"));
+            }
+            for _ in 0..SWAPS {
+                let mut expected = 0;
+                loop {
+                    let swap = Atomic::CompareSwap {
+                        expected,
+                        new: expected + 1,
+                    };
+                    let c = me.atomic(peer, swap, &remote, 8).await.unwrap();
+                    let old = common::fetched_value(&c, "compare-swap");
+                    if old == expected {
+                        break;
+                    }
+                    expected = old;
+                }
+            }
+            seen
+        }));
+    }
+    let mut seen = Vec::new();
+    for t in tasks {
+        seen.extend(t.await.unwrap());
+    }
+    seen.sort_unstable();
+    let all = TASKS as u64 * ADDS;
+    assert!(
+        seen == (0..all).collect::<Vec<_>>(),
+        "{provider}: the fetch-adds did not each see another old value"
+    );
+    for (offset, want) in [(0, all), (8, TASKS as u64 * SWAPS)] {
+        let c =
+            s.me.atomic(s.peer, Atomic::Read, &s.remote, offset)
+                .await
+                .unwrap();
+        assert_eq!(
+            common::fetched_value(&c, "atomic read"),
+            want,
+            "{provider}: word at {offset}"
+        );
+        let mut word = [0u8; 8];
+        s.region.read_at(offset as usize, &mut word).unwrap();
+        assert_eq!(
+            u64::from_le_bytes(word),
+            want,
+            "{provider}: the target's word at {offset}"
+        );
+    }
+    s.me.close().await;
+    s.target.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn atomics_from_many_tasks_are_atomic_on_tcp_rxm() {
+    atomics_from_many_tasks("tcp;ofi_rxm").await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn atomics_from_many_tasks_are_atomic_on_shm() {
+    atomics_from_many_tasks("shm").await;
+}
+
+/// A read past the end, a write to memory exposed for reading only and a
+/// misaligned atomic are refused before anything is posted, each saying
+/// what was wrong; then a 1 MiB write whose future is dropped after its
+/// first poll, its local region's handle dropped too, still lands whole.
+async fn refusals_and_a_dropped_write(provider: &str) {
+    let s = scene(provider, Access::Read);
+    let local = local_region(&s.me, TASKS * PART).await;
+    let len = TASKS * PART;
+    let past =
+        s.me.read(s.peer, local.local(0, 16).unwrap(), &s.remote, len as u64 - 8)
+            .await;
+    assert!(
+        matches!(past, Err(Error::OutOfBounds { offset, len: 16, .. }) if offset == len as u64 - 8),
+        "{provider}: a read past the end gave {past:?}"
+    );
+    let denied =
+        s.me.write(s.peer, local.local(0, 16).unwrap(), &s.remote, 0)
+            .await;
+    assert!(
+        matches!(denied, Err(Error::AccessDenied { .. })),
+        "{provider}: a write to memory exposed for reading gave {denied:?}"
+    );
+    let misaligned = s.me.atomic(s.peer, Atomic::Read, &s.remote, 4).await;
+    assert!(
+        matches!(&misaligned, Err(Error::Usage(m)) if m.contains("aligned")),
+        "{provider}: an atomic at offset 4 gave {misaligned:?}"
+    );
+
+    // The write needs write access: a second region, exposed for it.
+    let region = s
+        .target
+        .with_loop(move |ev| ev.register(len, Access::ReadWrite))
+        .await
+        .unwrap()
+        .unwrap();
+    let remote =
+        s.me.with_loop({
+            let bytes = region.remote().encode();
+            move |ev| ev.import(&bytes)
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    // A first write connects the pair where the provider connects on
+    // first use (tcp;ofi_rxm refuses an RMA for room until then, and a
+    // future dropped while its post waits for room posts nothing).
+    let first = s.me.write(s.peer, local.local(0, 8).unwrap(), &remote, 0).await;
+    first.unwrap().result.unwrap();
+    let bytes = pattern(77, len);
+    local.write_at(0, &bytes).unwrap();
+    let before = s.me.with_loop(|ev| ev.in_flight()).await.unwrap();
+    let mut write = Box::pin(s.me.write(s.peer, local.local(0, len).unwrap(), &remote, 0));
+    assert!(
+        common::poll_once(&mut write).await.is_none(),
+        "{provider}: a 1 MiB write completed within its first poll"
+    );
+    let in_flight = s.me.with_loop(|ev| ev.in_flight()).await.unwrap();
+    assert!(
+        in_flight > before,
+        "{provider}: the write was not posted by its first poll ({before} in flight before, {in_flight} after)"
+    );
+    drop(write);
+    drop(local);
+    let deadline = Instant::now() + common::TIMEOUT;
+    let mut landed = vec![0u8; len];
+    loop {
+        region.read_at(0, &mut landed).unwrap();
+        if landed == bytes {
+            break;
+        }
+        if Instant::now() >= deadline {
+            let first = landed.iter().zip(&bytes).position(|(a, b)| a != b);
+            panic!("{provider}: the dropped write never landed whole (first byte wrong: {first:?})");
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    s.me.close().await;
+    s.target.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_say_why_and_a_dropped_write_still_lands_on_tcp_rxm() {
+    refusals_and_a_dropped_write("tcp;ofi_rxm").await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn refusals_say_why_and_a_dropped_write_still_lands_on_shm() {
+    refusals_and_a_dropped_write("shm").await;
+}
