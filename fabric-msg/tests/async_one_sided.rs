@@ -5,7 +5,9 @@
 //! many tasks, atomic with respect to each other; a post out of bounds or
 //! without access refused with what was wrong; and a write whose future
 //! is dropped in flight, after its region's handle was dropped too, still
-//! lands from memory that was not freed under it (ASan runs this).
+//! lands from memory that was not freed under it (ASan runs this); and
+//! writes with a notice, each notice awaited, kept until awaited, or
+//! left by a dropped future for the next.
 #![cfg(feature = "tokio")]
 
 use crate::common;
@@ -297,4 +299,77 @@ async fn refusals_say_why_and_a_dropped_write_still_lands_on_tcp_rxm() {
 #[tokio::test(flavor = "current_thread")]
 async fn refusals_say_why_and_a_dropped_write_still_lands_on_shm() {
     refusals_and_a_dropped_write("shm").await;
+}
+
+/// Three writes with a notice, each awaited by the target as it comes:
+/// in order, with its value, the bytes in place at the notice. Two more
+/// sent before anyone awaits: kept, and handed out in order. A notice
+/// awaited under a timeout that expires: the next notice goes to the next
+/// future. A notice handed to a future that is then dropped: it goes to
+/// the next.
+async fn notices(provider: &str) {
+    let s = scene(provider, Access::ReadWrite);
+    let local = local_region(&s.me, 4096).await;
+    let write = |i: u64| {
+        local.write_at(0, &pattern(i, 4096)).unwrap();
+        s.me.write_data(s.peer, local.all(), &s.remote, i * 4096, 0xabcd_0000 + i)
+    };
+    let heard = |i: u64, c: fabric_msg::Completion| {
+        assert_eq!(c.kind, OpKind::RemoteWrite, "{provider}: {c:?}");
+        c.result.unwrap();
+        assert_eq!(c.data, Some(0xabcd_0000 + i), "{provider}: notice {i}");
+        let mut got = vec![0u8; 4096];
+        s.region.read_at(i as usize * 4096, &mut got).unwrap();
+        assert!(
+            got == pattern(i, 4096),
+            "{provider}: write {i} not in place at its notice"
+        );
+    };
+    for i in 0..3 {
+        let (sent, notice) = tokio::join!(write(i), s.target.remote_write());
+        sent.unwrap().result.unwrap();
+        heard(i, notice.unwrap());
+    }
+    for i in 3..5 {
+        write(i).await.unwrap().result.unwrap();
+    }
+    for i in 3..5 {
+        let c = tokio::time::timeout(common::TIMEOUT, s.target.remote_write())
+            .await
+            .unwrap_or_else(|_| {
+                panic!("{provider}: notice {i}, sent before anyone awaited it, was not kept")
+            });
+        heard(i, c.unwrap());
+    }
+    let none = tokio::time::timeout(Duration::from_millis(50), s.target.remote_write()).await;
+    assert!(none.is_err(), "{provider}: a notice came with no write: {none:?}");
+    write(5).await.unwrap().result.unwrap();
+    let c = tokio::time::timeout(common::TIMEOUT, s.target.remote_write())
+        .await
+        .unwrap_or_else(|_| panic!("{provider}: notice 5 went to the dropped future"));
+    heard(5, c.unwrap());
+    // A future polled once, then left while the notice comes (the
+    // target's driver looks for it within 10 ms and hands the notice to
+    // its slot), then dropped: the notice goes to the next future.
+    let mut left = Box::pin(s.target.remote_write());
+    assert!(common::poll_once(&mut left).await.is_none());
+    write(6).await.unwrap().result.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    drop(left);
+    let c = tokio::time::timeout(common::TIMEOUT, s.target.remote_write())
+        .await
+        .unwrap_or_else(|_| panic!("{provider}: notice 6 was lost with the future it was handed to"));
+    heard(6, c.unwrap());
+    s.me.close().await;
+    s.target.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notices_of_writes_are_awaited_kept_and_never_lost_to_a_dropped_future_on_tcp_rxm() {
+    notices("tcp;ofi_rxm").await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn notices_of_writes_are_awaited_kept_and_never_lost_to_a_dropped_future_on_shm() {
+    notices("shm").await;
 }

@@ -2,7 +2,7 @@
 //! every task holds.
 
 use super::driver::{self, POLL_BEFORE_SLEEP, SPIN_BEFORE_SLEEP};
-use super::op;
+use super::op::{self, OnDrop};
 use super::shared::{closed, Shared};
 use crate::error::Error;
 use crate::memory::buffer::Buffer;
@@ -71,7 +71,7 @@ impl LoopHandle {
     /// comes back as the `Err`, with its buffer.
     pub async fn send(&self, peer: Peer, buf: Buffer, opts: SendOpts) -> Result<Completion, PostError> {
         let t = self.post(buf, |ev, buf, t| ev.send(&peer, buf, opts, t))?;
-        op::wait(self.shared().clone(), t, None).await
+        op::wait(self.shared().clone(), t, OnDrop::GoOn).await
     }
 
     /// Send `bytes` (at most [`EventLoop::inject_max`]) to `peer` without a
@@ -160,7 +160,7 @@ impl LoopHandle {
                 Err(e) => return Err(e),
             }
         };
-        op::wait(self.shared().clone(), t, Some(ep)).await
+        op::wait(self.shared().clone(), t, OnDrop::CancelRecv(ep)).await
     }
 
     /// Look at the waiting messages on endpoint `ep` that a receive with
@@ -177,7 +177,7 @@ impl LoopHandle {
             ev.set_fail_fast(was);
             r
         })?;
-        op::wait(self.shared().clone(), t, None)
+        op::wait(self.shared().clone(), t, OnDrop::GoOn)
             .await
             .map_err(|e| e.error)
     }

@@ -74,11 +74,13 @@
 //! Two-sided: [`LoopHandle::send`], [`LoopHandle::inject`],
 //! [`LoopHandle::recv`], [`LoopHandle::peek`]. One-sided
 //! (`async_loop/one_sided.rs`): [`LoopHandle::read`], [`LoopHandle::write`],
-//! [`LoopHandle::atomic`]. Not offered as futures, since they complete
-//! more than once or into nobody's operation: multi-receive buffers
-//! ([`EventLoop::recv_multi`](crate::EventLoop::recv_multi)) and the notices of a peer's
-//! [`EventLoop::write_data`](crate::EventLoop::write_data); a completion of either reaching the handles'
-//! table is dropped with a warning.
+//! [`LoopHandle::write_data`], [`LoopHandle::atomic`], and
+//! [`LoopHandle::remote_write`] for the notices of peers' `write_data`
+//! (kept until awaited; one handed to a future dropped before it took it
+//! goes to the next). Not offered as futures, since one post completes
+//! more than once: multi-receive buffers
+//! ([`EventLoop::recv_multi`](crate::EventLoop::recv_multi)); a completion
+//! of one reaching the handles' table is dropped with a warning.
 //!
 //! # Closing
 //!

@@ -17,7 +17,7 @@
 //! [`MemoryRegion`]: crate::MemoryRegion
 
 use super::handle::LoopHandle;
-use super::op;
+use super::op::{self, OnDrop};
 use crate::error::{Error, Result};
 use crate::memory::mr::Local;
 use crate::memory::remote::RemoteMemory;
@@ -53,6 +53,45 @@ impl LoopHandle {
     ) -> Result<Completion> {
         self.one_sided(|ev, t| ev.write(&peer, local, remote, offset, t))
             .await
+    }
+
+    /// Write `local` into `peer`'s memory at `offset` of `remote`, then tell
+    /// the peer with `data` ([`EventLoop::write_data`]): the peer's
+    /// [`LoopHandle::remote_write`] (or, where the notice uses up a
+    /// receive, an untagged receive it posted) gets a
+    /// [`RemoteWrite`](crate::OpKind::RemoteWrite) completion carrying
+    /// `data`, once the bytes are in place.
+    pub async fn write_data(
+        &self,
+        peer: Peer,
+        local: Local<'_>,
+        remote: &RemoteMemory,
+        offset: u64,
+        data: u64,
+    ) -> Result<Completion> {
+        self.one_sided(|ev, t| ev.write_data(&peer, local, remote, offset, data, t))
+            .await
+    }
+
+    /// The next notice of a peer's [`write_data`](LoopHandle::write_data)
+    /// to this loop: a [`RemoteWrite`](crate::OpKind::RemoteWrite)
+    /// completion with the peer's `data` (and its source where the
+    /// provider says), in the order they came. Notices that came while no
+    /// future awaited one are kept, the oldest first, up to
+    /// 1,024 (then the oldest is dropped, saying so); one handed to a
+    /// future dropped before it took it goes back for the next. Where the
+    /// fabric's notices use up a receive (providers with `FI_RX_CQ_DATA`,
+    /// and fabric-msg's follow-up message where the fabric has no remote
+    /// CQ data), they complete the untagged receives the application
+    /// posted instead, as kind `RemoteWrite`, as on the blocking loop.
+    pub async fn remote_write(&self) -> Result<Completion> {
+        let t = match self.shared().lock().await_notice()? {
+            Ok(c) => return Ok(c),
+            Err(t) => t,
+        };
+        op::wait(self.shared().clone(), t, OnDrop::Forget)
+            .await
+            .map_err(|e| e.error)
     }
 
     /// A u64 atomic on `peer`'s memory at `offset` of `remote`
@@ -109,7 +148,7 @@ impl LoopHandle {
                 Err(e) => return Err(e),
             }
         };
-        op::wait(self.shared().clone(), t, None)
+        op::wait(self.shared().clone(), t, OnDrop::GoOn)
             .await
             .map_err(|e| e.error)
     }

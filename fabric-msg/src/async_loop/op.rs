@@ -11,14 +11,25 @@ use std::time::Instant;
 
 type Outcome = Result<Completion, PostError>;
 
+/// What a wait dropped before it took its result does besides marking
+/// its slot abandoned (see [`super`], "Dropping a future").
+#[derive(Clone, Copy)]
+pub(super) enum OnDrop {
+    /// The operation goes on (a send, a one-sided operation, a peek).
+    GoOn,
+    /// A receive on this endpoint: cancelled.
+    CancelRecv(EndpointId),
+    /// A wait for a notice of a peer's `write_data`: no operation behind
+    /// it, so its slot is freed at once.
+    Forget,
+}
+
 /// Marks the operation abandoned if its wait is dropped before it took
-/// the result, and cancels it if it is a receive (see [`super`],
-/// "Dropping a future").
+/// the result, and does what [`OnDrop`] says.
 struct Abandon {
     shared: Arc<Shared>,
     token: Token,
-    /// The endpoint of a receive, cancelled if dropped in flight.
-    recv_on: Option<EndpointId>,
+    on_drop: OnDrop,
     taken: bool,
 }
 
@@ -28,9 +39,15 @@ impl Drop for Abandon {
             return;
         }
         let mut st = self.shared.lock();
-        if st.abandon(self.token) {
-            if let Some(ep) = self.recv_on {
-                st.cancel_recv(ep, self.token);
+        match self.on_drop {
+            OnDrop::Forget => st.forget_notice_wait(self.token),
+            OnDrop::CancelRecv(ep) => {
+                if st.abandon(self.token) {
+                    st.cancel_recv(ep, self.token);
+                }
+            }
+            OnDrop::GoOn => {
+                st.abandon(self.token);
             }
         }
     }
@@ -79,13 +96,13 @@ async fn again() {
     .await
 }
 
-/// Await the operation posted under `token`; `recv_on`: the endpoint of
-/// a receive, which is cancelled if this wait is dropped first.
-pub(super) async fn wait(shared: Arc<Shared>, token: Token, recv_on: Option<EndpointId>) -> Outcome {
+/// Await the operation posted under `token`; `on_drop`: what happens if
+/// this wait is dropped first.
+pub(super) async fn wait(shared: Arc<Shared>, token: Token, on_drop: OnDrop) -> Outcome {
     let mut guard = Abandon {
         shared,
         token,
-        recv_on,
+        on_drop,
         taken: false,
     };
     // The first poll comes straight after the post, within the task's

@@ -5,6 +5,7 @@
 use crate::error::Error;
 use crate::memory::buffer::Buffer;
 use crate::transport::event_loop::{Completion, EndpointId, EventLoop, OpKind, PostError, Token};
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::Waker;
 use std::time::Duration;
@@ -61,7 +62,18 @@ pub(super) struct State {
     pub(super) spin: Duration,
     /// Who waits in `close` for the loop to be gone.
     pub(super) closers: Vec<oneshot::Sender<()>>,
+    /// The notices of peers' `write_data` that used up no receive, not
+    /// yet awaited (at most [`NOTICES_KEPT`]), and the slots of the
+    /// futures awaiting one, oldest first.
+    notices: VecDeque<Completion>,
+    notice_waits: VecDeque<Token>,
 }
+
+/// How many notices of peers' `write_data` a loop keeps for
+/// [`LoopHandle::remote_write`](super::LoopHandle::remote_write) before it
+/// drops the oldest, saying so: a program that never awaits them does not
+/// grow without bound.
+pub(super) const NOTICES_KEPT: usize = 1024;
 
 /// The loop and its slots, shared by every handle, future and the driver.
 pub(super) struct Shared {
@@ -117,6 +129,8 @@ impl State {
             closing: false,
             spin,
             closers: Vec::new(),
+            notices: VecDeque::new(),
+            notice_waits: VecDeque::new(),
         }
     }
 
@@ -363,6 +377,10 @@ impl State {
             if c.kind == OpKind::PeerLost {
                 continue; // the loss alarm tells; each operation fails on its own
             }
+            if c.token == Token::REMOTE {
+                self.notice(c, own, &mut found);
+                continue;
+            }
             let t = c.token.0 as usize;
             match self.slots.get(t) {
                 Some(Slot::Waiting { .. }) if Some(c.token) == own => {
@@ -386,12 +404,67 @@ impl State {
         Ok(found)
     }
 
+    /// A future awaits the next notice of a peer's `write_data`: the one
+    /// kept, or a slot of its own that the next one fills.
+    pub(super) fn await_notice(&mut self) -> crate::error::Result<Result<Completion, Token>> {
+        if let Some(c) = self.notices.pop_front() {
+            return Ok(Ok(c));
+        }
+        let t = self.post_bare(|_, _| Ok(()))?;
+        self.notice_waits.push_back(t);
+        Ok(Err(t))
+    }
+
+    /// The future awaiting a notice in slot `t` was dropped: its slot is
+    /// freed (there is no operation behind it).
+    /// A notice it was handed and did not take goes back to the front of
+    /// the kept ones, for the next.
+    pub(super) fn forget_notice_wait(&mut self, t: Token) {
+        self.notice_waits.retain(|&w| w != t);
+        if let Slot::Done(Ok(c)) = self.free_slot(t.0 as usize) {
+            self.notices.push_front(c);
+        }
+    }
+
+    /// A notice of a peer's `write_data` came (`c`, under
+    /// [`Token::REMOTE`]): to the oldest future awaiting one (`found`, if
+    /// that is the future looking, `own`), or kept for the next.
+    fn notice(&mut self, c: Completion, own: Option<Token>, found: &mut Option<Completion>) {
+        while let Some(t) = self.notice_waits.pop_front() {
+            let i = t.0 as usize;
+            match self.slots[i] {
+                Slot::Waiting { .. } if Some(t) == own => {
+                    self.release(i);
+                    self.free.push(t.0);
+                    *found = Some(c);
+                    return;
+                }
+                Slot::Waiting { .. } => return self.finish(i, Ok(c)),
+                Slot::Abandoned => {
+                    self.free_slot(i);
+                }
+                // Answered already (the loop closed): not a waiter any more.
+                Slot::Done(_) | Slot::Free => {}
+            }
+        }
+        if self.notices.len() == NOTICES_KEPT {
+            log::warn!(
+                "async loop: {NOTICES_KEPT} notices of peers' write_data wait for LoopHandle::remote_write; the \
+                 oldest is dropped"
+            );
+            self.notices.pop_front();
+        }
+        self.notices.push_back(c);
+    }
+
     /// Close the loop: the futures still waiting fail with `Closed`. The
     /// loop is given back to be dropped outside the lock (closing its
     /// endpoints waits for the provider to let go of their buffers).
     pub(super) fn close(&mut self) -> Option<EventLoop> {
         self.closing = true;
         let ev = self.ev.take();
+        // Their slots are answered below; no notice comes after the close.
+        self.notice_waits.clear();
         for t in 0..self.slots.len() {
             match self.empty(t) {
                 Slot::Waiting { waker, .. } => {
