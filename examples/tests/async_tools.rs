@@ -1,9 +1,11 @@
 //! The async examples (`fabric_msg::async_loop`, the `tokio` feature):
 //! `async_pingpong --loopback` measures every size it is given, with the
 //! loops sleeping on their wait fd (`-c fd`) or polled (`-c spin`, and shm,
-//! which has no fd); `async_server` serves many peers at once, one task
-//! each, and gives up the one that goes silent; `async_floor` times a
-//! hand-off between two tasks with no fabric at all.
+//! which has no fd); `async_rma_pingpong --loopback` measures RMA writes
+//! with notices and reads through the adapter, every byte checked;
+//! `async_server` serves many peers at once, one task each, and gives up
+//! the one that goes silent; `async_floor` times a hand-off between two
+//! tasks with no fabric at all.
 
 use std::process::Command;
 
@@ -54,6 +56,47 @@ fn async_pingpong_measures_each_size_on_tcp_rxm_and_shm() {
             let us = r["usec_per_xfer"].as_f64().unwrap();
             assert!(us > 0.0 && us.is_finite(), "{provider}: {r}");
             assert!(r["p99_us"].as_f64().is_some(), "{provider}: no percentiles: {r}");
+        }
+    }
+}
+
+#[test]
+fn async_rma_pingpong_writes_and_reads_every_size_checked_on_tcp_rxm_and_shm() {
+    let tool = env!("CARGO_BIN_EXE_async_rma_pingpong");
+    for provider in ["tcp;ofi_rxm", "shm"] {
+        let domain = if provider == "shm" { "shm" } else { "lo" };
+        for op in ["write", "read"] {
+            let (ok, out, err) = run(
+                tool,
+                &[
+                    "--loopback",
+                    "-p",
+                    provider,
+                    "-d",
+                    domain,
+                    "-o",
+                    op,
+                    "-S",
+                    "8,65536,1048576",
+                    "-I",
+                    "200",
+                    "--verify",
+                    "--json",
+                ],
+            );
+            assert!(ok, "{provider} -o {op}: {err}\n{out}");
+            let rows: Vec<serde_json::Value> = out
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{provider}: {e}: {l}")))
+                .filter(|v: &serde_json::Value| v.get("bytes").is_some())
+                .collect();
+            let sizes: Vec<u64> = rows.iter().map(|r| r["bytes"].as_u64().unwrap()).collect();
+            assert_eq!(sizes, [8, 65536, 1048576], "{provider} -o {op}: {out}");
+            for r in &rows {
+                assert_eq!(r["iters"].as_u64(), Some(200), "{provider} -o {op}: {r}");
+                let us = r["usec_per_xfer"].as_f64().unwrap();
+                assert!(us > 0.0 && us.is_finite(), "{provider} -o {op}: {r}");
+            }
         }
     }
 }

@@ -30,6 +30,13 @@ impl LoopHandle {
     /// `remote` into `local` ([`EventLoop::read`]). The completion says
     /// whether it worked (a revoked key or a lost peer fail there); the
     /// `Err` is a post the loop refused (bounds, access, a closed loop).
+    ///
+    /// Where the provider's data progress is manual (tcp;ofi_rxm), the
+    /// target's loop must be looked at for the read to be served: a target
+    /// behind an idle [`AsyncLoop`](super::AsyncLoop) answers when its
+    /// wait fd wakes its driver, or within
+    /// [`IDLE_PERIOD`](super::IDLE_PERIOD) on a loop without one (2 ms a
+    /// read measured there, 25 µs with a wait fd: docs/async.md).
     pub async fn read(
         &self,
         peer: Peer,
