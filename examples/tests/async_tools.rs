@@ -21,6 +21,25 @@ fn run(tool: &str, args: &[&str]) -> (bool, String, String) {
     )
 }
 
+/// A tool's `--json` output (`what` names the run): one row per size of
+/// `sizes`, in order, each with `iters` iterations, a positive time and
+/// percentiles.
+fn check_rows(out: &str, what: &str, sizes: &[u64], iters: u64) {
+    let rows: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{what}: {e}: {l}")))
+        .filter(|v: &serde_json::Value| v.get("bytes").is_some())
+        .collect();
+    let got: Vec<u64> = rows.iter().map(|r| r["bytes"].as_u64().unwrap()).collect();
+    assert_eq!(got, sizes, "{what}: {out}");
+    for r in &rows {
+        assert_eq!(r["iters"].as_u64(), Some(iters), "{what}: {r}");
+        let us = r["usec_per_xfer"].as_f64().unwrap();
+        assert!(us > 0.0 && us.is_finite(), "{what}: {r}");
+        assert!(r["p99_us"].as_f64().is_some(), "{what}: no percentiles: {r}");
+    }
+}
+
 #[test]
 fn async_pingpong_measures_each_size_on_tcp_rxm_and_shm() {
     let tool = env!("CARGO_BIN_EXE_async_pingpong");
@@ -44,19 +63,7 @@ fn async_pingpong_measures_each_size_on_tcp_rxm_and_shm() {
             ],
         );
         assert!(ok, "{provider} -c {wait}: {err}\n{out}");
-        let rows: Vec<serde_json::Value> = out
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{provider}: {e}: {l}")))
-            .filter(|v: &serde_json::Value| v.get("bytes").is_some())
-            .collect();
-        let sizes: Vec<u64> = rows.iter().map(|r| r["bytes"].as_u64().unwrap()).collect();
-        assert_eq!(sizes, [8, 65536], "{provider} -c {wait}: {out}");
-        for r in &rows {
-            assert_eq!(r["iters"].as_u64(), Some(300), "{provider}: {r}");
-            let us = r["usec_per_xfer"].as_f64().unwrap();
-            assert!(us > 0.0 && us.is_finite(), "{provider}: {r}");
-            assert!(r["p99_us"].as_f64().is_some(), "{provider}: no percentiles: {r}");
-        }
+        check_rows(&out, &format!("{provider} -c {wait}"), &[8, 65536], 300);
     }
 }
 
@@ -85,18 +92,7 @@ fn async_rma_pingpong_writes_and_reads_every_size_checked_on_tcp_rxm_and_shm() {
                 ],
             );
             assert!(ok, "{provider} -o {op}: {err}\n{out}");
-            let rows: Vec<serde_json::Value> = out
-                .lines()
-                .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{provider}: {e}: {l}")))
-                .filter(|v: &serde_json::Value| v.get("bytes").is_some())
-                .collect();
-            let sizes: Vec<u64> = rows.iter().map(|r| r["bytes"].as_u64().unwrap()).collect();
-            assert_eq!(sizes, [8, 65536, 1048576], "{provider} -o {op}: {out}");
-            for r in &rows {
-                assert_eq!(r["iters"].as_u64(), Some(200), "{provider} -o {op}: {r}");
-                let us = r["usec_per_xfer"].as_f64().unwrap();
-                assert!(us > 0.0 && us.is_finite(), "{provider} -o {op}: {r}");
-            }
+            check_rows(&out, &format!("{provider} -o {op}"), &[8, 65536, 1048576], 200);
         }
     }
 }

@@ -12,10 +12,9 @@
 
 mod common;
 
-use common::{pair, profile, profile_caps};
+use common::profile;
 use fabric_msg::async_loop::AsyncLoop;
-use fabric_msg::discovery::negotiate::Capability;
-use fabric_msg::{Access, Atomic, Buffer, LoopConfig, RecvOpts, SendOpts, WaitMode};
+use fabric_msg::{Access, Atomic, Buffer, RecvOpts, SendOpts};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -65,13 +64,7 @@ const ROUNDS: usize = 2000;
 /// each: a send and a receive on either side) after a warm-up; with
 /// `inject`, the first side injects its sends (`LoopHandle::inject`).
 fn per_operation(provider: &str, inject: bool) -> f64 {
-    let p = profile(provider);
-    let cfg = LoopConfig {
-        wait: WaitMode::Block,
-        ..LoopConfig::default()
-    };
-    let (me, server) = pair(p.clone(), p, cfg, |s| s);
-    let them = server.join().unwrap();
+    let (me, them) = common::sleeping_pair(profile(provider));
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -124,21 +117,7 @@ fn per_operation(provider: &str, inject: bool) -> f64 {
 /// a handle too: its driver serves the fetch-adds where they are emulated
 /// (tcp;ofi_rxm).
 fn one_sided_per_operation(provider: &str) -> f64 {
-    let p = profile_caps(
-        provider,
-        &[
-            Capability::Tagged,
-            Capability::Msg,
-            Capability::Rma,
-            Capability::Atomic,
-        ],
-    );
-    let cfg = LoopConfig {
-        wait: WaitMode::Block,
-        ..LoopConfig::default()
-    };
-    let (mut me, server) = pair(p.clone(), p, cfg, |s| s);
-    let mut them = server.join().unwrap();
+    let (mut me, mut them) = common::sleeping_pair(common::atomic_profile(provider));
     let region = them.ev.register(4096, Access::ReadWrite).unwrap();
     let remote = me.ev.import(&region.remote().encode()).unwrap();
     let local = me.ev.register(4096, Access::ReadWrite).unwrap();

@@ -18,22 +18,10 @@ use fabric_msg::{
 };
 use std::time::{Duration, Instant};
 
-/// Two loops opened to sleep and connected through the bootstrap: ours,
-/// theirs.
-fn sides(provider: &str) -> (common::Side, common::Side) {
-    let p = profile(provider);
-    let cfg = LoopConfig {
-        wait: WaitMode::Block,
-        ..LoopConfig::default()
-    };
-    let (me, server) = pair(p.clone(), p, cfg, |s| s);
-    (me, server.join().unwrap())
-}
-
 /// Two loops connected through the bootstrap, each behind an AsyncLoop:
 /// (ours, our endpoint, the peer as we see it), the same for theirs.
 fn connected(provider: &str) -> ((LoopHandle, EndpointId, Peer), (LoopHandle, EndpointId, Peer)) {
-    let (me, them) = sides(provider);
+    let (me, them) = common::sleeping_pair(profile(provider));
     (
         (AsyncLoop::start(me.ev), me.ep, me.peer),
         (AsyncLoop::start(them.ev), them.ep, them.peer),
@@ -107,7 +95,7 @@ async fn many_tasks_with_operations_in_flight_on_shm() {
 /// message arrives once and in order, and the injecting task finishes.
 /// Returns how many injects found no room (the loop's retries).
 async fn inject_flood(provider: &str, n: u32) -> u64 {
-    let (me, them) = sides(provider);
+    let (me, them) = common::sleeping_pair(profile(provider));
     let a = AsyncLoop::start(me.ev);
     let (send, recv) = tagged(7);
     let flood = {
@@ -371,7 +359,7 @@ async fn a_peek_finds_a_waiting_message_or_is_refused_on_shm() {
 /// took as unexpected), then the peer closes its loop: the waiting task's
 /// future completes with the loss.
 async fn peer_goes(provider: &str) {
-    let (me, them) = sides(provider);
+    let (me, them) = common::sleeping_pair(profile(provider));
     let a = AsyncLoop::start(me.ev);
     let (send, _) = tagged(9);
     let waiting = tokio::spawn({

@@ -12,10 +12,9 @@
 
 use crate::common;
 
-use common::{pair, pattern, profile_caps};
+use common::pattern;
 use fabric_msg::async_loop::{AsyncLoop, LoopHandle};
-use fabric_msg::discovery::negotiate::Capability;
-use fabric_msg::{Access, Atomic, Error, LoopConfig, MemoryRegion, OpKind, Peer, RemoteMemory, WaitMode};
+use fabric_msg::{Access, Atomic, Error, MemoryRegion, OpKind, Peer, RemoteMemory};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -36,21 +35,7 @@ struct Scene {
 }
 
 fn scene(provider: &str, access: Access) -> Scene {
-    let p = profile_caps(
-        provider,
-        &[
-            Capability::Tagged,
-            Capability::Msg,
-            Capability::Rma,
-            Capability::Atomic,
-        ],
-    );
-    let cfg = LoopConfig {
-        wait: WaitMode::Block,
-        ..LoopConfig::default()
-    };
-    let (mut me, server) = pair(p.clone(), p, cfg, |s| s);
-    let mut them = server.join().unwrap();
+    let (mut me, mut them) = common::sleeping_pair(common::atomic_profile(provider));
     let region = them.ev.register(TASKS * PART, access).unwrap();
     let remote = me.ev.import(&region.remote().encode()).unwrap();
     Scene {

@@ -18,18 +18,6 @@ fn rma_profile(provider: &str) -> fabric_msg::Profile {
     profile_caps(provider, &[Capability::Tagged, Capability::Msg, Capability::Rma])
 }
 
-fn atomic_profile(provider: &str) -> fabric_msg::Profile {
-    profile_caps(
-        provider,
-        &[
-            Capability::Tagged,
-            Capability::Msg,
-            Capability::Rma,
-            Capability::Atomic,
-        ],
-    )
-}
-
 /// Receive the server's memory descriptor and bring it in.
 fn import(c: &mut Side) -> RemoteMemory {
     let bytes = recv_tagged(&mut c.ev, c.ep, DESCRIPTOR);

@@ -222,13 +222,9 @@ fn check(o: &Opts, s: &Side, seq: u64, size: usize) -> TaskResult<()> {
 /// The client's side of `-o write`: `o.warmup + o.iters` round trips of
 /// `size` bytes from sequence number `first`, timed after the warm-up.
 async fn ping(o: &Opts, s: &Side, size: usize, first: u64) -> TaskResult<Row> {
-    let mut times = IterTimes::new(o.iters);
-    let mut started = Instant::now();
+    let mut clock = Clock::new(o);
     for i in 0..o.warmup + o.iters {
-        if i == o.warmup {
-            started = Instant::now();
-            times.start(started);
-        }
+        clock.begin(i);
         let seq = first + i as u64;
         // The answer's notice is awaited beside the write (its future is
         // polled first, so it waits before the write goes).
@@ -236,11 +232,9 @@ async fn ping(o: &Opts, s: &Side, size: usize, first: u64) -> TaskResult<Row> {
         sent?;
         back?;
         check(o, s, seq, size)?;
-        if i >= o.warmup {
-            times.lap(2);
-        }
+        clock.end(i, 2);
     }
-    Ok(row(o, size, 2, times, started))
+    Ok(clock.row(size, 2))
 }
 
 /// The server's side of `-o write`: each notice answered with a write of
@@ -257,13 +251,9 @@ async fn echo(o: &Opts, s: &Side, size: usize, first: u64, n: u64) -> TaskResult
 /// The client's side of `-o read`: reads of `size` bytes, one at a time,
 /// then the write whose notice tells the server it is done.
 async fn reads(o: &Opts, s: &Side, size: usize) -> TaskResult<Row> {
-    let mut times = IterTimes::new(o.iters);
-    let mut started = Instant::now();
+    let mut clock = Clock::new(o);
     for i in 0..o.warmup + o.iters {
-        if i == o.warmup {
-            started = Instant::now();
-            times.start(started);
-        }
+        clock.begin(i);
         if o.verify {
             s.source.write_at(0, &vec![!byte(0, 0); size])?;
         }
@@ -276,11 +266,9 @@ async fn reads(o: &Opts, s: &Side, size: usize) -> TaskResult<Row> {
                 return Err(format!("read {i}: byte {k} of {size} is wrong").into());
             }
         }
-        if i >= o.warmup {
-            times.lap(1);
-        }
+        clock.end(i, 1);
     }
-    let row = row(o, size, 1, times, started);
+    let row = clock.row(size, 1);
     let c =
         s.h.write_data(s.peer, s.source.local(0, 1)?, &s.remote, 0, READS_DONE)
             .await?;
@@ -288,14 +276,49 @@ async fn reads(o: &Opts, s: &Side, size: usize) -> TaskResult<Row> {
     Ok(row)
 }
 
-fn row(o: &Opts, size: usize, xfers: usize, times: IterTimes, started: Instant) -> Row {
-    Row {
-        bytes: size,
-        sent: o.iters,
-        acked: o.iters,
-        elapsed: times.elapsed_since(started),
-        xfers_per_iter: xfers,
-        tail: times.tail(),
+/// One size's timing: iterations from `o.warmup` on are timed, each
+/// from the end of the one before.
+struct Clock {
+    times: IterTimes,
+    started: Instant,
+    warmup: usize,
+    iters: usize,
+}
+
+impl Clock {
+    fn new(o: &Opts) -> Clock {
+        Clock {
+            times: IterTimes::new(o.iters),
+            started: Instant::now(),
+            warmup: o.warmup,
+            iters: o.iters,
+        }
+    }
+
+    /// Iteration `i` begins: the first timed one starts the clock.
+    fn begin(&mut self, i: usize) {
+        if i == self.warmup {
+            self.started = Instant::now();
+            self.times.start(self.started);
+        }
+    }
+
+    /// Iteration `i`, of `xfers` transfers, is over.
+    fn end(&mut self, i: usize, xfers: usize) {
+        if i >= self.warmup {
+            self.times.lap(xfers);
+        }
+    }
+
+    fn row(&self, size: usize, xfers: usize) -> Row {
+        Row {
+            bytes: size,
+            sent: self.iters,
+            acked: self.iters,
+            elapsed: self.times.elapsed_since(self.started),
+            xfers_per_iter: xfers,
+            tail: self.times.tail(),
+        }
     }
 }
 

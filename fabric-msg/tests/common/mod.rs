@@ -132,6 +132,31 @@ pub fn profile_caps(provider: &str, caps: &[Capability]) -> Profile {
     negotiate_for(provider, caps, Requirements::default().queue_depth)
 }
 
+/// Negotiate `provider` for messages, RMA and atomics.
+pub fn atomic_profile(provider: &str) -> Profile {
+    profile_caps(
+        provider,
+        &[
+            Capability::Tagged,
+            Capability::Msg,
+            Capability::Rma,
+            Capability::Atomic,
+        ],
+    )
+}
+
+/// Two loops of profile `p` opened to sleep (`WaitMode::Block`: a wait fd
+/// where the provider has one) and connected through the bootstrap: the
+/// client's, the server's.
+pub fn sleeping_pair(p: Profile) -> (Side, Side) {
+    let cfg = LoopConfig {
+        wait: fabric_msg::WaitMode::Block,
+        ..LoopConfig::default()
+    };
+    let (me, server) = pair(p.clone(), p, cfg, |s| s);
+    (me, server.join().unwrap())
+}
+
 /// A client loop connected to `addr`.
 pub fn client(p: &Profile, addr: std::net::SocketAddr) -> Side {
     let mut ev = EventLoop::new(p, LoopConfig::default()).expect("client loop");
