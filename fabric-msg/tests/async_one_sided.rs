@@ -305,7 +305,7 @@ async fn refusals_say_why_and_a_dropped_write_still_lands_on_shm() {
 /// sent before anyone awaits: kept, and handed out in order. A notice
 /// awaited under a timeout that expires: the next notice goes to the next
 /// future. A notice handed to a future that is then dropped: it goes to
-/// the next.
+/// the next, or to one that already waits.
 async fn notices(provider: &str) {
     let s = scene(provider, Access::ReadWrite);
     let local = local_region(&s.me, 4096).await;
@@ -359,6 +359,19 @@ async fn notices(provider: &str) {
         .await
         .unwrap_or_else(|_| panic!("{provider}: notice 6 was lost with the future it was handed to"));
     heard(6, c.unwrap());
+    // Two futures wait; the notice goes to the first, which is then
+    // dropped: it goes to the second, which is still waiting.
+    let mut first = Box::pin(s.target.remote_write());
+    let mut second = Box::pin(s.target.remote_write());
+    assert!(common::poll_once(&mut first).await.is_none());
+    assert!(common::poll_once(&mut second).await.is_none());
+    write(7).await.unwrap().result.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    drop(first);
+    let c = tokio::time::timeout(common::TIMEOUT, second)
+        .await
+        .unwrap_or_else(|_| panic!("{provider}: notice 7 did not pass to the future still waiting"));
+    heard(7, c.unwrap());
     s.me.close().await;
     s.target.close().await;
 }

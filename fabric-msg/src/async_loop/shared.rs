@@ -416,13 +416,18 @@ impl State {
     }
 
     /// The future awaiting a notice in slot `t` was dropped: its slot is
-    /// freed (there is no operation behind it).
-    /// A notice it was handed and did not take goes back to the front of
-    /// the kept ones, for the next.
+    /// freed (there is no operation behind it). A notice it was handed and
+    /// did not take goes to the next future awaiting one, or back to the
+    /// front of the kept ones (it is older than any of them): only futures
+    /// that wait are in `notice_waits`, and while one waits none is kept.
     pub(super) fn forget_notice_wait(&mut self, t: Token) {
         self.notice_waits.retain(|&w| w != t);
         if let Slot::Done(Ok(c)) = self.free_slot(t.0 as usize) {
-            self.notices.push_front(c);
+            if self.notice_waits.is_empty() {
+                self.notices.push_front(c);
+            } else {
+                self.notice(c, None, &mut None);
+            }
         }
     }
 
