@@ -86,7 +86,8 @@ impl LoopHandle {
     /// provider says), in the order they came. Notices that came while no
     /// future awaited one are kept, the oldest first, up to
     /// 1,024 (then the oldest is dropped, saying so); one handed to a
-    /// future dropped before it took it goes back for the next. Where the
+    /// future dropped before it took it goes to the next (one already
+    /// waiting, or the next to ask). Where the
     /// fabric's notices use up a receive (providers with `FI_RX_CQ_DATA`,
     /// and fabric-msg's follow-up message where the fabric has no remote
     /// CQ data), they complete the untagged receives the application
