@@ -10,7 +10,10 @@
 # on one (FABRIC_MSG_ASYNC_RUNTIME=current: both sides, drivers and tasks
 # on one thread), and on a current-thread runtime per side, each on a
 # thread of its own (FABRIC_MSG_ASYNC_RUNTIME=per-side, as the blocking
-# tool gives each side a thread).
+# tool gives each side a thread). Then one-sided operations:
+# `async_rma_pingpong --loopback` against `rma_pingpong --loopback`, both
+# `-c fd`, writes with notices (`-o write`) and reads (`-o read`) of 8 B,
+# 64 KiB and 1 MiB, by turns: p50 µs one way (per read for reads).
 #
 #   ci/bench/async.sh              # 3 rounds
 #   ROUNDS=5 ci/bench/async.sh
@@ -18,7 +21,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROUNDS=${ROUNDS:-3}
 TARGET=${CARGO_TARGET_DIR:-target}
-cargo build --release --locked -q -p fabric-msg-examples --bin pingpong --bin async_pingpong
+cargo build --release --locked -q -p fabric-msg-examples --bin pingpong --bin async_pingpong \
+  --bin rma_pingpong --bin async_rma_pingpong
 OUT=${OUT:-$TARGET/bench/async-$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$OUT"
 for r in $(seq 1 "$ROUNDS"); do
@@ -38,12 +42,25 @@ for r in $(seq 1 "$ROUNDS"); do
     done
   done
 done
+for r in $(seq 1 "$ROUNDS"); do
+  for provider in "tcp;ofi_rxm" shm; do
+    domain=lo; [ "$provider" = shm ] && domain=shm
+    for op in write read; do
+      for tool in rma_pingpong async_rma_pingpong; do
+        "$TARGET/release/$tool" --loopback -p "$provider" -d "$domain" -o "$op" -c fd -S 8,65536,1048576 \
+          -I 2000 --json >"$OUT/rma_${tool}_${provider//;/_}_${op}_$r.json"
+      done
+    done
+  done
+done
 python3 - "$OUT" <<'PY'
 import glob, json, os, statistics, sys
 out = sys.argv[1]
 runs = {}
 for f in glob.glob(os.path.join(out, "*.json")):
     name = os.path.basename(f)[:-5]
+    if name.startswith("rma_"):
+        continue
     parts = name.split("_")
     tool = ("current" if name.startswith("async_current") else "perside" if name.startswith("async_perside")
             else "async" if name.startswith("async_") else "blocking")
@@ -67,4 +84,23 @@ for provider in ["tcp;ofi_rxm", "shm"]:
             c = statistics.median(runs[(provider, size, "current", wait)])
             p = statistics.median(runs[(provider, size, "perside", wait)])
             print(f"| {provider} | {what} | {wait} | {b:.2f} | {a:.2f} | {c:.2f} | {p:.2f} | {a/fd:.2f} | {a/spin:.2f} | {c/fd:.2f} | {p/fd:.2f} |")
+rma = {}
+for f in glob.glob(os.path.join(out, "rma_*.json")):
+    name = os.path.basename(f)[4:-5]
+    tool = "async" if name.startswith("async_") else "blocking"
+    provider = "shm" if "_shm_" in name else "tcp;ofi_rxm"
+    op = "read" if "_read_" in name else "write"
+    for line in open(f):
+        v = json.loads(line)
+        if "bytes" in v:
+            rma.setdefault((provider, op, v["bytes"], tool), []).append(v["p50_us"])
+print()
+print("| provider | op | bytes | rma_pingpong p50 µs | async_rma_pingpong p50 µs | async / blocking |")
+print("|---|---|---|---|---|---|")
+for provider in ["tcp;ofi_rxm", "shm"]:
+    for op in ["write", "read"]:
+        for size in [8, 65536, 1048576]:
+            b = statistics.median(rma[(provider, op, size, "blocking")])
+            a = statistics.median(rma[(provider, op, size, "async")])
+            print(f"| {provider} | {op} | {size:,} | {b:.2f} | {a:.2f} | {a/b:.2f} |")
 PY
