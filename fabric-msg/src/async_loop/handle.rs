@@ -3,7 +3,7 @@
 
 use super::driver::{self, POLL_BEFORE_SLEEP, SPIN_BEFORE_SLEEP};
 use super::op::{self, OnDrop};
-use super::shared::{closed, Shared};
+use super::shared::{closed, failing_fast, Shared};
 use crate::error::Error;
 use crate::memory::buffer::Buffer;
 use crate::transport::event_loop::{
@@ -129,12 +129,7 @@ impl LoopHandle {
         let mut buf = buf;
         let mut since: Option<Instant> = None;
         let t = loop {
-            let posted = self.post(buf, |ev, buf, t| {
-                let was = ev.set_fail_fast(true);
-                let r = ev.recv(ep, buf, opts, t);
-                ev.set_fail_fast(was);
-                r
-            });
+            let posted = self.post(buf, |ev, buf, t| failing_fast(ev, |ev| ev.recv(ep, buf, opts, t)));
             match posted {
                 Ok(t) => break t,
                 Err(PostError {
@@ -171,12 +166,10 @@ impl LoopHandle {
     /// provider cannot peek; and with `QueueFull` where the loop has no
     /// room for it now, rather than waiting holding the loop.
     pub async fn peek(&self, ep: EndpointId, opts: RecvOpts) -> crate::error::Result<Completion> {
-        let t = self.shared().lock().post_bare(|ev, t| {
-            let was = ev.set_fail_fast(true);
-            let r = ev.peek(ep, opts, t);
-            ev.set_fail_fast(was);
-            r
-        })?;
+        let t = self
+            .shared()
+            .lock()
+            .post_bare(|ev, t| failing_fast(ev, |ev| ev.peek(ep, opts, t)))?;
         op::wait(self.shared().clone(), t, OnDrop::GoOn)
             .await
             .map_err(|e| e.error)

@@ -18,6 +18,7 @@
 
 use super::handle::LoopHandle;
 use super::op::{self, OnDrop};
+use super::shared::failing_fast;
 use crate::error::{Error, Result};
 use crate::memory::mr::Local;
 use crate::memory::remote::RemoteMemory;
@@ -135,12 +136,10 @@ impl LoopHandle {
     ) -> Result<Completion> {
         let mut since: Option<Instant> = None;
         let t = loop {
-            let posted = self.shared().lock().post_bare(|ev, t| {
-                let was = ev.set_fail_fast(true);
-                let r = post(ev, t);
-                ev.set_fail_fast(was);
-                r
-            });
+            let posted = self
+                .shared()
+                .lock()
+                .post_bare(|ev, t| failing_fast(ev, |ev| post(ev, t)));
             match posted {
                 Ok(t) => break t,
                 Err(Error::QueueFull {

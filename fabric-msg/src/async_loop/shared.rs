@@ -75,6 +75,18 @@ pub(super) struct State {
 /// grow without bound.
 pub(super) const NOTICES_KEPT: usize = 1024;
 
+/// Run `post` on `ev` under the loop's fail-fast rule: a post with no
+/// room fails with `QueueFull` at once instead of waiting in place, which
+/// would hold the lock and the runtime's worker while the task that makes
+/// the room may wait behind them. Callers retry after a look
+/// ([`LoopHandle::recv`](super::LoopHandle::recv)).
+pub(super) fn failing_fast<R>(ev: &mut EventLoop, post: impl FnOnce(&mut EventLoop) -> R) -> R {
+    let was = ev.set_fail_fast(true);
+    let r = post(ev);
+    ev.set_fail_fast(was);
+    r
+}
+
 /// The loop and its slots, shared by every handle, future and the driver.
 pub(super) struct Shared {
     state: Mutex<State>,
@@ -445,10 +457,12 @@ impl State {
                     return;
                 }
                 Slot::Waiting { .. } => return self.finish(i, Ok(c)),
+                // Not met: only waiting futures are listed (a dropped one
+                // leaves the list at once, `forget_notice_wait`, and the
+                // close empties it). Skipped, never handed a notice.
                 Slot::Abandoned => {
                     self.free_slot(i);
                 }
-                // Answered already (the loop closed): not a waiter any more.
                 Slot::Done(_) | Slot::Free => {}
             }
         }
