@@ -7,14 +7,15 @@
 //! failed under load with 1 allocation in 8,000 operations: the lifeline
 //! thread's own set-up, a peer's watch registered after the warm-up.)
 //! The same for one-sided operations: writes, reads and fetch-adds
-//! through a handle into the other loop's region.
+//! through a handle into the other loop's region; and for the pieces of
+//! multi-receive buffers posted again and again.
 #![cfg(feature = "tokio")]
 
 mod common;
 
 use common::profile;
 use fabric_msg::async_loop::AsyncLoop;
-use fabric_msg::{Access, Atomic, Buffer, RecvOpts, SendOpts};
+use fabric_msg::{Access, Atomic, Buffer, Capability, LoopConfig, RecvOpts, SendOpts, WaitMode};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -146,6 +147,80 @@ fn one_sided_per_operation(provider: &str) -> f64 {
         let n = ALLOCATIONS.load(Ordering::SeqCst);
         n as f64 / (ROUNDS * 3) as f64
     })
+}
+
+/// Allocations per message over `ROUNDS` messages of 40 bytes sent into
+/// 1 KiB multi-receive buffers, each posted again when it comes back (a
+/// post of a buffer every 20-odd messages), after a warm-up: the send, the
+/// piece, reading its bytes, and the buffers' posts all count.
+fn multi_recv_per_message(provider: &str) -> f64 {
+    let p = common::profile_caps(provider, &[Capability::Msg, Capability::MultiRecv]);
+    let cfg = LoopConfig {
+        min_multi_recv: Some(64),
+        wait: WaitMode::Block,
+        ..Default::default()
+    };
+    let (me, them) = common::pair(p.clone(), p, cfg, |s| s);
+    let them = them.join().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async move {
+        let (a, b) = (AsyncLoop::start(me.ev), AsyncLoop::start(them.ev));
+        let mut pieces = a.recv_multi(me.ep, Buffer::new(1024)).await.unwrap();
+        let mut out = Buffer::new(40);
+        let mut sum = 0u64;
+        for round in 0..500 + ROUNDS {
+            if round == 500 {
+                ALLOCATIONS.store(0, Ordering::SeqCst);
+                COUNTING.with(|c| c.set(true));
+            }
+            out.as_mut_slice()[..8].copy_from_slice(&(round as u64).to_le_bytes());
+            out = b
+                .send(them.peer, out, SendOpts::default())
+                .await
+                .unwrap()
+                .buffer
+                .unwrap();
+            loop {
+                let c = pieces.next().await.unwrap().unwrap();
+                c.result.as_ref().unwrap();
+                let mut got = None;
+                if let Some((offset, len)) = c.multi {
+                    let read = |b: &[u8]| u64::from_le_bytes(b[..8].try_into().unwrap());
+                    got = pieces.bytes(&c, read).or_else(|| {
+                        c.buffer
+                            .as_ref()
+                            .map(|b| read(&b.as_slice()[offset..offset + len]))
+                    });
+                }
+                if let Some(buf) = c.buffer {
+                    pieces = a.recv_multi(me.ep, buf).await.unwrap();
+                }
+                if let Some(v) = got {
+                    sum += v;
+                    break;
+                }
+            }
+        }
+        COUNTING.with(|c| c.set(false));
+        let n = 500 + ROUNDS as u64;
+        assert_eq!(sum, n * (n - 1) / 2, "{provider}: every message once");
+        ALLOCATIONS.load(Ordering::SeqCst) as f64 / ROUNDS as f64
+    })
+}
+
+#[test]
+fn no_allocation_per_multi_recv_piece_on_tcp_rxm_and_shm() {
+    for provider in ["tcp;ofi_rxm", "shm"] {
+        let per = multi_recv_per_message(provider);
+        eprintln!("{provider}: {per:.4} allocations per message into multi-receive buffers");
+        assert!(
+            per == 0.0,
+            "{provider}: {per:.4} allocations per message into multi-receive buffers, where the docs promise none after warm-up"
+        );
+    }
 }
 
 #[test]

@@ -16,6 +16,7 @@
 mod common;
 
 mod async_loop;
+mod async_multi_recv;
 mod async_one_sided;
 mod atomics_everywhere;
 mod cancel;

@@ -3,7 +3,7 @@
 
 use super::driver::{self, POLL_BEFORE_SLEEP, SPIN_BEFORE_SLEEP};
 use super::op::{self, OnDrop};
-use super::shared::{closed, failing_fast, Shared};
+use super::shared::{closed, failing_fast, Shared, State};
 use crate::error::Error;
 use crate::memory::buffer::Buffer;
 use crate::transport::event_loop::{
@@ -126,12 +126,28 @@ impl LoopHandle {
     /// is newly lost. Then the receive fails with `QueueFull`, saying how
     /// long it waited, and its buffer back.
     pub async fn recv(&self, ep: EndpointId, buf: Buffer, opts: RecvOpts) -> Result<Completion, PostError> {
+        let t = self
+            .post_for_room(buf, |st, buf| {
+                st.post(buf, |ev, buf, t| failing_fast(ev, |ev| ev.recv(ep, buf, opts, t)))
+            })
+            .await?;
+        op::wait(self.shared().clone(), t, OnDrop::CancelRecv(ep)).await
+    }
+
+    /// Post `buf` with `post` (under the loop's fail-fast rule); a refusal
+    /// for room is retried after a look and the runtime's turn, for as long
+    /// as the blocking loop would wait ([`LoopHandle::recv`]).
+    pub(super) async fn post_for_room(
+        &self,
+        buf: Buffer,
+        mut post: impl FnMut(&mut State, Buffer) -> Result<Token, PostError>,
+    ) -> Result<Token, PostError> {
         let mut buf = buf;
         let mut since: Option<Instant> = None;
-        let t = loop {
-            let posted = self.post(buf, |ev, buf, t| failing_fast(ev, |ev| ev.recv(ep, buf, opts, t)));
+        loop {
+            let posted = post(&mut self.shared().lock(), buf);
             match posted {
-                Ok(t) => break t,
+                Ok(t) => return Ok(t),
                 Err(PostError {
                     error:
                         Error::QueueFull {
@@ -154,8 +170,7 @@ impl LoopHandle {
                 }
                 Err(e) => return Err(e),
             }
-        };
-        op::wait(self.shared().clone(), t, OnDrop::CancelRecv(ep)).await
+        }
     }
 
     /// Look at the waiting messages on endpoint `ep` that a receive with

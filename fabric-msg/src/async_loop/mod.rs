@@ -68,6 +68,9 @@
 //! - **A send, a one-sided operation or an atomic goes on**: it may still
 //!   reach the peer. A one-sided operation's local memory is a registered
 //!   region, which the operation holds until it completes.
+//! - **A [`MultiRecv`] dropped before its buffer came back cancels the
+//!   buffer**, which the loop then drops; its pieces not yet taken go
+//!   with it.
 //!
 //! # Operations
 //!
@@ -77,10 +80,9 @@
 //! [`LoopHandle::write_data`], [`LoopHandle::atomic`], and
 //! [`LoopHandle::remote_write`] for the notices of peers' `write_data`
 //! (kept until awaited; one handed to a future dropped before it took it
-//! goes to the next). Not offered as futures, since one post completes
-//! more than once: multi-receive buffers
-//! ([`EventLoop::recv_multi`](crate::EventLoop::recv_multi)); a completion
-//! of one reaching the handles' table is dropped with a warning.
+//! goes to the next). Multi-receive buffers, whose one post completes
+//! once per message: [`LoopHandle::recv_multi`] gives a [`MultiRecv`],
+//! whose `next` awaits each piece in turn (`async_loop/multi_recv.rs`).
 //!
 //! # Closing
 //!
@@ -104,9 +106,12 @@
 
 mod driver;
 mod handle;
+mod multi_recv;
 mod one_sided;
 mod op;
 mod shared;
+mod streams;
 
 pub use driver::{IDLE_PERIOD, POLL_BEFORE_SLEEP, SPIN_BEFORE_SLEEP};
 pub use handle::{AsyncLoop, LoopHandle};
+pub use multi_recv::MultiRecv;

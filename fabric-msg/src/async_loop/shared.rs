@@ -2,6 +2,7 @@
 //! behind a lock, and a slot per operation in flight that its future
 //! waits on.
 
+use super::streams::{is_stream, Streams};
 use crate::error::Error;
 use crate::memory::buffer::Buffer;
 use crate::transport::event_loop::{Completion, EndpointId, EventLoop, OpKind, PostError, Token};
@@ -37,8 +38,8 @@ pub(super) struct State {
     /// Operations whose futures look at the loop themselves.
     pub(super) spinners: usize,
     /// Operations nobody looks for but the driver: waiting futures past
-    /// their spin, and abandoned operations.
-    sleepers: usize,
+    /// their spin, abandoned operations, and multi-receive buffers.
+    pub(super) sleepers: usize,
     /// Wakes the driver: close, or the looking passed from the futures
     /// to it (the last spinner stopped while others wait).
     driver: Arc<Notify>,
@@ -67,6 +68,9 @@ pub(super) struct State {
     /// futures awaiting one, oldest first.
     notices: VecDeque<Completion>,
     notice_waits: VecDeque<Token>,
+    /// The multi-receive buffers in flight (`async_loop/streams.rs`); each
+    /// counts as a sleeper until its last completion comes.
+    pub(super) streams: Streams,
 }
 
 /// How many notices of peers' `write_data` a loop keeps for
@@ -143,6 +147,7 @@ impl State {
             closers: Vec::new(),
             notices: VecDeque::new(),
             notice_waits: VecDeque::new(),
+            streams: Streams::default(),
         }
     }
 
@@ -393,6 +398,12 @@ impl State {
                 self.notice(c, own, &mut found);
                 continue;
             }
+            if is_stream(c.token) {
+                if self.streams.arrived(c) {
+                    self.sleepers -= 1;
+                }
+                continue;
+            }
             let t = c.token.0 as usize;
             match self.slots.get(t) {
                 Some(Slot::Waiting { .. }) if Some(c.token) == own => {
@@ -484,6 +495,7 @@ impl State {
         let ev = self.ev.take();
         // Their slots are answered below; no notice comes after the close.
         self.notice_waits.clear();
+        self.sleepers -= self.streams.close();
         for t in 0..self.slots.len() {
             match self.empty(t) {
                 Slot::Waiting { waker, .. } => {
@@ -503,96 +515,4 @@ impl State {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A shared state with no loop: enough for the slots' counts.
-    fn no_loop() -> State {
-        State::new(None, Duration::from_micros(50), Arc::new(Notify::new()))
-    }
-
-    async fn told(st: &State) -> bool {
-        tokio::time::timeout(Duration::from_millis(20), st.driver.notified())
-            .await
-            .is_ok()
-    }
-
-    fn waker() -> Waker {
-        struct Nothing;
-        impl std::task::Wake for Nothing {
-            fn wake(self: Arc<Self>) {}
-        }
-        Waker::from(Arc::new(Nothing))
-    }
-
-    /// The driver is told when the last spinning wait stops while another
-    /// wait sleeps, and only then.
-    #[tokio::test(flavor = "current_thread")]
-    async fn the_driver_is_told_when_the_last_spinner_leaves_a_sleeper() {
-        let mut st = no_loop();
-        let w = waker();
-        let (a, b) = (st.open(), st.open());
-        assert_eq!((st.spinners, st.sleepers), (2, 0));
-        st.wait(a, &w, false);
-        assert_eq!((st.spinners, st.sleepers), (1, 1));
-        assert!(!told(&st).await, "told while a wait still looks");
-        st.abandon(b);
-        assert_eq!((st.spinners, st.sleepers), (0, 2));
-        assert!(told(&st).await, "not told when nobody looks for a sleeping wait");
-    }
-
-    /// Spinning waits that end with no sleeper behind them leave the
-    /// driver alone (a ping-pong does not wake it at every message), and
-    /// their slots are reused.
-    #[tokio::test(flavor = "current_thread")]
-    async fn spinners_alone_do_not_wake_the_driver() {
-        let mut st = no_loop();
-        let w = waker();
-        for _ in 0..3 {
-            let (a, b) = (st.open(), st.open());
-            st.wait(a, &w, true);
-            st.finish(a.0 as usize, Err(closed()));
-            st.finish(b.0 as usize, Err(closed()));
-            assert!(st.take(a).is_some() && st.take(b).is_some());
-        }
-        assert_eq!(st.slots.len(), 2, "the slots are reused");
-        assert_eq!((st.spinners, st.sleepers), (0, 0));
-        assert!(!told(&st).await);
-    }
-
-    /// A wait that ends while another sleeps tells the driver nothing
-    /// new; the last spinner to end does.
-    #[tokio::test(flavor = "current_thread")]
-    async fn the_last_spinner_to_end_beside_a_sleeper_tells() {
-        let mut st = no_loop();
-        let w = waker();
-        let (a, b) = (st.open(), st.open());
-        st.wait(a, &w, false);
-        assert!(!told(&st).await);
-        st.finish(b.0 as usize, Err(closed()));
-        assert!(told(&st).await, "not told when the last spinner ended");
-    }
-
-    /// Closing answers every waiting slot with `Closed`, keeps results not
-    /// yet taken, and frees abandoned slots.
-    #[tokio::test(flavor = "current_thread")]
-    async fn closing_answers_every_wait() {
-        let mut st = no_loop();
-        let w = waker();
-        let (a, b) = (st.open(), st.open());
-        st.wait(a, &w, false);
-        st.abandon(b);
-        assert!(st.close().is_none());
-        assert_eq!((st.spinners, st.sleepers), (0, 0));
-        assert!(matches!(
-            st.take(a),
-            Some(Err(PostError {
-                error: Error::Closed { .. },
-                ..
-            }))
-        ));
-        assert_eq!(st.free.len(), 2, "both slots free again");
-        let posted = st.post(Buffer::new(8), |_, _, _| Ok(()));
-        assert_eq!(posted.unwrap_err().buffer.map(|b| b.capacity()), Some(8));
-    }
-}
+mod tests;

@@ -7,7 +7,6 @@
 //! effect completes as usual. Either way it completes exactly once, so
 //! the loop's promise (one completion per operation) holds.
 
-use super::slab::Role;
 use super::slab::{Internal, NO_GROUP};
 use super::state::EventLoop;
 use super::types::{Completion, EndpointId, OpKind, Token};
@@ -20,6 +19,9 @@ impl EventLoop {
     /// request, and the receive completes either cancelled or, if a message
     /// matched it first, with that message. `Ok(false)`: no such receive is
     /// in flight any more (it completed already, or was never posted).
+    /// A multi-receive buffer ([`EventLoop::recv_multi`]) is cancelled the
+    /// same way: it comes back with `Cancelled`, after the pieces that
+    /// landed in it.
     pub fn cancel_recv(&mut self, id: EndpointId, token: Token) -> Result<bool> {
         let raw = self.ep(id)?.raw;
         let found = self.slab.slots.iter_mut().find(|s| {
@@ -29,7 +31,6 @@ impl EventLoop {
                 && s.token == token
                 && s.role.internal() == Internal::No
                 && s.role.group() == NO_GROUP
-                && !(s.role == Role::MultiRecv)
                 && !s.abandoned
         });
         let Some(slot) = found else {
