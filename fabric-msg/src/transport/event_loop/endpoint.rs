@@ -75,17 +75,23 @@ impl EventLoop {
         let mut ep = unsafe { Endpoint::open(&self.domain.domain, self.domain.info(), context) }
             .map_err(|e| (e, None))?;
         let bind_flags = u64::from(ffi::FI_TRANSMIT | ffi::FI_RECV);
+        // `FI_OPT_MIN_MULTI_RECV` before fi_enable on libfabric 2.x, after
+        // it on 1.x. From 2.0 shm and rxm copy the option into their shared
+        // receive context when it is made, in fi_enable (`smr_ep_ctrl`,
+        // `rxm_ep_ctrl`), and a later setopt only changes the endpoint's own
+        // copy: every buffer went back after one message. Up to 1.22 shm's
+        // setopt writes through its shared receive context, which exists
+        // only once enabled (before it, a null dereference).
+        let (early, late) = match self.cfg.min_multi_recv {
+            Some(min) if self.domain.profile.libfabric_version.0 >= 2 => (Some(min), None),
+            min => (None, min),
+        };
         let set_up = ep
             .bind_cq(&self.objects.cq, bind_flags)
             .and_then(|()| ep.bind_av(av))
+            .and_then(|()| early.map_or(Ok(()), |min| ep.set_min_multi_recv(min)))
             .and_then(|()| ep.enable())
-            // After fi_enable: libfabric 1.17's shm dereferences its shared
-            // receive context in setopt, and that exists only once enabled.
-            .and_then(|()| {
-                self.cfg
-                    .min_multi_recv
-                    .map_or(Ok(()), |min| ep.set_min_multi_recv(min))
-            });
+            .and_then(|()| late.map_or(Ok(()), |min| ep.set_min_multi_recv(min)));
         match set_up {
             Ok(()) => Ok(ep),
             // `ep` closes as it drops here.
