@@ -89,6 +89,14 @@ impl Progress {
         self.shared.gate.clone()
     }
 
+    /// Stop calling libfabric (the thread ends at its next wake; the drop
+    /// still joins it): for a loop whose owner gave up after a loss, where
+    /// a progress call could take in the lost peer's hang-up
+    /// (`EventLoop::give_up_when`).
+    pub(crate) fn halt(&self) {
+        self.shared.stop.store(true, Ordering::Release);
+    }
+
     /// Progress calls the thread has made so far.
     pub(crate) fn runs(&self) -> u64 {
         self.shared.runs.load(Ordering::Relaxed)

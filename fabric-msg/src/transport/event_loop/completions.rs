@@ -65,6 +65,21 @@ impl EventLoop {
             }
             self.flush_backlog();
             if self.pending.is_empty() {
+                if self.giving_up() {
+                    // The layer above lost a peer it cannot go on without
+                    // (the World, a rank) and is leaving: no more reads.
+                    // On ofi_rxm a read can take in the lost peer's hang-up
+                    // and close its connection, which spins for ever where
+                    // a message of it was half received (docs/decisions.md,
+                    // "rxm's close of a message half received"); the World
+                    // polls in slices of 20 ms, rxm looks at its connections
+                    // every 10 ms. The progress thread stops for the same
+                    // reason: it would read once the loop no longer does.
+                    if let Some(p) = &self.objects.progress {
+                        p.halt();
+                    }
+                    return Ok(0);
+                }
                 self.read_cq()?;
             }
             if !self.pending.is_empty() {

@@ -277,8 +277,10 @@ impl EventLoop {
     /// `flag` is set (the World sets it when a rank is lost), a post
     /// retrying on a full queue fails at once with
     /// [`Error::QueueFull`](crate::Error::QueueFull) instead of waiting,
-    /// backlogged sends fail, and on `ofi_rxm` the endpoints are left open
-    /// when the loop drops (`Quirks::close_hangs_after_loss`).
+    /// backlogged sends fail, `poll` reads the completion queue no more
+    /// (it hands out what it already read, then returns 0 whatever its
+    /// timeout) and stops the progress thread, and on `ofi_rxm` the endpoints are left open when the
+    /// loop drops (`Quirks::close_hangs_after_loss`).
     pub(crate) fn give_up_when(&mut self, flag: Arc<AtomicBool>) {
         self.rules.give_up = Some(flag);
     }
