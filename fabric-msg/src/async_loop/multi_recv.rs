@@ -2,19 +2,19 @@
 //! many messages landing in it back to back, each awaited as a piece.
 //!
 //! ```no_run
-//! # async fn f(h: fabric_msg::async_loop::LoopHandle, ep: fabric_msg::EndpointId) -> fabric_msg::Result<()> {
+//! # async fn f(h: fabric_msg::async_loop::LoopHandle, ep: fabric_msg::EndpointId) -> Result<(), Box<dyn std::error::Error>> {
 //! use fabric_msg::Buffer;
-//! let mut pieces = h.recv_multi(ep, Buffer::new(64 << 10)).await.map_err(|e| e.error)?;
+//! let mut pieces = h.recv_multi(ep, Buffer::new(64 << 10)).await?;
 //! while let Some(c) = pieces.next().await {
 //!     let c = c?;
-//!     c.result.as_ref().map_err(|e| e.clone())?;
+//!     c.result.clone()?;
 //!     if c.multi.is_some() {
 //!         let n = pieces.bytes(&c, |bytes| bytes.len());
 //!         println!("a message of {n:?} bytes");
 //!     }
 //!     if let Some(buf) = c.buffer {
 //!         // The last completion: the buffer is back, and can go out again.
-//!         pieces = h.recv_multi(ep, buf).await.map_err(|e| e.error)?;
+//!         pieces = h.recv_multi(ep, buf).await?;
 //!     }
 //! }
 //! # Ok(()) }
