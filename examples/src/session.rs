@@ -68,6 +68,9 @@ pub struct Side {
     /// messages are framed).
     inject_below: usize,
     tagged: bool,
+    /// Buffers of data sends that completed in a batch beside the one
+    /// [`Side::wait_send`] returned, for its next calls.
+    sent: Vec<Buffer>,
 }
 
 fn ctrl_buffers() -> Vec<Buffer> {
@@ -90,6 +93,7 @@ impl Side {
             ev,
             peer,
             out: Vec::with_capacity(64),
+            sent: Vec::with_capacity(64),
             ctrl_free,
             ctrl_in: VecDeque::with_capacity(CTRL_BUFFERS),
             ctrl_sending: 0,
@@ -309,20 +313,25 @@ impl Side {
     }
 
     /// Wait for a data send to complete and give back its buffer; no
-    /// receive may complete meanwhile.
+    /// receive may complete meanwhile. Sends that complete in the same
+    /// batch are kept for the next calls: each call gives back one buffer,
+    /// and none is lost (a batch of several once dropped all but the last,
+    /// and `bandwidth` then waited for ever for its window's buffers).
     pub fn wait_send(&mut self) -> AnyResult<Buffer> {
-        let mut back = None;
-        while back.is_none() {
-            self.poll(|_, c| match c.kind {
+        while self.sent.is_empty() {
+            let mut sent = std::mem::take(&mut self.sent);
+            let r = self.poll(|_, c| match c.kind {
                 OpKind::Send => {
-                    back = c.buffer.take();
+                    sent.push(c.buffer.take().ok_or("a send completes with its buffer")?);
                     Ok(())
                 }
                 OpKind::Recv => Err(format!("message {} arrived while none was expected", c.token.0).into()),
                 other => Err(format!("unexpected {other:?} completion while sending").into()),
-            })?;
+            });
+            self.sent = sent;
+            r?;
         }
-        back.ok_or_else(|| "a send completes with its buffer".into())
+        Ok(self.sent.pop().expect("a buffer, by the loop's condition"))
     }
 
     /// Wait for every control send to complete.
@@ -639,6 +648,77 @@ pub fn touched(capacity: usize) -> Buffer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fabric_msg::{Capability, EndpointChoice, Requirements};
+    use std::sync::mpsc;
+
+    /// Sends that complete in one batch each come back from `wait_send`:
+    /// eight sends over tcp;ofi_rxm, all completed before the first call
+    /// (the server has their receives posted and has taken them), then
+    /// eight calls, each with a buffer of its own. Before, the first call
+    /// kept the batch's last buffer and dropped the others, and the second
+    /// waited for ever (`bandwidth`'s stall under load).
+    #[test]
+    fn wait_send_gives_back_every_buffer_of_a_batch() {
+        const N: usize = 8;
+        let req = Requirements {
+            caps: vec![Capability::Msg],
+            endpoint: EndpointChoice::Rdm,
+            provider: Some("tcp;ofi_rxm".into()),
+            domain: Some("lo".into()),
+            ..Default::default()
+        };
+        let profile = negotiate(&req, &LadderConfig::default()).unwrap().profile;
+        let listener = Listener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (sp, cp) = (profile.clone(), profile);
+        let server = std::thread::spawn(move || {
+            let mut ev = EventLoop::new(&sp, LoopConfig::default()).unwrap();
+            let ep = ev.open_endpoint().unwrap();
+            let _peer = accept_serving("test", &listener, &mut ev, ep, |ev, ep| {
+                (0..N as u64).try_for_each(|t| {
+                    ev.recv(ep, Buffer::new(64), RecvOpts::default(), Token(t))
+                        .map_err(|e| e.error)
+                })
+            })
+            .unwrap();
+            let mut out = Vec::new();
+            let mut got = 0;
+            while got < N {
+                got += ev.poll(&mut out, Some(Duration::from_secs(10))).unwrap();
+            }
+            // Stay up while the client counts its buffers.
+            std::thread::sleep(Duration::from_millis(500));
+        });
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut ev = EventLoop::new(&cp, LoopConfig::default()).unwrap();
+            let ep = ev.open_endpoint().unwrap();
+            let peer = connect_with(&mut ev, ep, addr, Duration::from_secs(10), |_, _| Ok(())).unwrap();
+            let mut side = Side::new(ev, peer, Vec::new(), 0, false);
+            for s in 0..N {
+                side.send(Buffer::from_slice(&[s as u8; 32]), s).unwrap();
+            }
+            // Their completions wait in the queue, to be read in one batch.
+            std::thread::sleep(Duration::from_millis(300));
+            for _ in 0..N {
+                let b = side.wait_send().unwrap();
+                tx.send(b.as_slice()[0]).unwrap();
+            }
+        });
+        let mut back: Vec<u8> = (0..N)
+            .map(|i| {
+                rx.recv_timeout(Duration::from_secs(10))
+                    .unwrap_or_else(|_| panic!("wait_send gave back {i} of {N} buffers, then waited"))
+            })
+            .collect();
+        back.sort_unstable();
+        assert_eq!(
+            back,
+            (0..N as u8).collect::<Vec<_>>(),
+            "each send's own buffer, once"
+        );
+        server.join().unwrap();
+    }
 
     #[test]
     fn provision_reuses_large_enough_buffers() {
