@@ -15,7 +15,7 @@ mod common;
 
 use common::profile;
 use fabric_msg::async_loop::AsyncLoop;
-use fabric_msg::{Access, Atomic, Buffer, Capability, LoopConfig, RecvOpts, SendOpts, WaitMode};
+use fabric_msg::{Access, Atomic, Buffer, RecvOpts, SendOpts};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -154,14 +154,7 @@ fn one_sided_per_operation(provider: &str) -> f64 {
 /// post of a buffer every 20-odd messages), after a warm-up: the send, the
 /// piece, reading its bytes, and the buffers' posts all count.
 fn multi_recv_per_message(provider: &str) -> f64 {
-    let p = common::profile_caps(provider, &[Capability::Msg, Capability::MultiRecv]);
-    let cfg = LoopConfig {
-        min_multi_recv: Some(64),
-        wait: WaitMode::Block,
-        ..Default::default()
-    };
-    let (me, them) = common::pair(p.clone(), p, cfg, |s| s);
-    let them = them.join().unwrap();
+    let (me, them) = common::multi_recv_pair(provider);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -211,41 +204,31 @@ fn multi_recv_per_message(provider: &str) -> f64 {
     })
 }
 
-#[test]
-fn no_allocation_per_multi_recv_piece_on_tcp_rxm_and_shm() {
+/// `per(provider)`, the allocations per `what`, on tcp;ofi_rxm and shm:
+/// none, as the docs promise after warm-up.
+fn none_per(what: &str, per: impl Fn(&str) -> f64) {
     for provider in ["tcp;ofi_rxm", "shm"] {
-        let per = multi_recv_per_message(provider);
-        eprintln!("{provider}: {per:.4} allocations per message into multi-receive buffers");
+        let n = per(provider);
+        eprintln!("{provider}: {n:.4} allocations per {what}");
         assert!(
-            per == 0.0,
-            "{provider}: {per:.4} allocations per message into multi-receive buffers, where the docs promise none after warm-up"
+            n == 0.0,
+            "{provider}: {n:.4} allocations per {what}, where the docs promise none after warm-up"
         );
     }
+}
+
+#[test]
+fn no_allocation_per_multi_recv_piece_on_tcp_rxm_and_shm() {
+    none_per("message into multi-receive buffers", multi_recv_per_message);
 }
 
 #[test]
 fn no_allocation_per_one_sided_operation_on_tcp_rxm_and_shm() {
-    for provider in ["tcp;ofi_rxm", "shm"] {
-        let per = one_sided_per_operation(provider);
-        eprintln!("{provider}: {per:.4} allocations per one-sided operation");
-        assert!(
-            per == 0.0,
-            "{provider}: {per:.4} allocations per write, read or fetch-add, where the docs promise none after warm-up"
-        );
-    }
+    none_per("write, read or fetch-add", one_sided_per_operation);
 }
 
 #[test]
 fn no_allocation_per_operation_on_tcp_rxm_and_shm() {
-    for provider in ["tcp;ofi_rxm", "shm"] {
-        for inject in [false, true] {
-            let per = per_operation(provider, inject);
-            let how = if inject { ", injecting" } else { "" };
-            eprintln!("{provider}{how}: {per:.4} allocations per operation");
-            assert!(
-                per == 0.0,
-                "{provider}{how}: {per:.4} allocations per operation, where the docs promise none after warm-up"
-            );
-        }
-    }
+    none_per("operation", |p| per_operation(p, false));
+    none_per("operation, injecting", |p| per_operation(p, true));
 }

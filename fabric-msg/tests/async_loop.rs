@@ -11,11 +11,9 @@
 
 use crate::common;
 
-use common::{msg_profile, pair, profile};
+use common::{msg_profile, profile};
 use fabric_msg::async_loop::{AsyncLoop, LoopHandle};
-use fabric_msg::{
-    Buffer, CompletionError, EndpointId, Error, LoopConfig, Peer, RecvOpts, SendOpts, WaitMode,
-};
+use fabric_msg::{Buffer, CompletionError, EndpointId, Error, LoopConfig, Peer, RecvOpts, SendOpts};
 use std::time::{Duration, Instant};
 
 /// Two loops connected through the bootstrap, each behind an AsyncLoop:
@@ -418,13 +416,7 @@ async fn operations_after_close_fail_and_give_the_buffer_back() {
 /// Two loops connected over tcp's MSG endpoints (a connection is its own
 /// endpoint, untagged), each behind an AsyncLoop: (handle, peer) a side.
 fn msg_connected() -> ((LoopHandle, Peer), (LoopHandle, Peer)) {
-    let p = msg_profile();
-    let cfg = LoopConfig {
-        wait: WaitMode::Block,
-        ..LoopConfig::default()
-    };
-    let (me, server) = pair(p.clone(), p, cfg, |s| s);
-    let them = server.join().unwrap();
+    let (me, them) = common::sleeping_pair(msg_profile());
     (
         (AsyncLoop::start(me.ev), me.peer),
         (AsyncLoop::start(them.ev), them.peer),

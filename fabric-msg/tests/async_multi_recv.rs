@@ -8,25 +8,16 @@
 
 use crate::common;
 
-use common::{pair, profile_caps};
+use common::multi_recv_pair;
 use fabric_msg::async_loop::{AsyncLoop, LoopHandle, MultiRecv};
-use fabric_msg::{
-    Buffer, Capability, Completion, EndpointId, Error, LoopConfig, Peer, RecvOpts, SendOpts, WaitMode,
-};
+use fabric_msg::{Buffer, Completion, EndpointId, Error, Peer, RecvOpts, SendOpts};
 use std::time::Duration;
 
 /// Two loops for untagged messages into multi-receive buffers (at least
 /// 64 bytes of room left for a buffer to stay posted), each behind an
 /// AsyncLoop: (ours, our endpoint), (theirs, the peer as they see us).
 fn connected(provider: &str) -> ((LoopHandle, EndpointId), (LoopHandle, Peer)) {
-    let p = profile_caps(provider, &[Capability::Msg, Capability::MultiRecv]);
-    let cfg = LoopConfig {
-        min_multi_recv: Some(64),
-        wait: WaitMode::Block,
-        ..Default::default()
-    };
-    let (me, them) = pair(p.clone(), p, cfg, |s| s);
-    let them = them.join().unwrap();
+    let (me, them) = multi_recv_pair(provider);
     (
         (AsyncLoop::start(me.ev), me.ep),
         (AsyncLoop::start(them.ev), them.peer),

@@ -149,9 +149,27 @@ pub fn atomic_profile(provider: &str) -> Profile {
 /// where the provider has one) and connected through the bootstrap: the
 /// client's, the server's.
 pub fn sleeping_pair(p: Profile) -> (Side, Side) {
+    sleeping_pair_with(p, LoopConfig::default())
+}
+
+/// A [`sleeping_pair`] for untagged messages into multi-receive buffers,
+/// which stay posted while 64 bytes of room are left.
+pub fn multi_recv_pair(provider: &str) -> (Side, Side) {
+    let cfg = LoopConfig {
+        min_multi_recv: Some(64),
+        ..LoopConfig::default()
+    };
+    sleeping_pair_with(
+        profile_caps(provider, &[Capability::Msg, Capability::MultiRecv]),
+        cfg,
+    )
+}
+
+/// [`sleeping_pair`] with the rest of `cfg`.
+pub fn sleeping_pair_with(p: Profile, cfg: LoopConfig) -> (Side, Side) {
     let cfg = LoopConfig {
         wait: fabric_msg::WaitMode::Block,
-        ..LoopConfig::default()
+        ..cfg
     };
     let (me, server) = pair(p.clone(), p, cfg, |s| s);
     (me, server.join().unwrap())
