@@ -61,16 +61,22 @@ static GLOBAL: Counting = Counting;
 
 const ROUNDS: usize = 2000;
 
+/// Run `f` on a current-thread runtime, so every operation, both drivers
+/// and both loops run on the test's thread, whose allocations count.
+fn on_this_thread(f: impl std::future::Future<Output = f64>) -> f64 {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(f)
+}
+
 /// Allocations per operation over `ROUNDS` ping-pongs (four operations
 /// each: a send and a receive on either side) after a warm-up; with
 /// `inject`, the first side injects its sends (`LoopHandle::inject`).
 fn per_operation(provider: &str, inject: bool) -> f64 {
     let (me, them) = common::sleeping_pair(profile(provider));
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async move {
+    on_this_thread(async move {
         let (a, b) = (AsyncLoop::start(me.ev), AsyncLoop::start(them.ev));
         let send = SendOpts {
             tag: Some(1),
@@ -122,11 +128,7 @@ fn one_sided_per_operation(provider: &str) -> f64 {
     let region = them.ev.register(4096, Access::ReadWrite).unwrap();
     let remote = me.ev.import(&region.remote().encode()).unwrap();
     let local = me.ev.register(4096, Access::ReadWrite).unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async move {
+    on_this_thread(async move {
         let (a, _b) = (AsyncLoop::start(me.ev), AsyncLoop::start(them.ev));
         for round in 0..500 + ROUNDS {
             if round == 500 {
@@ -155,11 +157,7 @@ fn one_sided_per_operation(provider: &str) -> f64 {
 /// piece, reading its bytes, and the buffers' posts all count.
 fn multi_recv_per_message(provider: &str) -> f64 {
     let (me, them) = common::multi_recv_pair(provider);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async move {
+    on_this_thread(async move {
         let (a, b) = (AsyncLoop::start(me.ev), AsyncLoop::start(them.ev));
         let mut pieces = a.recv_multi(me.ep, Buffer::new(1024)).await.unwrap();
         let mut out = Buffer::new(40);
