@@ -117,6 +117,23 @@ impl Matcher {
         self.posted.remove(i).map_or(Match::None, Match::Take)
     }
 
+    /// The oldest posted receive, if a message from `from` with `tag` goes
+    /// to it without a question (it matches and is not paired): the usual
+    /// case, whose bytes are then copied in place before
+    /// [`Matcher::pop_front`] takes it out.
+    #[inline]
+    pub fn front_for(&mut self, from: usize, tag: u64) -> Option<&mut Posted> {
+        self.posted
+            .front_mut()
+            .filter(|p| !p.paired && p.matches(from, tag))
+    }
+
+    /// Take out the oldest posted receive.
+    #[inline]
+    pub fn pop_front(&mut self) -> Option<Posted> {
+        self.posted.pop_front()
+    }
+
     /// The paired receives asked about since the last call (into `out`).
     pub fn take_asked(&mut self, out: &mut Vec<Token>) {
         out.append(&mut self.asked);

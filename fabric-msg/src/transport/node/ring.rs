@@ -219,7 +219,14 @@ impl Shared {
         // the caller owns these bytes.
         unsafe {
             std::ptr::copy_nonoverlapping(src.as_ptr(), self.cells.as_ptr().add(at), first);
-            std::ptr::copy_nonoverlapping(src.as_ptr().add(first), self.cells.as_ptr(), src.len() - first);
+            // Most frames do not wrap: no second call then.
+            if first < src.len() {
+                std::ptr::copy_nonoverlapping(
+                    src.as_ptr().add(first),
+                    self.cells.as_ptr(),
+                    src.len() - first,
+                );
+            }
         }
     }
 
@@ -232,11 +239,13 @@ impl Shared {
         // SAFETY: as in `write`, for reading.
         unsafe {
             std::ptr::copy_nonoverlapping(self.cells.as_ptr().add(at), dst.as_mut_ptr(), first);
-            std::ptr::copy_nonoverlapping(
-                self.cells.as_ptr(),
-                dst.as_mut_ptr().add(first),
-                dst.len() - first,
-            );
+            if first < dst.len() {
+                std::ptr::copy_nonoverlapping(
+                    self.cells.as_ptr(),
+                    dst.as_mut_ptr().add(first),
+                    dst.len() - first,
+                );
+            }
         }
     }
 }
@@ -385,6 +394,19 @@ impl Consumer {
             total: h.total,
             cells: 0,
         };
+        // The usual frame, a whole message in one: one test, then the
+        // full check below for every other.
+        if f.flags == FIRST | LAST && f.len <= self.max_frame && f.len as u64 <= f.total {
+            return Ok(Some(Frame {
+                cells: cells_for(f.len),
+                ..f
+            }));
+        }
+        self.checked(f)
+    }
+
+    /// `f` (a frame just read) if its header can be right.
+    fn checked(&self, f: Frame) -> Result<Option<Frame>, Corrupt> {
         let bad = |what: String| Err(Corrupt { at: self.head, what });
         if f.len > self.max_frame {
             return bad(format!(
