@@ -321,7 +321,17 @@ impl NodeLoop {
 
     /// Whether a send to `peer` would be taken: it is a connected rank,
     /// not lost, whose ring is not broken.
+    #[inline]
     pub fn check_peer(&self, peer: usize) -> Result<()> {
+        if matches!(self.outbox.get(peer), Some(Some(_))) && !self.lost[peer] && self.broken[peer].is_none() {
+            return Ok(());
+        }
+        self.refusal(peer)
+    }
+
+    /// Why a send to `peer` would not be taken ([`NodeLoop::check_peer`]).
+    #[cold]
+    fn refusal(&self, peer: usize) -> Result<()> {
         match self.outbox.get(peer) {
             None => Err(self.no_rank(peer)),
             Some(None) => Err(Error::Usage(format!("node loop: rank {peer} is not connected"))),
@@ -513,7 +523,8 @@ impl NodeLoop {
             }
         }
         for s in 0..self.inbox.len() {
-            if self.broken[s].is_none() && !self.lost[s] {
+            // Looked at here first: an empty ring costs no call.
+            if self.broken[s].is_none() && !self.lost[s] && self.inbox[s].has_frame() {
                 self.drain(s);
             }
         }
