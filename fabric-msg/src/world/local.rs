@@ -43,7 +43,7 @@ use super::tags;
 use crate::discovery::profile::WireProfile;
 use crate::error::Result;
 use crate::memory::buffer::Buffer;
-use crate::transport::event_loop::idle::{Idler, Pause};
+use crate::transport::event_loop::idle::{Idler, Pause, CLOCK_EVERY};
 use crate::transport::event_loop::{
     Completion, CompletionError, EndpointId, EventLoop, PostError, RecvOpts, SleepCheck, Token,
 };
@@ -474,6 +474,9 @@ impl Local {
         // requests' looks): a clock read per look was 8 % of a typed
         // message's time.
         let mut deadline: Option<Instant> = None;
+        // Empty looks still to pass before the deadline is checked: every
+        // `CLOCK_EVERY` while the wait spins, after every yield or sleep.
+        let mut unread = 0u32;
         loop {
             out.append(&mut self.ready);
             // Where every rank's messages come over the node loop, the main
@@ -512,16 +515,21 @@ impl Local {
             match timeout {
                 Some(t) if t.is_zero() => return Ok(0),
                 Some(t) => {
-                    let now = Instant::now();
-                    if now >= *deadline.get_or_insert(now + t) {
-                        return Ok(0);
+                    if unread == 0 {
+                        let now = Instant::now();
+                        if now >= *deadline.get_or_insert(now + t) {
+                            return Ok(0);
+                        }
+                        unread = CLOCK_EVERY;
                     }
+                    unread -= 1;
                 }
                 None => {}
             }
             match self.idle.next() {
                 Pause::Spin => std::hint::spin_loop(),
                 pause => {
+                    unread = 0;
                     if pause == Pause::Yield {
                         std::thread::yield_now();
                     } else {

@@ -146,6 +146,8 @@ impl World {
         self.cancel_dropped();
         const SLICE: Duration = Duration::from_millis(20);
         let deadline = timeout.map(|t| Instant::now() + t);
+        // The first slice needs no second look at the clock.
+        let mut first = timeout;
         loop {
             if let Some(r) = self.live.first_lost() {
                 out.clear();
@@ -160,9 +162,10 @@ impl World {
                     return Ok(out.len());
                 }
             }
-            let slice = match deadline {
-                Some(d) => d.saturating_duration_since(Instant::now()).min(SLICE),
-                None => SLICE,
+            let slice = match (first.take(), deadline) {
+                (Some(t), _) => t.min(SLICE),
+                (None, Some(d)) => d.saturating_duration_since(Instant::now()).min(SLICE),
+                (None, None) => SLICE,
             };
             // A post in the slots does not wake the completion queue's wait.
             let slice = match self.slot_requests.is_empty() {
