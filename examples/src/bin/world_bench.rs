@@ -480,24 +480,31 @@ fn report(o: &Opts, r: &Row) {
     }
 }
 
+/// Completions taken from the World and not yet waited for, and the
+/// vector each poll fills (kept, so that a wait allocates nothing).
+#[derive(Default)]
+struct Done {
+    kept: Vec<Completion>,
+    batch: Vec<Completion>,
+}
+
 /// Wait for the completion with `token`, keeping others in `done`.
-fn wait_for(world: &mut World, done: &mut Vec<Completion>, token: Token) -> fabric_msg::Result<Completion> {
+fn wait_for(world: &mut World, done: &mut Done, token: Token) -> fabric_msg::Result<Completion> {
     loop {
-        if let Some(i) = done.iter().position(|c| c.token == token) {
-            let c = done.swap_remove(i);
+        if let Some(i) = done.kept.iter().position(|c| c.token == token) {
+            let c = done.kept.swap_remove(i);
             if let Err(e) = &c.result {
                 return Err(fabric_msg::Error::Usage(format!("{:?} failed: {e}", c.kind)));
             }
             return Ok(c);
         }
-        let mut batch = Vec::new();
-        world.poll(&mut batch, Some(Duration::from_secs(60)))?;
-        if batch.is_empty() {
+        world.poll(&mut done.batch, Some(Duration::from_secs(60)))?;
+        if done.batch.is_empty() {
             return Err(fabric_msg::Error::Usage(
                 "no completion for 60 s: is the peer alive?".into(),
             ));
         }
-        done.append(&mut batch);
+        done.kept.append(&mut done.batch);
     }
 }
 
@@ -518,7 +525,7 @@ fn latency(
         return Ok(None);
     }
     let peer = 1 - rank;
-    let mut done = Vec::new();
+    let mut done = Done::default();
     let mut send_buf = Some(Buffer::new(bytes));
     let mut recv_buf = Some(Buffer::new(bytes));
     let (mut sum, mut min, mut max) = (0.0f64, f64::MAX, 0.0f64);
@@ -590,7 +597,7 @@ fn bandwidth(
     }
     let mut bufs: Vec<Buffer> = (0..window).map(|_| Buffer::new(bytes)).collect();
     let mut ack = Some(Buffer::new(4));
-    let mut done: Vec<Completion> = Vec::new();
+    let mut done = Done::default();
     let mut times = IterTimes::new(if rank == 0 { iters } else { 0 });
     let mut start = Instant::now();
     for i in 0..warmup + iters {
