@@ -319,8 +319,8 @@ impl NodeLoop {
         format!("same-node rank {r} (process {})", self.pids[r])
     }
 
-    /// Whether a send to `peer` would be taken: it is a connected rank,
-    /// not lost, whose ring is not broken.
+    /// Whether a send to `peer` would be taken: a connected rank, not lost,
+    /// whose ring is not broken; else why not.
     #[inline]
     pub fn check_peer(&self, peer: usize) -> Result<()> {
         if matches!(self.outbox.get(peer), Some(Some(_))) && !self.lost[peer] && self.broken[peer].is_none() {
@@ -329,7 +329,6 @@ impl NodeLoop {
         self.refusal(peer)
     }
 
-    /// Why a send to `peer` would not be taken ([`NodeLoop::check_peer`]).
     #[cold]
     fn refusal(&self, peer: usize) -> Result<()> {
         match self.outbox.get(peer) {
