@@ -14,6 +14,7 @@
 //! This is the World's part of peer-loss detection; the whole, the event
 //! loop's lifelines included, is listed in [`crate::transport::liveness`].
 
+use super::kept::keep;
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -268,9 +269,9 @@ pub(crate) fn named_loss(text: &str) -> Option<u32> {
 /// Written only by the thread that uses the World (every World call takes
 /// `&mut World`; the teardown is its drop) and read only by the watchdog,
 /// so each change is a relaxed load and store, not a locked
-/// read-modify-write. And they are kept for the process's life (16 bytes a
-/// World), so that a [`Call`] holds a plain reference to them: no `Arc`
-/// (two more locked instructions a call), and no borrow of the World
+/// read-modify-write. And they are kept for the process's life
+/// (`kept.rs`), so that a [`Call`] holds a plain reference to them: no
+/// `Arc` (two more locked instructions a call), and no borrow of the World
 /// while the call runs. Before both (2026-12-01), a World's 8 B ping-pong
 /// on the node transport took 0.23-0.24 µs one way, after 0.20-0.21
 /// (`world_bench latency`, docs/onnode.md).
@@ -283,13 +284,9 @@ pub(crate) struct Calls {
 }
 
 impl Calls {
-    /// A new pair, kept until the process ends. They are listed in a
-    /// static, so LeakSanitizer sees them reachable, not lost.
+    /// A new pair, kept until the process ends.
     fn new() -> &'static Calls {
-        static KEPT: Mutex<Vec<&'static Calls>> = Mutex::new(Vec::new());
-        let calls: &'static Calls = Box::leak(Box::default());
-        KEPT.lock().push(calls);
-        calls
+        keep(Calls::default())
     }
 
     #[inline]

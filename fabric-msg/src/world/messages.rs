@@ -13,9 +13,10 @@
 //! warm-up nothing here allocates per message.
 
 use super::collectives::io::Pool;
+use super::kept::keep;
 use crate::transport::event_loop::{Completion, Token};
 use parking_lot::Mutex;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Top byte of the typed messages' tokens.
 pub(crate) const MESSAGE: u64 = 0xFC;
@@ -63,19 +64,60 @@ struct Slot {
     state: State,
 }
 
-/// Tickets of requests dropped before they were waited for.
-pub(crate) type Abandoned = Arc<Mutex<Vec<Ticket>>>;
+/// Tickets of requests dropped before they were waited for (on any
+/// thread), and whether there are any: the World looks at every turn of a
+/// wait, and a look at a flag costs no lock. Kept for the process's life
+/// (`kept.rs`), so each request holds a plain reference.
+#[derive(Debug, Default)]
+pub(crate) struct Abandoned {
+    list: Mutex<Vec<Ticket>>,
+    /// Set after each push, under the lock; cleared by the World before
+    /// it takes the list.
+    any: AtomicBool,
+}
+
+impl Abandoned {
+    /// The request of ticket `t` was dropped unwaited.
+    pub(crate) fn push(&self, t: Ticket) {
+        let mut list = self.list.lock();
+        list.push(t);
+        self.any.store(true, Ordering::Release);
+    }
+
+    /// The tickets pushed since the last take. A push that comes after
+    /// the flag was cleared is either taken now (it was in the list when
+    /// the lock was taken) or sets the flag again for the next take.
+    fn take(&self) -> Vec<Ticket> {
+        if !self.any.load(Ordering::Acquire) {
+            return Vec::new();
+        }
+        self.any.store(false, Ordering::Relaxed);
+        std::mem::take(&mut *self.list.lock())
+    }
+}
 
 /// The table of typed operations in flight, and their buffers.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Messages {
     slots: Vec<Slot>,
     free: Vec<u32>,
     /// Buffers of typed messages, reused.
     pub(crate) pool: Pool,
-    abandoned: Abandoned,
+    abandoned: &'static Abandoned,
     /// Tokens of dropped receives to cancel, found by [`Messages::sweep`].
     pub(crate) cancels: Vec<Token>,
+}
+
+impl Default for Messages {
+    fn default() -> Messages {
+        Messages {
+            slots: Vec::new(),
+            free: Vec::new(),
+            pool: Pool::default(),
+            abandoned: keep(Abandoned::default()),
+            cancels: Vec::new(),
+        }
+    }
 }
 
 impl Messages {
@@ -105,8 +147,8 @@ impl Messages {
     }
 
     /// The list a request puts its ticket on when dropped unwaited.
-    pub(crate) fn abandoned(&self) -> Abandoned {
-        self.abandoned.clone()
+    pub(crate) fn abandoned(&self) -> &'static Abandoned {
+        self.abandoned
     }
 
     fn slot(&mut self, t: Ticket) -> Option<&mut Slot> {
@@ -192,14 +234,7 @@ impl Messages {
     /// completed, at their completion otherwise; the tokens of dropped
     /// receives still posted go to `cancels`, for the World to cancel.
     pub(crate) fn sweep(&mut self) {
-        let dropped: Vec<Ticket> = {
-            let mut list = self.abandoned.lock();
-            if list.is_empty() {
-                return;
-            }
-            list.drain(..).collect()
-        };
-        for t in dropped {
+        for t in self.abandoned.take() {
             match self.slot(t).map(|s| &mut s.state) {
                 Some(State::Pending { abandoned, recv }) => {
                     *abandoned = true;
@@ -261,7 +296,7 @@ mod tests {
     fn a_dropped_request_frees_its_slot_when_its_completion_comes() {
         let mut m = Messages::default();
         let a = m.open(true);
-        m.abandoned().lock().push(a);
+        m.abandoned().push(a);
         let _b = m.open(false);
         m.sweep(); // a is pending: marked abandoned, its receive to cancel
         assert_eq!(m.cancels, vec![a.token()]);
@@ -273,7 +308,7 @@ mod tests {
         let c = m.open(false);
         assert_eq!(m.in_use(), 2);
         m.absorb(&mut vec![done(c.token())]);
-        m.abandoned().lock().push(c);
+        m.abandoned().push(c);
         m.sweep(); // c completed: freed at once
         assert_eq!(m.in_use(), 1);
         assert_eq!(m.cancels.len(), 1, "a send is never cancelled");

@@ -50,6 +50,7 @@ mod comm;
 mod comm_handle;
 mod comm_slots;
 mod config;
+mod kept;
 mod lane;
 mod launch;
 mod leaving;

@@ -76,7 +76,7 @@ impl Envelope {
 pub struct Matched {
     envelope: Envelope,
     ticket: Option<Ticket>,
-    abandoned: Abandoned,
+    abandoned: &'static Abandoned,
 }
 
 impl Matched {
@@ -89,7 +89,7 @@ impl Matched {
 impl Drop for Matched {
     fn drop(&mut self) {
         if let Some(t) = self.ticket.take() {
-            self.abandoned.lock().push(t);
+            self.abandoned.push(t);
         }
     }
 }

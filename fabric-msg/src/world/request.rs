@@ -65,7 +65,7 @@ pub(crate) enum Of<T: Element> {
         /// Its communicator (for the source's rank; holds its context).
         scope: Scope,
         /// Where the ticket goes if the request is dropped unwaited.
-        abandoned: Abandoned,
+        abandoned: &'static Abandoned,
     },
     /// A one-sided operation on symmetric memory (`one_sided.rs`).
     OneSided {
@@ -77,7 +77,7 @@ pub(crate) enum Of<T: Element> {
         count: usize,
         /// The target rank.
         rank: u32,
-        abandoned: Abandoned,
+        abandoned: &'static Abandoned,
     },
     /// Finished as it started: a same-node one-sided operation on mapped
     /// symmetric memory (`node_symmetric.rs`), with its result.
@@ -110,7 +110,7 @@ impl<T: Element> Drop for Request<T> {
             }
             | Of::OneSided {
                 ticket, abandoned, ..
-            } => abandoned.lock().push(*ticket),
+            } => abandoned.push(*ticket),
             _ => {}
         }
     }
@@ -404,7 +404,7 @@ impl World {
                 return Ok(c);
             }
             if let Err(e) = self.turn(true) {
-                self.msgs.abandoned().lock().push(t);
+                self.msgs.abandoned().push(t);
                 return Err(e);
             }
         }
