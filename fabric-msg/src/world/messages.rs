@@ -176,6 +176,14 @@ impl Messages {
         if !out.iter().any(|c| is_message(c.token)) {
             return;
         }
+        if out.iter().all(|c| is_message(c.token)) {
+            // The usual batch, a typed message's completion alone: each
+            // is moved once, into its slot, with no shift of the others.
+            for c in out.drain(..) {
+                self.complete(c);
+            }
+            return;
+        }
         let mut i = 0;
         while i < out.len() {
             if is_message(out[i].token) {
