@@ -267,7 +267,8 @@ pub(crate) fn named_loss(text: &str) -> Option<u32> {
 /// The counters of one World's calls, which its watchdog reads.
 ///
 /// Written only by the thread that uses the World (every World call takes
-/// `&mut World`; the teardown is its drop) and read only by the watchdog,
+/// `&mut World`; the teardown is its drop; the exit hook of
+/// `leaving.rs` comes after it) and read only by the watchdog,
 /// so each change is a relaxed load and store, not a locked
 /// read-modify-write. And they are kept for the process's life
 /// (`kept.rs`), so that a [`Call`] holds a plain reference to them: no
