@@ -455,9 +455,7 @@ impl Engine {
             return;
         }
         let mut keep = Vec::with_capacity(out.len());
-        for c in out.drain(..) {
-            keep.extend(self.absorb(io, c));
-        }
+        out.drain(..).for_each(|c| keep.extend(self.absorb(io, c)));
         *out = keep;
         self.progress(io);
     }
@@ -478,15 +476,12 @@ impl Engine {
         let polled = io.poll(&mut batch, Some(timeout));
         let n = batch.len();
         if self.stash.is_empty() && !batch.iter().any(|c| is_reserved(c.token)) {
-            // Only the application's completions, with none kept before
-            // them: the batch becomes the kept list as it is, without
-            // moving each (224 bytes) through `absorb`.
+            // The application's alone: kept whole, not moved one by one.
             std::mem::swap(&mut self.stash, &mut batch);
-        } else {
-            for c in batch.drain(..) {
-                if let Some(app) = self.absorb(io, c) {
-                    self.stash.push(app);
-                }
+        }
+        for c in batch.drain(..) {
+            if let Some(app) = self.absorb(io, c) {
+                self.stash.push(app);
             }
         }
         self.batch = batch;
@@ -591,13 +586,12 @@ impl Engine {
         self.runs.len() + self.notes.out.len()
     }
 
-    /// The application's completions kept during waits, oldest first,
-    /// appended to `out`.
     /// The completions kept for the application, to take some out of.
     pub(crate) fn kept_mut(&mut self) -> &mut Vec<Completion> {
         &mut self.stash
     }
 
+    /// Those completions, oldest first, appended to `out`.
     pub(crate) fn take_kept(&mut self, out: &mut Vec<Completion>) -> usize {
         let n = self.stash.len();
         out.append(&mut self.stash);
