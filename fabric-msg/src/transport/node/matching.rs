@@ -99,10 +99,8 @@ impl Matcher {
         // The usual case, a loop that posts its receives in the order its
         // messages come: the oldest posted receive takes it, and leaves
         // from the front without a search or a shift of the others.
-        if let Some(p) = self.posted.front() {
-            if !p.paired && p.matches(from, tag) {
-                return self.posted.pop_front().map_or(Match::None, Match::Take);
-            }
+        if self.front_for(from, tag).is_some() {
+            return self.pop_front().map_or(Match::None, Match::Take);
         }
         let Some(i) = self.posted.iter().position(|p| p.matches(from, tag)) else {
             return Match::None;
