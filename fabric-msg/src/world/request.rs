@@ -288,7 +288,10 @@ impl World {
                         )
                     });
                     req.of = Of::Finished;
-                    return Some(out);
+                    // A step that read a dead rank's memory fails before
+                    // the lifeline hears of it, and records the loss:
+                    // the request fails with the loss, as a blocking call.
+                    return Some(self.settled(out));
                 }
                 if self.run_in_flight(*id) {
                     return None;
