@@ -3,12 +3,13 @@
 //! compare-swap counters on every rank, every byte checked on the rank
 //! that owns it) under `mpirun` at 1, 2, 3 and 5 ranks on shm and
 //! tcp;ofi_rxm, with native atomics on shm and emulated ones over TCP, through the
-//! rendezvous; and ranks that ask for different lengths. Where the World
-//! maps same-node parts (the node transport, `world/node_symmetric.rs`),
-//! every rank says how many it mapped, and the count is checked: all of a
-//! node's ranks on the node transport, none on libfabric's shm or off
-//! shared memory; with two pretend nodes on TCP, a counter takes CPU
-//! atomics from its node and emulated ones from the other at once.
+//! rendezvous; and ranks that ask for different lengths or sharings. Where
+//! the World maps same-node parts (the node transport,
+//! `world/node_symmetric.rs`), every rank says how many it mapped, and the
+//! count is checked: all of a node's ranks on the node transport, none on
+//! libfabric's shm or off shared memory; with two pretend nodes on TCP, or
+//! on `sockets`' native atomics with `NodeSharing::Mapped`, a counter takes
+//! CPU atomics from its node and emulated ones from the other at once.
 //! Every process has a deadline, so a hang fails the test.
 
 use crate::support;
@@ -56,7 +57,7 @@ fn assert_all_checked(
             .find(|l| l.starts_with(&line))
             .unwrap_or_else(|| panic!("rank {r}: no `{line}`:\n{out}\n{err}"));
         assert!(
-            line.ends_with(&format!("({provider} via {launcher}; {mapped} parts mapped)")),
+            line.contains(&format!("({provider} via {launcher}; {mapped} parts mapped; ")),
             "{line}"
         );
     }
@@ -109,29 +110,95 @@ fn mpirun_symmetric_without_atomics() {
 /// the counts come out exact.
 #[test]
 fn mpirun_symmetric_across_pretend_nodes_mixes_cpu_and_emulated_atomics() {
-    if shm_on() != "1" {
+    if node_transport_off() {
+        return;
+    }
+    let e = on_pretend_nodes(&[], &["--atomics", "40"]);
+    assert!(e.status.success(), "{e:?}");
+    assert_all_checked(&e.stdout, &e.stderr, 4, best_tcp(), "pmix", true, 2);
+}
+
+/// The same over libfabric's `sockets` and `shm` providers between the
+/// pretend nodes, whose atomics are native: by default the provider
+/// carries every operation (no part mapped: the provider's atomics and CPU
+/// ones are never mixed); with `NodeSharing::Mapped` each rank maps its
+/// node's two parts and the other node's atomics on them are emulated, so
+/// a counter takes CPU atomics from its node and emulated ones from the
+/// other, and the counts still come out exact. `never` maps nothing on
+/// TCP's emulated atomics either.
+#[test]
+fn mpirun_symmetric_mapped_across_pretend_nodes_over_native_atomics() {
+    if node_transport_off() {
+        return;
+    }
+    let sockets = ["-x", "FI_PROVIDER=sockets"];
+    let shm = ["-x", "FI_PROVIDER=shm"];
+    for (mpi, sharing, provider, mapped) in [
+        (&sockets[..], "auto", "sockets", 0),
+        (&sockets[..], "mapped", "sockets", 2),
+        (&shm[..], "auto", "shm", 0),
+        (&shm[..], "mapped", "shm", 2),
+        (&[][..], "never", best_tcp(), 0),
+    ] {
+        let e = on_pretend_nodes(mpi, &["--atomics", "40", "--sharing", sharing]);
+        assert!(e.status.success(), "--sharing {sharing}: {e:?}");
+        assert_all_checked(&e.stdout, &e.stderr, 4, provider, "pmix", true, mapped);
+        // The carrier: over native atomics, the other node's atomics on a
+        // mapped part are emulated (applied by its owner's loop), and none
+        // are where nothing is mapped.
+        if provider != best_tcp() {
+            for line in e.stdout.lines().filter(|l| l.contains("checks passed")) {
+                let applied = emulated_applied(line);
+                assert_eq!(
+                    applied > 0,
+                    mapped > 0,
+                    "--sharing {sharing} on {provider}: {line}"
+                );
+            }
+        }
+    }
+}
+
+/// The emulated atomics a rank's line says its loop applied.
+fn emulated_applied(line: &str) -> u64 {
+    line.rsplit("; ")
+        .next()
+        .and_then(|t| t.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count of emulated atomics: {line}"))
+}
+
+/// Whether the node transport is off in this run (said loudly).
+fn node_transport_off() -> bool {
+    let off = shm_on() != "1";
+    if off {
         eprintln!(
             "SKIPPED: the node transport is off (FABRIC_MSG_TEST_SHM={})",
             shm_on()
         );
-        return;
     }
+    off
+}
+
+/// `symmetric_check` with `args` on two pretend nodes of two ranks each,
+/// the node transport on, `mpi` given to `mpirun` first.
+fn on_pretend_nodes(mpi: &[&str], args: &[&str]) -> Exit {
     let mut cmd = Command::new("mpirun");
-    clean(&mut cmd).args([
-        "--allow-run-as-root",
-        "--oversubscribe",
-        "-x",
-        "FABRIC_MSG_SHM=1",
-        "-np",
-        "4",
-        "sh",
-        "-c",
-        &format!("FABRIC_MSG_NODE=node$((OMPI_COMM_WORLD_RANK / 2)) exec {CHECK} --atomics 40"),
-    ]);
+    clean(&mut cmd)
+        .args(["--allow-run-as-root", "--oversubscribe", "-x", "FABRIC_MSG_SHM=1"])
+        .args(mpi)
+        .args([
+            "-np",
+            "4",
+            "sh",
+            "-c",
+            &format!(
+                "FABRIC_MSG_NODE=node$((OMPI_COMM_WORLD_RANK / 2)) exec {CHECK} {}",
+                args.join(" ")
+            ),
+        ]);
     let child = cmd.spawn().expect("mpirun (ci/setup.sh installs openmpi-bin)");
-    let e = wait_all(vec![child], Instant::now(), DEADLINE).remove(0);
-    assert!(e.status.success(), "{e:?}");
-    assert_all_checked(&e.stdout, &e.stderr, 4, best_tcp(), "pmix", true, 2);
+    wait_all(vec![child], Instant::now(), DEADLINE).remove(0)
 }
 
 #[test]
@@ -154,13 +221,25 @@ fn rendezvous_symmetric_memory() {
     );
 }
 
-/// The last rank asks for 8 bytes more: every rank fails, naming it, and
-/// none waits for the others.
+/// The last rank asks for 8 bytes more, or for another `NodeSharing`:
+/// every rank fails, naming it, and none waits for the others.
 #[test]
-fn ranks_that_ask_for_different_lengths_all_fail_with_the_reason() {
-    for shm in [true, false] {
+fn ranks_that_ask_for_different_lengths_or_sharing_all_fail_with_the_reason() {
+    let cases = [
+        (
+            "--mismatch",
+            "rank 3 asked for 4104 bytes",
+            "rank 0 asked for 4096 bytes",
+        ),
+        (
+            "--mismatch-sharing",
+            "rank 3 asked for 4096 bytes with ReadWrite access and NodeSharing::Never",
+            "rank 0 asked for 4096 bytes with ReadWrite access and NodeSharing::Auto",
+        ),
+    ];
+    for (shm, (arg, theirs, last)) in [(true, cases[0]), (false, cases[0]), (true, cases[1])] {
         let started = Instant::now();
-        let e: Exit = wait_all(vec![mpirun(CHECK, 4, shm, &["--mismatch"])], started, DEADLINE).remove(0);
+        let e: Exit = wait_all(vec![mpirun(CHECK, 4, shm, &[arg])], started, DEADLINE).remove(0);
         assert!(!e.status.success(), "{e:?}");
         for r in 0..4 {
             let line = e
@@ -170,12 +249,11 @@ fn ranks_that_ask_for_different_lengths_all_fail_with_the_reason() {
                 .unwrap_or_else(|| panic!("rank {r} said nothing:\n{}", e.stderr));
             assert!(
                 line.contains(&format!("failed on rank {r}: "))
-                    && (line.contains("rank 3 asked for 4104 bytes")
-                        || (r == 3 && line.contains("rank 0 asked for 4096 bytes"))),
-                "rank {r}: {line}"
+                    && (line.contains(theirs) || (r == 3 && line.contains(last))),
+                "{arg}: rank {r}: {line}"
             );
             assert!(
-                line.contains("every rank must pass the same length and access"),
+                line.contains("every rank must pass the same length, access and sharing"),
                 "{line}"
             );
         }

@@ -146,8 +146,8 @@ pub use transport::liveness::{LossAlarm, LossKind, LostPeer};
 pub use world::collectives::{CombineFn, Element, Op, Reduction};
 pub use world::symmetric::Symmetric;
 pub use world::{
-    Comm, CommView, Envelope, Matched, NodePart, Persistent, RankStats, Record, Request, Status, World,
-    WorldConfig, WorldStats,
+    Comm, CommView, Envelope, Matched, NodePart, NodeSharing, Persistent, RankStats, Record, Request, Status,
+    World, WorldConfig, WorldStats,
 };
 
 /// What most programs name, in one import: `use fabric_msg::prelude::*;`.

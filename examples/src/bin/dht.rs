@@ -10,14 +10,17 @@
 //! arguments, and the time both phases took (the slowest rank's).
 //!
 //! ```text
-//! mpirun -np 4 dht [keys per rank] [slots per rank]
+//! mpirun -np 4 dht [keys per rank] [slots per rank] [auto|mapped|never]
 //! ```
 //!
 //! On one node the World maps the ranks' parts into each other
 //! (`world/node_symmetric.rs`), so each operation is a CPU atomic or copy;
 //! `FABRIC_MSG_SHM=libfabric` sends each through libfabric's shm instead.
+//! The third argument is the table's `NodeSharing` (`auto` by default):
+//! across nodes whose fabric has native atomics, `mapped` maps each node's
+//! parts anyway and emulates the other nodes' atomics.
 
-use fabric_msg::{Access, Atomic, Op, World};
+use fabric_msg::{Access, Atomic, NodeSharing, Op, World};
 use std::time::Instant;
 
 /// splitmix64: a key's hash.
@@ -29,13 +32,23 @@ fn mix(mut x: u64) -> u64 {
 }
 
 fn main() -> Result<(), fabric_msg::Error> {
-    let mut args = std::env::args().skip(1).map(|a| a.parse::<u64>());
-    let n = args.next().and_then(Result::ok).unwrap_or(100_000);
-    let slots = args.next().and_then(Result::ok).unwrap_or(2 * n + 1);
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let number = |i: usize| args.get(i).and_then(|a| a.parse::<u64>().ok());
+    let n = number(0).unwrap_or(100_000);
+    let slots = number(1).unwrap_or(2 * n + 1);
+    let sharing = match args.get(2).map(String::as_str) {
+        None | Some("auto") => NodeSharing::Auto,
+        Some("mapped") => NodeSharing::Mapped,
+        Some("never") => NodeSharing::Never,
+        Some(other) => {
+            eprintln!("dht: the third argument is auto, mapped or never, not {other:?}");
+            std::process::exit(2);
+        }
+    };
 
     let mut world = World::init()?;
     let (rank, size) = (u64::from(world.rank()), u64::from(world.size()));
-    let table = world.alloc_symmetric(slots as usize * 16, Access::ReadWrite)?;
+    let table = world.alloc_symmetric_with(slots as usize * 16, Access::ReadWrite, sharing)?;
     let key = |i: u64| rank * n + i + 1; // never 0, which marks a free slot
     let home = |k: u64| ((mix(k) % size) as u32, (mix(k) >> 32) % slots);
 

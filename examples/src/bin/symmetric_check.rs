@@ -11,13 +11,20 @@
 //! ```
 //!
 //! usage: symmetric_check [--slot BYTES] [--atomics N] [--no-atomics]
+//!                        [--sharing auto|mapped|never]
 //!        (the World asks for atomics by default: native where the fabric
 //!        has them all, shm or sockets, emulated by fabric-msg elsewhere;
 //!        --no-atomics takes Capability::Atomic out, and the atomics part
-//!        is then skipped, loudly)
+//!        is then skipped, loudly; --sharing is the allocation's
+//!        NodeSharing, auto by default: mapped maps same-node parts also
+//!        over native atomics, and emulates the other nodes')
 //!        symmetric_check --mismatch      the last rank asks for 8 bytes more
+//!        symmetric_check --mismatch-sharing
+//!                                        the last rank asks for NodeSharing::Never
 
-use fabric_msg::{Access, Atomic, AtomicKind, Capability, OpKind, Symmetric, Token, World, WorldConfig};
+use fabric_msg::{
+    Access, Atomic, AtomicKind, Capability, NodeSharing, OpKind, Symmetric, Token, World, WorldConfig,
+};
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -29,6 +36,8 @@ struct Opts {
     atomics: u64,
     no_atomics: bool,
     mismatch: bool,
+    mismatch_sharing: bool,
+    sharing: NodeSharing,
 }
 
 fn parse() -> Result<Opts, String> {
@@ -37,6 +46,8 @@ fn parse() -> Result<Opts, String> {
         atomics: 50,
         no_atomics: false,
         mismatch: false,
+        mismatch_sharing: false,
+        sharing: NodeSharing::Auto,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -49,6 +60,15 @@ fn parse() -> Result<Opts, String> {
             "--slot" => o.slot = value("--slot")? as usize,
             "--atomics" => o.atomics = value("--atomics")?,
             "--mismatch" => o.mismatch = true,
+            "--mismatch-sharing" => o.mismatch_sharing = true,
+            "--sharing" => {
+                o.sharing = match args.next().as_deref() {
+                    Some("auto") => NodeSharing::Auto,
+                    Some("mapped") => NodeSharing::Mapped,
+                    Some("never") => NodeSharing::Never,
+                    other => return Err(format!("--sharing {other:?}: auto, mapped or never")),
+                }
+            }
             "--no-atomics" => o.no_atomics = true,
             other => return Err(format!("unknown argument {other:?} (see the file's docs)")),
         }
@@ -74,7 +94,9 @@ fn check(world: &mut World, o: &Opts) -> Result<Outcome, String> {
     let counters = size as usize * o.slot;
     let len = counters + 24;
     let e = |e: fabric_msg::Error| e.to_string();
-    let mem = world.alloc_symmetric(len, Access::ReadWrite).map_err(e)?;
+    let mem = world
+        .alloc_symmetric_with(len, Access::ReadWrite, o.sharing)
+        .map_err(e)?;
     let mapped = (0..size).filter(|&r| mem.on_node(r).is_some()).count();
     let mut checks = 0;
     let mut failures = Vec::new();
@@ -338,11 +360,17 @@ fn main() -> ExitCode {
     };
     let (rank, size) = (world.rank(), world.size());
     let started = Instant::now();
-    let outcome = if o.mismatch {
-        let extra = if rank == size - 1 { 8 } else { 0 };
+    let outcome = if o.mismatch || o.mismatch_sharing {
+        let last = rank == size - 1;
+        let extra = if last && o.mismatch { 8 } else { 0 };
+        let sharing = if last && o.mismatch_sharing {
+            NodeSharing::Never
+        } else {
+            NodeSharing::Auto
+        };
         world
-            .alloc_symmetric(4096 + extra, Access::ReadWrite)
-            .map(|_| (0, vec!["a mismatched length was accepted".to_string()], 0))
+            .alloc_symmetric_with(4096 + extra, Access::ReadWrite, sharing)
+            .map(|_| (0, vec!["a mismatched allocation was accepted".to_string()], 0))
             .map_err(|e| e.to_string())
     } else {
         check(&mut world, &o)
@@ -350,10 +378,14 @@ fn main() -> ExitCode {
     let provider = world.profile().provider.clone();
     let launcher = world.launcher();
     let secs = started.elapsed().as_secs_f64();
+    // Other ranks' atomics this rank's loop applied as emulated requests
+    // (none where the provider carries them natively).
+    let applied = world.event_loop().atomic_counters().applied_requests;
     match outcome {
         Ok((checks, failures, mapped)) if failures.is_empty() => {
             println!(
-                "rank {rank}/{size}: {checks} checks passed in {secs:.2} s ({provider} via {launcher}; {mapped} parts mapped)"
+                "rank {rank}/{size}: {checks} checks passed in {secs:.2} s ({provider} via {launcher}; {mapped} parts mapped; \
+                 {applied} emulated atomics applied)"
             );
             match world.finish() {
                 Ok(()) => ExitCode::SUCCESS,

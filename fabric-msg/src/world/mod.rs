@@ -87,7 +87,7 @@ mod whole_world;
 
 pub use comm::{Comm, CommView};
 pub use config::WorldConfig;
-pub use node_symmetric::NodePart;
+pub use node_symmetric::{NodePart, NodeSharing};
 pub use persistent::Persistent;
 pub use probe::{Envelope, Matched};
 pub use record::Record;

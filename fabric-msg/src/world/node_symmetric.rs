@@ -23,7 +23,12 @@
 //!   one node (no atomic comes from elsewhere) or when its fabric's atomics
 //!   are all emulated (`AtomicPolicy::Emulated`, or a provider without
 //!   them); with native atomics across nodes, the provider carries every
-//!   operation, same-node ones included ([`coherent`]).
+//!   operation, same-node ones included ([`coherent`]), unless the
+//!   allocation asks for the mapping ([`NodeSharing::Mapped`]): then every
+//!   atomic on it from another node takes the emulated carrier, which
+//!   every rank serves from then on, and the target's CPU applies it
+//!   (Open MPI's `osc/rdma` has the same rule: CPU atomics only where the
+//!   NIC's can be mixed with them, which libfabric 1.17 cannot say).
 //! - **Visibility.** A same-node `put` is in place when the call returns,
 //!   its words stored with relaxed atomic stores (`memory/copy.rs`); a
 //!   peer sees them after any later message or collective from this rank,
@@ -55,6 +60,57 @@ use std::sync::Arc;
 /// cookie (all 0 where a rank has no segment).
 pub(crate) const NAME_WORDS: usize = 4;
 
+/// Whether a symmetric allocation maps the parts of the ranks that share a
+/// node ([`World::alloc_symmetric_with`](crate::World::alloc_symmetric_with)).
+/// Every rank passes the same; the mapping is used only where the node
+/// transport is on and every rank of the World mapped every part of its
+/// node ([`Symmetric::on_node`](crate::Symmetric::on_node) says whether).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NodeSharing {
+    /// Map where every atomic on the memory can be a CPU atomic as the
+    /// fabric carries them: the World is on one node, or the fabric's
+    /// atomics are emulated. With native atomics across nodes the
+    /// provider carries every operation, same-node ones too, and other
+    /// nodes' atomics are applied by the NIC whatever the target does.
+    #[default]
+    Auto,
+    /// Map also where the fabric's atomics are native: atomics on this
+    /// memory from other nodes are then emulated, applied by the target's
+    /// CPU while it is in a World call or polls, so that they stay atomic
+    /// with respect to the same-node CPU ones. For programs whose ranks
+    /// call into the World often (a hash table serving its peers): a
+    /// rank that computes for long without a World call holds other
+    /// nodes' atomics on its part until it calls, and they fail with
+    /// `TimedOut` past the loop's `rma_timeout`. Where atomics cannot be
+    /// emulated (no `Capability::Atomic`, or a fabric without tagged RDM
+    /// endpoints) it is `Auto`, with a warning.
+    Mapped,
+    /// Never map: the provider carries every operation.
+    Never,
+}
+
+impl NodeSharing {
+    /// Its word in the allocation's allgather.
+    pub(crate) fn code(self) -> u64 {
+        match self {
+            NodeSharing::Auto => 0,
+            NodeSharing::Mapped => 1,
+            NodeSharing::Never => 2,
+        }
+    }
+
+    /// The name of an allgather word, as a rank reads another's.
+    pub(crate) fn name_of(code: u64) -> String {
+        match code {
+            0 => "NodeSharing::Auto".into(),
+            1 => "NodeSharing::Mapped".into(),
+            2 => "NodeSharing::Never".into(),
+            other => format!("an unknown NodeSharing ({other})"),
+        }
+    }
+}
+
 /// Whether same-node CPU atomics can be atomic with respect to every other
 /// atomic on the region: the world is on one node, or no atomic from
 /// another node is native.
@@ -63,6 +119,30 @@ pub(crate) fn coherent(profile: &Profile, one_node: bool) -> bool {
         || AtomicKind::ALL
             .iter()
             .all(|&k| profile.atomic_carrier(k) != Some(AtomicCarrier::Native))
+}
+
+/// How an allocation's same-node parts are reached, from what it asked
+/// for and what the fabric carries: `None` through the provider alone;
+/// `Some(false)` mapped, atomics as the fabric carries them; `Some(true)`
+/// mapped, with every atomic that goes through the provider emulated.
+/// The same on every rank of a World: its profile, its placement and the
+/// allocation's `sharing` (checked) are.
+pub(crate) fn plan(sharing: NodeSharing, profile: &Profile, one_node: bool) -> Option<bool> {
+    let coherent = coherent(profile, one_node);
+    match sharing {
+        NodeSharing::Never => None,
+        _ if coherent => Some(false),
+        NodeSharing::Auto => None,
+        NodeSharing::Mapped if profile.can_emulate_atomics() => Some(true),
+        NodeSharing::Mapped => {
+            log::warn!(
+                "symmetric memory: NodeSharing::Mapped asked for, but atomics cannot be emulated on {} \
+                 (Profile::can_emulate_atomics): same-node parts are not mapped",
+                profile.provider
+            );
+            None
+        }
+    }
 }
 
 /// This rank's new part: a segment with `len` zeroed bytes after its
@@ -109,12 +189,26 @@ pub(crate) fn name_of(w: &[u64]) -> Option<SegmentName> {
 #[derive(Debug, Default)]
 pub(crate) struct Mapping {
     parts: Vec<Option<Arc<Segment>>>,
+    /// Atomics that go through the provider take the emulated carrier
+    /// (`plan`'s `Some(true)`).
+    emulated: bool,
 }
 
 impl Mapping {
-    /// A mapping every rank agreed to use.
-    pub(crate) fn agreed(parts: Vec<Option<Arc<Segment>>>) -> Mapping {
-        Mapping { parts }
+    /// A mapping every rank agreed to use; `emulated` as `plan` said.
+    pub(crate) fn agreed(parts: Vec<Option<Arc<Segment>>>, emulated: bool) -> Mapping {
+        Mapping { parts, emulated }
+    }
+
+    /// The carrier of an atomic on this memory that goes through the
+    /// provider: the fabric's own (`None`), or the emulated one where the
+    /// parts are mapped across native atomics.
+    pub(crate) fn carrier(&self, profile: &Profile, op: AtomicKind) -> Option<AtomicCarrier> {
+        if self.emulated {
+            Some(AtomicCarrier::Emulated)
+        } else {
+            profile.atomic_carrier(op)
+        }
     }
 
     /// `rank`'s mapped part, if it is on this node and the parts are used.

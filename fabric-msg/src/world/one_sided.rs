@@ -134,8 +134,9 @@ impl World {
         }
         let ticket = self.msgs.open(false);
         let token = ticket.token();
+        let carrier = mem.carrier(self.profile(), op);
         let posted = self.one_sided(mem, rank, |ev, peer, remote| {
-            ev.atomic(peer, op, remote, offset, token)
+            ev.atomic_by(carrier, peer, op, remote, offset, token)
         });
         self.started("fetch_atomic", ticket, rank, None, 1, posted)
     }

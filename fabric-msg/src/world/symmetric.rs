@@ -27,8 +27,10 @@
 //! descriptors, each checked and imported (`EventLoop::import`) as one from
 //! any peer would be.
 
-use super::node_symmetric::{self, near, Mapping, NodePart, NAME_WORDS};
+use super::node_symmetric::{self, near, Mapping, NodePart, NodeSharing, NAME_WORDS};
 use super::World;
+use crate::discovery::atomic::AtomicCarrier;
+use crate::discovery::profile::Profile;
 use crate::error::{Error, Result};
 use crate::memory::access::Access;
 use crate::memory::mr::{Local, MemoryRegion};
@@ -39,8 +41,10 @@ use crate::transport::node::segment::{Segment, HEADER};
 use std::sync::Arc;
 
 /// The allgather of what each rank registered: length, access, status,
-/// descriptor length, and its part's segment name (`node_symmetric.rs`).
-const SUMMARY: usize = 4 + NAME_WORDS;
+/// descriptor length, the sharing it asked for, and its part's segment
+/// name (`node_symmetric.rs`) from word [`NAME_AT`] on.
+const SUMMARY: usize = NAME_AT + NAME_WORDS;
+const NAME_AT: usize = 5;
 const OK: u64 = 0;
 const FAILED: u64 = 1;
 /// Bytes a same-node write or read of the token interface copies at a time
@@ -101,6 +105,12 @@ impl Symmetric {
     pub fn on_node(&self, rank: u32) -> Option<NodePart<'_>> {
         Some(NodePart::new(self.mapping.get(rank)?, self.remote(rank)?, rank))
     }
+
+    /// How an atomic `op` on this memory that goes through the provider
+    /// is carried (`node_symmetric.rs`).
+    pub(crate) fn carrier(&self, profile: &Profile, op: Atomic) -> Option<AtomicCarrier> {
+        self.mapping.carrier(profile, op.kind())
+    }
 }
 
 const ACCESS: [Access; 3] = [Access::Read, Access::Write, Access::ReadWrite];
@@ -121,10 +131,26 @@ impl World {
     /// Collective: every rank calls it, in the same order as the other
     /// collectives, with the same `len` and `access`; a rank whose
     /// registration fails, or that passes something else, makes every rank
-    /// fail with the reason.
+    /// fail with the reason. Same-node parts are mapped as
+    /// [`NodeSharing::Auto`] says.
     pub fn alloc_symmetric(&mut self, len: usize, access: Access) -> Result<Symmetric> {
+        self.alloc_symmetric_with(len, access, NodeSharing::Auto)
+    }
+
+    /// [`World::alloc_symmetric`], with the same-node parts mapped as
+    /// `sharing` says (the same on every rank, or every rank fails with the
+    /// reason). [`NodeSharing::Mapped`] maps them also where the fabric's
+    /// atomics are native, and then carries this memory's atomics from
+    /// other nodes emulated: see there for what that asks of the ranks.
+    pub fn alloc_symmetric_with(
+        &mut self,
+        len: usize,
+        access: Access,
+        sharing: NodeSharing,
+    ) -> Result<Symmetric> {
         let size = self.size();
-        let own = self.own_part(len);
+        let plan = self.node_plan(sharing);
+        let own = plan.and_then(|_| self.own_part(len));
         let mut registered = match &own {
             // SAFETY: the part's bytes lie inside the segment's mapping,
             // which lives as long as the `Arc` the region keeps.
@@ -144,8 +170,20 @@ impl World {
                 encoded.len()
             )));
         }
+        if own.is_some() && plan == Some(true) {
+            // Other nodes' atomics on this memory come as emulated requests
+            // from now on: serve them before any rank can send one (after
+            // the allgathers below).
+            registered = registered.and_then(|r| self.ev.serve_emulated_atomics(self.ep).map(|()| r));
+        }
         let status = if registered.is_ok() { OK } else { FAILED };
-        let mut mine = vec![len as u64, access_code(access), status, encoded.len() as u64];
+        let mut mine = vec![
+            len as u64,
+            access_code(access),
+            status,
+            encoded.len() as u64,
+            sharing.code(),
+        ];
         mine.extend(node_symmetric::name_words(own.as_deref()));
         let req = self.iallgatherv(mine, &vec![SUMMARY; size as usize])?;
         let seq = req.number().unwrap_or_default();
@@ -165,12 +203,14 @@ impl World {
                     "rank {r} could not register {len} bytes (its own error says why)"
                 )));
             }
-            if s[0] != len as u64 || s[1] != access_code(access) {
+            if s[0] != len as u64 || s[1] != access_code(access) || s[4] != sharing.code() {
                 return Err(fail(format!(
-                    "rank {r} asked for {} bytes with {} access, this rank for {len} bytes with {access:?}: \
-                     every rank must pass the same length and access",
+                    "rank {r} asked for {} bytes with {} access and {}, this rank for {len} bytes with \
+                     {access:?} access and {}: every rank must pass the same length, access and sharing",
                     s[0],
                     access_name(s[1]),
+                    NodeSharing::name_of(s[4]),
+                    NodeSharing::name_of(sharing.code()),
                 )));
             }
             if s[3] == 0 || s[3] > MAX_REMOTE_MEMORY as u64 {
@@ -197,7 +237,7 @@ impl World {
             }
             parts.push(part);
         }
-        let mapping = self.map_parts(&summary, own, len)?;
+        let mapping = self.map_parts(&summary, own, len, plan == Some(true))?;
         Ok(Symmetric {
             region,
             parts,
@@ -205,12 +245,19 @@ impl World {
         })
     }
 
-    /// This rank's part in a segment of its own, where same-node parts are
-    /// to be mapped (`node_symmetric.rs`: the node transport is on and
-    /// atomics can be kept coherent); `None` for a registered heap part.
-    fn own_part(&self, len: usize) -> Option<Arc<Segment>> {
+    /// Whether an allocation with `sharing` maps same-node parts, and
+    /// whether its atomics through the provider are then emulated
+    /// (`node_symmetric::plan`); `None` where the node transport is off.
+    fn node_plan(&self, sharing: NodeSharing) -> Option<bool> {
         let local = self.local.as_ref().filter(|l| l.is_node())?;
-        if len == 0 || !node_symmetric::coherent(self.profile(), local.carries_all()) {
+        node_symmetric::plan(sharing, self.profile(), local.carries_all())
+    }
+
+    /// This rank's part in a segment of its own, where same-node parts are
+    /// to be mapped (`node_plan` said so); `None` for a registered heap
+    /// part.
+    fn own_part(&self, len: usize) -> Option<Arc<Segment>> {
+        if len == 0 {
             return None;
         }
         node_symmetric::create_part(len)
@@ -222,8 +269,15 @@ impl World {
     /// share this node) from their names in `summary`, then
     /// agree: the mapping is used only if every rank has mapped every part
     /// of its node, so that no atomic goes through the CPU on one rank and
-    /// the provider on another.
-    fn map_parts(&mut self, summary: &[u64], own: Option<Arc<Segment>>, len: usize) -> Result<Mapping> {
+    /// the provider on another. `emulated`: the provider's atomics on
+    /// mapped memory are emulated (`node_symmetric::plan`).
+    fn map_parts(
+        &mut self,
+        summary: &[u64],
+        own: Option<Arc<Segment>>,
+        len: usize,
+        emulated: bool,
+    ) -> Result<Mapping> {
         let (me, size) = (self.rank(), self.size() as usize);
         let mut parts: Vec<Option<Arc<Segment>>> = vec![None; size];
         let mut mapped = own.is_some();
@@ -233,7 +287,7 @@ impl World {
             if !mapped {
                 break;
             }
-            let words = &summary[r as usize * SUMMARY + 4..(r as usize + 1) * SUMMARY];
+            let words = &summary[r as usize * SUMMARY + NAME_AT..(r as usize + 1) * SUMMARY];
             let attached = match node_symmetric::name_of(words) {
                 None => Err("it has no shared segment".to_string()),
                 Some(n) if n.len != (HEADER + len.max(1)) as u64 => Err(format!(
@@ -253,7 +307,7 @@ impl World {
         }
         let all = self.allgather(&[u8::from(mapped)])?;
         Ok(if all.iter().all(|&m| m == 1) {
-            Mapping::agreed(parts)
+            Mapping::agreed(parts, emulated)
         } else {
             Mapping::default()
         })
@@ -386,8 +440,9 @@ impl World {
             self.done_near(token, OpKind::Atomic, op.kind().fetches().then_some(old));
             return Ok(());
         }
+        let carrier = mem.carrier(self.profile(), op);
         self.one_sided(mem, rank, |ev, peer, remote| {
-            ev.atomic(peer, op, remote, offset, token)
+            ev.atomic_by(carrier, peer, op, remote, offset, token)
         })
     }
 

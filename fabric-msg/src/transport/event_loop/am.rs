@@ -114,6 +114,25 @@ impl EventLoop {
         Ok(())
     }
 
+    /// Apply peers' emulated atomics on endpoint `id` from now on, also
+    /// where this loop's own atomics are native: the World's symmetric
+    /// memory mapped across a node takes the emulated carrier for atomics
+    /// from other nodes (`world/node_symmetric.rs`). The atomics' tag bits
+    /// are kept from applications from now on, as on a loop that emulates.
+    pub(crate) fn serve_emulated_atomics(&mut self, id: EndpointId) -> Result<()> {
+        if !self.domain.profile.can_emulate_atomics() {
+            return Err(Error::Unsupported {
+                what:
+                    "emulated atomics (they need Capability::Atomic, tagged RDM endpoints with 40 tag bits \
+                       and keys that fit 64 bits)"
+                        .into(),
+                provider: self.domain.profile.provider.clone(),
+            });
+        }
+        self.am.tags = self.am.tags.reserved(true);
+        self.am_init(id)
+    }
+
     /// Post an emulated atomic (the checks on `remote` are done).
     pub(crate) fn atomic_emulated(
         &mut self,

@@ -449,6 +449,20 @@ impl EventLoop {
         offset: u64,
         token: Token,
     ) -> Result<()> {
+        let carrier = self.domain.profile.atomic_carrier(op.kind());
+        self.atomic_by(carrier, peer, op, remote, offset, token)
+    }
+
+    /// [`atomic`](Self::atomic) by a caller's `carrier` (`world/node_symmetric.rs`).
+    pub(crate) fn atomic_by(
+        &mut self,
+        carrier: Option<AtomicCarrier>,
+        peer: &Peer,
+        op: Atomic,
+        remote: &RemoteMemory,
+        offset: u64,
+        token: Token,
+    ) -> Result<()> {
         let operation = op.kind();
         let (fi_op, _, kind) = operation.libfabric();
         let (operand, compare) = op.operands();
@@ -459,7 +473,7 @@ impl EventLoop {
                 "atomic at offset {offset}: the target must be 8-byte aligned"
             )));
         }
-        match self.domain.profile.atomic_carrier(operation) {
+        match carrier {
             Some(AtomicCarrier::Native) => {}
             Some(AtomicCarrier::Emulated) => {
                 let req = AtomicRequest {
