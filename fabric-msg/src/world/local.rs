@@ -43,7 +43,7 @@ use super::tags;
 use crate::discovery::profile::WireProfile;
 use crate::error::Result;
 use crate::memory::buffer::Buffer;
-use crate::transport::event_loop::idle::{Idler, Pause, CLOCK_EVERY};
+use crate::transport::event_loop::idle::{Idler, Pause, WaitClock};
 use crate::transport::event_loop::{
     Completion, CompletionError, EndpointId, EventLoop, PostError, RecvOpts, SleepCheck, Token,
 };
@@ -469,14 +469,10 @@ impl Local {
         timeout: Option<Duration>,
     ) -> Result<usize> {
         out.clear();
-        // The deadline is read from the clock only once a look has found
-        // nothing, and never for a zero timeout (the collectives' and
-        // requests' looks): a clock read per look was 8 % of a typed
-        // message's time.
-        let mut deadline: Option<Instant> = None;
-        // Empty looks still to pass before the deadline is checked: every
-        // `CLOCK_EVERY` while the wait spins, after every yield or sleep.
-        let mut unread = 0u32;
+        // The clock is read only once a look has found nothing, never for
+        // a zero timeout (the collectives' and requests' looks), and while
+        // the wait spins only every `CLOCK_EVERY`th look (`WaitClock`).
+        let mut clock = WaitClock::new(timeout);
         loop {
             out.append(&mut self.ready);
             // Where every rank's messages come over the node loop, the main
@@ -512,29 +508,19 @@ impl Local {
                 self.idle.busy();
                 return Ok(out.len());
             }
-            match timeout {
-                Some(t) if t.is_zero() => return Ok(0),
-                Some(t) => {
-                    if unread == 0 {
-                        let now = Instant::now();
-                        if now >= *deadline.get_or_insert(now + t) {
-                            return Ok(0);
-                        }
-                        unread = CLOCK_EVERY;
-                    }
-                    unread -= 1;
+            if let Some(t) = timeout {
+                if t.is_zero() || clock.look().is_some_and(|now| clock.passed(now)) {
+                    return Ok(0);
                 }
-                None => {}
             }
             match self.idle.next() {
                 Pause::Spin => std::hint::spin_loop(),
                 pause => {
-                    unread = 0;
+                    clock.paused();
                     if pause == Pause::Yield {
                         std::thread::yield_now();
                     } else {
-                        let left =
-                            deadline.map_or(SLEEP_SLICE, |d| d.saturating_duration_since(Instant::now()));
+                        let left = clock.left(Instant::now()).unwrap_or(SLEEP_SLICE);
                         self.sleep(main, left.min(SLEEP_SLICE));
                     }
                     // A yield or a sleep may have lasted long: look at the

@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::ffi;
 use crate::libfabric::{CqEntries, CQ_BATCH};
 use crate::memory::buffer::{Buffer, HEADROOM};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 impl EventLoop {
     /// Hand out pending completions. A multi-receive buffer comes back
@@ -53,8 +53,9 @@ impl EventLoop {
     /// `Some(ZERO)`: just look). Returns how many.
     pub fn poll(&mut self, out: &mut Vec<Completion>, timeout: Option<Duration>) -> Result<usize> {
         out.clear();
-        // The clock is read only once nothing is ready, once per pass.
-        let mut deadline: Option<Instant> = None;
+        // The clock is read only once nothing is ready, and while the wait
+        // spins only every `CLOCK_EVERY`th empty look (`idle::WaitClock`).
+        let mut clock = super::idle::WaitClock::new(timeout);
         let mut idler = super::idle::Idler::new(&self.cfg);
         loop {
             if self.am_pending() {
@@ -93,26 +94,31 @@ impl EventLoop {
             {
                 return Ok(0);
             }
+            // What to do if nothing comes: a pause other than a spin reads
+            // the clock, for the time left before it.
+            let pause = idler.next();
+            if pause != Pause::Spin {
+                clock.paused();
+            }
             let mut remaining = None;
             if timeout.is_some() || self.slab.timed > 0 || self.lost.closing() {
-                let now = Instant::now();
-                if self.lost.closing_due(now) {
-                    self.close_lost_connections(now);
-                    if !self.pending.is_empty() {
-                        continue;
+                if let Some(now) = clock.look() {
+                    if self.lost.closing_due(now) {
+                        self.close_lost_connections(now);
+                        if !self.pending.is_empty() {
+                            continue;
+                        }
                     }
-                }
-                if self.slab.timed > 0 && now >= self.slab.next_expiry_scan {
-                    self.slab.next_expiry_scan = now + Duration::from_millis(10);
-                    self.expire_overdue(now);
-                    if !self.pending.is_empty() {
-                        continue;
+                    if self.slab.timed > 0 && now >= self.slab.next_expiry_scan {
+                        self.slab.next_expiry_scan = now + Duration::from_millis(10);
+                        self.expire_overdue(now);
+                        if !self.pending.is_empty() {
+                            continue;
+                        }
                     }
-                }
-                if let Some(t) = timeout {
-                    match deadline.get_or_insert(now + t).checked_duration_since(now) {
-                        Some(r) if !r.is_zero() => remaining = Some(r),
-                        _ => return Ok(0),
+                    match clock.left(now) {
+                        Some(r) if r.is_zero() => return Ok(0),
+                        r => remaining = r,
                     }
                 }
             }
@@ -125,7 +131,7 @@ impl EventLoop {
                 // Sends wait for room at a peer: no CQ event says when.
                 remaining = Some(remaining.map_or(tick, |r| r.min(tick)));
             }
-            match idler.next() {
+            match pause {
                 Pause::Spin => std::hint::spin_loop(),
                 Pause::Yield => std::thread::yield_now(),
                 Pause::Block => self.wait(remaining),

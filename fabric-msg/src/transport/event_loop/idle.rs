@@ -111,9 +111,90 @@ impl Idler {
     }
 }
 
+/// A wait's clock: its deadline, and when an empty look reads the time.
+/// While the wait spins, every [`CLOCK_EVERY`]th look does; the first
+/// does (and sets the deadline), and so does the first after a yield or a
+/// sleep ([`WaitClock::paused`]), which may have lasted long. One rule for
+/// [`EventLoop::poll`](super::EventLoop::poll) and the World's
+/// shared-memory lane (a clock read per look was 8 % of a typed message's
+/// time there, 2026-11-29).
+#[derive(Debug)]
+pub(crate) struct WaitClock {
+    timeout: Option<Duration>,
+    deadline: Option<Instant>,
+    /// Empty looks still to pass without reading the clock.
+    unread: u32,
+}
+
+impl WaitClock {
+    /// For a wait of at most `timeout` (`None`: no end of its own).
+    pub(crate) fn new(timeout: Option<Duration>) -> WaitClock {
+        WaitClock {
+            timeout,
+            deadline: None,
+            unread: 0,
+        }
+    }
+
+    /// One more empty look: the time, if this look reads the clock.
+    #[inline]
+    pub(crate) fn look(&mut self) -> Option<Instant> {
+        if self.unread > 0 {
+            self.unread -= 1;
+            return None;
+        }
+        self.unread = CLOCK_EVERY - 1;
+        let now = Instant::now();
+        if let (None, Some(t)) = (self.deadline, self.timeout) {
+            self.deadline = Some(now + t);
+        }
+        Some(now)
+    }
+
+    /// The time left at `now` before the deadline (`None`: no deadline);
+    /// zero once it has passed.
+    pub(crate) fn left(&self, now: Instant) -> Option<Duration> {
+        self.deadline.map(|d| d.saturating_duration_since(now))
+    }
+
+    /// Whether the deadline has passed at `now`.
+    pub(crate) fn passed(&self, now: Instant) -> bool {
+        self.left(now).is_some_and(|l| l.is_zero())
+    }
+
+    /// The wait yielded or slept: the next look reads the clock.
+    pub(crate) fn paused(&mut self) {
+        self.unread = 0;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_wait_clock_reads_the_time_every_sixteenth_look_and_after_a_pause() {
+        let mut c = WaitClock::new(Some(Duration::from_millis(30)));
+        let first = c.look().expect("the first look reads the clock");
+        assert_eq!(c.left(first), Some(Duration::from_millis(30)));
+        for _ in 1..CLOCK_EVERY {
+            assert_eq!(c.look(), None);
+        }
+        assert!(c.look().is_some());
+        assert_eq!(c.look(), None);
+        c.paused();
+        let now = c.look().expect("a look after a pause reads the clock");
+        assert!(!c.passed(now));
+        std::thread::sleep(Duration::from_millis(31));
+        c.paused();
+        let late = c.look().expect("read");
+        assert!(c.passed(late));
+        assert_eq!(c.left(late), Some(Duration::ZERO));
+        let mut endless = WaitClock::new(None);
+        let now = endless.look().expect("read");
+        assert_eq!(endless.left(now), None);
+        assert!(!endless.passed(now));
+    }
 
     fn idler(mode: WaitMode, spin_us: u64, block_us: u64) -> Idler {
         Idler::new(&LoopConfig {
