@@ -107,6 +107,13 @@ ahead_pid=$!
 # Nothing may hang CI: the suite takes about five minutes here.
 timeout 1200 cargo test --workspace --locked
 
+step "the World's tests on libfabric's shm, the same-node side's fall-back (FABRIC_MSG_TEST_SHM=libfabric)"
+# The step above ran them on fabric-msg's node transport (the default);
+# these are the tests whose ranks share a node (docs/onnode.md, "Both
+# same-node sides"). About 3.5 minutes here.
+FABRIC_MSG_TEST_SHM=libfabric timeout 900 cargo test --workspace --locked --test examples -- \
+  world:: collectives:: model:: symmetric:: world_soak:: --skip async_world::
+
 step "valgrind memcheck: the same-node transport's rings"
 bash ci/valgrind.sh
 

@@ -63,10 +63,27 @@ fn random_mixes_over_two_nodes_keep_every_message_and_each_ranks_order() {
     }
 }
 
+/// All on one node the World runs on the node transport, or, with
+/// `FABRIC_MSG_TEST_SHM=libfabric`, on libfabric's shm itself: where that
+/// shm has the masked-receive defect (before libfabric 1.19), every rank
+/// says it skips instead (docs/world.md, "Known gap"), and so does this
+/// test, loudly; on the node transport a skip fails it.
 #[test]
 fn random_mixes_on_one_node_and_on_tcp_alone_keep_every_message_and_each_ranks_order() {
     let exits = run(shm_on(), None, &["-r", "100", "-s", "2"]);
-    assert_ok(&exits, "one node");
+    let skipped = exits.iter().filter(|e| e.stdout.contains("skipped: ")).count();
+    if shm_on() == "libfabric" && skipped == exits.len() && exits.iter().all(|e| e.status.success()) {
+        eprintln!(
+            "SKIPPED the one-node soak on libfabric's shm (FABRIC_MSG_TEST_SHM=libfabric): {}",
+            exits[0]
+                .stderr
+                .lines()
+                .find(|l| l.contains("SKIPPED"))
+                .unwrap_or("(no reason given)")
+        );
+    } else {
+        assert_ok(&exits, "one node");
+    }
     let exits = run("0", Some(2), &["-r", "100", "-s", "2"]);
     assert_ok(&exits, "TCP alone");
 }

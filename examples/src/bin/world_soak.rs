@@ -271,6 +271,24 @@ fn main() -> ExitCode {
     // How this rank reaches the others: the test reads which same-node
     // side it runs on from here.
     println!("rank {rank}/{size}: {}", world.shm_report());
+    // A World whose messages go over libfabric's shm before 1.19 itself
+    // (the whole World on one node with `FABRIC_MSG_SHM=libfabric`) cannot
+    // keep receives from any rank apart (docs/world.md, "Known gap"): a
+    // receive misses its message or is given another tag's. Every rank
+    // sees the same provider, so every rank skips, and says so.
+    if let Some(why) = world.any_source_defect() {
+        eprintln!(
+            "rank {rank}/{size}: SKIPPED: receives from any rank cannot be kept apart on this World: {why}"
+        );
+        println!("rank {rank}/{size}: skipped: receives from any rank on this provider");
+        return match world.finish() {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("rank {rank}/{size}: FAILED: finish: {e}");
+                ExitCode::from(1)
+            }
+        };
+    }
     let mut tally = Tally::default();
     let started = Instant::now();
     let mut result = Ok(());
