@@ -80,6 +80,18 @@ pub struct Arrived {
     pub rndv: Option<(u64, u64)>,
 }
 
+/// A receive matched to an announced far message: its data is to be
+/// fetched into `posted`'s memory.
+#[derive(Debug)]
+pub(crate) struct FarMatch {
+    pub(crate) posted: Posted,
+    /// The message's tag and length.
+    pub(crate) tag: u64,
+    pub(crate) total: usize,
+    /// What the World needs to fetch it (the announcement's number).
+    pub(crate) ticket: u64,
+}
+
 /// The receives posted and the messages arrived, each oldest first.
 #[derive(Debug, Default)]
 pub struct Matcher {
@@ -89,6 +101,9 @@ pub struct Matcher {
     pool: Vec<Vec<u8>>,
     /// Paired receives a message waits for an answer about.
     asked: Vec<Token>,
+    /// Receives matched to announced far messages (`far.rs`), until their
+    /// owner takes them.
+    pub(crate) far: Vec<FarMatch>,
 }
 
 impl Matcher {
@@ -241,7 +256,8 @@ impl Matcher {
         self.posted.remove(i)
     }
 
-    /// Take back every posted receive for exactly rank `from`.
+    /// Take back every posted receive for exactly rank `from` (never one
+    /// handed over to fetch a far message: that one is the owner's).
     pub fn cancel_from(&mut self, from: usize) -> Vec<Posted> {
         let mut gone = Vec::new();
         for p in std::mem::take(&mut self.posted) {

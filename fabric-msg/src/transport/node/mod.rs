@@ -12,6 +12,8 @@
 //! - `matching`: posted receives and unexpected messages, in MPI's order;
 //! - `paired`: a receive that waits on another loop too (the World's
 //!   receive from any rank), settled before it takes a message;
+//! - `far`: messages that came over the World's fabric, matched here
+//!   beside the node's own (one matching engine);
 //! - `single_copy`: large messages read from the sender's memory
 //!   (`process_vm_readv`), with a request and an ack on the rings;
 //! - `peer_loss` and `pidfd`: a rank whose process ended, noticed
@@ -28,6 +30,7 @@
 
 mod doorbell;
 mod eventfd;
+pub(crate) mod far;
 pub(crate) mod lent;
 pub(crate) mod matching;
 pub mod node_loop;
