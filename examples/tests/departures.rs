@@ -203,14 +203,14 @@ fn a_silent_pmix_server_is_an_error_within_the_start_timeout() {
 fn a_huge_world_size_is_refused_with_a_short_error() {
     let started = Instant::now();
     let e = wait_all(
-        vec![rank(SPMD, 1, 16_777_216, "127.0.0.1:9", &["-n", "10"], &[])],
+        vec![rank(SPMD, 1, 8_388_608, "127.0.0.1:9", &["-n", "10"], &[])],
         started,
         DEADLINE,
     )
     .remove(0);
     assert!(!e.status.success(), "{e:?}");
     assert!(
-        e.stderr.contains("FABRIC_MSG_SIZE=16777216 gives 16777216 ranks")
+        e.stderr.contains("FABRIC_MSG_SIZE=8388608 gives 8388608 ranks")
             && e.stderr.contains("serves at most 16384"),
         "{e:?}"
     );

@@ -5,9 +5,15 @@
 //! the first completes as `Truncated` naming both sizes and the second
 //! arrives intact. Prints one line per rank; non-zero exit otherwise.
 //!
+//! `--to R` makes rank `R` the receiver (rank 1 by default; the other
+//! ranks wait); `--any-source` posts its receives from any rank, so on a
+//! World over several nodes they wait for the node's messages and the
+//! fabric's at once.
+//!
 //! ```text
 //! mpirun -np 2 target/release/short_recv
 //! mpirun -np 2 -x FABRIC_MSG_SHM=0 target/release/short_recv
+//! mpirun -np 4 sh -c 'FABRIC_MSG_NODE=node$((OMPI_COMM_WORLD_RANK / 2)) exec target/release/short_recv --to 2 --any-source'
 //! ```
 
 use fabric_msg::{Buffer, Completion, CompletionError, Token, World};
@@ -45,16 +51,23 @@ fn wait(world: &mut World, n: usize) -> Result<Vec<Completion>, String> {
     Ok(got)
 }
 
-fn sender(world: &mut World) -> Result<String, String> {
+/// Who receives, and from whom its receives are posted.
+struct Roles {
+    to: u32,
+    any_source: bool,
+}
+
+fn sender(world: &mut World, roles: &Roles) -> Result<String, String> {
+    let to = roles.to;
     for (i, &(msg, _)) in CASES.iter().enumerate() {
-        // Rank 1 says when its receives are posted.
+        // The receiver says when its receives are posted.
         world
-            .recv_buffer(Some(1), Some(1000 + i as u32), Buffer::new(8), Token(9))
+            .recv_buffer(Some(to), Some(1000 + i as u32), Buffer::new(8), Token(9))
             .map_err(|e| e.error.to_string())?;
         wait(world, 1)?;
         for k in 0..2 {
             world
-                .send_buffer(1, i as u32, Buffer::from_slice(&pattern(i, msg)), Token(k))
+                .send_buffer(to, i as u32, Buffer::from_slice(&pattern(i, msg)), Token(k))
                 .map_err(|e| e.error.to_string())?;
         }
         for c in wait(world, 2)? {
@@ -71,14 +84,15 @@ fn sender(world: &mut World) -> Result<String, String> {
     ))
 }
 
-fn receiver(world: &mut World) -> Result<String, String> {
+fn receiver(world: &mut World, roles: &Roles) -> Result<String, String> {
+    let from = (!roles.any_source).then_some(0);
     for (i, &(msg, small)) in CASES.iter().enumerate() {
         let tag = Some(i as u32);
         world
-            .recv_buffer(Some(0), tag, Buffer::new(small), Token(1))
+            .recv_buffer(from, tag, Buffer::new(small), Token(1))
             .map_err(|e| e.error.to_string())?;
         world
-            .recv_buffer(Some(0), tag, Buffer::new(msg), Token(2))
+            .recv_buffer(from, tag, Buffer::new(msg), Token(2))
             .map_err(|e| e.error.to_string())?;
         world
             .send_buffer(0, 1000 + i as u32, Buffer::from_slice(b"posted"), Token(3))
@@ -98,7 +112,7 @@ fn receiver(world: &mut World) -> Result<String, String> {
             }
         }
         match (&got[1].result, got[1].buffer.as_ref()) {
-            (Ok(()), Some(b)) if b.as_slice() == pattern(i, msg) => {}
+            (Ok(()), Some(b)) if b.as_slice() == pattern(i, msg) && world.source(&got[1]) == 0 => {}
             (r, b) => {
                 return Err(format!(
                     "the message after {msg} bytes into {small}: {r:?}, {:?} bytes",
@@ -114,6 +128,29 @@ fn receiver(world: &mut World) -> Result<String, String> {
 }
 
 fn main() -> ExitCode {
+    let mut roles = Roles {
+        to: 1,
+        any_source: false,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--any-source" => roles.any_source = true,
+            "--to" => match args.next().and_then(|r| r.parse().ok()) {
+                Some(r) if r > 0 => roles.to = r,
+                _ => {
+                    eprintln!("short_recv: --to takes a rank above 0 (rank 0 sends)");
+                    return ExitCode::FAILURE;
+                }
+            },
+            other => {
+                eprintln!(
+                    "short_recv: unknown argument {other:?}; usage: short_recv [--to RANK] [--any-source]"
+                );
+                return ExitCode::FAILURE;
+            }
+        }
+    }
     let mut world = match World::init() {
         Ok(w) => w,
         Err(e) => {
@@ -122,10 +159,14 @@ fn main() -> ExitCode {
         }
     };
     let (rank, size) = (world.rank(), world.size());
-    let provider = world.profile().provider.clone();
+    let mut provider = world.profile().provider.clone();
+    if world.one_engine() {
+        provider.push_str(", one matching engine");
+    }
     let outcome = match rank {
-        0 if size >= 2 => sender(&mut world),
-        1 => receiver(&mut world),
+        _ if roles.to >= size => Err(format!("--to {}: the World has {size} ranks", roles.to)),
+        0 => sender(&mut world, &roles),
+        r if r == roles.to => receiver(&mut world, &roles),
         _ => Ok("idle".into()),
     };
     let finished = world.finish().map_err(|e| e.to_string());

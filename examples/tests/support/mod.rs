@@ -108,6 +108,18 @@ pub fn rendezvous_with_shm(
     args: &[&str],
     per_node: Option<u32>,
 ) -> Vec<Child> {
+    rendezvous_with_env(program, n, shm, args, per_node, &[])
+}
+
+/// [`rendezvous_with_shm`] with `env` set for every rank too.
+pub fn rendezvous_with_env(
+    program: &str,
+    n: u32,
+    shm: &str,
+    args: &[&str],
+    per_node: Option<u32>,
+    env: &[(&str, &str)],
+) -> Vec<Child> {
     let root = format!("127.0.0.1:{}", free_port());
     (0..n)
         .map(|r| {
@@ -117,7 +129,8 @@ pub fn rendezvous_with_shm(
                 .env("FABRIC_MSG_RANK", r.to_string())
                 .env("FABRIC_MSG_SIZE", n.to_string())
                 .env("FABRIC_MSG_ROOT", &root)
-                .env("FABRIC_MSG_SHM", shm);
+                .env("FABRIC_MSG_SHM", shm)
+                .envs(env.iter().copied());
             if let Some(k) = per_node {
                 cmd.env("FABRIC_MSG_NODE", format!("node{}", r / k));
             }

@@ -19,6 +19,7 @@ use std::time::Duration;
 /// | `shared_memory` | `true`: `shm` when every rank is on one host (for one-sided operations), and shared memory between the ranks of one node for messages | `FABRIC_MSG_SHM=0` turns both off |
 /// | `node_transport` | `true`: ranks of one node exchange messages over fabric-msg's own rings (`transport/node`, docs/onnode.md); `false`: over libfabric's `shm` where the world's fabric is another, over the world's `shm` where it is `shm` | `FABRIC_MSG_SHM=libfabric` sets `false`, `FABRIC_MSG_SHM=node` (or 1) `true` |
 /// | `node_collectives` | `true`: where every rank is on one node and the node transport carries them, the blocking barrier, allreduce, broadcast and reduce on the World go through shared-memory slots (`world/collectives/on_node.rs`); `false`: as messages | `FABRIC_MSG_NODE_COLLECTIVES=0` sets `false` |
+/// | `one_engine` | `true`: in a World that spans nodes over the node transport, every application message, the fabric's too, is matched in the node loop's one matching engine (`world/local/engine.rs`; docs/world.md, "One matching engine"). Taken where every rank asks for it and the fabric's masked receives match as they should (not on libfabric 1.17's shm); `false`: a receive from any rank waits on the node loop and on the fabric, and the first to get a message cancels the other (`world/local/claims.rs`) | `FABRIC_MSG_ONE_ENGINE=0` sets `false` |
 /// | `single_copy_from` | 32 KiB: messages between ranks of one node of at least this many bytes are read by the receiver from the sender's memory in one copy (`process_vm_readv`) instead of streaming through the ring; which is faster depends on the machine (docs/onnode.md, "Large messages": measure with `node_pingpong --copy-from`). Collectives larger than a slot read by one copy whatever this says | `FABRIC_MSG_SINGLE_COPY_FROM=BYTES` or `never` |
 /// | `node` | `None`: the host name says which ranks share a node | `FABRIC_MSG_NODE` (for testing layouts: one machine standing in for several nodes) |
 /// | `start_timeout` | 30 s: for all ranks to arrive and agree | `FABRIC_MSG_START_TIMEOUT` (seconds) |
@@ -43,6 +44,10 @@ pub struct WorldConfig {
     /// The World's small blocking collectives through shared memory where
     /// every rank is on one node (over the node transport).
     pub node_collectives: bool,
+    /// Match every application message, the fabric's too, in the node
+    /// loop's one matching engine, in a World that spans nodes (where
+    /// every rank asks for it).
+    pub one_engine: bool,
     /// Messages between ranks of one node of at least this many bytes go
     /// by one copy, where the kernel lets the receiver read the sender
     /// (`usize::MAX`: never).
@@ -80,6 +85,7 @@ impl Default for WorldConfig {
             shared_memory: true,
             node_transport: true,
             node_collectives: true,
+            one_engine: true,
             single_copy_from: DEFAULT_SINGLE_COPY_FROM,
             node: None,
             start_timeout: Duration::from_secs(30),
@@ -125,6 +131,16 @@ impl WorldConfig {
             Ok(other) => {
                 return Err(Error::Usage(format!(
                     "FABRIC_MSG_NODE_COLLECTIVES={other:?}: say 0 (collectives as messages) or 1 (the default)"
+                )));
+            }
+        }
+        match std::env::var("FABRIC_MSG_ONE_ENGINE").as_deref() {
+            Ok("0") | Ok("off") | Ok("no") | Ok("false") => c.one_engine = false,
+            Ok("1") | Ok("on") | Ok("yes") | Ok("true") => c.one_engine = true,
+            Ok("") | Err(_) => {}
+            Ok(other) => {
+                return Err(Error::Usage(format!(
+                    "FABRIC_MSG_ONE_ENGINE={other:?}: say 1 (every application message matched in one engine) or 0"
                 )));
             }
         }

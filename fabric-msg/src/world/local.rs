@@ -36,6 +36,7 @@
 //! rank that a later receive from any tag then took (docs/world.md).
 
 mod claims;
+pub(crate) mod engine;
 mod order;
 
 use super::lane::Side;
@@ -64,6 +65,9 @@ pub(crate) struct Published {
     pub local: Address,
     /// fabric-msg's node loop.
     pub node: std::result::Result<SegmentName, String>,
+    /// It asks for one matching engine (`local/engine.rs`) and can run it.
+    #[serde(default)]
+    pub one_engine: bool,
 }
 
 /// Longest sleep on the node loop's doorbell in one wait's last stage
@@ -148,6 +152,9 @@ pub(crate) struct Local {
     more: Vec<Completion>,
     /// Paired receives the node loop asks about (`local/claims.rs`).
     asked: Vec<Token>,
+    /// Every application message matched on the node loop, the fabric's
+    /// too (`local/engine.rs`), where the World agreed on it.
+    engine: Option<engine::Engine>,
     /// How `poll` passes the time between empty looks at both loops: the
     /// World's rule (`transport/event_loop/idle.rs`), yielding where it
     /// would sleep (no one fd serves both loops).
@@ -172,6 +179,7 @@ impl Local {
             batch: Vec::new(),
             more: Vec::new(),
             asked: Vec::new(),
+            engine: None,
             idle,
         }
     }
@@ -304,6 +312,16 @@ impl Local {
             // to hand out, so the receive is the application's own.
             return self.side.post(class, want, buf, token);
         }
+        if self.engine.is_some() && tags::is_user(class) {
+            // One engine matches every rank's messages: the receive may
+            // have taken an announced message at once, whose data is
+            // fetched now.
+            self.side.post(class, want, buf, token)?;
+            let mut ready = std::mem::take(&mut self.ready);
+            self.fetch_matched(main, main_ep, &mut ready);
+            self.ready = ready;
+            return Ok(());
+        }
         let id = self.next_pair;
         self.next_pair = (self.next_pair + 1) & ID_MASK;
         let capacity = buf.capacity();
@@ -425,7 +443,7 @@ impl Local {
         main_ep: EndpointId,
         user: Token,
     ) -> Result<()> {
-        if self.all {
+        if self.all || self.engine.is_some() {
             return self.side.cancel(user);
         }
         let found = self.pairs.iter().find(|(_, p)| p.user == user && !p.delivered);

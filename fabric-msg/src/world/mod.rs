@@ -42,6 +42,7 @@
 
 mod admission;
 mod agree;
+mod announce;
 #[cfg(feature = "tokio")]
 pub mod awaiting;
 mod collective_calls;

@@ -8,7 +8,7 @@ use super::state::World;
 use super::tags;
 use crate::error::{Error, Result};
 use crate::memory::buffer::Buffer;
-use crate::transport::event_loop::{Completion, PostError, RecvOpts, Token};
+use crate::transport::event_loop::{Completion, PostError, RecvOpts, SendOpts, Token};
 use crate::transport::liveness::LOSS_GRACE;
 use std::time::{Duration, Instant};
 
@@ -43,6 +43,15 @@ impl World {
         token: Token,
     ) -> Result<(), PostError> {
         let tag = tags::encode(class, self.rank(), tag);
+        if self
+            .announcer
+            .as_ref()
+            .is_some_and(|a| a.announces(class, to, buf.len()))
+        {
+            return self
+                .send_announced(to, tag, buf, token)
+                .map_err(|e| self.explain_post(e));
+        }
         let r = {
             let (_, mut io) = self.engine_io();
             // A communicator's class is the World's to post in.
@@ -213,6 +222,43 @@ impl World {
             }
             std::thread::sleep(Duration::from_millis(2));
         }
+    }
+}
+
+impl World {
+    /// Send `buf` to `to` (which `Announcer::announces` it to) under
+    /// World tag `tag`: the announcement, injected so it keeps its place
+    /// behind this rank's earlier sends to `to`, then the data, which
+    /// completes with `token`.
+    fn send_announced(&mut self, to: u32, tag: u64, buf: Buffer, token: Token) -> Result<(), PostError> {
+        let Some(a) = self.announcer.as_mut() else {
+            return Err(PostError {
+                error: Error::Usage("an announced send on a World that announces nothing".into()),
+                buffer: Some(buf),
+            });
+        };
+        let n = a.next[to as usize] & tags::SEQ_MASK;
+        let peer = &self.peers[to as usize];
+        let announced = SendOpts {
+            tag: Some(tag | tags::ANNOUNCED),
+            data: None,
+        };
+        if let Err(error) =
+            self.ev
+                .as_world()
+                .inject(peer, &super::local::engine::note(buf.len(), n), announced)
+        {
+            return Err(PostError {
+                error,
+                buffer: Some(buf),
+            });
+        }
+        a.next[to as usize] = n.wrapping_add(1);
+        let data = SendOpts {
+            tag: Some(tags::bulk_tag(self.rank(), n)),
+            data: None,
+        };
+        self.ev.as_world().send(peer, buf, data, token)
     }
 }
 

@@ -240,14 +240,19 @@ impl CommView<'_> {
             if let Some(found) = l.peek_kept(want) {
                 return Ok(Some(envelope(&scope, found)));
             }
-            let main = match from_world {
-                Some(w) => !l.carries(w),
-                None => !l.carries_all(),
-            };
-            let here = match from_world {
-                Some(w) => l.carries(w),
-                None => true,
-            };
+            // With one matching engine every application message waits
+            // in the node loop's matcher, the fabric's too.
+            let engine = l.one_engine();
+            let main = !engine
+                && match from_world {
+                    Some(w) => !l.carries(w),
+                    None => !l.carries_all(),
+                };
+            let here = engine
+                || match from_world {
+                    Some(w) => l.carries(w),
+                    None => true,
+                };
             let main = main.then_some(Side::Main);
             sides = match (here, l.side.peek(want)) {
                 (false, _) => [main, None],

@@ -79,6 +79,12 @@ pub(crate) fn two_levels(nodes: &[String], has_node: &[bool]) -> bool {
             .all(|(n, &has)| has || per_node[n] == 1)
 }
 
+/// For each rank, whether another rank shares its node.
+pub(crate) fn with_others(nodes: &[String]) -> Vec<bool> {
+    let per_node = per_node(nodes);
+    nodes.iter().map(|n| per_node[n] > 1).collect()
+}
+
 /// For each rank, its node's place among the nodes ordered by their
 /// lowest rank: the rank of its node's leader (the node's lowest rank)
 /// in the leaders' communicator of the two levels, which orders its

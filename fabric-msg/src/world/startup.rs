@@ -133,6 +133,12 @@ impl World {
                 Ok(nl) => Ok(nl.name()),
                 Err(why) => Err(why.clone()),
             },
+            // Its masked receives on the fabric must match as they should
+            // (libfabric 1.17's shm's do not: `Profile::tag_mask_defect`).
+            one_engine: cfg.one_engine
+                && opened
+                    .as_ref()
+                    .is_ok_and(|(ev, _, _)| ev.profile().tag_mask_defect.is_none()),
         };
         let table = exchange(&mut launcher, "fabric-msg.address", &mine, cfg.start_timeout)?;
         phase("addresses exchanged");
@@ -177,11 +183,16 @@ impl World {
         let pairs = super::same_node::pairs_of(placement.rank, &nodes, &has);
         let node_published: Vec<bool> = table.iter().map(|p| p.node.is_ok()).collect();
         let two_level = super::same_node::two_levels(&nodes, &node_published);
+        // One matching engine where every rank asked for it and the World
+        // spans nodes over the node transport: then every rank with others
+        // on its node runs it.
+        let engine_ranks: Option<Vec<bool>> =
+            (two_level && table.iter().all(|p| p.one_engine)).then(|| super::same_node::with_others(&nodes));
         let report = |wired: &Option<Local>, how: &str| match wired {
             Some(_) => super::same_node::report(placement.rank, &pairs, how, &decision.rung.label),
             None => format!("no other rank on this node uses {how}"),
         };
-        let (mut shm, shm_report) = match (shm, node) {
+        let (mut shm, mut shm_report) = match (shm, node) {
             (Ok((lev, lep, _)), _) => {
                 let wired =
                     Local::wire(lev, lep, size, placement.rank, &pairs, &table).map_err(&launch_error)?;
@@ -204,6 +215,16 @@ impl World {
             }
             (Err(why), Err(_)) => (None, why),
         };
+        if let (Some(l), Some(e)) = (shm.as_mut(), &engine_ranks) {
+            if e[placement.rank as usize] {
+                l.start_engine(&mut ev, ep)?;
+                shm_report
+                    .push_str("; every application message, the fabric's too, is matched in one engine");
+            }
+        }
+        let announcer = engine_ranks
+            .as_ref()
+            .map(|e| super::announce::Announcer::new(e, &node_ranks));
         let node_coll = shm
             .as_ref()
             .filter(|_| cfg.node_collectives)
@@ -224,6 +245,7 @@ impl World {
             ep,
             peers,
             local: shm,
+            announcer,
             shm_report,
             placement,
             node_ranks,

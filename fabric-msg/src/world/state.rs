@@ -29,6 +29,10 @@ pub struct World {
     /// The shared-memory loop for ranks on this node, where the world's
     /// fabric is another (`local.rs`).
     pub(super) local: Option<Local>,
+    /// Where this rank announces its larger messages: the ranks that match
+    /// every message in one place (`announce.rs`); `None` where no rank
+    /// does.
+    pub(super) announcer: Option<super::announce::Announcer>,
     /// Which ranks `local` reaches, or why there is none.
     pub(super) shm_report: String,
     pub(super) placement: Placement,
@@ -137,6 +141,13 @@ impl World {
     /// none.
     pub fn shm_ranks(&self) -> Vec<u32> {
         self.local.as_ref().map_or_else(Vec::new, Local::ranks)
+    }
+
+    /// Whether this rank matches every application message, from its node
+    /// and from the fabric, in one engine (`WorldConfig::one_engine`,
+    /// agreed by every rank, in a World that spans nodes).
+    pub fn one_engine(&self) -> bool {
+        self.local.as_ref().is_some_and(Local::one_engine)
     }
 
     /// Why a receive from any rank may match wrongly on this World, or

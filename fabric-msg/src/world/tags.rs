@@ -58,6 +58,12 @@ pub(crate) fn world_class(ctx: u8) -> u64 {
     (u64::from(ctx) << 1) | CLASS_WORLD
 }
 
+/// Whether `class` is a communicator's class of application messages
+/// (not the collectives').
+pub(crate) fn is_user(class: u64) -> bool {
+    class & 1 == CLASS_USER
+}
+
 /// The context a received tag was sent in.
 #[cfg(test)]
 pub(crate) fn ctx_of(tag: u64) -> u8 {
@@ -69,8 +75,15 @@ const RANK_SHIFT: u32 = 32;
 const RANK_MASK: u64 = (1 << 24) - 1;
 const TAG_MASK: u64 = u32::MAX as u64;
 
-/// Most ranks a world can have: the width of the rank field.
-pub const MAX_RANKS: u32 = 1 << 24;
+/// Most ranks a world can have: the rank field's width less its top bit,
+/// which marks an announced message (`ANNOUNCED`).
+pub const MAX_RANKS: u32 = 1 << 23;
+
+/// The top bit of the source field: set on the small message that
+/// announces an application message too large to go eagerly to a rank
+/// whose receives all go through one matching engine
+/// (`world/local/engine.rs`). The tag is otherwise the message's own.
+pub(crate) const ANNOUNCED: u64 = 1 << (RANK_SHIFT + 23);
 
 /// The tag a message from `source` with the application's `tag` carries.
 pub(crate) fn encode(class: u64, source: u32, tag: u32) -> u64 {
@@ -99,12 +112,34 @@ pub(crate) fn matches(tag: u64, (want, ignore): (u64, u64)) -> bool {
 const STEP_BITS: u32 = 12;
 /// The collective-number part of a World-class tag.
 pub(crate) const SEQ_MASK: u32 = (1 << 20) - 1;
-/// The step of failure notices; an algorithm's steps wrap below it.
+/// The step of failure notices.
 pub(crate) const NOTICE_STEP: u32 = (1 << STEP_BITS) - 1;
+/// The step of an announced message's data (`world/local/engine.rs`),
+/// whose number field is the sender's count of such messages to the
+/// receiver. An algorithm's steps wrap below it.
+pub(crate) const BULK_STEP: u32 = NOTICE_STEP - 1;
 
 /// The 32-bit field of a collective's message: its number and step.
 pub(crate) fn world_field(seq: u32, step: u32) -> u32 {
-    ((seq & SEQ_MASK) << STEP_BITS) | (step % NOTICE_STEP)
+    ((seq & SEQ_MASK) << STEP_BITS) | (step % BULK_STEP)
+}
+
+/// The tag of the data of announced message number `n` (mod 2^20) from
+/// `source`.
+pub(crate) fn bulk_tag(source: u32, n: u32) -> u64 {
+    encode(CLASS_WORLD, source, ((n & SEQ_MASK) << STEP_BITS) | BULK_STEP)
+}
+
+/// `(tag, ignore)` matching every application message of every
+/// communicator from any rank with any tag, announced or not, and
+/// nothing of the World's own classes: the receives of one matching
+/// engine on the fabric.
+pub(crate) fn every_user_message() -> (u64, u64) {
+    let contexts = 0x7e << CLASS_SHIFT;
+    (
+        encode(CLASS_USER, 0, 0),
+        contexts | (RANK_MASK << RANK_SHIFT) | TAG_MASK,
+    )
 }
 
 /// The collective number (mod 2^20) of a World-class tag.
@@ -176,7 +211,7 @@ mod tests {
 
     #[test]
     fn collective_fields_keep_number_step_and_notices_apart() {
-        let t = encode(CLASS_WORLD, 5, world_field(SEQ_MASK + 8, 4096));
+        let t = encode(CLASS_WORLD, 5, world_field(SEQ_MASK + 8, BULK_STEP + 1));
         assert_eq!((source_of(t), seq_of(t), user_tag_of(t) & 0xfff), (5, 7, 1));
         assert!(matches(t, matcher(CLASS_WORLD, Some(5), Some(world_field(7, 1)))));
         assert!(
@@ -194,7 +229,7 @@ mod tests {
         assert!(!matches(n, (notice_tag(8), 0)), "not from another");
         assert_eq!(source_of(n), 9);
         for seq in [0, 1, SEQ_MASK] {
-            for step in [0, 1, NOTICE_STEP - 1] {
+            for step in [0, 1, BULK_STEP - 1, BULK_STEP, NOTICE_STEP - 1] {
                 let c = encode(CLASS_WORLD, 9, world_field(seq, step));
                 assert!(
                     !matches(c, notice_matcher()),
@@ -203,6 +238,35 @@ mod tests {
             }
         }
         assert!(!matches(encode(CLASS_USER, 9, NOTICE_STEP), notice_matcher()));
+    }
+
+    #[test]
+    fn one_engines_receives_take_every_application_message_and_no_other() {
+        let every = every_user_message();
+        for ctx in 0..MAX_CONTEXTS as u8 {
+            for (source, tag) in [(0, 0), (MAX_RANKS - 1, u32::MAX), (5, 77)] {
+                let t = encode(user_class(ctx), source, tag);
+                assert!(matches(t, every), "context {ctx}");
+                assert!(matches(t | ANNOUNCED, every), "announced, context {ctx}");
+                assert_eq!(source_of(t | ANNOUNCED) & (MAX_RANKS - 1), source);
+                assert!(!matches(encode(world_class(ctx), source, tag), every));
+            }
+        }
+        for n in [0, 1, SEQ_MASK, SEQ_MASK + 1] {
+            let b = bulk_tag(3, n);
+            assert!(!matches(b, every), "data of an announced message");
+            assert!(!matches(b, notice_matcher()));
+            assert_eq!(source_of(b), 3);
+            for seq in [0, n] {
+                for step in [0, BULK_STEP - 1, BULK_STEP, BULK_STEP + 5] {
+                    assert_ne!(
+                        encode(CLASS_WORLD, 3, world_field(seq, step)),
+                        b,
+                        "no step is a bulk"
+                    );
+                }
+            }
+        }
     }
 
     /// Bit 63 is the event loop's: it refuses any other message with it

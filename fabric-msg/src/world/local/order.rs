@@ -51,6 +51,10 @@ impl Local {
                 out.push(c);
                 continue;
             }
+            if super::engine::is_engine(c.token) {
+                self.engine_completion(main, main_ep, c, out);
+                continue;
+            }
             if self.must_wait(&c) {
                 self.held.push(c);
                 continue;
