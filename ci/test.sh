@@ -114,6 +114,15 @@ step "the World's tests on libfabric's shm, the same-node side's fall-back (FABR
 FABRIC_MSG_TEST_SHM=libfabric timeout 900 cargo test --workspace --locked --test examples -- \
   world:: collectives:: model:: symmetric:: world_soak:: --skip async_world::
 
+step "the World over pretend nodes without one matching engine, its fall-back (FABRIC_MSG_ONE_ENGINE=0)"
+# The suite above matches every application message of a World over
+# nodes in one engine (the default: docs/world.md, "One matching
+# engine"); these run the pairing it falls back to (a rank that refuses
+# the engine, a fabric whose masked receives match wrongly).
+FABRIC_MSG_ONE_ENGINE=0 timeout 600 cargo test --workspace --locked --test examples -- \
+  world_soak::random_mixes_over_two_nodes model::model_check_under_mpirun_on_two_pretend_nodes \
+  world_local::any_source world_local::receives_from_one_rank_and_from_any
+
 step "valgrind memcheck: the same-node transport's rings"
 bash ci/valgrind.sh
 
