@@ -74,21 +74,16 @@ impl NodeLoop {
         !self.matcher.far.is_empty()
     }
 
-    /// Receive `p` takes the kept far message `a`: a copy, or (announced)
-    /// a hand-over to [`NodeLoop::take_far`].
-    pub(super) fn deliver_far(&mut self, mut p: Posted, a: Arrived) {
-        if let Some((_, ticket)) = a.rndv {
-            self.matcher.far.push(FarMatch {
-                posted: p,
-                tag: a.tag,
-                total: a.total,
-                ticket,
-            });
-            return;
-        }
-        let n = a.total.min(p.buf.capacity());
-        p.buf.as_mut_slice()[..n].copy_from_slice(&a.data[..n]);
-        self.complete_recv(p, FAR, a.tag, a.total as u64);
-        self.matcher.recycle(a.data);
+    /// Receive `p` takes the kept announcement `a`: handed over to
+    /// [`NodeLoop::take_far`] (a kept whole far message is copied as a
+    /// node message is, `deliver_arrived`).
+    pub(super) fn deliver_far(&mut self, p: Posted, a: Arrived) {
+        let ticket = a.rndv.map_or(0, |(_, ticket)| ticket);
+        self.matcher.far.push(FarMatch {
+            posted: p,
+            tag: a.tag,
+            total: a.total,
+            ticket,
+        });
     }
 }

@@ -155,7 +155,7 @@ impl NodeLoop {
     /// Give receive `p` the whole message `a` that arrived before it: a
     /// copy of what was kept, or a read from the sender's memory.
     pub(super) fn deliver_arrived(&mut self, mut p: Posted, a: Arrived) {
-        if a.from == super::far::FAR {
+        if a.from == super::far::FAR && a.rndv.is_some() {
             return self.deliver_far(p, a);
         }
         if let Some(at) = a.rndv {

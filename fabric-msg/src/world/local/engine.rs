@@ -122,10 +122,6 @@ pub(crate) struct Engine {
     free: Vec<usize>,
     /// Scratch for `NodeLoop::take_far`.
     far: Vec<FarMatch>,
-    /// Messages from the fabric that could not be delivered (malformed
-    /// announcements, messages larger than an eager one that came
-    /// unannounced), logged each.
-    pub(crate) refused: u64,
 }
 
 impl Local {
@@ -177,7 +173,7 @@ impl Local {
         match &c.result {
             Ok(()) => self.hand_to_matcher(c.tag, buf.as_slice()),
             Err(CompletionError::Cancelled) => return,
-            Err(e) => self.refuse(format!(
+            Err(e) => refuse(format!(
                 "a message from rank {} with tag {:#x} that the engine's receive of {EAGER} bytes could not \
                  take ({e}): a message larger than that must be announced",
                 tags::source_of(c.tag) & (tags::MAX_RANKS - 1),
@@ -193,7 +189,7 @@ impl Local {
     fn hand_to_matcher(&mut self, tag: u64, data: &[u8]) {
         let source = tags::source_of(tag) & (tags::MAX_RANKS - 1);
         if source >= self.size {
-            return self.refuse(format!(
+            return refuse(format!(
                 "a message naming rank {source} as its sender, in a World of {} ranks",
                 self.size
             ));
@@ -203,7 +199,7 @@ impl Local {
         };
         if tag & tags::ANNOUNCED == 0 {
             if let Err(e) = n.nl.arrive_far(tag, data) {
-                self.refuse(e.to_string());
+                refuse(e.to_string());
             }
             return;
         }
@@ -215,14 +211,7 @@ impl Local {
                     (u64::from(source) << 32) | u64::from(num),
                 );
             }
-            Err(what) => self.refuse(format!("rank {source}: {what}")),
-        }
-    }
-
-    fn refuse(&mut self, what: String) {
-        log::error!("a message from the fabric was dropped: {what}");
-        if let Some(e) = self.engine.as_mut() {
-            e.refused += 1;
+            Err(what) => refuse(format!("rank {source}: {what}")),
         }
     }
 
@@ -287,6 +276,11 @@ impl Local {
             }
         }
     }
+}
+
+/// A message from the fabric that cannot be delivered, logged with why.
+fn refuse(what: String) {
+    log::error!("a message from the fabric was dropped: {what}");
 }
 
 fn post_bounce(
