@@ -111,37 +111,32 @@ fn next(
 /// lifeline thread records the server's goodbye, and that allocates; seen
 /// as 4 allocations of 96, 96, 15 and 64 bytes on a loaded machine).
 struct Server {
-    counted: Arc<Counted>,
+    counted: Arc<AtomicBool>,
     thread: std::thread::JoinHandle<()>,
-}
-
-/// Set once the client has counted; the server thread waits for it after
-/// its rounds, inside the client's count. A futex-backed mutex and condvar
-/// allocate nothing to wait: an `mpsc` channel did, the first time a thread
-/// blocked on it (its context, 48 bytes, and its waiter list, 96), which
-/// failed the count in CI whenever the server got there before the client
-/// had finished (2.1, loaded machine: "2 allocations ... sizes [48, 96]").
-#[derive(Default)]
-struct Counted {
-    done: Mutex<bool>,
-    cv: std::sync::Condvar,
-}
-
-impl Counted {
-    fn wait(&self) {
-        let mut done = self.done.lock().unwrap_or_else(|e| e.into_inner());
-        while !*done {
-            done = self.cv.wait(done).unwrap_or_else(|e| e.into_inner());
-        }
-    }
 }
 
 impl Server {
     /// The client has counted: let the server close, and wait for it.
     fn join(self) -> std::thread::Result<()> {
-        *self.counted.done.lock().unwrap_or_else(|e| e.into_inner()) = true;
-        self.counted.cv.notify_all();
+        self.counted.store(true, Ordering::Release);
         self.thread.join()
+    }
+}
+
+/// The server's wait, after its rounds, until the client has counted: it
+/// keeps its loop going, since on tcp;ofi_rxm the target's progress serves
+/// a peer's one-sided read, and the client's last read can arrive after
+/// the server's last operation completed (a CI run hung there, "no Read
+/// completion", 2026-12-02). Looks without a timeout, as `next` does, and
+/// yields between them, into `out` made before the client counts (made
+/// here, its 64 completions were one allocation of 14,336 bytes in the
+/// count whenever the server got here first); an `mpsc` channel's first
+/// blocking receive allocated too (48 and 96 bytes, 2.1 in CI).
+fn serve_until(ev: &mut EventLoop, out: &mut Vec<Completion>, counted: &AtomicBool) {
+    while !counted.load(Ordering::Acquire) {
+        ev.poll(out, Some(Duration::ZERO)).unwrap();
+        out.clear();
+        std::thread::yield_now();
     }
 }
 
@@ -172,18 +167,19 @@ fn pair_with<K: 'static>(
     let listener = Listener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     let sp = p.clone();
-    let counted = Arc::new(Counted::default());
+    let counted = Arc::new(AtomicBool::new(false));
     let wait = counted.clone();
     let scfg = cfg.clone();
     let thread = std::thread::spawn(move || {
         let mut ev = EventLoop::new(&sp, scfg).unwrap();
         let ep = ev.open_endpoint().unwrap();
         let peer = listener.accept(&mut ev, ep).unwrap();
+        let mut out = Vec::with_capacity(64);
         // What `serve` returns (a registered region) is kept until the
         // client has counted: its last one-sided operation may reach this
         // side after this side's last operation completed.
         let kept = serve(&mut ev, &peer);
-        wait.wait();
+        serve_until(&mut ev, &mut out, &wait);
         drop(kept);
     });
     let server = Server { counted, thread };
@@ -497,7 +493,12 @@ const PAIR_ROUNDS: usize = 1000;
 fn world_pair_role() {
     let mut world = fabric_msg::World::init().expect("the two-rank world");
     if world.rank() >= 2 {
-        // The pretend nodes' other ranks (the four-rank case) only wait.
+        // The pretend nodes' other ranks (the four-rank case) only wait,
+        // in a barrier the pair joins once it has counted: a `finish`
+        // waits at most 10 s for the others, and on a loaded machine the
+        // pair's rounds took longer (CI, 2026-12-02: "rank 2 left before
+        // every rank had finished").
+        world.barrier().expect("the closing barrier");
         world.finish().expect("finish");
         return;
     }
@@ -545,6 +546,7 @@ fn world_pair_role() {
     println!("allocations {n} sizes {sizes:?} ({})", world.shm_report());
     if world.size() > 2 {
         // Four ranks on two pretend nodes: the pair talks across them.
+        world.barrier().expect("the closing barrier");
         world.finish().expect("finish");
         return;
     }
