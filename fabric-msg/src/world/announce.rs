@@ -17,7 +17,7 @@ pub(crate) struct Announcer {
     /// (it runs the engine, on another node than this rank).
     to: Vec<bool>,
     /// By world rank: the number of the next announcement to it.
-    pub(crate) next: Vec<u32>,
+    next: Vec<u32>,
 }
 
 impl Announcer {
@@ -36,9 +36,16 @@ impl Announcer {
     }
 
     /// Whether a message of `len` bytes to `to` in class `class` is
-    /// announced.
+    /// announced: if so, the number its announcement carries.
     #[inline]
-    pub(crate) fn announces(&self, class: u64, to: u32, len: usize) -> bool {
-        len > EAGER && tags::is_user(class) && self.to.get(to as usize).copied().unwrap_or(false)
+    pub(crate) fn announces(&self, class: u64, to: u32, len: usize) -> Option<u32> {
+        let to = to as usize;
+        (len > EAGER && tags::is_user(class) && self.to.get(to).copied().unwrap_or(false))
+            .then(|| self.next[to] & tags::SEQ_MASK)
+    }
+
+    /// Announcement `n` to `to` went: the next one to it is `n + 1`.
+    pub(crate) fn announced(&mut self, to: u32, n: u32) {
+        self.next[to as usize] = n.wrapping_add(1);
     }
 }

@@ -43,13 +43,13 @@ impl World {
         token: Token,
     ) -> Result<(), PostError> {
         let tag = tags::encode(class, self.rank(), tag);
-        if self
+        if let Some(n) = self
             .announcer
             .as_ref()
-            .is_some_and(|a| a.announces(class, to, buf.len()))
+            .and_then(|a| a.announces(class, to, buf.len()))
         {
             return self
-                .send_announced(to, tag, buf, token)
+                .send_announced(to, tag, n, buf, token)
                 .map_err(|e| self.explain_post(e));
         }
         let r = {
@@ -226,18 +226,18 @@ impl World {
 }
 
 impl World {
-    /// Send `buf` to `to` (which `Announcer::announces` it to) under
-    /// World tag `tag`: the announcement, injected so it keeps its place
-    /// behind this rank's earlier sends to `to`, then the data, which
-    /// completes with `token`.
-    fn send_announced(&mut self, to: u32, tag: u64, buf: Buffer, token: Token) -> Result<(), PostError> {
-        let Some(a) = self.announcer.as_mut() else {
-            return Err(PostError {
-                error: Error::Usage("an announced send on a World that announces nothing".into()),
-                buffer: Some(buf),
-            });
-        };
-        let n = a.next[to as usize] & tags::SEQ_MASK;
+    /// Send `buf` to `to` under World tag `tag` as announced message
+    /// number `n` (`Announcer::announces`): the announcement, injected so
+    /// it keeps its place behind this rank's earlier sends to `to`, then
+    /// the data, which completes with `token`.
+    fn send_announced(
+        &mut self,
+        to: u32,
+        tag: u64,
+        n: u32,
+        buf: Buffer,
+        token: Token,
+    ) -> Result<(), PostError> {
         let peer = &self.peers[to as usize];
         let announced = SendOpts {
             tag: Some(tag | tags::ANNOUNCED),
@@ -253,7 +253,9 @@ impl World {
                 buffer: Some(buf),
             });
         }
-        a.next[to as usize] = n.wrapping_add(1);
+        if let Some(a) = self.announcer.as_mut() {
+            a.announced(to, n);
+        }
         let data = SendOpts {
             tag: Some(tags::bulk_tag(self.rank(), n)),
             data: None,

@@ -135,7 +135,8 @@ pub(crate) fn bulk_tag(source: u32, n: u32) -> u64 {
 /// nothing of the World's own classes: the receives of one matching
 /// engine on the fabric.
 pub(crate) fn every_user_message() -> (u64, u64) {
-    let contexts = 0x7e << CLASS_SHIFT;
+    // Every context's bits (`user_class` of the highest context).
+    let contexts = user_class((MAX_CONTEXTS - 1) as u8) << CLASS_SHIFT;
     (
         encode(CLASS_USER, 0, 0),
         contexts | (RANK_MASK << RANK_SHIFT) | TAG_MASK,
@@ -165,6 +166,12 @@ pub(crate) fn notice_matcher() -> (u64, u64) {
 /// The sending rank carried in a received tag.
 pub(crate) fn source_of(tag: u64) -> u32 {
     ((tag >> RANK_SHIFT) & RANK_MASK) as u32
+}
+
+/// The sending rank of an application message's tag, whether or not it
+/// is an announcement's (`ANNOUNCED`).
+pub(crate) fn sender_of(tag: u64) -> u32 {
+    source_of(tag) & (MAX_RANKS - 1)
 }
 
 /// The application's tag carried in a received tag.
@@ -248,7 +255,8 @@ mod tests {
                 let t = encode(user_class(ctx), source, tag);
                 assert!(matches(t, every), "context {ctx}");
                 assert!(matches(t | ANNOUNCED, every), "announced, context {ctx}");
-                assert_eq!(source_of(t | ANNOUNCED) & (MAX_RANKS - 1), source);
+                assert_eq!(sender_of(t | ANNOUNCED), source);
+                assert_eq!(sender_of(t), source);
                 assert!(!matches(encode(world_class(ctx), source, tag), every));
             }
         }

@@ -14,7 +14,7 @@
 //! ([`NodeLoop::take_far`]), which fetches the data into it over the
 //! fabric.
 
-use super::matching::{Arrived, FarMatch, Match, Posted};
+use super::matching::{FarMatch, Match, Posted};
 use super::node_loop::NodeLoop;
 use crate::error::Result;
 
@@ -28,11 +28,7 @@ impl NodeLoop {
     /// that matches it.
     pub(crate) fn arrive_far(&mut self, tag: u64, data: &[u8]) -> Result<()> {
         match self.matcher.take_posted(FAR, tag) {
-            Match::Take(mut p) => {
-                let n = data.len().min(p.buf.capacity());
-                p.buf.as_mut_slice()[..n].copy_from_slice(&data[..n]);
-                self.complete_recv(p, FAR, tag, data.len() as u64);
-            }
+            Match::Take(p) => self.deliver_whole(p, FAR, tag, data),
             // No receive is paired where far messages come here.
             Match::None | Match::Ask => {
                 let i = self
@@ -74,15 +70,14 @@ impl NodeLoop {
         !self.matcher.far.is_empty()
     }
 
-    /// Receive `p` takes the kept announcement `a`: handed over to
-    /// [`NodeLoop::take_far`] (a kept whole far message is copied as a
-    /// node message is, `deliver_arrived`).
-    pub(super) fn deliver_far(&mut self, p: Posted, a: Arrived) {
-        let ticket = a.rndv.map_or(0, |(_, ticket)| ticket);
+    /// Receive `p` takes a kept announcement (tag `tag`, `total` bytes,
+    /// `ticket`): handed over to [`NodeLoop::take_far`] (a kept whole far
+    /// message is copied as a node message is, `deliver_arrived`).
+    pub(super) fn deliver_far(&mut self, p: Posted, tag: u64, total: usize, ticket: u64) {
         self.matcher.far.push(FarMatch {
             posted: p,
-            tag: a.tag,
-            total: a.total,
+            tag,
+            total,
             ticket,
         });
     }

@@ -154,17 +154,28 @@ impl NodeLoop {
 
     /// Give receive `p` the whole message `a` that arrived before it: a
     /// copy of what was kept, or a read from the sender's memory.
-    pub(super) fn deliver_arrived(&mut self, mut p: Posted, a: Arrived) {
-        if a.from == super::far::FAR && a.rndv.is_some() {
-            return self.deliver_far(p, a);
+    pub(super) fn deliver_arrived(&mut self, p: Posted, a: Arrived) {
+        match a.rndv {
+            // An announced far message's data is the World's to fetch.
+            Some((_, ticket)) if a.from == super::far::FAR => self.deliver_far(p, a.tag, a.total, ticket),
+            Some(at) => self.fetch(a.from, p, a.tag, a.total as u64, at),
+            None => {
+                // Complete: every byte of it is kept (`take` refuses
+                // frames beyond its length).
+                debug_assert_eq!(a.data.len(), a.total);
+                self.deliver_whole(p, a.from, a.tag, &a.data);
+                self.matcher.recycle(a.data);
+            }
         }
-        if let Some(at) = a.rndv {
-            return self.fetch(a.from, p, a.tag, a.total as u64, at);
-        }
-        let n = a.total.min(p.buf.capacity());
-        p.buf.as_mut_slice()[..n].copy_from_slice(&a.data[..n]);
-        self.complete_recv(p, a.from, a.tag, a.total as u64);
-        self.matcher.recycle(a.data);
+    }
+
+    /// Copy the whole message `data` (from `from`, tag `tag`) into receive
+    /// `p`, as much as it holds, and complete it: truncated if it held
+    /// less.
+    pub(super) fn deliver_whole(&mut self, mut p: Posted, from: usize, tag: u64, data: &[u8]) {
+        let n = data.len().min(p.buf.capacity());
+        p.buf.as_mut_slice()[..n].copy_from_slice(&data[..n]);
+        self.complete_recv(p, from, tag, data.len() as u64);
     }
 
     /// Read a large message of `total` bytes from `s`'s memory at `at.0`

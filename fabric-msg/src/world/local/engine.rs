@@ -176,7 +176,7 @@ impl Local {
             Err(e) => refuse(format!(
                 "a message from rank {} with tag {:#x} that the engine's receive of {EAGER} bytes could not \
                  take ({e}): a message larger than that must be announced",
-                tags::source_of(c.tag) & (tags::MAX_RANKS - 1),
+                tags::sender_of(c.tag),
                 tags::user_tag_of(c.tag)
             )),
         }
@@ -187,7 +187,7 @@ impl Local {
     }
 
     fn hand_to_matcher(&mut self, tag: u64, data: &[u8]) {
-        let source = tags::source_of(tag) & (tags::MAX_RANKS - 1);
+        let source = tags::sender_of(tag);
         if source >= self.size {
             return refuse(format!(
                 "a message naming rank {source} as its sender, in a World of {} ranks",
